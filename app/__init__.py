@@ -1,0 +1,1 @@
+"""Composition root, server and CLI: the only place that wires services, faces and configuration."""

@@ -1,0 +1,179 @@
+"""``instantstart``: serve, mcp, status, token.
+
+Every flag also has an ``INSTANTSTART_*`` environment variable (and a config-file key); flags win.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Any
+
+from services import __version__
+from services.auth import SYSTEM, Role, TokenCreate
+from services.errors import ServiceError
+from services.settings import Settings
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {}
+    for name in ("config", "data_dir", "host", "port"):
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[name] = value
+    if getattr(args, "dev_no_auth", False):
+        overrides["dev_no_auth"] = True
+    return Settings(**overrides)
+
+
+def _print_token(token: str) -> None:
+    bar = "=" * 72
+    print(f"{bar}\nFirst start: an admin token was created. It is shown once, now, and never again.\n"
+          f"Store it safely:\n\n    {token}\n\n"
+          f"Sign in to the dashboard with it, or use 'Authorization: Bearer <token>'.\n{bar}", flush=True)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from app.bootstrap import build_services
+    from app.server import serve
+
+    settings = _settings(args)
+    settings.check_bind()
+    services = build_services(settings)
+    print(f"instantstart {__version__} serving on http://{settings.host}:{settings.port} "
+          f"(data: {settings.data_dir})", flush=True)
+    serve(services, show_token=_print_token)
+    return 0
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    from app.bootstrap import build_services
+
+    services = build_services(_settings(args))
+    try:
+        if args.token_command == "create":
+            created = services.tokens.create(TokenCreate(name=args.name or f"{args.role}-cli", role=Role(args.role)),
+                                             created_by="cli")
+            services.audit.record(SYSTEM.via("cli"), "token.create", created.id,
+                                  {"name": created.name, "role": created.role.value}, "succeeded")
+            print(f"created token {created.id} ({created.name}, {created.role.value}); it is not shown again:")
+            print(created.token)
+        elif args.token_command == "list":
+            for t in services.tokens.list():
+                state = "revoked" if t.revoked else "active"
+                print(f"{t.id}  {t.name:<20} {t.role.value:<8} {state}")
+        else:
+            info = services.tokens.revoke(args.id, SYSTEM.via("cli"))
+            services.audit.record(SYSTEM.via("cli"), "token.revoke", info.id, {}, "succeeded")
+            print(f"revoked {info.id} ({info.name})")
+    finally:
+        services.db.close()
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from services.status import StatusSummary, render_text
+
+    url = args.url or os.environ.get("INSTANTSTART_URL")
+    if url:
+        import httpx2
+
+        token = args.token or os.environ.get("INSTANTSTART_TOKEN", "")
+        response = httpx2.get(url.rstrip("/") + "/api/v1/status", headers={"Authorization": f"Bearer {token}"},
+                              timeout=10)
+        if response.status_code != 200:
+            print(f"error {response.status_code}: {response.text}", file=sys.stderr)
+            return 1
+        summary = StatusSummary.model_validate(response.json())
+    else:
+        from app.bootstrap import build_services
+        from services.status import summarize
+
+        services = build_services(_settings(args))
+        try:
+            summary = summarize(services.engine, services.kube.clusters())
+        finally:
+            services.db.close()
+    print(summary.model_dump_json(indent=2) if args.json else render_text(summary))
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from mcp_bridge.server import BridgeError, run_bridge
+
+    url = args.url or os.environ.get("INSTANTSTART_URL") or "http://127.0.0.1:3099"
+    token = args.token or os.environ.get("INSTANTSTART_TOKEN")
+    if not token:
+        print("the MCP bridge needs a token: --token or INSTANTSTART_TOKEN", file=sys.stderr)
+        return 2
+    try:
+        run_bridge(url, token, transport=args.transport, host=args.host, port=args.port)
+    except BridgeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _data_dir_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", help="state directory (INSTANTSTART_DATA_DIR)")
+    p.add_argument("--config", help="YAML or TOML settings file (INSTANTSTART_CONFIG)")
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="instantstart", description=__doc__.splitlines()[0] if __doc__ else "")
+    root.add_argument("--version", action="version", version=f"instantstart {__version__}")
+    sub = root.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the dashboard, REST API and operation engine")
+    _data_dir_flags(serve)
+    serve.add_argument("--host", help="bind address (INSTANTSTART_HOST, default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (INSTANTSTART_PORT, default 3099)")
+    serve.add_argument("--dev-no-auth", action="store_true",
+                       help="no tokens; refuses any non-loopback host (INSTANTSTART_DEV_NO_AUTH)")
+    serve.set_defaults(func=cmd_serve)
+
+    mcp = sub.add_parser("mcp", help="run the MCP bridge (tools call the REST API)")
+    mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    mcp.add_argument("--url", help="REST base URL (INSTANTSTART_URL, default http://127.0.0.1:3099)")
+    mcp.add_argument("--token", help="API token (INSTANTSTART_TOKEN)")
+    mcp.add_argument("--host", default="127.0.0.1", help="bind address for --transport http")
+    mcp.add_argument("--port", type=int, default=3100, help="port for --transport http")
+    mcp.set_defaults(func=cmd_mcp)
+
+    status = sub.add_parser("status", help="a compact text summary of what is running")
+    _data_dir_flags(status)
+    status.add_argument("--json", action="store_true", help="the same summary as JSON")
+    status.add_argument("--url", help="ask a running server instead of reading the data dir (INSTANTSTART_URL)")
+    status.add_argument("--token", help="token for --url (INSTANTSTART_TOKEN)")
+    status.set_defaults(func=cmd_status)
+
+    token = sub.add_parser("token", help="manage API tokens (needs write access to the data dir)")
+    tsub = token.add_subparsers(dest="token_command", required=True)
+    create = tsub.add_parser("create", help="make a token; its secret is printed on the last line")
+    create.add_argument("--role", required=True, choices=[r.value for r in Role])
+    create.add_argument("--name", help="label (default: <role>-cli)")
+    _data_dir_flags(create)
+    tlist = tsub.add_parser("list", help="list tokens (never their secrets)")
+    _data_dir_flags(tlist)
+    revoke = tsub.add_parser("revoke", help="revoke a token by id")
+    revoke.add_argument("id")
+    _data_dir_flags(revoke)
+    token.set_defaults(func=cmd_token)
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=os.environ.get("INSTANTSTART_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    args = parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ServiceError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,338 @@
+"""Tornado glue for the route table: authentication, parsing, one error envelope, OpenAPI, events.
+
+Everything here is mechanical; rules live in ``services``. Credentials come from an
+``Authorization: Bearer`` header (REST clients, the MCP bridge) or from the dashboard's signed session
+cookie, in which case state-changing calls must also carry the XSRF token (``X-XSRFToken`` header or
+``_xsrf`` field), as Tornado checks it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import re
+import typing
+from typing import Any
+
+import tornado.web
+import tornado.websocket
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from app.bootstrap import Services
+from app.routes import ROUTES, Call, ErrorEnvelope, Reply, Route
+from services import __version__
+from services.auth import Principal, Role
+from services.errors import Invalid, NotFound, ServiceError, Unauthorized
+from services.events import Event
+from services.models import RequestModel, parse
+
+log = logging.getLogger(__name__)
+
+SESSION_COOKIE = "instantstart_session"
+FACE_HEADER = "X-InstantStart-Face"
+CLIENT_FACES = frozenset({"rest", "mcp"})
+DEV_PRINCIPAL = Principal("dev", Role.ADMIN, None, "rest")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def to_json(value: Any) -> str:
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    if isinstance(value, list):
+        return "[" + ",".join(to_json(v) for v in value) + "]"
+    return json.dumps(value, default=_json_default)
+
+
+def authenticate(handler: tornado.web.RequestHandler, services: Services) -> Principal:
+    """Bearer token, else the dashboard's session cookie, else (dev mode on loopback) a dev admin."""
+    header = handler.request.headers.get("Authorization", "")
+    if header:
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthorized("Authorization must be 'Bearer <token>'")
+        face = handler.request.headers.get(FACE_HEADER, "rest")
+        return services.tokens.authenticate(token.strip(), face if face in CLIENT_FACES else "rest")
+    cookie = handler.get_signed_cookie(SESSION_COOKIE, max_age_days=1)
+    if cookie:
+        return services.tokens.principal(cookie.decode(), "ui")
+    if services.settings.dev_no_auth:
+        return DEV_PRINCIPAL
+    raise Unauthorized("no credentials: send 'Authorization: Bearer <token>' (make one with "
+                       "'instantstart token create --role viewer')")
+
+
+def _is_list(annotation: Any) -> bool:
+    if typing.get_origin(annotation) is list:
+        return True
+    return any(_is_list(a) for a in typing.get_args(annotation))
+
+
+def query_dict(model: type[RequestModel], arguments: dict[str, list[bytes]]) -> dict[str, Any]:
+    """Query arguments to a dict for ``model``: list fields accept repeats and commas."""
+    out: dict[str, Any] = {}
+    for key, raw in arguments.items():
+        values = [v.decode() for v in raw]
+        field = model.model_fields.get(key)
+        if field is not None and _is_list(field.annotation):
+            out[key] = [part for v in values for part in v.split(",") if part]
+        else:
+            out[key] = values[-1]
+    return out
+
+
+class ApiHandler(tornado.web.RequestHandler):
+    """Serves every route of one path; the route table decides method, role and models."""
+
+    def initialize(self, services: Services, routes: dict[str, Route]) -> None:
+        self.services = services
+        self.routes = routes
+
+    def check_xsrf_cookie(self) -> None:
+        # Called explicitly in _dispatch: only cookie sessions need it; bearer tokens are not ambient.
+        super().check_xsrf_cookie()
+
+    def set_default_headers(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.set_header("X-Content-Type-Options", "nosniff")
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, tornado.web.HTTPError) and exc.status_code == 403 and "XSRF" in (exc.log_message or ""):
+            body = {"error": {"code": "forbidden", "message": "missing or wrong XSRF token for a cookie "
+                              "session: send the _xsrf cookie's value in X-XSRFToken", "details": None}}
+        else:
+            body = {"error": {"code": "internal" if status_code >= 500 else "http_error",
+                              "message": self._reason, "details": None}}
+        self.finish(json.dumps(body))
+
+    async def get(self, **path: str) -> None:
+        await self._dispatch("GET", path)
+
+    async def post(self, **path: str) -> None:
+        await self._dispatch("POST", path)
+
+    async def delete(self, **path: str) -> None:
+        await self._dispatch("DELETE", path)
+
+    async def put(self, **path: str) -> None:
+        await self._dispatch("PUT", path)
+
+    async def patch(self, **path: str) -> None:
+        await self._dispatch("PATCH", path)
+
+    async def _dispatch(self, method: str, path: dict[str, str]) -> None:
+        route = self.routes.get(method)
+        principal: Principal | None = None
+        try:
+            if route is None:
+                self.set_header("Allow", ", ".join(sorted(self.routes)))
+                self._send_error(405, "method_not_allowed",
+                                 f"{method} is not allowed here; use {', '.join(sorted(self.routes))}")
+                return
+            if route.path in ("/healthz", "/readyz"):
+                principal = DEV_PRINCIPAL
+            else:
+                principal = await asyncio.get_running_loop().run_in_executor(
+                    None, authenticate, self, self.services)
+                if principal.face == "ui" and method != "GET":
+                    self.check_xsrf_cookie()
+                principal.require(route.role)
+            call = Call(services=self.services, principal=principal, path=path,
+                        query=parse(route.query, query_dict(route.query, self.request.query_arguments))
+                        if route.query else None,
+                        body=parse(route.body, self._body()) if route.body else None,
+                        idempotency_key=self.request.headers.get("Idempotency-Key"))
+            if route.query is None and self.request.query_arguments:
+                raise Invalid(f"{route.name} takes no query parameters; got {sorted(self.request.query_arguments)}")
+            if inspect.iscoroutinefunction(route.handler):
+                reply = await route.handler(call)
+            else:
+                reply = await asyncio.get_running_loop().run_in_executor(None, route.handler, call)
+            assert isinstance(reply, Reply)
+        except ServiceError as exc:
+            if principal is not None and route is not None and not route.read_only and exc.http_status == 403:
+                self.services.audit.record(principal, route.name, self.request.path, {}, "denied",
+                                           detail=exc.message)
+            self._send_error(exc.http_status, exc.code, exc.message, exc.details)
+            return
+        self.set_status(reply.status)
+        for key, value in reply.headers.items():
+            self.set_header(key, value)
+        self.finish(to_json(reply.body))
+
+    def _body(self) -> Any:
+        raw = self.request.body
+        if not raw:
+            return {}
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise Invalid(f"request body is not valid JSON: {exc}") from None
+
+    def _send_error(self, status: int, code: str, message: str, details: Any = None) -> None:
+        self.set_status(status)
+        self.finish(json.dumps({"error": {"code": code, "message": message, "details": details}},
+                               default=str))
+
+
+class NotFoundHandler(tornado.web.RequestHandler):
+    def prepare(self) -> None:
+        self.set_status(404)
+        self.set_header("Content-Type", "application/json")
+        err = NotFound(f"no API route {self.request.method} {self.request.path}; see /api/v1/openapi.json")
+        self.finish(json.dumps(err.envelope()))
+
+
+class OpenApiHandler(tornado.web.RequestHandler):
+    def initialize(self, document: dict[str, Any]) -> None:
+        self.document = document
+
+    def get(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(self.document))
+
+
+class EventsSocket(tornado.websocket.WebSocketHandler):
+    """Pushes every operation transition as ``{"topic", "kind", "data"}`` JSON (viewer role)."""
+
+    def initialize(self, services: Services) -> None:
+        self.services = services
+        self._unsubscribe: Any = None
+
+    async def get(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            principal = authenticate(self, self.services)
+            principal.require(Role.VIEWER)
+        except ServiceError as exc:
+            self.set_status(exc.http_status)
+            self.set_header("Content-Type", "application/json")
+            self.finish(json.dumps(exc.envelope()))
+            return
+        await super().get(*args, **kwargs)
+
+    def check_origin(self, origin: str) -> bool:
+        # Browsers send cookies cross-site on WebSocket upgrades: accept only our own origin for those.
+        host = self.request.headers.get("Host", "")
+        return origin.split("://", 1)[-1] == host or "Authorization" in self.request.headers
+
+    def open(self, *args: str, **kwargs: str) -> None:
+        loop = asyncio.get_running_loop()
+
+        def forward(event: Event) -> None:
+            loop.call_soon_threadsafe(self._send, event)
+
+        self._unsubscribe = self.services.bus.subscribe(forward)
+
+    def _send(self, event: Event) -> None:
+        if self.ws_connection is None or self.ws_connection.is_closing():
+            return
+        self.write_message(json.dumps(event.to_json()))
+
+    def on_close(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+
+
+# ----- OpenAPI 3.1 from the route table ------------------------------------------------------------------
+
+def _models(routes: list[Route]) -> list[type[BaseModel]]:
+    seen: list[type[BaseModel]] = [ErrorEnvelope]
+    for r in routes:
+        for model in (r.query, r.body, r.response):
+            if model is not None and model not in seen:
+                seen.append(model)
+    return seen
+
+
+def openapi_document(routes: list[Route] = ROUTES) -> dict[str, Any]:
+    """OpenAPI 3.1, generated from the routes and pydantic models; ``x-mcp-tool`` feeds the bridge."""
+    models = _models(routes)
+    keys = [(m, "validation" if issubclass(m, RequestModel) else "serialization") for m in models]
+    refs, defs = models_json_schema(keys, ref_template="#/components/schemas/{model}")  # type: ignore[arg-type]
+    schemas = defs.get("$defs", {})
+
+    def ref(model: type[BaseModel], request: bool) -> dict[str, Any]:
+        return dict(refs[(model, "validation" if request else "serialization")])
+
+    paths: dict[str, dict[str, Any]] = {}
+    for r in routes:
+        params: list[dict[str, Any]] = [
+            {"name": name, "in": "path", "required": True, "description": desc, "schema": {"type": "string"}}
+            for name, desc in r.path_params.items()
+        ]
+        if r.query is not None:
+            qschema = r.query.model_json_schema(ref_template="#/components/schemas/{model}")
+            for name, prop in qschema.get("properties", {}).items():
+                prop = dict(prop)
+                desc = prop.pop("description", "")
+                params.append({"name": name, "in": "query", "required": name in qschema.get("required", []),
+                               "description": desc, "schema": prop})
+        op: dict[str, Any] = {
+            "operationId": r.name,
+            "summary": r.summary,
+            "description": r.description or r.summary,
+            "tags": [r.tag],
+            "parameters": params,
+            "x-required-role": r.role.value,
+            "responses": {
+                str(r.status): {"description": "OK" if r.status < 300 else "accepted"},
+                "default": {"description": "error",
+                            "content": {"application/json": {"schema": ref(ErrorEnvelope, False)}}},
+            },
+        }
+        if r.response is not None:
+            schema = ref(r.response, False)
+            if r.many:
+                schema = {"type": "array", "items": schema}
+            op["responses"][str(r.status)]["content"] = {"application/json": {"schema": schema}}
+        if r.body is not None:
+            op["requestBody"] = {"required": True,
+                                 "content": {"application/json": {"schema": ref(r.body, True)}}}
+        if r.path.startswith("/api/"):
+            op["security"] = [{"bearer": []}, {"session": []}]
+        if r.mcp:
+            op["x-mcp-tool"] = {"name": r.name, "title": r.summary, "readOnlyHint": r.read_only,
+                                "destructiveHint": r.destructive, "idempotentHint": r.idempotent}
+        paths.setdefault(r.path, {})[r.method.lower()] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "InstantStart", "version": __version__,
+                 "description": "Control plane for SageMaker HyperPod on EKS. Mutations answer 202 with an "
+                                "operation; follow it at its status_url (long-poll with ?wait=N)."},
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "an API token (ist_...)"},
+                "session": {"type": "apiKey", "in": "cookie", "name": SESSION_COOKIE},
+            },
+        },
+    }
+
+
+def _pattern(path: str) -> str:
+    return re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", path) + "$"
+
+
+def rest_patterns(services: Services, routes: list[Route] = ROUTES) -> list[tuple[Any, ...]]:
+    """Tornado URL patterns for every route, the OpenAPI document, events and the /api 404 catch-all."""
+    by_path: dict[str, dict[str, Route]] = {}
+    for r in routes:
+        by_path.setdefault(r.path, {})[r.method] = r
+    patterns: list[tuple[Any, ...]] = [
+        (r"/api/v1/openapi\.json$", OpenApiHandler, {"document": openapi_document(routes)}),
+        (r"/api/v1/events$", EventsSocket, {"services": services}),
+    ]
+    for path, methods in by_path.items():
+        patterns.append((_pattern(path), ApiHandler, {"services": services, "routes": methods}))
+    patterns.append((r"/api/.*", NotFoundHandler))
+    return patterns

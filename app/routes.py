@@ -1,0 +1,284 @@
+"""The REST route table: the single source of the HTTP API, its OpenAPI document and the MCP tools.
+
+A route names its method and path, the least role it needs, its query and body models, its response
+model and how an agent should treat it (read-only, destructive, idempotent). Handlers are thin: they
+take parsed models and call one service. Handlers run in a worker thread (never on the Tornado loop),
+except the async ones, which only await.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from app.bootstrap import Services
+from services.audit import AuditEntry, AuditQuery
+from services.auth import Principal, Role, TokenCreate, TokenCreated, TokenInfo
+from services.backups import KIND as BACKUP_KIND
+from services.backups import BackupCreate, BackupInfo
+from services.errors import Invalid
+from services.events import Event
+from services.models import RequestModel, ResponseModel
+from services.operations import STATUS_TOOL, OperationQuery, OperationView
+from services.status import StatusSummary, summarize
+
+
+@dataclass
+class Call:
+    """One parsed request as a handler sees it."""
+
+    services: Services
+    principal: Principal
+    path: dict[str, str]
+    query: Any
+    body: Any
+    idempotency_key: str | None = None
+
+
+@dataclass
+class Reply:
+    body: Any
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+Handler = Callable[[Call], Reply | Awaitable[Reply]]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    name: str
+    summary: str
+    role: Role
+    handler: Handler
+    description: str = ""
+    query: type[RequestModel] | None = None
+    body: type[RequestModel] | None = None
+    response: type[BaseModel] | None = None
+    path_params: dict[str, str] = field(default_factory=dict)
+    read_only: bool = True
+    destructive: bool = False
+    idempotent: bool = True
+    status: int = 200
+    many: bool = False
+    tag: str = "system"
+    mcp: bool = True
+
+
+class Accepted(ResponseModel):
+    """The answer to every mutation: the operation it started (or the one this request already made)."""
+
+    operation: OperationView
+    created: bool = Field(..., description="false when an identical request already made this operation")
+    status_url: str
+    status_tool: str = Field(STATUS_TOOL, description="the MCP tool that reports this operation's progress")
+    message: str
+
+
+class Whoami(ResponseModel):
+    name: str
+    role: Role
+    face: str
+    token_id: str | None = None
+    allowed_roles: list[Role] = Field(..., description="roles whose routes this principal may call")
+
+
+class Health(ResponseModel):
+    status: str
+    checks: dict[str, str] = Field(default_factory=dict)
+
+
+class OperationWait(RequestModel):
+    wait: float = Field(0, ge=0, le=60, description="long-poll: answer when the operation changes or after "
+                        "this many seconds (at most 60); 0 answers at once")
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    details: Any = None
+
+
+class ErrorEnvelope(BaseModel):
+    error: ErrorBody
+
+
+def accepted(view: OperationView, created: bool) -> Reply:
+    note = "started" if created else "already requested; this is the existing operation"
+    return Reply(
+        Accepted(operation=view, created=created, status_url=view.status_url,
+                 message=f"{view.kind} {note}; follow it with {STATUS_TOOL}(id='{view.id}') "
+                         f"or GET {view.status_url}?wait=30"),
+        status=202, headers={"Location": view.status_url},
+    )
+
+
+# ----- handlers ------------------------------------------------------------------------------------------
+
+def _healthz(call: Call) -> Reply:
+    return Reply(Health(status="ok"))
+
+
+def _readyz(call: Call) -> Reply:
+    checks = {"database": "ok" if call.services.db.ping() else "failing",
+              "engine": "ok" if call.services.engine.running else "stopped"}
+    ok = all(v == "ok" for v in checks.values())
+    return Reply(Health(status="ok" if ok else "unavailable", checks=checks), status=200 if ok else 503)
+
+
+def _whoami(call: Call) -> Reply:
+    p = call.principal
+    return Reply(Whoami(name=p.name, role=p.role, face=p.face, token_id=p.token_id,
+                        allowed_roles=[r for r in Role if p.allows(r)]))
+
+
+def _status(call: Call) -> Reply:
+    return Reply(summarize(call.services.engine, call.services.kube.clusters()))
+
+
+def _operations_list(call: Call) -> Reply:
+    return Reply(call.services.engine.list(call.query))
+
+
+async def _operations_get(call: Call) -> Reply:
+    """Answer at once, or long-poll until the operation's version moves past the one first seen."""
+    engine = call.services.engine
+    loop = asyncio.get_running_loop()
+    op_id = call.path["id"]
+    changed = asyncio.Event()
+    seen: dict[str, int] = {}
+
+    def on_event(event: Event) -> None:
+        if event.data.get("id") == op_id and event.data.get("version", 0) > seen.get("version", 1 << 62):
+            loop.call_soon_threadsafe(changed.set)
+
+    unsubscribe = call.services.bus.subscribe(on_event, topic="operation") if call.query.wait else None
+    try:
+        view = await loop.run_in_executor(None, engine.get, op_id)
+        seen["version"] = view.version
+        if unsubscribe is None or view.status.terminal:
+            return Reply(view)
+        try:
+            await asyncio.wait_for(changed.wait(), timeout=call.query.wait)
+        except TimeoutError:
+            return Reply(view)
+        return Reply(await loop.run_in_executor(None, engine.get, op_id))
+    finally:
+        if unsubscribe is not None:
+            unsubscribe()
+
+
+def _operations_retry(call: Call) -> Reply:
+    view = call.services.engine.retry(call.path["id"], call.principal)
+    return accepted(view, True)
+
+
+def _operations_cancel(call: Call) -> Reply:
+    view = call.services.engine.cancel(call.path["id"], call.principal)
+    return Reply(view)
+
+
+def _audit_list(call: Call) -> Reply:
+    return Reply(call.services.audit.list(call.query))
+
+
+def _tokens_list(call: Call) -> Reply:
+    return Reply(call.services.tokens.list())
+
+
+def _tokens_create(call: Call) -> Reply:
+    created = call.services.tokens.create(call.body, created_by=call.principal.name)
+    call.services.audit.record(call.principal, "token.create", created.id,
+                               {"name": created.name, "role": created.role.value}, "succeeded")
+    return Reply(created, status=201)
+
+
+def _tokens_revoke(call: Call) -> Reply:
+    info = call.services.tokens.revoke(call.path["id"], call.principal)
+    call.services.audit.record(call.principal, "token.revoke", info.id, {}, "succeeded")
+    return Reply(info)
+
+
+def _backups_list(call: Call) -> Reply:
+    return Reply(call.services.backups.list())
+
+
+def _backups_create(call: Call) -> Reply:
+    view, created = call.services.engine.submit(BACKUP_KIND, call.body, call.principal, call.idempotency_key)
+    return accepted(view, created)
+
+
+OP_ID = {"id": "operation id, e.g. op-1a2b3c4d5e6f7a8b"}
+
+ROUTES: list[Route] = [
+    Route("GET", "/healthz", "healthz", "Liveness", Role.VIEWER, _healthz, response=Health, mcp=False),
+    Route("GET", "/readyz", "readyz", "Readiness: database and operation engine", Role.VIEWER, _readyz,
+          response=Health, mcp=False),
+    Route("GET", "/api/v1/whoami", "whoami", "Who am I: token name and role", Role.VIEWER, _whoami,
+          response=Whoami,
+          description="The caller's token name and role, and which roles' routes it may call."),
+    Route("GET", "/api/v1/status", "status_get", "Summary of what the control plane is doing", Role.VIEWER,
+          _status, response=StatusSummary,
+          description="Operation counts by status, active operations with their current stage, recent "
+                      "failures and known clusters. A cheap first call to orient."),
+    Route("GET", "/api/v1/operations", "operations_list", "List operations", Role.VIEWER, _operations_list,
+          query=OperationQuery, response=OperationView, many=True, tag="operations",
+          description="Operations newest first, filterable by status, kind, target and actor."),
+    Route("GET", "/api/v1/operations/{id}", STATUS_TOOL, "Get one operation (optionally long-poll)",
+          Role.VIEWER, _operations_get, query=OperationWait, response=OperationView, path_params=OP_ID,
+          tag="operations",
+          description="An operation with its stages and Kubernetes-style conditions (Accepted, Progressing, "
+                      "Succeeded). With wait=N it answers as soon as the operation changes, or after N "
+                      "seconds: use it instead of sleeping between checks. Terminal statuses: succeeded, "
+                      "failed, cancelled."),
+    Route("POST", "/api/v1/operations/{id}/retry", "operations_retry", "Retry a failed operation",
+          Role.OPERATOR, _operations_retry, response=Accepted, path_params=OP_ID, read_only=False,
+          idempotent=False, status=202, tag="operations",
+          description="Queue the failed stage of a failed operation again. The stage observes actual "
+                      "state first, so work already done is not repeated."),
+    Route("POST", "/api/v1/operations/{id}/cancel", "operations_cancel", "Cancel an operation",
+          Role.OPERATOR, _operations_cancel, response=OperationView, path_params=OP_ID, read_only=False,
+          idempotent=False, tag="operations",
+          description="Stop an operation between steps. Nothing already done is undone; what it created "
+                      "stays, tagged with the operation id."),
+    Route("GET", "/api/v1/audit", "audit_list", "Audit log", Role.VIEWER, _audit_list, query=AuditQuery,
+          response=AuditEntry, many=True, tag="audit",
+          description="Who did what through which face (ui, rest, mcp), newest first."),
+    Route("GET", "/api/v1/tokens", "tokens_list", "List API tokens", Role.ADMIN, _tokens_list,
+          response=TokenInfo, many=True, tag="tokens", mcp=False),
+    Route("POST", "/api/v1/tokens", "tokens_create", "Create an API token", Role.ADMIN, _tokens_create,
+          body=TokenCreate, response=TokenCreated, read_only=False, idempotent=False, status=201,
+          tag="tokens", mcp=False),
+    Route("DELETE", "/api/v1/tokens/{id}", "tokens_revoke", "Revoke an API token", Role.ADMIN, _tokens_revoke,
+          response=TokenInfo, path_params={"id": "token id (the part after 'ist_')"}, read_only=False,
+          destructive=True, tag="tokens", mcp=False),
+    Route("GET", "/api/v1/backups", "backups_list", "List state backups", Role.ADMIN, _backups_list,
+          response=BackupInfo, many=True, tag="backups"),
+    Route("POST", "/api/v1/backups", "backups_create", "Back up the state database", Role.OPERATOR,
+          _backups_create, body=BackupCreate, response=Accepted, read_only=False, idempotent=True,
+          status=202, tag="backups",
+          description="Start a backup.create operation: an online copy of the state database (operations, "
+                      "audit, token hashes) into the data directory, then an integrity check."),
+]
+
+
+def check_routes(routes: list[Route]) -> None:
+    """Fail fast on a malformed table: duplicate tool names or (method, path) pairs."""
+    names = [r.name for r in routes]
+    if len(set(names)) != len(names):
+        raise Invalid(f"duplicate route names in {names}")
+    keys = [(r.method, r.path) for r in routes]
+    if len(set(keys)) != len(keys):
+        raise Invalid(f"duplicate routes in {keys}")
+    for r in routes:
+        if not r.read_only and r.method == "GET":
+            raise Invalid(f"route {r.name} mutates with GET")
+
+
+check_routes(ROUTES)

@@ -1,0 +1,229 @@
+"""The server: Panel dashboard, REST API and WebSockets on one Tornado loop and one port.
+
+The dashboard authenticates with the same API tokens as REST: the login form exchanges a token for a
+signed, HttpOnly, SameSite=Strict session cookie carrying the token id (never the secret), so revoking
+the token ends the session. Forms and cookie-authenticated REST calls carry Tornado's XSRF token.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import panel as pn
+import tornado.web
+from bokeh.server.auth_provider import AuthProvider
+
+from app.bootstrap import Services
+from app.rest import SESSION_COOKIE, rest_patterns
+from services.auth import Principal, Role
+from services.errors import ServiceError
+from services.settings import LOOPBACK_HOSTS
+
+log = logging.getLogger(__name__)
+
+LOGIN_URL = "/login"
+LOGOUT_URL = "/logout"
+
+
+def cookie_secret(data_dir: Path) -> str:
+    """A per-installation secret for signed cookies, made once and kept 0600 in the data dir."""
+    path = data_dir / "cookie_secret"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(48))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+LOGIN_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>InstantStart · sign in</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>
+ body {{ font-family: system-ui, sans-serif; background: #f4f6f8; display: grid; place-items: center;
+        min-height: 100vh; margin: 0; }}
+ form {{ background: white; padding: 2rem; border-radius: 8px; box-shadow: 0 1px 4px #0002; width: 22rem; }}
+ h1 {{ font-size: 1.3rem; margin-top: 0; }} label {{ display: block; margin-bottom: .4rem; }}
+ input[type=password] {{ width: 100%; padding: .5rem; box-sizing: border-box; font-family: monospace; }}
+ button {{ margin-top: 1rem; padding: .5rem 1.2rem; background: #1f6feb; color: white; border: 0;
+          border-radius: 4px; cursor: pointer; }}
+ .error {{ color: #b42318; }} .hint {{ color: #555; font-size: .85rem; }}
+</style></head>
+<body><form method="post" action="{action}">
+<h1>InstantStart</h1>
+{xsrf}
+<label for="token">API token</label>
+<input id="token" name="token" type="password" autocomplete="current-password" autofocus required>
+<p class="error" role="alert">{error}</p>
+<button type="submit" id="login">Sign in</button>
+<p class="hint">The first start printed an admin token. Make more with
+<code>instantstart token create --role viewer</code>.</p>
+</form></body></html>"""
+
+
+def _is_secure(handler: tornado.web.RequestHandler) -> bool:
+    # Browsers treat loopback as a secure context, so the Secure flag works there over plain http too.
+    return handler.request.protocol == "https" or handler.request.host_name in LOOPBACK_HOSTS
+
+
+def make_auth_provider(services: Services) -> AuthProvider:
+    class LoginHandler(tornado.web.RequestHandler):
+        def get(self) -> None:
+            self._page("")
+
+        def post(self) -> None:
+            self.check_xsrf_cookie()
+            token = self.get_body_argument("token", "").strip()
+            try:
+                principal = services.tokens.authenticate(token, "ui")
+            except ServiceError as exc:
+                self.set_status(401)
+                self._page(exc.message)
+                return
+            self.set_signed_cookie(SESSION_COOKIE, principal.token_id or "", expires_days=1, httponly=True,
+                                   samesite="Strict", secure=_is_secure(self))
+            services.audit.record(principal, "session.login", "dashboard", {}, "succeeded")
+            self.redirect(self.get_argument("next", "/") if self.get_argument("next", "/").startswith("/")
+                          else "/")
+
+        def _page(self, error: str) -> None:
+            self.set_header("Content-Type", "text/html; charset=utf-8")
+            self.finish(LOGIN_PAGE.format(action=LOGIN_URL, xsrf=self.xsrf_form_html(),
+                                          error=html.escape(error)))
+
+    class LogoutHandler(tornado.web.RequestHandler):
+        def get(self) -> None:
+            self.clear_cookie(SESSION_COOKIE)
+            self.redirect(LOGIN_URL)
+
+    def get_user(handler: tornado.web.RequestHandler) -> str | None:
+        raw = handler.get_signed_cookie(SESSION_COOKIE, max_age_days=1)
+        if not raw:
+            return None
+        try:
+            return services.tokens.principal(raw.decode(), "ui").token_id
+        except ServiceError:
+            return None
+
+    class TokenAuth(AuthProvider):
+        @property
+        def get_user(self) -> Callable[[Any], str | None]:
+            return get_user
+
+        @property
+        def login_url(self) -> str:
+            return LOGIN_URL
+
+        @property
+        def login_handler(self) -> type[tornado.web.RequestHandler]:
+            return LoginHandler
+
+        @property
+        def logout_url(self) -> str:
+            return LOGOUT_URL
+
+        @property
+        def logout_handler(self) -> type[tornado.web.RequestHandler]:
+            return LogoutHandler
+
+    return TokenAuth()
+
+
+@dataclass(frozen=True)
+class Page:
+    """One entry of the dashboard's navigation; capability issues add theirs here."""
+
+    slug: str
+    title: str
+    role: Role
+    build: Callable[[Services, Principal], Any]
+
+
+def _operations_page(services: Services, principal: Principal) -> Any:
+    from panels.operations import OperationsPane
+
+    return OperationsPane(engine=services.engine, bus=services.bus, principal=principal)
+
+
+def _audit_page(services: Services, principal: Principal) -> Any:
+    from panels.audit import AuditPane
+
+    return AuditPane(audit=services.audit, bus=services.bus)
+
+
+PAGES: list[Page] = [
+    Page("operations", "Operations", Role.VIEWER, _operations_page),
+    Page("audit", "Audit", Role.VIEWER, _audit_page),
+]
+
+
+def session_principal(services: Services) -> Principal:
+    """Who owns this dashboard session (the auth provider put the token id in ``pn.state.user``)."""
+    if services.settings.dev_no_auth and not pn.state.user:
+        return Principal("dev", Role.ADMIN, None, "ui")
+    return services.tokens.principal(str(pn.state.user), "ui")
+
+
+def make_dashboard(services: Services) -> Callable[[], Any]:
+    def dashboard() -> Any:
+        principal = session_principal(services)
+        pages = [p for p in PAGES if principal.allows(p.role)]
+        main = pn.Column(sizing_mode="stretch_both")
+        buttons: dict[str, pn.widgets.Button] = {}
+
+        def show(slug: str) -> None:
+            page = next(p for p in pages if p.slug == slug)
+            main.objects = [page.build(services, principal)]
+            for key, button in buttons.items():
+                button.button_type = "primary" if key == slug else "default"
+
+        for page in pages:
+            button = pn.widgets.Button(name=page.title, button_type="default", sizing_mode="stretch_width",
+                                       css_classes=[f"nav-{page.slug}"])
+            button.on_click(lambda _event, slug=page.slug: show(slug))
+            buttons[page.slug] = button
+        show(pages[0].slug)
+        who = pn.pane.Markdown(f"Signed in as **{principal.name}** ({principal.role.value}) · "
+                               f"[sign out]({LOGOUT_URL.lstrip('/')})", css_classes=["whoami"])
+        template = pn.template.FastListTemplate(
+            title="InstantStart", sidebar=[who, *buttons.values()], main=[main],
+            header_background="#232f3e", accent_base_color="#ff9900", theme_toggle=False,
+        )
+        return template
+
+    return dashboard
+
+
+def serve(services: Services, *, show_token: Callable[[str], None] | None = None) -> None:
+    """Start everything on one port and block until interrupted."""
+    settings = services.settings
+    settings.check_bind()
+    services.start()
+    token = services.tokens.bootstrap_admin()
+    if token and show_token is not None:
+        show_token(token)
+    pn.extension("tabulator", notifications=True)
+    origins = [f"{h}:{settings.port}" for h in ("127.0.0.1", "localhost", settings.host)] + settings.allowed_origins
+    kwargs: dict[str, Any] = {}
+    if not settings.dev_no_auth:
+        kwargs["auth_provider"] = make_auth_provider(services)
+    try:
+        pn.serve(
+            {"/": make_dashboard(services)},
+            port=settings.port,
+            address=settings.host,
+            websocket_origin=origins,
+            show=False,
+            start=True,
+            title="InstantStart",
+            verbose=False,
+            extra_patterns=rest_patterns(services),
+            cookie_secret=cookie_secret(settings.data_dir),
+            **kwargs,
+        )
+    finally:
+        services.stop()

@@ -1,0 +1,1 @@
+"""The embedded sandbox world: AWS emulation, a Kubernetes API emulator, simulated workloads."""

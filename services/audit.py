@@ -1,0 +1,89 @@
+"""The audit log: who did what, through which face, and how it ended.
+
+Rows are append-only. Request bodies are stored as validated models dump them, so ``SecretStr`` fields are
+already masked; nothing here ever sees a secret in clear.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from services.auth import Principal
+from services.clock import Clock
+from services.db import Database, dumps, loads
+from services.models import RequestModel, ResponseModel
+
+
+class AuditEntry(ResponseModel):
+    id: int
+    ts: float
+    actor: str
+    role: str
+    face: str
+    action: str
+    target: str
+    request: Any
+    outcome: str
+    operation_id: str | None = None
+    detail: str = ""
+
+
+class AuditQuery(RequestModel):
+    """Filter the audit log; newest first."""
+
+    actor: str | None = Field(None, description="only rows by this token name")
+    action: str | None = Field(None, description="only this action, e.g. 'backup.create' or 'token.create'")
+    face: str | None = Field(None, description="ui, rest, mcp or system")
+    operation_id: str | None = Field(None, description="only rows about this operation")
+    before_id: int | None = Field(None, ge=1, description="page: rows with an id below this")
+    limit: int = Field(50, ge=1, le=500, description="at most this many rows")
+
+
+class AuditLog:
+    def __init__(self, db: Database, clock: Clock) -> None:
+        self.db = db
+        self.clock = clock
+
+    def record(
+        self,
+        principal: Principal,
+        action: str,
+        target: str,
+        request: Any,
+        outcome: str,
+        operation_id: str | None = None,
+        detail: str = "",
+        conn: Any = None,
+    ) -> None:
+        """Append a row; pass ``conn`` to make it part of the caller's transaction."""
+        row = (self.clock.now(), principal.name, principal.role.value, principal.face, action, target,
+               dumps(request), outcome, operation_id, detail)
+        sql = ("INSERT INTO audit(ts, actor, role, face, action, target, request, outcome, operation_id, detail)"
+               " VALUES (?,?,?,?,?,?,?,?,?,?)")
+        if conn is not None:
+            conn.execute(sql, row)
+        else:
+            with self.db.tx() as own:
+                own.execute(sql, row)
+
+    def list(self, query: AuditQuery) -> list[AuditEntry]:
+        where, params = [], []
+        for column in ("actor", "action", "face", "operation_id"):
+            value = getattr(query, column)
+            if value is not None:
+                where.append(f"{column}=?")
+                params.append(value)
+        if query.before_id is not None:
+            where.append("id<?")
+            params.append(query.before_id)
+        sql = "SELECT * FROM audit" + (" WHERE " + " AND ".join(where) if where else "")
+        sql += " ORDER BY id DESC LIMIT ?"
+        params.append(query.limit)
+        return [
+            AuditEntry(id=r["id"], ts=r["ts"], actor=r["actor"], role=r["role"], face=r["face"],
+                       action=r["action"], target=r["target"], request=loads(r["request"]),
+                       outcome=r["outcome"], operation_id=r["operation_id"], detail=r["detail"])
+            for r in self.db.query(sql, params)
+        ]

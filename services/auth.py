@@ -1,0 +1,158 @@
+"""API tokens with roles. Tokens are stored hashed; the secret is shown once, when it is made.
+
+A token reads ``ist_<id>_<secret>``: the id finds the row, the hash of the whole token proves it. Roles are
+ordered: ``viewer`` reads, ``operator`` mutates, ``admin`` also destroys and manages tokens. Every REST
+route declares the least role it needs; :meth:`Principal.require` is the single check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from enum import StrEnum
+
+from pydantic import Field
+
+from services.clock import Clock
+from services.db import Database
+from services.errors import Conflict, Forbidden, NotFound, Unauthorized
+from services.models import RequestModel, ResponseModel
+
+
+class Role(StrEnum):
+    VIEWER = "viewer"
+    OPERATOR = "operator"
+    ADMIN = "admin"
+
+    @property
+    def rank(self) -> int:
+        return list(Role).index(self)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling, through which face. ``name`` goes into the audit log."""
+
+    name: str
+    role: Role
+    token_id: str | None = None
+    face: str = "rest"
+
+    def allows(self, role: Role) -> bool:
+        return self.role.rank >= role.rank
+
+    def require(self, role: Role) -> None:
+        if not self.allows(role):
+            raise Forbidden(
+                f"this needs the {role.value} role; token {self.name!r} has {self.role.value}",
+                details={"required_role": role.value, "role": self.role.value},
+            )
+
+    def via(self, face: str) -> Principal:
+        return Principal(self.name, self.role, self.token_id, face)
+
+
+SYSTEM = Principal("system", Role.ADMIN, None, "system")
+
+
+class TokenCreate(RequestModel):
+    """Make a new API token. Its secret is returned once and never again."""
+
+    name: str = Field(..., min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@-]*$",
+                      description="a label for the token, e.g. 'ci' or 'alice'")
+    role: Role = Field(..., description="viewer (read), operator (mutate) or admin (destroy, tokens)")
+
+
+class TokenInfo(ResponseModel):
+    id: str
+    name: str
+    role: Role
+    created_at: float
+    created_by: str
+    last_used_at: float | None = None
+    revoked: bool = False
+
+
+class TokenCreated(TokenInfo):
+    token: str = Field(..., description="the secret; store it now, it is not shown again")
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class TokenStore:
+    # last_used_at is refreshed at most this often, so reads do not turn into writes
+    TOUCH_INTERVAL = 60.0
+
+    def __init__(self, db: Database, clock: Clock) -> None:
+        self.db = db
+        self.clock = clock
+
+    def create(self, request: TokenCreate, created_by: str) -> TokenCreated:
+        token_id = secrets.token_hex(4)
+        token = f"ist_{token_id}_{secrets.token_urlsafe(32)}"
+        now = self.clock.now()
+        with self.db.tx() as conn:
+            if conn.execute("SELECT 1 FROM tokens WHERE name=? AND revoked_at IS NULL",
+                            (request.name,)).fetchone():
+                raise Conflict(f"an active token named {request.name!r} exists; revoke it or pick another name")
+            conn.execute(
+                "INSERT INTO tokens(id, name, role, hash, created_at, created_by) VALUES (?,?,?,?,?,?)",
+                (token_id, request.name, request.role.value, _hash(token), now, created_by),
+            )
+        return TokenCreated(id=token_id, name=request.name, role=request.role, created_at=now,
+                            created_by=created_by, token=token)
+
+    def bootstrap_admin(self) -> str | None:
+        """On the very first start, make an admin token and return its secret; afterwards, ``None``."""
+        with self.db.tx() as conn:
+            if conn.execute("SELECT 1 FROM meta WHERE key='bootstrapped'").fetchone():
+                return None
+            conn.execute("INSERT INTO meta(key, value) VALUES ('bootstrapped', '1')")
+        return self.create(TokenCreate(name="admin", role=Role.ADMIN), created_by="first-start").token
+
+    def authenticate(self, token: str, face: str = "rest") -> Principal:
+        parts = token.split("_", 2)
+        if len(parts) != 3 or parts[0] != "ist":
+            raise Unauthorized("malformed token; expected 'ist_<id>_<secret>'")
+        row = self.db.query_one("SELECT * FROM tokens WHERE id=?", (parts[1],))
+        if row is None or not hmac.compare_digest(row["hash"], _hash(token)):
+            raise Unauthorized("unknown token")
+        if row["revoked_at"] is not None:
+            raise Unauthorized("this token was revoked")
+        now = self.clock.now()
+        if row["last_used_at"] is None or now - row["last_used_at"] > self.TOUCH_INTERVAL:
+            with self.db.tx() as conn:
+                conn.execute("UPDATE tokens SET last_used_at=? WHERE id=?", (now, row["id"]))
+        return Principal(row["name"], Role(row["role"]), row["id"], face)
+
+    def principal(self, token_id: str, face: str) -> Principal:
+        """The principal behind a token id (dashboard sessions carry the id in a signed cookie)."""
+        row = self.db.query_one("SELECT * FROM tokens WHERE id=? AND revoked_at IS NULL", (token_id,))
+        if row is None:
+            raise Unauthorized("session token is unknown or revoked; log in again")
+        return Principal(row["name"], Role(row["role"]), row["id"], face)
+
+    def list(self) -> list[TokenInfo]:
+        rows = self.db.query("SELECT * FROM tokens ORDER BY created_at, id")
+        return [
+            TokenInfo(id=r["id"], name=r["name"], role=Role(r["role"]), created_at=r["created_at"],
+                      created_by=r["created_by"], last_used_at=r["last_used_at"],
+                      revoked=r["revoked_at"] is not None)
+            for r in rows
+        ]
+
+    def revoke(self, token_id: str, by: Principal) -> TokenInfo:
+        with self.db.tx() as conn:
+            row = conn.execute("SELECT * FROM tokens WHERE id=?", (token_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"no token with id {token_id!r}")
+            if row["revoked_at"] is not None:
+                raise Conflict(f"token {token_id!r} is already revoked")
+            if token_id == by.token_id:
+                raise Conflict("a token cannot revoke itself; use another admin token")
+            conn.execute("UPDATE tokens SET revoked_at=? WHERE id=?", (self.clock.now(), token_id))
+        return next(t for t in self.list() if t.id == token_id)

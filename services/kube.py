@@ -1,0 +1,133 @@
+"""Kubernetes client factory, one ``ApiClient`` per named cluster, and never a global context.
+
+A cluster is known either by a kubeconfig file (any cluster, the sandbox included) or as an EKS cluster:
+its endpoint and CA come from ``eks:DescribeCluster`` and its bearer token is an STS-presigned
+``GetCallerIdentity`` URL, exactly what ``aws eks get-token`` prints, cached until shortly before it
+expires. No subprocess, no ``kubernetes.config.load_*`` that would touch the process-wide default.
+"""
+
+from __future__ import annotations
+
+import base64
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from botocore.signers import RequestSigner
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from services.aws import AwsClients
+from services.clock import Clock
+from services.errors import NotFound, from_aws
+
+TOKEN_LIFETIME = 15 * 60  # EKS accepts a presigned token for 15 minutes
+TOKEN_REFRESH_MARGIN = 60  # refresh this long before it would expire
+PRESIGN_EXPIRES = 60  # what aws-iam-authenticator and `aws eks get-token` sign with
+
+
+@dataclass(frozen=True)
+class KubeconfigSource:
+    path: Path
+    context: str | None = None
+
+
+@dataclass(frozen=True)
+class EksSource:
+    eks_name: str
+    region: str | None = None
+
+
+@dataclass
+class _Cached:
+    client: k8s.ApiClient
+    expires_at: float | None
+
+
+def eks_token(clients: AwsClients, eks_name: str, region: str | None = None) -> str:
+    """A bearer token for EKS: ``k8s-aws-v1.`` + base64url(presigned STS GetCallerIdentity URL)."""
+    sts = clients.client("sts", region)
+    signer = RequestSigner(sts.meta.service_model.service_id, sts.meta.region_name, "sts", "v4",
+                           sts._request_signer._credentials, sts.meta.events)
+    params = {
+        "method": "GET",
+        "url": f"{sts.meta.endpoint_url}/?Action=GetCallerIdentity&Version=2011-06-15",
+        "body": {},
+        "headers": {"x-k8s-aws-id": eks_name},
+        "context": {},
+    }
+    url = signer.generate_presigned_url(params, region_name=sts.meta.region_name, expires_in=PRESIGN_EXPIRES,
+                                        operation_name="")
+    return "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+
+
+class KubeClients:
+    """Named clusters to ``ApiClient``s. Register a source per cluster, then ask by name."""
+
+    def __init__(self, aws: AwsClients, clock: Clock, ca_dir: Path | None = None,
+                 token_source: Callable[[AwsClients, str, str | None], str] = eks_token) -> None:
+        self.aws = aws
+        self.clock = clock
+        self.ca_dir = Path(ca_dir or tempfile.mkdtemp(prefix="instantstart-ca-"))
+        self._token_source = token_source
+        self._sources: dict[str, KubeconfigSource | EksSource] = {}
+        self._cache: dict[str, _Cached] = {}
+        self._lock = threading.Lock()
+
+    def register_kubeconfig(self, cluster: str, path: Path, context: str | None = None) -> None:
+        with self._lock:
+            self._sources[cluster] = KubeconfigSource(Path(path), context)
+            self._cache.pop(cluster, None)
+
+    def register_eks(self, cluster: str, eks_name: str | None = None, region: str | None = None) -> None:
+        with self._lock:
+            self._sources[cluster] = EksSource(eks_name or cluster, region)
+            self._cache.pop(cluster, None)
+
+    def forget(self, cluster: str) -> None:
+        with self._lock:
+            self._sources.pop(cluster, None)
+            cached = self._cache.pop(cluster, None)
+        if cached is not None:
+            cached.client.close()  # type: ignore[no-untyped-call]
+
+    def clusters(self) -> list[str]:
+        with self._lock:
+            return sorted(self._sources)
+
+    def api_client(self, cluster: str) -> k8s.ApiClient:
+        """The ``ApiClient`` for ``cluster``; EKS clients are rebuilt when their token nears expiry."""
+        with self._lock:
+            source = self._sources.get(cluster)
+            cached = self._cache.get(cluster)
+        if source is None:
+            raise NotFound(f"no Kubernetes cluster named {cluster!r} is registered")
+        now = self.clock.now()
+        if cached is not None and (cached.expires_at is None or now < cached.expires_at - TOKEN_REFRESH_MARGIN):
+            return cached.client
+        fresh = self._build(cluster, source, now)
+        with self._lock:
+            self._cache[cluster] = fresh
+        return fresh.client
+
+    def _build(self, cluster: str, source: KubeconfigSource | EksSource, now: float) -> _Cached:
+        if isinstance(source, KubeconfigSource):
+            api = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
+                config_file=str(source.path), context=source.context, persist_config=False)
+            return _Cached(api, None)
+        try:
+            described: dict[str, Any] = self.aws.client("eks", source.region).describe_cluster(
+                name=source.eks_name)["cluster"]
+        except Exception as exc:
+            raise from_aws(exc) from exc
+        ca_file = self.ca_dir / f"{cluster}.crt"
+        ca_file.write_bytes(base64.b64decode(described["certificateAuthority"]["data"]))
+        cfg = k8s.Configuration()
+        cfg.host = described["endpoint"]
+        cfg.ssl_ca_cert = str(ca_file)
+        cfg.api_key = {"authorization": self._token_source(self.aws, source.eks_name, source.region)}
+        cfg.api_key_prefix = {"authorization": "Bearer"}
+        return _Cached(k8s.ApiClient(cfg), now + TOKEN_LIFETIME)

@@ -1,0 +1,86 @@
+"""Settings: environment variables (``INSTANTSTART_*``) over an optional config file over defaults.
+
+The config file is YAML (or TOML by extension) named by ``INSTANTSTART_CONFIG`` or ``--config``; its keys
+are the field names below. The data directory holds the state database, the cookie secret and generated
+kubeconfigs; write access to it is the trust boundary on the host.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+    YamlConfigSettingsSource,
+)
+
+from services.errors import Invalid
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def _default_data_dir() -> Path:
+    return Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local" / "share")) / "instantstart"
+
+
+class Settings(BaseSettings):
+    """Everything the composition root needs to build the services and the server."""
+
+    model_config = SettingsConfigDict(env_prefix="INSTANTSTART_", extra="forbid", validate_default=True)
+
+    config: Path | None = Field(None, description="YAML or TOML file with any of these settings")
+    data_dir: Path = Field(default_factory=_default_data_dir, description="state database, secrets, kubeconfigs")
+    host: str = Field("127.0.0.1", description="address the server binds")
+    port: int = Field(3099, ge=0, le=65535, description="port for dashboard, REST and WebSockets")
+    region: str = Field("us-west-2", description="default AWS region")
+    aws_endpoint_url: str | None = Field(None, description="override every AWS endpoint (sandbox, proxies)")
+    dev_no_auth: bool = Field(False, description="loopback-only development without tokens")
+    workers: int = Field(4, ge=1, le=64, description="operation worker threads")
+    allowed_origins: list[str] = Field(
+        default_factory=list, description="extra host:port values browsers may open WebSockets from"
+    )
+
+    @field_validator("data_dir", mode="after")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        return value.expanduser().resolve()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = os.environ.get("INSTANTSTART_CONFIG")
+        init_kwargs: dict[str, Any] = getattr(init_settings, "init_kwargs", {})
+        if init_kwargs.get("config"):
+            path = str(init_kwargs["config"])
+        if path:
+            if not Path(path).is_file():
+                raise Invalid(f"config file {path} does not exist")
+            if path.endswith(".toml"):
+                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+            else:
+                sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+        return tuple(sources)
+
+    def check_bind(self) -> None:
+        """Refuse to serve without auth on anything but loopback."""
+        if self.dev_no_auth and self.host not in LOOPBACK_HOSTS:
+            raise Invalid(
+                f"--dev-no-auth serves without tokens and only binds loopback; refusing host {self.host!r}"
+            )
+
+    def ensure_data_dir(self) -> Path:
+        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return self.data_dir

@@ -1,0 +1,46 @@
+"""A compact summary of what the control plane is doing, for a terminal, an agent or a health view."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from services import __version__
+from services.models import ResponseModel
+from services.operations import Engine, OperationQuery, OperationView, Status
+
+
+class StatusSummary(ResponseModel):
+    version: str
+    operations: dict[str, int] = Field(..., description="operation count per status")
+    active: list[OperationView] = Field(..., description="pending, running and waiting operations")
+    recent_failures: list[OperationView] = Field(..., description="the latest failed operations")
+    clusters: list[str] = Field(default_factory=list, description="Kubernetes clusters this server knows")
+
+
+def summarize(engine: Engine, clusters: list[str]) -> StatusSummary:
+    return StatusSummary(
+        version=__version__,
+        operations=engine.counts(),
+        active=engine.list(OperationQuery(active=True, limit=20)),
+        recent_failures=engine.list(OperationQuery(status=[Status.FAILED], limit=5)),
+        clusters=clusters,
+    )
+
+
+def render_text(summary: StatusSummary) -> str:
+    """The summary as a few plain lines: no colour, no box drawing, stable for screen readers and agents."""
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.operations.items())) or "none yet"
+    lines = [f"instantstart {summary.version}", f"operations: {counts}"]
+    if summary.active:
+        lines.append("active:")
+        for op in summary.active:
+            stage = next((s for s in op.stages if s.status != "succeeded"), None)
+            where = f" stage {stage.name} ({stage.message})" if stage else ""
+            lines.append(f"  {op.id} {op.kind} {op.target} {op.status.value}{where}")
+    if summary.recent_failures:
+        lines.append("recent failures:")
+        for op in summary.recent_failures:
+            message = (op.error or {}).get("message", "")
+            lines.append(f"  {op.id} {op.kind} {op.target}: {message}")
+    lines.append("clusters: " + (", ".join(summary.clusters) if summary.clusters else "none registered"))
+    return "\n".join(lines)

@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.bootstrap import Services, build_services
+from services.auth import Principal, Role
+from services.clock import FakeClock
+from services.settings import Settings
+from tests.support import LiveServer, start_server
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """One real server for the REST/MCP/browser tests (its own data dir, a free port)."""
+    live = start_server(tmp_path_factory.mktemp("server") / "data")
+    assert live.admin_token, live.log()
+    yield live
+    live.stop()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def services(tmp_path: Path, clock: FakeClock) -> Iterator[Services]:
+    """In-process services on a temp data dir with a fake clock; the engine is not started."""
+    svc = build_services(Settings(data_dir=tmp_path / "data", workers=2), clock=clock)
+    yield svc
+    svc.stop()
+
+
+OPERATOR = Principal("tester", Role.OPERATOR, "t0", "rest")
+ADMIN = Principal("root", Role.ADMIN, "t1", "rest")
+VIEWER = Principal("watcher", Role.VIEWER, "t2", "rest")

@@ -1,0 +1,90 @@
+"""Test helpers: a real `instantstart serve` subprocess on a free loopback port, and HTTP shortcuts."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKEN_RE = re.compile(r"\b(ist_[0-9a-f]{8}_[A-Za-z0-9_-]+)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class LiveServer:
+    url: str
+    data_dir: Path
+    admin_token: str
+    process: subprocess.Popen[str]
+    log_path: Path
+
+    def headers(self, token: str | None = None, **extra: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token or self.admin_token}", **extra}
+
+    def get(self, path: str, token: str | None = None, **kw: Any) -> httpx2.Response:
+        return httpx2.get(self.url + path, headers=self.headers(token), timeout=70, **kw)
+
+    def post(self, path: str, body: Any = None, token: str | None = None, headers: dict[str, str] | None = None,
+             **kw: Any) -> httpx2.Response:
+        return httpx2.post(self.url + path, json=body if body is not None else {},
+                           headers={**self.headers(token), **(headers or {})}, timeout=30, **kw)
+
+    def make_token(self, role: str, name: str | None = None) -> str:
+        r = self.post("/api/v1/tokens", {"name": name or f"{role}-{time.monotonic_ns()}", "role": role})
+        assert r.status_code == 201, r.text
+        return str(r.json()["token"])
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+
+def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> LiveServer:
+    port = free_port()
+    log_path = data_dir.parent / f"serve-{port}.log"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    handle = open(log_path, "w")  # noqa: SIM115 - the process owns it for its lifetime
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--data-dir", str(data_dir), "--port", str(port), *args],
+        cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{log_path.read_text()}")
+        try:
+            if httpx2.get(url + "/healthz", timeout=1).status_code == 200:
+                break
+        except httpx2.HTTPError:
+            pass
+        time.sleep(0.1)
+    else:
+        proc.kill()
+        raise RuntimeError(f"server did not answer /healthz in {timeout}s:\n{log_path.read_text()}")
+    match = TOKEN_RE.search(log_path.read_text())
+    return LiveServer(url, data_dir, match.group(1) if match else "", proc, log_path)
