@@ -25,7 +25,7 @@ from app.bootstrap import Services
 from app.routes import ROUTES, Call, ErrorEnvelope, Reply, Route
 from services import __version__
 from services.auth import Principal, Role
-from services.errors import Invalid, NotFound, ServiceError, Unauthorized
+from services.errors import Forbidden, Invalid, NotFound, ServiceError, Unauthorized
 from services.events import Event
 from services.models import RequestModel, parse
 
@@ -95,23 +95,14 @@ class ApiHandler(tornado.web.RequestHandler):
         self.services = services
         self.routes = routes
 
-    def check_xsrf_cookie(self) -> None:
-        # Called explicitly in _dispatch: only cookie sessions need it; bearer tokens are not ambient.
-        super().check_xsrf_cookie()
-
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         self.set_header("X-Content-Type-Options", "nosniff")
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        exc = kwargs.get("exc_info", (None, None, None))[1]
-        if isinstance(exc, tornado.web.HTTPError) and exc.status_code == 403 and "XSRF" in (exc.log_message or ""):
-            body = {"error": {"code": "forbidden", "message": "missing or wrong XSRF token for a cookie "
-                              "session: send the _xsrf cookie's value in X-XSRFToken", "details": None}}
-        else:
-            body = {"error": {"code": "internal" if status_code >= 500 else "http_error",
-                              "message": self._reason, "details": None}}
+        body = {"error": {"code": "internal" if status_code >= 500 else "http_error",
+                          "message": self._reason, "details": None}}
         self.finish(json.dumps(body))
 
     async def get(self, **path: str) -> None:
@@ -144,7 +135,11 @@ class ApiHandler(tornado.web.RequestHandler):
                 principal = await asyncio.get_running_loop().run_in_executor(
                     None, authenticate, self, self.services)
                 if principal.face == "ui" and method != "GET":
-                    self.check_xsrf_cookie()
+                    try:
+                        self.check_xsrf_cookie()
+                    except tornado.web.HTTPError:
+                        raise Forbidden("missing or wrong XSRF token for a dashboard session: send the _xsrf "
+                                        "cookie's value in the X-XSRFToken header") from None
                 principal.require(route.role)
             call = Call(services=self.services, principal=principal, path=path,
                         query=parse(route.query, query_dict(route.query, self.request.query_arguments))
@@ -210,7 +205,7 @@ class EventsSocket(tornado.websocket.WebSocketHandler):
 
     async def get(self, *args: Any, **kwargs: Any) -> None:
         try:
-            principal = authenticate(self, self.services)
+            principal = await asyncio.get_running_loop().run_in_executor(None, authenticate, self, self.services)
             principal.require(Role.VIEWER)
         except ServiceError as exc:
             self.set_status(exc.http_status)

@@ -174,21 +174,26 @@ def make_dashboard(services: Services) -> Callable[[], Any]:
         pages = [p for p in PAGES if principal.allows(p.role)]
         main = pn.Column(sizing_mode="stretch_both")
         buttons: dict[str, pn.widgets.Button] = {}
+        built: dict[str, Any] = {}  # one pane per page per session: revisiting keeps its state and subscription
 
         def show(slug: str) -> None:
             page = next(p for p in pages if p.slug == slug)
-            main.objects = [page.build(services, principal)]
+            if slug not in built:
+                built[slug] = page.build(services, principal)
+            main.objects = [built[slug]]
             for key, button in buttons.items():
                 button.button_type = "primary" if key == slug else "default"
 
         for page in pages:
             button = pn.widgets.Button(name=page.title, button_type="default", sizing_mode="stretch_width",
-                                       css_classes=[f"nav-{page.slug}"])
+                                       css_classes=["nav", f"nav-{page.slug}"])
             button.on_click(lambda _event, slug=page.slug: show(slug))
             buttons[page.slug] = button
         show(pages[0].slug)
-        who = pn.pane.Markdown(f"Signed in as **{principal.name}** ({principal.role.value}) · "
-                               f"[sign out]({LOGOUT_URL.lstrip('/')})", css_classes=["whoami"])
+        who = pn.pane.Markdown(f"Signed in as **{html.escape(principal.name)}** ({principal.role.value})"
+                               + ("" if services.settings.dev_no_auth else
+                                  f" · [sign out]({LOGOUT_URL.lstrip('/')})"),
+                               css_classes=["whoami"])
         template = pn.template.FastListTemplate(
             title="InstantStart", sidebar=[who, *buttons.values()], main=[main],
             header_background="#232f3e", accent_base_color="#ff9900", theme_toggle=False,

@@ -128,6 +128,7 @@ class KubeClients:
         cfg = k8s.Configuration()
         cfg.host = described["endpoint"]
         cfg.ssl_ca_cert = str(ca_file)
-        cfg.api_key = {"authorization": self._token_source(self.aws, source.eks_name, source.region)}
-        cfg.api_key_prefix = {"authorization": "Bearer"}
+        # kubernetes 37.x reads the bearer token from api_key["BearerToken"] (see Configuration.auth_settings)
+        cfg.api_key = {"BearerToken": self._token_source(self.aws, source.eks_name, source.region)}
+        cfg.api_key_prefix = {"BearerToken": "Bearer"}
         return _Cached(k8s.ApiClient(cfg), now + TOKEN_LIFETIME)
