@@ -99,6 +99,11 @@ class OperationWait(RequestModel):
                         "this many seconds (at most 60); 0 answers at once")
 
 
+class OperationUntilDone(RequestModel):
+    timeout: float = Field(60, ge=0, le=120, description="answer when the operation has ended, or after this "
+                           "many seconds (at most 120) with its current state")
+
+
 class ErrorBody(BaseModel):
     code: str
     message: str
@@ -146,32 +151,45 @@ def _operations_list(call: Call) -> Reply:
     return Reply(call.services.engine.list(call.query))
 
 
-async def _operations_get(call: Call) -> Reply:
-    """Answer at once, or long-poll until the operation's version moves past the one first seen."""
+async def _watch(call: Call, timeout: float, done: Callable[[OperationView, OperationView], bool]) -> Reply:
+    """Read the operation, then wait on the event bus (never by polling) until ``done(first, now)``."""
     engine = call.services.engine
     loop = asyncio.get_running_loop()
     op_id = call.path["id"]
-    changed = asyncio.Event()
-    seen: dict[str, int] = {}
+    wake = asyncio.Event()
 
     def on_event(event: Event) -> None:
-        if event.data.get("id") == op_id and event.data.get("version", 0) > seen.get("version", 1 << 62):
-            loop.call_soon_threadsafe(changed.set)
+        if event.data.get("id") == op_id:
+            loop.call_soon_threadsafe(wake.set)
 
-    unsubscribe = call.services.bus.subscribe(on_event, topic="operation") if call.query.wait else None
+    unsubscribe = call.services.bus.subscribe(on_event, topic="operation")
     try:
-        view = await loop.run_in_executor(None, engine.get, op_id)
-        seen["version"] = view.version
-        if unsubscribe is None or view.status.terminal:
-            return Reply(view)
-        try:
-            await asyncio.wait_for(changed.wait(), timeout=call.query.wait)
-        except TimeoutError:
-            return Reply(view)
-        return Reply(await loop.run_in_executor(None, engine.get, op_id))
+        first = current = await loop.run_in_executor(None, engine.get, op_id)
+        deadline = loop.time() + timeout
+        while not done(first, current) and not current.status.terminal:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            wake.clear()
+            try:
+                await asyncio.wait_for(wake.wait(), timeout=remaining)
+            except TimeoutError:
+                break
+            current = await loop.run_in_executor(None, engine.get, op_id)
+        return Reply(current)
     finally:
-        if unsubscribe is not None:
-            unsubscribe()
+        unsubscribe()
+
+
+async def _operations_get(call: Call) -> Reply:
+    """Answer at once, or long-poll until the operation's version moves past the one first seen."""
+    return await _watch(call, call.query.wait, lambda first, now: now.version > first.version
+                        or call.query.wait == 0)
+
+
+async def _operations_wait(call: Call) -> Reply:
+    """Long-poll until the operation ends (succeeded, failed, cancelled) or the timeout passes."""
+    return await _watch(call, call.query.timeout, lambda first, now: now.status.terminal)
 
 
 def _operations_retry(call: Call) -> Reply:
@@ -237,6 +255,12 @@ ROUTES: list[Route] = [
                       "Succeeded). With wait=N it answers as soon as the operation changes, or after N "
                       "seconds: use it instead of sleeping between checks. Terminal statuses: succeeded, "
                       "failed, cancelled."),
+    Route("GET", "/api/v1/operations/{id}/wait", "operations_wait", "Wait until an operation ends",
+          Role.VIEWER, _operations_wait, query=OperationUntilDone, response=OperationView, path_params=OP_ID,
+          tag="operations",
+          description="Blocks until the operation is succeeded, failed or cancelled, or until 'timeout' seconds "
+                      "pass, then returns it. Check 'status': if it is still pending, running or waiting, call "
+                      "again. Cheaper than repeated operations_get calls."),
     Route("POST", "/api/v1/operations/{id}/retry", "operations_retry", "Retry a failed operation",
           Role.OPERATOR, _operations_retry, response=Accepted, path_params=OP_ID, read_only=False,
           idempotent=False, status=202, tag="operations",

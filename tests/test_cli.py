@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx2
@@ -21,13 +20,10 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
                           timeout=timeout)
 
 
-def test_serve_answers_healthz_fast_prints_token_once_and_keeps_state(tmp_path: Path) -> None:
-    started = time.monotonic()
-    live = start_server(tmp_path / "data")
-    elapsed = time.monotonic() - started
+def test_serve_prints_token_once_refuses_a_second_server_and_keeps_state(tmp_path: Path) -> None:
+    live = start_server(tmp_path / "data")  # time to /healthz is measured in bench/startup.py
     try:
         assert live.admin_token, live.log()
-        assert elapsed < 10, f"/healthz took {elapsed:.1f}s"
         op = live.post("/api/v1/backups", {"label": "keep"}).json()["operation"]
         live.get(f"/api/v1/operations/{op['id']}?wait=10")
         # a second server on the same data dir is refused while the first runs

@@ -39,8 +39,8 @@ def test_stdio_lists_tools_and_calls_operations_list(server: LiveServer) -> None
             return tools, listed, who
 
     tools, listed, who = anyio.run(main)
-    assert {"operations_list", "operations_get", "operations_retry", "operations_cancel", "whoami",
-            "backups_create", "status_get"} <= set(tools)
+    assert {"operations_list", "operations_get", "operations_wait", "operations_retry", "operations_cancel",
+            "whoami", "backups_create", "status_get"} <= set(tools)
     assert tools["operations_list"].annotations.read_only_hint is True
     assert tools["operations_cancel"].annotations.read_only_hint is False
     assert tools["backups_create"].annotations.idempotent_hint is True
@@ -84,7 +84,7 @@ def test_http_transport_mutation_names_operation_and_status_tool(server: LiveSer
             async with Client(f"http://127.0.0.1:{port}/mcp") as client:
                 created = await client.call_tool("backups_create", {"label": "mcp-http"})
                 op_id = created.structured_content["operation"]["id"]
-                done = await client.call_tool("operations_get", {"id": op_id, "wait": 10})
+                done = await client.call_tool("operations_wait", {"id": op_id, "timeout": 10})
                 bad = await client.call_tool("backups_create", {"label": "Not Valid"})
                 return created, done, bad
 
@@ -97,6 +97,7 @@ def test_http_transport_mutation_names_operation_and_status_tool(server: LiveSer
     assert body["operation"]["id"].startswith("op-")
     assert body["operation"]["face"] == "mcp"
     assert done.structured_content["id"] == body["operation"]["id"]
+    assert done.structured_content["status"] == "succeeded"
     assert bad.is_error is True
     assert json.loads(bad.content[0].text)["error"]["code"] == "invalid"
 
