@@ -162,13 +162,37 @@ PAGES: list[Page] = [
 
 
 def session_principal(services: Services) -> Principal:
-    """Who owns this dashboard session (the auth provider put the token id in ``pn.state.user``)."""
-    if services.settings.dev_no_auth and not pn.state.user:
+    """Who owns this dashboard session, read again from the signed session cookie.
+
+    Bokeh hands the cookies of the request that opened the session to the session; the auth provider
+    already checked them, and the token id is looked up once more here so a revoked token opens nothing.
+    (``pn.state.user`` would read Panel's own ``user``/``is_guest`` cookies, which this server never sets.)
+    """
+    from tornado.web import decode_signed_value
+
+    from services.errors import Unauthorized
+
+    if services.settings.dev_no_auth:
         return Principal("dev", Role.ADMIN, None, "ui")
-    return services.tokens.principal(str(pn.state.user), "ui")
+    raw = pn.state.cookies.get(SESSION_COOKIE)
+    token_id = decode_signed_value(cookie_secret(services.settings.data_dir), SESSION_COOKIE, raw,
+                                   max_age_days=1) if raw else None
+    if not token_id:
+        raise Unauthorized("no valid dashboard session; sign in again")
+    return services.tokens.principal(token_id.decode(), "ui")
 
 
 def make_dashboard(services: Services) -> Callable[[], Any]:
+    from panel.theme.fast import Fast as FastDesign
+
+    class Fast(FastDesign):
+        """Panel's Fast design minus its Google Fonts stylesheet: the served page needs no internet.
+
+        Named ``Fast`` on purpose: Panel serves a design's local files under its lower-cased class name.
+        """
+
+        _resources = {key: value for key, value in FastDesign._resources.items() if key != "font"}
+
     def dashboard() -> Any:
         principal = session_principal(services)
         pages = [p for p in PAGES if principal.allows(p.role)]
@@ -182,10 +206,10 @@ def make_dashboard(services: Services) -> Callable[[], Any]:
                 built[slug] = page.build(services, principal)
             main.objects = [built[slug]]
             for key, button in buttons.items():
-                button.button_type = "primary" if key == slug else "default"
+                button.color = "primary" if key == slug else "default"
 
         for page in pages:
-            button = pn.widgets.Button(name=page.title, button_type="default", sizing_mode="stretch_width",
+            button = pn.widgets.Button(label=page.title, color="default", sizing_mode="stretch_width",
                                        css_classes=["nav", f"nav-{page.slug}"])
             button.on_click(lambda _event, slug=page.slug: show(slug))
             buttons[page.slug] = button
@@ -197,6 +221,7 @@ def make_dashboard(services: Services) -> Callable[[], Any]:
         template = pn.template.FastListTemplate(
             title="InstantStart", sidebar=[who, *buttons.values()], main=[main],
             header_background="#232f3e", accent_base_color="#ff9900", theme_toggle=False,
+            design=Fast, font="system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif",
         )
         return template
 

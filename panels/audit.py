@@ -1,7 +1,13 @@
-"""Audit pane: who did what through which face, newest first, live from the event bus."""
+"""Audit pane: who did what through which face, newest first, live from the event bus.
+
+Every audited change of an operation also publishes an operation event, so that event is the cue to
+read the log again. In a served session the read runs in an executor (the loop never waits on SQLite)
+and the table's value is replaced in place; the widgets are made once.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pandas as pd
@@ -13,20 +19,35 @@ from services.audit import AuditEntry, AuditLog, AuditQuery
 from services.events import Event, EventBus
 from services.operations import iso
 
+FACES = ["all", "ui", "rest", "mcp", "cli", "system"]
+COLUMNS = ["time", "actor", "role", "face", "action", "target", "outcome", "operation", "detail"]
+LIMIT = 200
+
 
 class AuditState(param.Parameterized):
     actor = param.String(default="", doc="only rows by this token name (empty: everyone)")
-    face = param.Selector(default="all", objects=["all", "ui", "rest", "mcp", "cli", "system"])
-    entries = param.List(default=[], item_type=AuditEntry)
+    face = param.Selector(default="all", objects=FACES, doc="only rows that came through this face")
+    entries = param.List(default=[], item_type=AuditEntry, doc="the listed rows, newest first")
 
     def __init__(self, audit: AuditLog, **params: Any) -> None:
         super().__init__(**params)
         self.audit = audit
+        self.reload()
 
-    @param.depends("actor", "face", watch=True, on_init=True)
+    def query(self) -> AuditQuery:
+        return AuditQuery(actor=self.actor.strip() or None, face=None if self.face == "all" else self.face,
+                          limit=LIMIT)
+
     def reload(self) -> None:
-        self.entries = self.audit.list(AuditQuery(actor=self.actor or None,
-                                                  face=None if self.face == "all" else self.face, limit=200))
+        """Read synchronously (notebooks, tests, first render)."""
+        self.entries = self.audit.list(self.query())
+
+    async def refresh(self) -> None:
+        """Read in a worker thread; a filter change while reading wins over this answer."""
+        query = self.query()
+        entries = await asyncio.get_running_loop().run_in_executor(None, self.audit.list, query)
+        if query == self.query():
+            self.entries = entries
 
 
 def audit_frame(entries: list[AuditEntry]) -> pd.DataFrame:
@@ -34,29 +55,41 @@ def audit_frame(entries: list[AuditEntry]) -> pd.DataFrame:
         [{"time": iso(e.ts), "actor": e.actor, "role": e.role, "face": e.face, "action": e.action,
           "target": e.target, "outcome": e.outcome, "operation": e.operation_id or "", "detail": e.detail}
          for e in entries],
-        columns=["time", "actor", "role", "face", "action", "target", "outcome", "operation", "detail"])
+        columns=COLUMNS)
 
 
 class AuditPane(pn.viewable.Viewer):
     def __init__(self, audit: AuditLog, bus: EventBus, **params: Any) -> None:
         super().__init__(**params)
         self.state = AuditState(audit)
-        # every audited change of an operation also publishes an operation event
-        self._live = LiveRefresh(bus, "operation", self._on_event)
+        self.table = pn.widgets.Tabulator(audit_frame(self.state.entries), disabled=True, show_index=False,
+                                          sizing_mode="stretch_width", height=480, css_classes=["audit-table"])
+        self.state.param.watch(self._on_entries, "entries")
+        self.state.param.watch(self._on_filter, ["actor", "face"])
+        self._live = LiveRefresh(bus, "operation", self._on_events)
 
-    def _on_event(self, events: list[Event]) -> None:
+    def _on_events(self, _events: list[Event]) -> Any:
+        if self._live.in_session:
+            return self.state.refresh()
         self.state.reload()
+        return None
 
-    @param.depends("state.entries")
-    def _table(self) -> pn.viewable.Viewable:
-        return pn.widgets.Tabulator(audit_frame(self.state.entries), disabled=True, show_index=False,
-                                    sizing_mode="stretch_width", height=480, css_classes=["audit-table"])
+    def _on_filter(self, _event: param.parameterized.Event) -> None:
+        if self._live.in_session:
+            pn.state.execute(self.state.refresh)
+        else:
+            self.state.reload()
+
+    def _on_entries(self, _event: param.parameterized.Event) -> None:
+        self.table.value = audit_frame(self.state.entries)
 
     def __panel__(self) -> pn.viewable.Viewable:
         return pn.Column(
             pn.pane.Markdown("## Audit"),
-            pn.Row(pn.widgets.TextInput.from_param(self.state.param.actor, name="Actor", width=200),
-                   pn.widgets.Select.from_param(self.state.param.face, name="Face", width=150)),
-            self._table,
+            pn.Row(pn.widgets.TextInput.from_param(self.state.param.actor, name="Actor", width=200,
+                                                   css_classes=["audit-actor"]),
+                   pn.widgets.Select.from_param(self.state.param.face, name="Face", width=150,
+                                                css_classes=["audit-face"])),
+            self.table,
             sizing_mode="stretch_width",
         )

@@ -1,13 +1,17 @@
 """Operations pane: a live list of operations, the selected one's stages and conditions, retry/cancel.
 
-Updates come from the event bus, not from polling: each event marks the list stale and schedules one
-refresh on the session's document (Bokeh's ``add_next_tick_callback`` is the thread-safe way in), so a
-burst of transitions costs one re-read. Buttons submit and return; the result arrives as events.
+Updates come from the event bus, not from polling. Every operation event carries the operation's full
+view, so the state merges it into the list by id and version without touching the database, and the
+pane updates its tables in place (no widget is rebuilt, so the selection and scroll position survive).
+Buttons submit and return: the engine call runs in an executor, the role is checked by
+:meth:`Principal.require` before anything is sent, and the outcome arrives as events.
 """
 
 from __future__ import annotations
 
 import asyncio
+import operator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pandas as pd
@@ -21,6 +25,31 @@ from services.events import Event, EventBus
 from services.operations import ACTIVE, Engine, OperationQuery, OperationView, Status
 
 STATUS_FILTERS = ["all", "active", *[s.value for s in Status]]
+LIMIT = 200
+
+OPERATION_COLUMNS = ["id", "kind", "target", "status", "stage", "actor", "updated"]
+STAGE_COLUMNS = ["stage", "status", "phase", "attempts", "acted", "message"]
+CONDITION_COLUMNS = ["type", "status", "reason", "message", "since"]
+
+
+def _query(status_filter: str) -> OperationQuery:
+    if status_filter == "all":
+        return OperationQuery(limit=LIMIT)
+    if status_filter == "active":
+        return OperationQuery(active=True, limit=LIMIT)
+    return OperationQuery(status=[Status(status_filter)], limit=LIMIT)
+
+
+def _matches(status_filter: str, op: OperationView) -> bool:
+    if status_filter == "all":
+        return True
+    if status_filter == "active":
+        return op.status in ACTIVE
+    return op.status.value == status_filter
+
+
+def _newest_first(ops: Iterable[OperationView]) -> list[OperationView]:
+    return sorted(ops, key=lambda op: (op.created_at, op.id), reverse=True)[:LIMIT]
 
 
 class OperationsState(param.Parameterized):
@@ -29,29 +58,72 @@ class OperationsState(param.Parameterized):
     status_filter = param.Selector(default="all", objects=STATUS_FILTERS, doc="which operations to list")
     operations = param.List(default=[], item_type=OperationView, doc="the listed operations, newest first")
     selected = param.String(default="", doc="id of the operation whose details are shown")
+    current = param.ClassSelector(class_=OperationView, default=None, allow_None=True, constant=True,
+                                  doc="the selected operation, if it is listed")
+    can_retry = param.Boolean(default=False, constant=True, doc="the principal may retry the current operation")
+    can_cancel = param.Boolean(default=False, constant=True, doc="the principal may cancel the current operation")
+    busy = param.Boolean(default=False, doc="a retry or cancel is on its way to the engine")
     message = param.String(default="", doc="outcome of the last retry or cancel")
 
     def __init__(self, engine: Engine, principal: Principal, **params: Any) -> None:
         super().__init__(**params)
         self.engine = engine
         self.principal = principal
+        self.reload()
+        self._derive()
 
-    @param.depends("status_filter", watch=True, on_init=True)
+    # ----- reading -----------------------------------------------------------------------------------
+
     def reload(self) -> None:
-        f = self.status_filter
-        query = OperationQuery(limit=200) if f == "all" else (
-            OperationQuery(active=True, limit=200) if f == "active" else OperationQuery(status=[Status(f)], limit=200))
-        self.operations = self.engine.list(query)
+        """Read the list for the current filter (synchronously: notebooks, tests, first render)."""
+        self._replace(self.engine.list(_query(self.status_filter)))
+
+    async def refresh(self) -> None:
+        """Read the list for the current filter in a worker thread, so the event loop never waits on SQLite."""
+        wanted = self.status_filter
+        ops = await asyncio.get_running_loop().run_in_executor(None, self.engine.list, _query(wanted))
+        if wanted == self.status_filter:
+            self._replace(ops)
+
+    def _replace(self, ops: list[OperationView]) -> None:
+        # keep what an event already brought in if it is newer than the read
+        known = {op.id: op for op in self.operations}
+        merged = [known[op.id] if op.id in known and known[op.id].version > op.version else op for op in ops]
+        self.operations = _newest_first(merged)
         if not self.selected and self.operations:
             self.selected = self.operations[0].id
 
-    @property
-    def current(self) -> OperationView | None:
-        return next((op for op in self.operations if op.id == self.selected), None)
+    def apply(self, views: Iterable[OperationView]) -> bool:
+        """Merge operation views from events (by id, newest version wins); True when the list changed."""
+        by_id = {op.id: op for op in self.operations}
+        changed = False
+        for view in views:
+            old = by_id.get(view.id)
+            if old is not None and old.version >= view.version:
+                continue
+            if _matches(self.status_filter, view):
+                by_id[view.id] = view
+                changed = True
+            elif old is not None:
+                del by_id[view.id]
+                changed = True
+        if changed:
+            self.operations = _newest_first(by_id.values())
+            if not self.selected and self.operations:
+                self.selected = self.operations[0].id
+        return changed
 
-    @property
-    def can_mutate(self) -> bool:
-        return self.principal.allows(Role.OPERATOR)
+    @param.depends("operations", "selected", "busy", watch=True)
+    def _derive(self) -> None:
+        op = next((o for o in self.operations if o.id == self.selected), None)
+        may = self.principal.allows(Role.OPERATOR) and not self.busy and op is not None
+        with param.edit_constant(self):
+            self.current = op
+            self.can_retry = may and op is not None and op.status == Status.FAILED
+            self.can_cancel = may and op is not None and (
+                (op.status in ACTIVE and not op.cancel_requested) or op.status == Status.FAILED)
+
+    # ----- control -----------------------------------------------------------------------------------
 
     async def retry(self) -> None:
         await self._control(self.engine.retry, "retry")
@@ -59,26 +131,58 @@ class OperationsState(param.Parameterized):
     async def cancel(self) -> None:
         await self._control(self.engine.cancel, "cancel")
 
-    async def _control(self, action: Any, verb: str) -> None:
+    async def _control(self, action: Callable[[str, Principal], OperationView], verb: str) -> None:
         op = self.current
         if op is None:
+            self.message = f"{verb}: no operation selected"
             return
+        self.busy = True
         try:
+            # the service-side check; the disabled button is only a courtesy
             self.principal.require(Role.OPERATOR)
             await asyncio.get_running_loop().run_in_executor(None, action, op.id, self.principal)
             self.message = f"{verb} of {op.id} requested"
         except ServiceError as exc:
-            self.message = f"{verb} failed: {exc.message}"
+            self.message = f"{verb} of {op.id} refused ({exc.code}): {exc.message}"
+        finally:
+            self.busy = False
 
 
 def operations_frame(ops: list[OperationView]) -> pd.DataFrame:
+    """One row per operation, indexed by id so the table keeps its selection when rows move."""
     rows = []
     for op in ops:
         stage = next((s for s in op.stages if s.status != "succeeded"), None)
         rows.append({"id": op.id, "kind": op.kind, "target": op.target, "status": op.status.value,
                      "stage": stage.name if stage and not op.status.terminal else "",
                      "actor": f"{op.actor} ({op.face})", "updated": op.updated_at})
-    return pd.DataFrame(rows, columns=["id", "kind", "target", "status", "stage", "actor", "updated"])
+    return pd.DataFrame(rows, columns=OPERATION_COLUMNS, index=pd.Index([op.id for op in ops], dtype=object))
+
+
+def stages_frame(op: OperationView | None) -> pd.DataFrame:
+    rows = [] if op is None else [
+        {"stage": s.name, "status": s.status, "phase": s.phase, "attempts": s.attempts, "acted": s.acted,
+         "message": s.message} for s in op.stages]
+    return pd.DataFrame(rows, columns=STAGE_COLUMNS)
+
+
+def conditions_frame(op: OperationView | None) -> pd.DataFrame:
+    rows = [] if op is None else [
+        {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
+         "since": c.last_transition_time} for c in op.conditions]
+    return pd.DataFrame(rows, columns=CONDITION_COLUMNS)
+
+
+def header_markdown(op: OperationView | None) -> str:
+    if op is None:
+        return "No operation selected."
+    text = f"### {op.kind} · `{op.id}`\n**{op.status.value}** on `{op.target}` by {op.actor} ({op.face})"
+    if op.cancel_requested and not op.status.terminal:
+        text += " · cancel requested"
+    error = (op.error or {}).get("message", "")
+    if error:
+        text += f"\n\n**Error:** {error}"
+    return text
 
 
 class OperationsPane(pn.viewable.Viewer):
@@ -87,10 +191,78 @@ class OperationsPane(pn.viewable.Viewer):
     def __init__(self, engine: Engine, bus: EventBus, principal: Principal, **params: Any) -> None:
         super().__init__(**params)
         self.state = OperationsState(engine, principal)
-        self._live = LiveRefresh(bus, "operation", self._on_event)
+        state = self.state
+        self.table = pn.widgets.Tabulator(
+            operations_frame(state.operations), disabled=True, show_index=False, selectable=1,
+            sizing_mode="stretch_width", height=320, css_classes=["operations-table"])
+        self.stages = pn.widgets.Tabulator(stages_frame(state.current), disabled=True, show_index=False,
+                                           sizing_mode="stretch_width", css_classes=["op-stages"])
+        self.conditions = pn.widgets.Tabulator(conditions_frame(state.current), disabled=True, show_index=False,
+                                               sizing_mode="stretch_width", css_classes=["op-conditions"])
+        self.retry_button = pn.widgets.Button(
+            label="Retry", color="warning", css_classes=["op-retry"],
+            disabled=state.param.can_retry.rx.pipe(operator.not_), loading=state.param.busy)
+        self.cancel_button = pn.widgets.Button(
+            label="Cancel", color="danger", css_classes=["op-cancel"],
+            disabled=state.param.can_cancel.rx.pipe(operator.not_), loading=state.param.busy)
+        self.retry_button.on_click(self._retry)
+        self.cancel_button.on_click(self._cancel)
+        self._select_row()
+        self.table.param.watch(self._on_selection, "selection")
+        state.param.watch(self._on_operations, "operations")
+        state.param.watch(self._on_current, "current")
+        state.param.watch(self._on_selected, "selected")
+        state.param.watch(self._on_filter, "status_filter")
+        state.param.watch(self._on_message, "message")
+        self._live = LiveRefresh(bus, "operation", self._on_events)
 
-    def _on_event(self, events: list[Event]) -> None:
-        self.state.reload()
+    # ----- events in -----------------------------------------------------------------------------------
+
+    def _on_events(self, events: list[Event]) -> None:
+        views = []
+        for event in events:
+            try:
+                views.append(OperationView.model_validate(event.data))
+            except ValueError:
+                continue  # not an operation view; the next read will catch up
+        self.state.apply(views)
+
+    def _on_filter(self, _event: param.parameterized.Event) -> None:
+        if self._live.in_session:
+            pn.state.execute(self.state.refresh)
+        else:
+            self.state.reload()
+
+    # ----- state -> widgets (in place) -----------------------------------------------------------------
+
+    def _on_operations(self, _event: param.parameterized.Event) -> None:
+        # Tabulator maps the selection through the index (the operation id) when rows move
+        self.table.value = operations_frame(self.state.operations)
+        self._select_row()
+
+    def _on_selected(self, _event: param.parameterized.Event) -> None:
+        self._select_row()
+
+    def _select_row(self) -> None:
+        ids = list(self.table.value.index)
+        wanted = [ids.index(self.state.selected)] if self.state.selected in ids else []
+        if self.table.selection != wanted:
+            self.table.selection = wanted
+
+    def _on_current(self, _event: param.parameterized.Event) -> None:
+        self.stages.value = stages_frame(self.state.current)
+        self.conditions.value = conditions_frame(self.state.current)
+
+    def _on_message(self, event: param.parameterized.Event) -> None:
+        notifications = pn.state.notifications if self._live.in_session else None
+        if notifications is not None and event.new:
+            (notifications.error if "refused" in event.new else notifications.info)(event.new, duration=5000)
+
+    # ----- user actions ----------------------------------------------------------------------------------
+
+    def _on_selection(self, event: param.parameterized.Event) -> None:
+        if event.new and event.new[0] < len(self.table.value):
+            self.state.selected = str(self.table.value.index[event.new[0]])
 
     async def _retry(self, _event: Any) -> None:
         await self.state.retry()
@@ -98,56 +270,22 @@ class OperationsPane(pn.viewable.Viewer):
     async def _cancel(self, _event: Any) -> None:
         await self.state.cancel()
 
-    def _select(self, event: Any) -> None:
-        if event.new:
-            self.state.selected = self.state.operations[event.new[0]].id
-
-    @param.depends("state.operations", "state.selected", "state.message")
-    def _details(self) -> pn.viewable.Viewable:
-        op = self.state.current
-        if op is None:
-            return pn.pane.Markdown("No operation selected.", css_classes=["op-details"])
-        stages = pd.DataFrame([{"stage": s.name, "status": s.status, "phase": s.phase, "attempts": s.attempts,
-                                "acted": s.acted, "message": s.message} for s in op.stages])
-        conditions = pd.DataFrame([{"type": c.type, "status": c.status, "reason": c.reason,
-                                    "message": c.message, "since": c.last_transition_time} for c in op.conditions])
-        retry = pn.widgets.Button(name="Retry", button_type="warning", css_classes=["op-retry"],
-                                  disabled=not (self.state.can_mutate and op.status == Status.FAILED))
-        cancel = pn.widgets.Button(name="Cancel", button_type="danger", css_classes=["op-cancel"],
-                                   disabled=not (self.state.can_mutate and
-                                                 (op.status in ACTIVE or op.status == Status.FAILED)))
-        retry.on_click(self._retry)
-        cancel.on_click(self._cancel)
-        error = (op.error or {}).get("message", "")
-        header = f"### {op.kind} · `{op.id}`\n**{op.status.value}** on `{op.target}` by {op.actor} ({op.face})"
-        if error:
-            header += f"\n\n**Error:** {error}"
-        return pn.Column(
-            pn.pane.Markdown(header, css_classes=["op-header"]),
-            pn.Row(retry, cancel),
-            pn.pane.Markdown(self.state.message, css_classes=["op-message"]) if self.state.message else None,
-            pn.pane.Markdown("**Stages**"),
-            pn.widgets.Tabulator(stages, disabled=True, show_index=False, sizing_mode="stretch_width",
-                                 css_classes=["op-stages"]),
-            pn.pane.Markdown("**Conditions**"),
-            pn.widgets.Tabulator(conditions, disabled=True, show_index=False, sizing_mode="stretch_width",
-                                 css_classes=["op-conditions"]),
-            css_classes=["op-details"], sizing_mode="stretch_width",
-        )
-
-    @param.depends("state.operations")
-    def _table(self) -> pn.viewable.Viewable:
-        table = pn.widgets.Tabulator(operations_frame(self.state.operations), disabled=True, show_index=False,
-                                     selectable=1, sizing_mode="stretch_width", height=320,
-                                     css_classes=["operations-table"])
-        table.param.watch(self._select, "selection")
-        return table
-
     def __panel__(self) -> pn.viewable.Viewable:
+        state = self.state
         return pn.Column(
             pn.pane.Markdown("## Operations"),
-            pn.widgets.Select.from_param(self.state.param.status_filter, name="Show", width=200),
-            self._table,
-            self._details,
+            pn.widgets.Select.from_param(state.param.status_filter, name="Show", width=200,
+                                         css_classes=["op-filter"]),
+            self.table,
+            pn.Column(
+                pn.pane.Markdown(state.param.current.rx.pipe(header_markdown), css_classes=["op-header"]),
+                pn.Row(self.retry_button, self.cancel_button),
+                pn.pane.Markdown(state.param.message, css_classes=["op-message"]),
+                pn.pane.Markdown("**Stages**"),
+                self.stages,
+                pn.pane.Markdown("**Conditions**"),
+                self.conditions,
+                css_classes=["op-details"], sizing_mode="stretch_width",
+            ),
             sizing_mode="stretch_width",
         )

@@ -1,0 +1,238 @@
+"""Panes without a browser: render to Bokeh models, drive the engine, watch the pane follow the event bus."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import panel as pn
+import pytest
+from bokeh.model import Model
+
+from app.bootstrap import Services
+from panels.audit import AuditPane
+from panels.operations import OperationsPane
+from services.audit import AuditQuery
+from services.auth import Principal, Role
+from services.clock import FakeClock
+from services.events import Event
+from services.operations import Engine, OperationView, Status
+from tests.kinds import ThingRequest, World, thing_kind
+
+OPERATOR = Principal("olga", Role.OPERATOR, "t-op", "ui")
+VIEWER = Principal("vic", Role.VIEWER, "t-view", "ui")
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return World(tmp_path / "world.json")
+
+
+@pytest.fixture
+def engine(services: Services, world: World) -> Engine:
+    services.engine.register(thing_kind(world, ready_polls=2, poll_seconds=10))
+    return services.engine
+
+
+def submit(engine: Engine, name: str) -> OperationView:
+    view, created = engine.submit("thing.create", ThingRequest(name=name), OPERATOR.via("rest"))
+    assert created
+    return view
+
+
+def failed_op(engine: Engine, world: World, name: str = "f") -> OperationView:
+    world.update(faults=["permanent"])
+    view = engine.run_until_idle(submit(engine, name).id)
+    assert view.status == Status.FAILED
+    return view
+
+
+def models_with_class(root: Model, css: str) -> list[Model]:
+    return [m for m in root.references() if css in (getattr(m, "css_classes", None) or [])]
+
+
+def tabulator_column(root: Model, css: str, column: str) -> list[Any]:
+    (table,) = models_with_class(root, css)
+    return list(table.source.data[column])
+
+
+def rows(pane: OperationsPane) -> dict[str, str]:
+    return dict(zip(pane.table.value["id"], pane.table.value["status"], strict=True))
+
+
+def test_operations_pane_renders_alone_with_the_list(services: Services, engine: Engine) -> None:
+    op = submit(engine, "a")
+    pane = OperationsPane(engine=engine, bus=services.bus, principal=VIEWER)
+    root = pn.panel(pane).get_root()
+    assert tabulator_column(root, "operations-table", "id") == [op.id]
+    assert tabulator_column(root, "operations-table", "status") == ["pending"]
+    assert tabulator_column(root, "op-stages", "stage") == ["create", "label"]
+    assert "Accepted" in tabulator_column(root, "op-conditions", "type")
+    (header,) = models_with_class(root, "op-header")
+    assert op.id in header.text
+    assert len(models_with_class(root, "op-retry")) == 1 and len(models_with_class(root, "op-cancel")) == 1
+
+
+def test_list_follows_the_bus_in_place(services: Services, engine: Engine, clock: FakeClock) -> None:
+    pane = OperationsPane(engine=engine, bus=services.bus, principal=VIEWER)
+    root = pn.panel(pane).get_root()
+    table = pane.table
+    (model,) = models_with_class(root, "operations-table")
+    assert pane.state.operations == []
+
+    a = submit(engine, "a")
+    assert rows(pane) == {a.id: "pending"}
+    assert pane.state.selected == a.id  # the first operation to appear is shown
+    engine.run_until_idle(a.id)
+    assert rows(pane) == {a.id: "waiting"}
+    assert tabulator_column(root, "operations-table", "status") == ["waiting"]  # the model followed
+    assert tabulator_column(root, "op-stages", "phase")[0] == "waiting"
+
+    clock.advance(10)
+    engine.run_until_idle(a.id)
+    assert rows(pane) == {a.id: "succeeded"}
+    assert tabulator_column(root, "operations-table", "status") == ["succeeded"]
+    assert tabulator_column(root, "op-stages", "status") == ["succeeded", "succeeded"]
+    assert pane.table is table and models_with_class(root, "operations-table") == [model]  # in place
+
+
+def test_events_alone_update_the_pane(services: Services, engine: Engine) -> None:
+    """The pane takes the view an event carries; an older version never overwrites a newer one."""
+    a = submit(engine, "a")
+    pane = OperationsPane(engine=engine, bus=services.bus, principal=VIEWER)
+    newer = a.model_copy(update={"status": Status.WAITING, "version": a.version + 5})
+    services.bus.publish(Event("operation", "updated", newer.model_dump(mode="json")))
+    assert rows(pane) == {a.id: "waiting"}  # the database still says pending: this came from the event
+    services.bus.publish(Event("operation", "updated", a.model_dump(mode="json")))
+    assert rows(pane) == {a.id: "waiting"}
+    services.bus.publish(Event("operation", "updated", {"not": "an operation"}))
+    assert rows(pane) == {a.id: "waiting"}
+
+
+def test_selection_is_kept_by_id_when_rows_move(services: Services, engine: Engine, clock: FakeClock) -> None:
+    a = submit(engine, "a")
+    clock.advance(1)
+    b = submit(engine, "b")
+    pane = OperationsPane(engine=engine, bus=services.bus, principal=VIEWER)
+    root = pn.panel(pane).get_root()
+    assert list(pane.table.value["id"]) == [b.id, a.id]  # newest first
+
+    pane.table.selection = [1]  # what a click in the browser sends
+    assert pane.state.selected == a.id
+    assert pane.state.current is not None and pane.state.current.id == a.id
+    (header,) = models_with_class(root, "op-header")
+    assert a.id in header.text
+
+    clock.advance(1)
+    c = submit(engine, "c")  # lands on top: a moves from row 1 to row 2
+    assert list(pane.table.value["id"]) == [c.id, b.id, a.id]
+    assert pane.table.selection == [2]
+    assert pane.state.selected == a.id
+    engine.run_until_idle(a.id)
+    assert pane.table.selection == [2] and pane.state.current is not None
+    assert pane.state.current.status == Status.WAITING
+    assert tabulator_column(root, "op-stages", "phase")[0] == "waiting"
+
+
+def test_status_filter_lists_and_follows(services: Services, engine: Engine, clock: FakeClock) -> None:
+    a = submit(engine, "a")
+    b = submit(engine, "b")
+    engine.run_until_idle(b.id)
+    clock.advance(10)
+    engine.run_until_idle(b.id)
+    pane = OperationsPane(engine=engine, bus=services.bus, principal=VIEWER)
+    pane.state.status_filter = "active"
+    assert rows(pane) == {a.id: "pending"}
+    engine.run_until_idle(a.id)
+    clock.advance(10)
+    engine.run_until_idle(a.id)  # succeeds, so it leaves the active list
+    assert rows(pane) == {}
+    pane.state.status_filter = "succeeded"
+    assert set(rows(pane)) == {a.id, b.id}
+
+
+def test_operator_retries_and_cancels_through_the_pane(services: Services, engine: Engine, world: World) -> None:
+    op = failed_op(engine, world)
+    pane = OperationsPane(engine=engine, bus=services.bus, principal=OPERATOR)
+    pn.panel(pane).get_root()
+    assert pane.state.selected == op.id
+    assert pane.state.can_retry and pane.state.can_cancel
+    assert not pane.retry_button.disabled and not pane.cancel_button.disabled
+
+    asyncio.run(pane.state.retry())
+    assert "retry of" in pane.state.message and "requested" in pane.state.message
+    assert rows(pane) == {op.id: "pending"}  # arrived as an event
+    assert not pane.state.can_retry and pane.retry_button.disabled and not pane.cancel_button.disabled
+    retry_rows = services.audit.list(AuditQuery(action="operation.retry"))
+    assert [(r.actor, r.face, r.outcome) for r in retry_rows] == [("olga", "ui", "accepted")]
+
+    asyncio.run(pane.state.cancel())
+    assert rows(pane) == {op.id: "cancelled"}
+    assert engine.get(op.id).status == Status.CANCELLED
+    assert pane.retry_button.disabled and pane.cancel_button.disabled
+    assert not pane.state.busy
+
+
+def test_viewer_is_refused_by_the_service_not_only_the_button(services: Services, engine: Engine,
+                                                              world: World) -> None:
+    op = failed_op(engine, world)
+    pane = OperationsPane(engine=engine, bus=services.bus, principal=VIEWER)
+    pn.panel(pane).get_root()
+    assert pane.state.current is not None and pane.state.current.id == op.id
+    assert not pane.state.can_retry and not pane.state.can_cancel
+    assert pane.retry_button.disabled and pane.cancel_button.disabled
+
+    before = engine.get(op.id)
+    asyncio.run(pane.state.retry())
+    assert "forbidden" in pane.state.message and "operator" in pane.state.message
+    # a click that gets past a disabled button (a crafted websocket message) meets the same check
+    pane.state.message = ""
+    pane.cancel_button.clicks += 1
+    assert "forbidden" in pane.state.message
+    after = engine.get(op.id)
+    assert (after.status, after.version) == (before.status, before.version) == (Status.FAILED, before.version)
+    assert services.audit.list(AuditQuery(action="operation.retry")) == []
+    assert services.audit.list(AuditQuery(action="operation.cancel")) == []
+
+
+def test_conflicting_cancel_shows_the_service_error(services: Services, engine: Engine, clock: FakeClock) -> None:
+    a = submit(engine, "a")
+    pane = OperationsPane(engine=engine, bus=services.bus, principal=OPERATOR)
+    engine.run_until_idle(a.id)
+    clock.advance(10)
+    engine.run_until_idle(a.id)
+    assert not pane.state.can_cancel  # succeeded: nothing to cancel
+    asyncio.run(pane.state.cancel())
+    assert "conflict" in pane.state.message
+    assert engine.get(a.id).status == Status.SUCCEEDED
+
+
+def test_pane_stops_listening_when_closed(services: Services, engine: Engine) -> None:
+    before = services.bus.subscriber_count()
+    pane = OperationsPane(engine=engine, bus=services.bus, principal=VIEWER)
+    assert services.bus.subscriber_count() == before + 1
+    pane._live.close()
+    assert services.bus.subscriber_count() == before
+    submit(engine, "a")
+    assert pane.state.operations == []
+
+
+def test_audit_pane_follows_the_bus_and_filters(services: Services, engine: Engine, world: World) -> None:
+    pane = AuditPane(audit=services.audit, bus=services.bus)
+    root = pn.panel(pane).get_root()
+    assert pane.state.entries == []
+    op = failed_op(engine, world)
+    actions = tabulator_column(root, "audit-table", "action")
+    assert actions == ["thing.create", "thing.create"]  # accepted, then failed: newest first
+    assert tabulator_column(root, "audit-table", "outcome") == ["failed", "accepted"]
+
+    asyncio.run(OperationsPane(engine=engine, bus=services.bus, principal=OPERATOR).state.retry())
+    assert tabulator_column(root, "audit-table", "action")[0] == "operation.retry"
+    assert tabulator_column(root, "audit-table", "operation")[0] == op.id
+
+    pane.state.face = "ui"
+    assert tabulator_column(root, "audit-table", "actor") == ["olga"]
+    pane.state.face = "all"
+    pane.state.actor = "nobody"
+    assert tabulator_column(root, "audit-table", "action") == []
