@@ -1,0 +1,1 @@
+"""Benchmarks of the sandbox Kubernetes API emulator."""

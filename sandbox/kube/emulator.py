@@ -1,0 +1,168 @@
+"""The Kubernetes API emulator: many named clusters, their persistence, the request log, and the
+in-process API simulated workloads use (``append_log`` and friends).
+
+Mount it in any Tornado application with :meth:`Emulator.url_patterns` (e.g. Panel's
+``pn.serve(extra_patterns=...)``) or run it alone with :func:`serve` / ``python -m sandbox.kube``.
+Nothing here imports ``services/`` or ``app/``: the product reaches the emulator over HTTP with the
+official client and a kubeconfig, exactly as it reaches EKS.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .cluster import Cluster
+from .discovery import openapi_v3_docs, openapi_v3_index
+from .kubeconfig import CLUSTER_PREFIX, kubeconfig, write_kubeconfig
+from .persistence import Persister
+from .validation import BuiltinValidator, CustomValidator
+
+REQUEST_LOG_SIZE = 20_000
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    time: float
+    cluster: str
+    method: str
+    path: str
+    query: str
+    status: int
+    user_agent: str
+    content_type: str
+    duration_ms: float
+
+
+class Emulator:
+    """All emulated clusters of one sandbox.
+
+    ``data_dir``: where state (``kube/state.sqlite3``), the request log (``kube/requests.jsonl``) and
+    kubeconfigs (``kube/kubeconfig-<cluster>.yaml``) live; ``None`` keeps everything in memory.
+    ``token``: when set, requests must carry ``Authorization: Bearer <token>``.
+    """
+
+    def __init__(self, data_dir: Path | None = None, *, token: str | None = None, history: int = 20_000,
+                 debounce: float = 0.2) -> None:
+        self.data_dir = Path(data_dir) / "kube" if data_dir is not None else None
+        self.token = token
+        self.clusters: dict[str, Cluster] = {}
+        self.requests: deque[RequestRecord] = deque(maxlen=REQUEST_LOG_SIZE)
+        self._history = history
+        self._builtin = BuiltinValidator()
+        self._custom = CustomValidator()
+        self._openapi: dict[str, tuple[dict[str, dict[str, Any]], dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+        self._log_file = None
+        self._persister: Persister | None = None
+        if self.data_dir is not None:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self._persister = Persister(self.data_dir / "state.sqlite3", debounce)
+            self._log_file = (self.data_dir / "requests.jsonl").open("a", buffering=1)
+            for name, (rv, objects) in self._persister.load().items():
+                cluster = self._new_cluster(name)
+                cluster.store.load(rv, objects)
+                cluster.restored()
+                self._persister.attach(cluster)
+
+    # --- clusters ---------------------------------------------------------------------------------------
+
+    def _new_cluster(self, name: str) -> Cluster:
+        cluster = Cluster(name, history=self._history, builtin_validator=self._builtin,
+                          custom_validator=self._custom)
+        cluster.on_types_changed.append(lambda: self._forget_openapi(name))
+        self.clusters[name] = cluster
+        return cluster
+
+    def _forget_openapi(self, name: str) -> None:
+        self._openapi.pop(name, None)
+
+    def ensure_cluster(self, name: str) -> Cluster:
+        """The cluster called ``name``, created (with its system namespaces) if it does not exist."""
+        with self._lock:
+            cluster = self.clusters.get(name)
+            if cluster is None:
+                cluster = self._new_cluster(name)
+                cluster.bootstrap()
+                if self._persister is not None:
+                    self._persister.attach(cluster)
+            return cluster
+
+    def delete_cluster(self, name: str) -> None:
+        with self._lock:
+            self.clusters.pop(name, None)
+            self._openapi.pop(name, None)
+            if self._persister is not None:
+                self._persister.forget(name)
+
+    def cluster(self, name: str) -> Cluster:
+        return self.clusters[name]
+
+    # --- in-process API for simulated workloads ---------------------------------------------------------
+
+    def append_log(self, cluster: str, namespace: str, pod: str, container: str, line: str,
+                   ts: float | None = None) -> None:
+        self.clusters[cluster].logs.append((namespace, pod, container), line, time.time() if ts is None else ts)
+
+    def restart_container(self, cluster: str, namespace: str, pod: str, container: str) -> None:
+        self.clusters[cluster].logs.restart((namespace, pod, container))
+
+    def end_log(self, cluster: str, namespace: str, pod: str, container: str) -> None:
+        """The container terminated: ``logs -f`` followers see the end of the stream."""
+        self.clusters[cluster].logs.terminate((namespace, pod, container))
+
+    # --- kubeconfig -------------------------------------------------------------------------------------
+
+    def kubeconfig(self, cluster: str, base_url: str) -> dict[str, Any]:
+        return kubeconfig(cluster, base_url, self.token or "sandbox")
+
+    def write_kubeconfig(self, cluster: str, base_url: str, path: Path | None = None) -> Path:
+        if path is None:
+            if self.data_dir is None:
+                raise ValueError("no data directory: pass an explicit kubeconfig path")
+            path = self.data_dir / f"kubeconfig-{cluster}.yaml"
+        return write_kubeconfig(path, cluster, base_url, self.token or "sandbox")
+
+    # --- HTTP -------------------------------------------------------------------------------------------
+
+    def url_patterns(self, prefix: str = CLUSTER_PREFIX) -> list[tuple[str, type, dict[str, Any]]]:
+        """Tornado URL specs serving every cluster under ``<prefix>/<name>/...``."""
+        from .http import KubeHandler
+
+        return [(rf"{prefix}/([^/]+)(/.*)?", KubeHandler, {"emulator": self})]
+
+    def openapi(self, cluster: Cluster) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+        cached = self._openapi.get(cluster.name)
+        if cached is None:
+            docs = openapi_v3_docs(cluster.resource_types())
+            cached = (docs, openapi_v3_index(docs))
+            self._openapi[cluster.name] = cached
+        return cached
+
+    def record_request(self, **fields: Any) -> None:
+        record = RequestRecord(time=time.time(), **fields)
+        self.requests.append(record)
+        if self._log_file is not None:
+            self._log_file.write(json.dumps(asdict(record)) + "\n")
+
+    def requests_for(self, cluster: str, method: str | None = None) -> list[RequestRecord]:
+        return [r for r in list(self.requests) if r.cluster == cluster and (method is None or r.method == method)]
+
+    # --- lifecycle --------------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        if self._persister is not None:
+            self._persister.flush()
+
+    def close(self) -> None:
+        if self._persister is not None:
+            self._persister.close()
+            self._persister = None
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None

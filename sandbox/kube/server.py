@@ -1,0 +1,115 @@
+"""Standalone hosting of the emulator: a blocking :func:`serve` for ``python -m sandbox.kube`` and a
+:class:`BackgroundServer` that runs it on its own event loop thread (tests, benchmarks, notebooks).
+
+The product server does not use this module: it mounts :meth:`Emulator.url_patterns` in its own
+Tornado application.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+import threading
+from pathlib import Path
+
+from tornado.httpserver import HTTPServer
+from tornado.web import Application
+
+from .emulator import Emulator
+
+
+def make_app(emulator: Emulator) -> Application:
+    return Application(emulator.url_patterns())
+
+
+def _listen(emulator: Emulator, host: str, port: int) -> tuple[HTTPServer, int]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(256)
+    sock.setblocking(False)
+    server = HTTPServer(make_app(emulator), idle_connection_timeout=3600)
+    server.add_sockets([sock])
+    return server, sock.getsockname()[1]
+
+
+class BackgroundServer:
+    """Serve an emulator on ``host:port`` (0 picks a free port) from a daemon thread."""
+
+    def __init__(self, emulator: Emulator, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.emulator = emulator
+        self.host = host
+        self.port = 0
+        self._requested_port = port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: HTTPServer | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kube-emulator", daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> BackgroundServer:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self._loop = loop
+
+        async def start() -> None:
+            self._server, self.port = _listen(self.emulator, self.host, self._requested_port)
+
+        loop.run_until_complete(start())
+        self._ready.set()
+        loop.run_forever()
+        loop.close()
+
+    def stop(self) -> None:
+        loop, server = self._loop, self._server
+        if loop is None or server is None:
+            return
+
+        async def shutdown() -> None:
+            server.stop()
+            await server.close_all_connections()
+
+        fut = asyncio.run_coroutine_threadsafe(shutdown(), loop)
+        with contextlib.suppress(TimeoutError):
+            fut.result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        self._thread.join(5)
+
+
+def serve(port: int, data_dir: Path | None, clusters: list[str], host: str = "127.0.0.1",
+          token: str | None = None) -> None:
+    """Run the emulator in the foreground until SIGINT/SIGTERM; state is flushed on exit."""
+    emulator = Emulator(data_dir, token=token)
+    for name in clusters:
+        emulator.ensure_cluster(name)
+
+    async def main() -> None:
+        server, bound = _listen(emulator, host, port)
+        base = f"http://{host}:{bound}"
+        for name in clusters:
+            if emulator.data_dir is not None:
+                path = emulator.write_kubeconfig(name, base)
+                print(f"cluster {name}: {base}/k8s/clusters/{name} (kubeconfig {path})", flush=True)
+            else:
+                print(f"cluster {name}: {base}/k8s/clusters/{name}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        server.stop()
+
+    try:
+        asyncio.run(main())
+    finally:
+        emulator.close()

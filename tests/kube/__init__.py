@@ -1,0 +1,1 @@
+"""Conformance tests of the sandbox Kubernetes API emulator (sandbox/kube)."""
