@@ -81,6 +81,10 @@ MIGRATIONS: list[str] = [
     );
     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
     """,
+    # 2: the starter's role, so the audit row written when an operation ends names it correctly
+    """
+    ALTER TABLE operations ADD COLUMN role TEXT NOT NULL DEFAULT 'operator';
+    """,
 ]
 
 

@@ -145,6 +145,8 @@ class OperationKind:
     stages: tuple[Stage, ...]
     target: Callable[[Any], str]
     description: str = ""
+    #: the least role that may start it: admin for destructive kinds (delete cluster, replace nodes)
+    role: Role = Role.OPERATOR
 
 
 class Condition(ResponseModel):
@@ -261,6 +263,7 @@ class Engine:
         kind = self.kinds.get(kind_name)
         if kind is None:
             raise Invalid(f"unknown operation kind {kind_name!r}")
+        principal.require(kind.role)
         if not isinstance(request, kind.request_model):
             raise Invalid(f"{kind_name} takes {kind.request_model.__name__}, not {type(request).__name__}")
         if idempotency_key is not None and not 1 <= len(idempotency_key) <= 200:
@@ -293,9 +296,11 @@ class Engine:
                 conditions = _set_condition(conditions, now, "Succeeded", "Unknown", "Pending")
                 conn.execute(
                     "INSERT INTO operations(id, kind, target, status, request, fingerprint, idempotency_key,"
-                    " actor, face, created_at, updated_at, due_at, conditions) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " actor, role, face, created_at, updated_at, due_at, conditions)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (op_id, kind_name, target, Status.PENDING.value, dumps(normalized), fingerprint,
-                     idempotency_key, principal.name, principal.face, now, now, now, dumps(conditions)))
+                     idempotency_key, principal.name, principal.role.value, principal.face, now, now, now,
+                     dumps(conditions)))
                 for idx, stage in enumerate(kind.stages):
                     conn.execute("INSERT INTO stages(operation_id, idx, name, status, phase) VALUES (?,?,?,?,?)",
                                  (op_id, idx, stage.name, "pending", "observe"))
@@ -373,6 +378,7 @@ class Engine:
 
     def retry(self, op_id: str, principal: Principal) -> OperationView:
         """Re-run the failed stage of a failed operation (observed first, so nothing is done twice)."""
+        principal.require(self._role_for(op_id))
         with self.db.tx() as conn:
             row = self._row(conn, op_id)
             if row["status"] != Status.FAILED.value:
@@ -392,6 +398,7 @@ class Engine:
 
     def cancel(self, op_id: str, principal: Principal) -> OperationView:
         """Stop an operation between steps. Nothing already done is undone; the evidence stays."""
+        principal.require(self._role_for(op_id))
         with self.db.tx() as conn:
             row = self._row(conn, op_id)
             status = Status(row["status"])
@@ -409,6 +416,11 @@ class Engine:
         view = self.get(op_id)
         self._publish(view)
         return view
+
+    def _role_for(self, op_id: str) -> Role:
+        """Retrying or cancelling takes the role that starting the operation takes."""
+        kind = self.kinds.get(self.get(op_id).kind)
+        return kind.role if kind is not None else Role.OPERATOR
 
     def _finish_cancelled(self, conn: Any, row: Any, now: float, by: str) -> None:
         conds = _set_condition(loads(row["conditions"]), now, "Progressing", "False", "Cancelled",
@@ -699,7 +711,7 @@ class Engine:
         self._publish(self.get(op_id))
 
     def _audit_end(self, conn: Any, row: Any, outcome: str, detail: str) -> None:
-        who = Principal(row["actor"], Role.OPERATOR, None, row["face"])
+        who = Principal(row["actor"], Role(row["role"]), None, row["face"])
         self.audit.record(who, row["kind"], row["target"], loads(row["request"]), outcome, row["id"],
                           detail=detail, conn=conn)
 

@@ -238,3 +238,30 @@ def wait_for(predicate: object, timeout: float = 10.0) -> None:
             return
         time.sleep(0.02)
     raise AssertionError("condition not reached in time")
+
+
+def test_roles_are_enforced_by_the_engine_and_recorded(engine: Engine, world: World, services: Services) -> None:
+    from services.auth import Role
+    from services.errors import Forbidden
+    from services.operations import OperationKind
+    from tests.conftest import VIEWER
+
+    with pytest.raises(Forbidden):
+        engine.submit("thing.create", ThingRequest(name="v"), VIEWER)
+    op = submit(engine)
+    with pytest.raises(Forbidden):
+        engine.cancel(op.id, VIEWER)
+    admin_only = OperationKind("thing.destroy", ThingRequest, thing_kind(world).stages, lambda r: r.name,
+                               role=Role.ADMIN)
+    engine.register(admin_only)
+    with pytest.raises(Forbidden):
+        engine.submit("thing.destroy", ThingRequest(name="z"), OPERATOR)
+    destroy, _ = engine.submit("thing.destroy", ThingRequest(name="z"), ADMIN)
+    with pytest.raises(Forbidden):
+        engine.cancel(destroy.id, OPERATOR)
+    assert engine.cancel(destroy.id, ADMIN).status == Status.CANCELLED
+    world.update(faults=["permanent"])
+    failing, _ = engine.submit("thing.destroy", ThingRequest(name="y"), ADMIN)
+    assert engine.run_until_idle(failing.id).status == Status.FAILED
+    ended = services.audit.list(AuditQuery(operation_id=failing.id, action="thing.destroy"))
+    assert [(e.outcome, e.role) for e in ended] == [("failed", "admin"), ("accepted", "admin")]
