@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from app.sandbox import register_clusters, sandbox_enabled, stored_clusters
 from services.audit import AuditLog
 from services.auth import TokenStore
 from services.aws import AwsClients
@@ -50,7 +51,10 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
     aws = AwsClients(settings.region, settings.aws_endpoint_url)
     backups = Backups(db, data / "backups")
     engine.register(backups.kind())
+    kube = KubeClients(aws, clock, ca_dir=data / "ca")
+    if sandbox_enabled(settings):
+        register_clusters(settings, kube, stored_clusters(settings))
     return Services(
         settings=settings, clock=clock, db=db, bus=bus, audit=audit, tokens=TokenStore(db, clock),
-        engine=engine, aws=aws, kube=KubeClients(aws, clock, ca_dir=data / "ca"), backups=backups,
+        engine=engine, aws=aws, kube=kube, backups=backups,
     )

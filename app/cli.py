@@ -9,6 +9,7 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from services import __version__
@@ -19,7 +20,7 @@ from services.settings import Settings
 
 def _settings(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {}
-    for name in ("config", "data_dir", "host", "port"):
+    for name in ("config", "data_dir", "host", "port", "sandbox_kube_port"):
         value = getattr(args, name, None)
         if value is not None:
             overrides[name] = value
@@ -100,6 +101,31 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_kubeconfig(args: argparse.Namespace) -> int:
+    from app.sandbox import kubeconfig_path, sandbox_enabled, stored_clusters, write_kubeconfig
+
+    settings = _settings(args)
+    if not sandbox_enabled(settings):
+        print("kubeconfig generation is for sandbox clusters; for EKS use 'aws eks update-kubeconfig'",
+              file=sys.stderr)
+        return 2
+    known = stored_clusters(settings)
+    if args.cluster not in known:
+        print(f"error: no sandbox cluster named {args.cluster!r}; known: {', '.join(known) or 'none yet'}",
+              file=sys.stderr)
+        return 2
+    path = write_kubeconfig(settings, args.cluster)
+    if args.output:
+        target = Path(args.output)
+        target.write_text(path.read_text())
+        target.chmod(0o600)
+        print(f"wrote {target} (kubectl --kubeconfig {target} get nodes)")
+    else:
+        print(path.read_text(), end="")
+        print(f"# also at {kubeconfig_path(settings, args.cluster)}", file=sys.stderr)
+    return 0
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
     from mcp_bridge.server import BridgeError, run_bridge
 
@@ -130,6 +156,8 @@ def parser() -> argparse.ArgumentParser:
     _data_dir_flags(serve)
     serve.add_argument("--host", help="bind address (INSTANTSTART_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (INSTANTSTART_PORT, default 3099)")
+    serve.add_argument("--sandbox-kube-port", type=int,
+                       help="loopback HTTPS port of the sandbox Kubernetes emulator (INSTANTSTART_SANDBOX_KUBE_PORT)")
     serve.add_argument("--dev-no-auth", action="store_true",
                        help="no tokens; refuses any non-loopback host (INSTANTSTART_DEV_NO_AUTH)")
     serve.set_defaults(func=cmd_serve)
@@ -148,6 +176,12 @@ def parser() -> argparse.ArgumentParser:
     status.add_argument("--url", help="ask a running server instead of reading the data dir (INSTANTSTART_URL)")
     status.add_argument("--token", help="token for --url (INSTANTSTART_TOKEN)")
     status.set_defaults(func=cmd_status)
+
+    kubeconfig = sub.add_parser("kubeconfig", help="print (or write) a kubeconfig for a sandbox cluster")
+    kubeconfig.add_argument("cluster")
+    kubeconfig.add_argument("--output", "-o", help="write to this file (0600) instead of printing")
+    _data_dir_flags(kubeconfig)
+    kubeconfig.set_defaults(func=cmd_kubeconfig)
 
     token = sub.add_parser("token", help="manage API tokens (needs write access to the data dir)")
     tsub = token.add_subparsers(dest="token_command", required=True)

@@ -164,17 +164,18 @@ async def _watch(call: Call, timeout: float, done: Callable[[OperationView, Oper
 
     unsubscribe = call.services.bus.subscribe(on_event, topic="operation")
     try:
-        first = current = await loop.run_in_executor(None, engine.get, op_id)
         deadline = loop.time() + timeout
+        first = current = await loop.run_in_executor(None, engine.get, op_id)
         while not done(first, current) and not current.status.terminal:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
-            wake.clear()
             try:
                 await asyncio.wait_for(wake.wait(), timeout=remaining)
             except TimeoutError:
                 break
+            # clear before reading: an event that lands during the read wakes the next wait at once
+            wake.clear()
             current = await loop.run_in_executor(None, engine.get, op_id)
         return Reply(current)
     finally:

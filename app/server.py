@@ -21,6 +21,7 @@ from bokeh.server.auth_provider import AuthProvider
 
 from app.bootstrap import Services
 from app.rest import SESSION_COOKIE, rest_patterns
+from app.sandbox import Sandbox, sandbox_enabled
 from services.auth import Principal, Role
 from services.errors import ServiceError
 from services.settings import LOOPBACK_HOSTS
@@ -241,6 +242,9 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
     kwargs: dict[str, Any] = {}
     if not settings.dev_no_auth:
         kwargs["auth_provider"] = make_auth_provider(services)
+    world = Sandbox(settings, services.kube) if sandbox_enabled(settings) else None
+    if world is not None:
+        world.start()
     try:
         pn.serve(
             {"/": make_dashboard(services)},
@@ -256,4 +260,6 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
             **kwargs,
         )
     finally:
+        if world is not None:
+            world.stop()
         services.stop()

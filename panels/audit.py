@@ -15,6 +15,7 @@ import panel as pn
 import param
 
 from panels.live import LiveRefresh
+from panels.tables import ReadOnlyTable
 from services.audit import AuditEntry, AuditLog, AuditQuery
 from services.events import Event, EventBus
 from services.operations import iso
@@ -62,7 +63,7 @@ class AuditPane(pn.viewable.Viewer):
     def __init__(self, audit: AuditLog, bus: EventBus, **params: Any) -> None:
         super().__init__(**params)
         self.state = AuditState(audit)
-        self.table = pn.widgets.Tabulator(audit_frame(self.state.entries), disabled=True, show_index=False,
+        self.table = ReadOnlyTable(audit_frame(self.state.entries), disabled=True, show_index=False,
                                           sizing_mode="stretch_width", height=480, css_classes=["audit-table"])
         self.state.param.watch(self._on_entries, "entries")
         self.state.param.watch(self._on_filter, ["actor", "face"])

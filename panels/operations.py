@@ -19,6 +19,7 @@ import panel as pn
 import param
 
 from panels.live import LiveRefresh
+from panels.tables import ReadOnlyTable
 from services.auth import Principal, Role
 from services.errors import ServiceError
 from services.events import Event, EventBus
@@ -191,12 +192,12 @@ class OperationsPane(pn.viewable.Viewer):
         super().__init__(**params)
         self.state = OperationsState(engine, principal)
         state = self.state
-        self.table = pn.widgets.Tabulator(
+        self.table = ReadOnlyTable(
             operations_frame(state.operations), disabled=True, show_index=False, selectable=1,
             sizing_mode="stretch_width", height=320, css_classes=["operations-table"])
-        self.stages = pn.widgets.Tabulator(stages_frame(state.current), disabled=True, show_index=False,
+        self.stages = ReadOnlyTable(stages_frame(state.current), disabled=True, show_index=False,
                                            sizing_mode="stretch_width", css_classes=["op-stages"])
-        self.conditions = pn.widgets.Tabulator(conditions_frame(state.current), disabled=True, show_index=False,
+        self.conditions = ReadOnlyTable(conditions_frame(state.current), disabled=True, show_index=False,
                                                sizing_mode="stretch_width", css_classes=["op-conditions"])
         self.retry_button = pn.widgets.Button(
             label="Retry", color="warning", css_classes=["op-retry"],

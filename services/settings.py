@@ -42,6 +42,11 @@ class Settings(BaseSettings):
     aws_endpoint_url: str | None = Field(None, description="override every AWS endpoint (sandbox, proxies)")
     dev_no_auth: bool = Field(False, description="loopback-only development without tokens")
     workers: int = Field(4, ge=1, le=64, description="operation worker threads")
+    sandbox: bool | None = Field(
+        None, description="run against the embedded sandbox world; unset: only when no AWS credentials are found"
+    )
+    sandbox_kube_port: int = Field(3443, ge=0, le=65535,
+                                   description="loopback HTTPS port of the sandbox's Kubernetes API emulator")
     allowed_origins: list[str] = Field(
         default_factory=list, description="extra host:port values browsers may open WebSockets from"
     )

@@ -236,3 +236,19 @@ def test_audit_pane_follows_the_bus_and_filters(services: Services, engine: Engi
     pane.state.face = "all"
     pane.state.actor = "nobody"
     assert tabulator_column(root, "audit-table", "action") == []
+
+
+def test_read_only_table_drops_browser_data_echoes_that_race_a_replacement() -> None:
+    """A plain Tabulator raises when a stale echo from the browser meets a newer, longer value."""
+    import pandas as pd
+
+    from panels.tables import ReadOnlyTable
+
+    table = ReadOnlyTable(pd.DataFrame({"id": ["a", "b", "c"]}))
+    table.value = pd.DataFrame({"id": ["a", "b", "c", "d"]})
+    table._process_events({"data": {"id": ["a", "b", "c"]}})
+    assert list(table.value["id"]) == ["a", "b", "c", "d"]
+    with pytest.raises(ValueError):
+        plain = pn.widgets.Tabulator(pd.DataFrame({"id": ["a", "b", "c"]}), disabled=True)
+        plain.value = pd.DataFrame({"id": ["a", "b", "c", "d"]})
+        plain._process_events({"data": {"id": ["a", "b", "c"]}})

@@ -88,9 +88,9 @@ class Emulator:
             cluster = self.clusters.get(name)
             if cluster is None:
                 cluster = self._new_cluster(name)
-                cluster.bootstrap()
                 if self._persister is not None:
-                    self._persister.attach(cluster)
+                    self._persister.attach(cluster)  # before bootstrap, so its namespaces are persisted too
+                cluster.bootstrap()
             return cluster
 
     def delete_cluster(self, name: str) -> None:

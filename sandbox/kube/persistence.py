@@ -130,3 +130,16 @@ class Persister:
             self._wake.clear()
             time.sleep(self._debounce)
             self.flush()
+
+
+def stored_cluster_names(path: Path) -> list[str]:
+    """The clusters a persisted emulator holds, read without opening it for writing (CLI, status)."""
+    if not path.exists():
+        return []
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return sorted(name for (name,) in db.execute("SELECT name FROM clusters"))
+    except sqlite3.OperationalError:
+        return []
+    finally:
+        db.close()

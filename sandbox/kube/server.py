@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import signal
 import socket
+import ssl
 import threading
 from pathlib import Path
 
@@ -24,23 +25,27 @@ def make_app(emulator: Emulator) -> Application:
     return Application(emulator.url_patterns())
 
 
-def _listen(emulator: Emulator, host: str, port: int) -> tuple[HTTPServer, int]:
+def _listen(emulator: Emulator, host: str, port: int,
+            ssl_context: ssl.SSLContext | None = None) -> tuple[HTTPServer, int]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(256)
     sock.setblocking(False)
-    server = HTTPServer(make_app(emulator), idle_connection_timeout=3600)
+    server = HTTPServer(make_app(emulator), idle_connection_timeout=3600, ssl_options=ssl_context)
     server.add_sockets([sock])
     return server, sock.getsockname()[1]
 
 
 class BackgroundServer:
-    """Serve an emulator on ``host:port`` (0 picks a free port) from a daemon thread."""
+    """Serve an emulator on ``host:port`` (0 picks a free port) from a daemon thread, over TLS when given a
+    server ``ssl_context`` (kubectl sends bearer tokens only over TLS)."""
 
-    def __init__(self, emulator: Emulator, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, emulator: Emulator, host: str = "127.0.0.1", port: int = 0,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.emulator = emulator
         self.host = host
+        self._ssl = ssl_context
         self.port = 0
         self._requested_port = port
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -50,7 +55,7 @@ class BackgroundServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self._ssl else 'http'}://{self.host}:{self.port}"
 
     def start(self) -> BackgroundServer:
         self._thread.start()
@@ -63,7 +68,7 @@ class BackgroundServer:
         self._loop = loop
 
         async def start() -> None:
-            self._server, self.port = _listen(self.emulator, self.host, self._requested_port)
+            self._server, self.port = _listen(self.emulator, self.host, self._requested_port, self._ssl)
 
         loop.run_until_complete(start())
         self._ready.set()

@@ -1,0 +1,104 @@
+"""The embedded sandbox, wired in by configuration only.
+
+When no AWS credentials are configured (or ``sandbox: true``), ``instantstart serve`` runs the Kubernetes
+API emulator on a loopback HTTPS port (``https://127.0.0.1:3443/k8s/clusters/<name>``, a private CA made
+once per data directory, a bearer token) and registers each emulated cluster with the Kubernetes client
+factory through an ordinary kubeconfig file. ``services/`` never learns that it talks to the sandbox: it
+sees kubeconfigs (and, with the AWS world, an endpoint URL). Loopback only: the sandbox's APIs are reached
+from the host or container it runs in, like the data directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from pathlib import Path
+
+import botocore.session
+
+from services.kube import KubeClients
+from services.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def sandbox_enabled(settings: Settings) -> bool:
+    """Explicit setting wins; otherwise the sandbox runs when no credentials are configured.
+
+    Only configured sources count (environment, shared config and credential files, SSO, processes):
+    the instance-metadata and container providers are skipped, because probing them sends traffic off
+    the machine and waits on timeouts. On EC2 or ECS with a role, set ``sandbox: false``.
+    """
+    if settings.sandbox is not None:
+        return settings.sandbox
+    session = botocore.session.get_session()
+    resolver = session.get_component("credential_provider")
+    for provider in ("iam-role", "container-role"):
+        resolver.remove(provider)
+    return resolver.load_credentials() is None
+
+
+def sandbox_dir(settings: Settings) -> Path:
+    return settings.data_dir / "sandbox"
+
+
+def kube_url(settings: Settings) -> str:
+    return f"https://127.0.0.1:{settings.sandbox_kube_port}"
+
+
+def kube_token(settings: Settings) -> str:
+    """The emulator's bearer token: made once per installation, kept 0600 in the data directory."""
+    path = sandbox_dir(settings) / "kube-token"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.write_text(secrets.token_urlsafe(32))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def kubeconfig_path(settings: Settings, cluster: str) -> Path:
+    return settings.data_dir / "kubeconfigs" / f"{cluster}.yaml"
+
+
+def write_kubeconfig(settings: Settings, cluster: str) -> Path:
+    from sandbox.kube import write_kubeconfig as write
+    from sandbox.tls import ensure_tls
+
+    tls = ensure_tls(sandbox_dir(settings) / "tls")
+    return write(kubeconfig_path(settings, cluster), cluster, kube_url(settings), kube_token(settings),
+                 ca_pem=tls.ca_pem)
+
+
+def stored_clusters(settings: Settings) -> list[str]:
+    from sandbox.kube.persistence import stored_cluster_names
+
+    return stored_cluster_names(sandbox_dir(settings) / "kube" / "state.sqlite3")
+
+
+def register_clusters(settings: Settings, kube: KubeClients, names: list[str]) -> None:
+    """Write a kubeconfig per emulated cluster and register it with the client factory."""
+    for name in names:
+        kube.register_kubeconfig(name, write_kubeconfig(settings, name))
+
+
+class Sandbox:
+    """The running sandbox world inside ``instantstart serve``."""
+
+    def __init__(self, settings: Settings, kube: KubeClients) -> None:
+        from sandbox.kube import BackgroundServer, Emulator
+        from sandbox.tls import ensure_tls
+
+        self.settings = settings
+        self.emulator = Emulator(sandbox_dir(settings), token=kube_token(settings))
+        tls = ensure_tls(sandbox_dir(settings) / "tls")
+        self.kube_server = BackgroundServer(self.emulator, "127.0.0.1", settings.sandbox_kube_port,
+                                            ssl_context=tls.server_context())
+        register_clusters(settings, kube, sorted(self.emulator.clusters))
+
+    def start(self) -> None:
+        self.kube_server.start()
+        log.info("sandbox: Kubernetes API emulator at %s/k8s/clusters/<name>", self.kube_server.base_url)
+
+    def stop(self) -> None:
+        self.kube_server.stop()
+        self.emulator.close()
