@@ -16,6 +16,7 @@ from pathlib import Path
 
 import botocore.session
 
+from services.errors import Conflict
 from services.kube import KubeClients
 from services.settings import Settings
 
@@ -96,7 +97,12 @@ class Sandbox:
         register_clusters(settings, kube, sorted(self.emulator.clusters))
 
     def start(self) -> None:
-        self.kube_server.start()
+        try:
+            self.kube_server.start()
+        except OSError as exc:
+            self.emulator.close()
+            raise Conflict(f"the sandbox Kubernetes port {self.settings.sandbox_kube_port} cannot be used "
+                           f"({exc.strerror}); set sandbox_kube_port / --sandbox-kube-port") from None
         log.info("sandbox: Kubernetes API emulator at %s/k8s/clusters/<name>", self.kube_server.base_url)
 
     def stop(self) -> None:

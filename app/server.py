@@ -233,24 +233,25 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
     """Start everything on one port and block until interrupted."""
     settings = services.settings
     settings.check_bind()
-    services.start()
-    token = services.tokens.bootstrap_admin()
-    if token and show_token is not None:
-        show_token(token)
-    pn.extension("tabulator", notifications=True)
-    origins = [f"{h}:{settings.port}" for h in ("127.0.0.1", "localhost", settings.host)] + settings.allowed_origins
-    kwargs: dict[str, Any] = {}
-    if not settings.dev_no_auth:
-        kwargs["auth_provider"] = make_auth_provider(services)
-    world = Sandbox(settings, services.kube) if sandbox_enabled(settings) else None
-    if world is not None:
-        world.start()
+    world: Sandbox | None = None
     try:
+        services.start()  # takes the data directory's lock before anything else touches it
+        if sandbox_enabled(settings):
+            world = Sandbox(settings, services.kube)
+            world.start()
+        token = services.tokens.bootstrap_admin()
+        if token and show_token is not None:
+            show_token(token)
+        pn.extension("tabulator", notifications=True)
+        origins = [f"{h}:{settings.port}" for h in ("127.0.0.1", "localhost", settings.host)]
+        kwargs: dict[str, Any] = {}
+        if not settings.dev_no_auth:
+            kwargs["auth_provider"] = make_auth_provider(services)
         pn.serve(
             {"/": make_dashboard(services)},
             port=settings.port,
             address=settings.host,
-            websocket_origin=origins,
+            websocket_origin=origins + settings.allowed_origins,
             show=False,
             start=True,
             title="InstantStart",

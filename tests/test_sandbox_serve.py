@@ -42,6 +42,10 @@ def test_kubeconfig_kubectl_and_restart(tmp_path: Path) -> None:
                              text=True, timeout=60, env={**os.environ, **env})
         assert out.returncode == 0, out.stderr
         assert (tmp_path / "kc.yaml").stat().st_mode & 0o777 == 0o600
+        busy = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--data-dir", str(tmp_path / "other"),
+                               "--port", "0"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                              env={**os.environ, **env})
+        assert busy.returncode != 0 and "Address already in use" in busy.stderr, "a taken emulator port must fail"
         made = kubectl(tmp_path / "kc.yaml", tmp_path / "cache", "create", "configmap", "kept",
                        "--from-literal=a=1")
         assert made.returncode == 0, made.stderr

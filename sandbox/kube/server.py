@@ -51,6 +51,7 @@ class BackgroundServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: HTTPServer | None = None
         self._ready = threading.Event()
+        self._error: OSError | None = None
         self._thread = threading.Thread(target=self._run, name="kube-emulator", daemon=True)
 
     @property
@@ -58,8 +59,12 @@ class BackgroundServer:
         return f"{'https' if self._ssl else 'http'}://{self.host}:{self.port}"
 
     def start(self) -> BackgroundServer:
+        """Start serving; raises what binding raised (e.g. the port is taken) instead of failing silently."""
         self._thread.start()
-        self._ready.wait(10)
+        if not self._ready.wait(10):
+            raise TimeoutError(f"emulator server on {self.host}:{self._requested_port} did not start")
+        if self._error is not None:
+            raise self._error
         return self
 
     def _run(self) -> None:
@@ -70,7 +75,13 @@ class BackgroundServer:
         async def start() -> None:
             self._server, self.port = _listen(self.emulator, self.host, self._requested_port, self._ssl)
 
-        loop.run_until_complete(start())
+        try:
+            loop.run_until_complete(start())
+        except OSError as exc:
+            self._error = exc
+            self._ready.set()
+            loop.close()
+            return
         self._ready.set()
         loop.run_forever()
         loop.close()
