@@ -8,7 +8,9 @@ import pytest
 from app.bootstrap import Services, build_services
 from services.auth import Principal, Role
 from services.clock import FakeClock
+from services.operations import Engine
 from services.settings import Settings
+from tests.kinds import World, thing_kind
 from tests.support import LiveServer, start_server
 
 
@@ -32,6 +34,19 @@ def services(tmp_path: Path, clock: FakeClock) -> Iterator[Services]:
     svc = build_services(Settings(data_dir=tmp_path / "data", workers=2), clock=clock)
     yield svc
     svc.stop()
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    """The fake outside system the test-only kind ``thing.create`` changes."""
+    return World(tmp_path / "world.json")
+
+
+@pytest.fixture
+def engine(services: Services, world: World) -> Engine:
+    """The services' engine with ``thing.create`` registered (ready after 2 polls, 10 s apart)."""
+    services.engine.register(thing_kind(world, ready_polls=2, poll_seconds=10))
+    return services.engine
 
 
 OPERATOR = Principal("tester", Role.OPERATOR, "t0", "rest")

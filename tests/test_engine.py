@@ -26,17 +26,6 @@ from tests.conftest import ADMIN, OPERATOR
 from tests.kinds import ThingRequest, World, thing_kind
 
 
-@pytest.fixture
-def world(tmp_path: Path) -> World:
-    return World(tmp_path / "world.json")
-
-
-@pytest.fixture
-def engine(services: Services, world: World) -> Engine:
-    services.engine.register(thing_kind(world, ready_polls=2, poll_seconds=10))
-    return services.engine
-
-
 def submit(engine: Engine, name: str = "a", key: str | None = None, size: int = 1) -> OperationView:
     view, _ = engine.submit("thing.create", ThingRequest(name=name, size=size), OPERATOR, key)
     return view

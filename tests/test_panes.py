@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import panel as pn
@@ -18,21 +17,10 @@ from services.auth import Principal, Role
 from services.clock import FakeClock
 from services.events import Event
 from services.operations import Engine, OperationView, Status
-from tests.kinds import ThingRequest, World, thing_kind
+from tests.kinds import ThingRequest, World
 
 OPERATOR = Principal("olga", Role.OPERATOR, "t-op", "ui")
 VIEWER = Principal("vic", Role.VIEWER, "t-view", "ui")
-
-
-@pytest.fixture
-def world(tmp_path: Path) -> World:
-    return World(tmp_path / "world.json")
-
-
-@pytest.fixture
-def engine(services: Services, world: World) -> Engine:
-    services.engine.register(thing_kind(world, ready_polls=2, poll_seconds=10))
-    return services.engine
 
 
 def submit(engine: Engine, name: str) -> OperationView:
