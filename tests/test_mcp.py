@@ -80,15 +80,16 @@ def test_http_transport_mutation_names_operation_and_status_tool(server: LiveSer
             except httpx2.HTTPError:
                 time.sleep(0.2)
 
-        async def main() -> tuple[Any, Any, Any]:
+        async def main() -> tuple[Any, Any, Any, Any]:
             async with Client(f"http://127.0.0.1:{port}/mcp") as client:
                 created = await client.call_tool("backups_create", {"label": "mcp-http"})
                 op_id = created.structured_content["operation"]["id"]
                 done = await client.call_tool("operations_wait", {"id": op_id, "timeout": 10})
                 bad = await client.call_tool("backups_create", {"label": "Not Valid"})
-                return created, done, bad
+                listed = await client.call_tool("operations_list", {"kind": "backup.create", "limit": 50})
+                return created, done, bad, listed
 
-        created, done, bad = anyio.run(main)
+        created, done, bad, listed = anyio.run(main)
     finally:
         proc.terminate()
         proc.wait(10)
@@ -100,6 +101,8 @@ def test_http_transport_mutation_names_operation_and_status_tool(server: LiveSer
     assert done.structured_content["status"] == "succeeded"
     assert bad.is_error is True
     assert json.loads(bad.content[0].text)["error"]["code"] == "invalid"
+    assert listed.is_error is False
+    assert body["operation"]["id"] in [op["id"] for op in json.loads(listed.content[0].text)]
 
 
 def test_every_tool_is_a_live_route(server: LiveServer) -> None:
