@@ -9,10 +9,12 @@ official client and a kubeconfig, exactly as it reaches EKS.
 
 from __future__ import annotations
 
+import hmac
 import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -44,13 +46,15 @@ class Emulator:
 
     ``data_dir``: where state (``kube/state.sqlite3``), the request log (``kube/requests.jsonl``) and
     kubeconfigs (``kube/kubeconfig-<cluster>.yaml``) live; ``None`` keeps everything in memory.
-    ``token``: when set, requests must carry ``Authorization: Bearer <token>``.
+    ``token``: when set, requests must carry ``Authorization: Bearer <token>``, or a bearer token that
+    ``accept`` (called with the cluster name and the token) approves, e.g. an EKS-style presigned token.
     """
 
     def __init__(self, data_dir: Path | None = None, *, token: str | None = None, history: int = 20_000,
-                 debounce: float = 0.2) -> None:
+                 debounce: float = 0.2, accept: Callable[[str, str], bool] | None = None) -> None:
         self.data_dir = Path(data_dir) / "kube" if data_dir is not None else None
         self.token = token
+        self._accept = accept
         self.clusters: dict[str, Cluster] = {}
         self.requests: deque[RequestRecord] = deque(maxlen=REQUEST_LOG_SIZE)
         self._history = history
@@ -69,6 +73,17 @@ class Emulator:
                 cluster.store.load(rv, objects)
                 cluster.restored()
                 self._persister.attach(cluster)
+
+    def authorized(self, cluster: str, authorization: str) -> bool:
+        """Whether an ``Authorization`` header may use ``cluster``."""
+        if self.token is None:
+            return True
+        scheme, _, token = authorization.partition(" ")
+        if scheme != "Bearer" or not token:
+            return False
+        if hmac.compare_digest(token, self.token):
+            return True
+        return self._accept is not None and self._accept(cluster, token)
 
     # --- clusters ---------------------------------------------------------------------------------------
 

@@ -117,10 +117,7 @@ class KubeHandler(RequestHandler):
             return
 
     def _authorize(self) -> None:
-        token = self.emulator.token
-        if token is None:
-            return
-        if self.request.headers.get("Authorization", "") != f"Bearer {token}":
+        if not self.emulator.authorized(self._cluster_name, self.request.headers.get("Authorization", "")):
             raise ApiError(401, "Unauthorized", "Unauthorized")
 
     # --- responses --------------------------------------------------------------------------------------

@@ -1,0 +1,652 @@
+"""EKS as the product sees it: clusters with real status sequences whose endpoint is a Kubernetes emulator
+cluster, node groups, add-ons that install what they install, access entries and pod identity.
+
+moto's EKS makes clusters ``ACTIVE`` at once with a fake endpoint, a non-PEM certificate and no
+``accessConfig``, and has no add-ons, access entries or pod identity at all (sandbox-findings A.3), so this
+simulator owns the whole EKS cluster API. A cluster is ``CREATING`` for ~10 simulated minutes, then
+``ACTIVE`` with ``endpoint = <kube_base_url>/k8s/clusters/<name>`` (a new emulator cluster), a PEM CA and an
+OIDC issuer; ``DELETING`` takes ~5 minutes and removes the emulator cluster. An add-on that becomes
+``ACTIVE`` installs its CRDs (``sandbox.kube.components``), namespace and controller Deployment in the
+emulator; an ``addon_degraded`` fault makes it ``DEGRADED`` (or ``CREATE_FAILED`` while creating). Errors
+use EKS's codes and wording. The add-on catalog and installation live in ``eks_addons.py``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from .base import AwsError, Call, FaultRegistry, SimClock
+from .eks_addons import (
+    ADDONS,
+    VERSIONS,
+    addon_versions,
+    check_configuration,
+    describe_addon_versions,
+    install,
+    uninstall,
+)
+
+if TYPE_CHECKING:
+    from sandbox.kube import Emulator
+
+CLUSTER_CREATE_SECONDS = 600.0
+CLUSTER_DELETE_SECONDS = 300.0
+NODEGROUP_SECONDS = 180.0
+ADDON_SECONDS = 60.0
+UPDATE_SECONDS = 120.0
+DEFAULT_VERSION = "1.33"
+PLATFORM = "eks.9"
+POLICY_PREFIX = "arn:aws:eks::aws:cluster-access-policy/"
+ACCESS_POLICIES = ("AmazonEKSAdminPolicy", "AmazonEKSAdminViewPolicy", "AmazonEKSClusterAdminPolicy",
+                   "AmazonEKSEditPolicy", "AmazonEKSViewPolicy", "AmazonSagemakerHyperpodClusterPolicy",
+                   "AmazonSagemakerHyperpodControllerPolicy", "AmazonSagemakerHyperpodSystemNamespacePolicy",
+                   "AmazonSagemakerHyperpodSpacePolicy")
+SubnetLookup = Callable[[str], str | None]
+
+
+def _not_found(what: str) -> AwsError:
+    return AwsError("ResourceNotFoundException", what, 404)
+
+
+def _page(items: list[Any], params: dict[str, Any], key: str, limit: int = 100) -> dict[str, Any]:
+    start = int(params.get("nextToken") or 0)
+    size = int(params.get("maxResults") or limit)
+    out: dict[str, Any] = {key: items[start:start + size]}
+    if start + size < len(items):
+        out["nextToken"] = str(start + size)
+    return out
+
+
+class EksSimulator:
+    """The ``eks`` service of the sandbox (see the module docstring)."""
+
+    service = "eks"
+    operations = frozenset({
+        "CreateCluster", "DescribeCluster", "ListClusters", "DeleteCluster", "UpdateClusterConfig", "DescribeUpdate",
+        "CreateNodegroup", "DescribeNodegroup", "ListNodegroups", "DeleteNodegroup",
+        "DescribeAddonVersions", "CreateAddon", "DescribeAddon", "ListAddons", "UpdateAddon", "DeleteAddon",
+        "CreateAccessEntry", "DescribeAccessEntry", "ListAccessEntries", "UpdateAccessEntry", "DeleteAccessEntry",
+        "AssociateAccessPolicy", "DisassociateAccessPolicy", "ListAssociatedAccessPolicies", "ListAccessPolicies",
+        "CreatePodIdentityAssociation", "DescribePodIdentityAssociation", "ListPodIdentityAssociations",
+        "DeletePodIdentityAssociation", "TagResource", "UntagResource", "ListTagsForResource",
+    })
+
+    def __init__(self, clock: SimClock, faults: FaultRegistry, kube: Emulator | None, *,
+                 kube_base_url: str, region: str = "us-west-2", account: str = "123456789012",
+                 subnet_vpc: SubnetLookup | None = None, ca_pem: bytes) -> None:
+        self.clock = clock
+        self.ca_data = base64.b64encode(ca_pem).decode()  # the CA that signs the emulator's TLS certificate
+        self.faults = faults
+        self.kube = kube
+        self.kube_base_url = kube_base_url.rstrip("/")
+        self.region = region
+        self.account = account
+        self.subnet_vpc = subnet_vpc
+        # name -> {"cluster", "nodegroups", "addons", "access", "pods", "updates", "due": {key: time}}
+        self._clusters: dict[str, dict[str, Any]] = {}
+
+    # --- persistence and time --------------------------------------------------------------------------
+
+    def to_state(self) -> dict[str, Any]:
+        return {"clusters": self._clusters}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self._clusters = dict(state.get("clusters", {}))
+
+    def active_cluster(self, arn: str) -> str | None:
+        """The emulator cluster behind an EKS cluster ARN, if that cluster exists and is ACTIVE
+        (what HyperPod's CreateCluster checks about its orchestrator)."""
+        for name, rec in list(self._clusters.items()):
+            if rec["cluster"]["arn"] == arn and rec["cluster"]["status"] == "ACTIVE":
+                return name
+        return None
+
+    def tick(self, now: float) -> None:
+        for name, rec in list(self._clusters.items()):
+            cluster = rec["cluster"]
+            for key, due in sorted(rec["due"].items(), key=lambda kv: kv[1]):
+                if due <= now:
+                    del rec["due"][key]
+                    self._finish(name, rec, key)
+            if name in self._clusters and cluster["status"] == "ACTIVE":
+                self._check_addon_faults(name, rec)
+
+    def _finish(self, name: str, rec: dict[str, Any], key: str) -> None:
+        kind, _, item = key.partition(":")
+        cluster = rec["cluster"]
+        if kind == "cluster" and cluster["status"] == "CREATING":
+            self._activate(name, cluster)
+        elif kind == "cluster" and cluster["status"] == "DELETING":
+            del self._clusters[name]
+            if self.kube is not None:
+                self.kube.delete_cluster(name)
+        elif kind == "update":
+            rec["updates"][item]["status"] = "Successful"
+            if cluster["status"] == "UPDATING":
+                cluster["status"] = "ACTIVE"
+        elif kind == "nodegroup":
+            group = rec["nodegroups"].get(item)
+            if group is not None and group["status"] == "CREATING":
+                group["status"] = "ACTIVE"
+            elif group is not None and group["status"] == "DELETING":
+                del rec["nodegroups"][item]
+        elif kind == "addon":
+            self._finish_addon(name, rec, item)
+
+    def _activate(self, name: str, cluster: dict[str, Any]) -> None:
+        cluster["status"] = "ACTIVE"
+        cluster["endpoint"] = f"{self.kube_base_url}/k8s/clusters/{name}"
+        if self.kube is not None:
+            self.kube.ensure_cluster(name)
+            if self.kube.data_dir is not None:
+                self.kube.write_kubeconfig(name, self.kube_base_url)
+
+    def _finish_addon(self, cluster_name: str, rec: dict[str, Any], addon_name: str) -> None:
+        addon = rec["addons"].get(addon_name)
+        if addon is None:
+            return
+        if addon["status"] == "DELETING":
+            del rec["addons"][addon_name]
+            if not addon.get("_preserve"):
+                uninstall(self.kube, cluster_name, addon_name)
+            return
+        if self._degraded(cluster_name, addon_name):
+            failed = "CREATE_FAILED" if addon["status"] == "CREATING" else "UPDATE_FAILED"
+            self._set_issue(addon, failed, "InsufficientNumberOfReplicas",
+                            "The add-on is unhealthy because it doesn't have the desired number of replicas.")
+            return
+        missing = [dep for dep in ADDONS[addon_name].requires
+                   if dep not in rec["addons"] or rec["addons"][dep]["status"] == "DELETING"]
+        if missing and addon["status"] == "CREATING":
+            self._set_issue(addon, "CREATE_FAILED", "ConfigurationConflict",
+                            f"{addon_name} requires the add-on(s) {', '.join(missing)}; install them first.")
+            return
+        install(self.kube, cluster_name, addon_name, self.region)
+        addon["status"] = "ACTIVE"
+        addon["health"] = {"issues": []}
+        addon["modifiedAt"] = self.clock.now()
+
+    @staticmethod
+    def _set_issue(addon: dict[str, Any], status: str, code: str, message: str) -> None:
+        addon["status"] = status
+        addon["health"] = {"issues": [{"code": code, "message": message, "resourceIds": []}]}
+
+    def _degraded(self, cluster_name: str, addon_name: str) -> bool:
+        return any(f.kind == "addon_degraded" and f.target.get("cluster", cluster_name) == cluster_name
+                   and f.target.get("addon", addon_name) == addon_name for f in self.faults.list())
+
+    def _check_addon_faults(self, cluster_name: str, rec: dict[str, Any]) -> None:
+        for addon_name, addon in rec["addons"].items():
+            degraded = self._degraded(cluster_name, addon_name)
+            if addon["status"] == "ACTIVE" and degraded:
+                self._set_issue(addon, "DEGRADED", "InsufficientNumberOfReplicas",
+                                "The add-on is unhealthy because it doesn't have the desired number of replicas.")
+            elif addon["status"] == "DEGRADED" and not degraded:
+                addon["status"] = "ACTIVE"
+                addon["health"] = {"issues": []}
+
+    # --- dispatch ---------------------------------------------------------------------------------------
+
+    def handle(self, call: Call) -> dict[str, Any]:
+        method: Callable[[dict[str, Any]], dict[str, Any]] = getattr(self, "_op_" + call.operation)
+        return method(call.params)
+
+    def _arn(self, kind: str, *parts: str) -> str:
+        return f"arn:aws:eks:{self.region}:{self.account}:{kind}/" + "/".join(parts)
+
+    def _rec(self, name: str) -> dict[str, Any]:
+        rec = self._clusters.get(name)
+        if rec is None:
+            raise _not_found(f"No cluster found for name: {name}.")
+        return rec
+
+    def _active(self, name: str) -> dict[str, Any]:
+        rec = self._rec(name)
+        status = rec["cluster"]["status"]
+        if status not in ("ACTIVE", "UPDATING"):
+            raise AwsError("InvalidRequestException", f"Cluster '{name}' is in {status} status; it must be ACTIVE.")
+        return rec
+
+    @staticmethod
+    def _public(obj: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in obj.items() if not k.startswith("_")}
+
+    # --- clusters ------------------------------------------------------------------------------------
+
+    def _op_CreateCluster(self, p: dict[str, Any]) -> dict[str, Any]:
+        name = p["name"]
+        if name in self._clusters:
+            raise AwsError("ResourceInUseException", f"Cluster already exists with name: {name}", 409)
+        version = p.get("version", DEFAULT_VERSION)
+        if version not in VERSIONS:
+            raise AwsError("InvalidParameterException", f"unsupported Kubernetes version {version}")
+        vpc = p["resourcesVpcConfig"]
+        subnets = list(vpc.get("subnetIds") or [])
+        if len(subnets) < 2:
+            raise AwsError("InvalidParameterException",
+                           "Subnets specified must be in at least two different AZs")
+        vpc_id = self.subnet_vpc(subnets[0]) if self.subnet_vpc is not None else "vpc-" + secrets.token_hex(8)[:17]
+        if vpc_id is None:
+            raise AwsError("InvalidParameterException", f"The subnet ID '{subnets[0]}' does not exist")
+        access = dict(p.get("accessConfig") or {})
+        mode = access.get("authenticationMode", "CONFIG_MAP")
+        now = self.clock.now()
+        oidc_id = secrets.token_hex(16).upper()
+        cluster: dict[str, Any] = {
+            "name": name, "arn": self._arn("cluster", name), "createdAt": now, "version": version,
+            "roleArn": p["roleArn"], "status": "CREATING", "platformVersion": PLATFORM, "id": str(uuid.uuid4()),
+            "resourcesVpcConfig": {
+                "subnetIds": subnets, "securityGroupIds": list(vpc.get("securityGroupIds") or []),
+                "clusterSecurityGroupId": "sg-" + secrets.token_hex(9)[:17], "vpcId": vpc_id,
+                "endpointPublicAccess": vpc.get("endpointPublicAccess", True),
+                "endpointPrivateAccess": vpc.get("endpointPrivateAccess", False),
+                "publicAccessCidrs": list(vpc.get("publicAccessCidrs") or ["0.0.0.0/0"])},
+            "kubernetesNetworkConfig": {"serviceIpv4Cidr": "172.20.0.0/16", "ipFamily": "ipv4",
+                                        "elasticLoadBalancing": {"enabled": False},
+                                        **(p.get("kubernetesNetworkConfig") or {})},
+            "logging": p.get("logging") or {"clusterLogging": [{"types": ["api", "audit", "authenticator",
+                                                                          "controllerManager", "scheduler"],
+                                                                "enabled": False}]},
+            "identity": {"oidc": {"issuer": f"https://oidc.eks.{self.region}.amazonaws.com/id/{oidc_id}"}},
+            "certificateAuthority": {"data": self.ca_data},
+            "tags": dict(p.get("tags") or {}), "health": {"issues": []},
+            "accessConfig": {"authenticationMode": mode,
+                             "bootstrapClusterCreatorAdminPermissions":
+                                 access.get("bootstrapClusterCreatorAdminPermissions", True)},
+            "upgradePolicy": p.get("upgradePolicy") or {"supportType": "EXTENDED"},
+            "deletionProtection": bool(p.get("deletionProtection", False)),
+        }
+        for key in ("clientRequestToken", "encryptionConfig", "zonalShiftConfig", "computeConfig",
+                    "storageConfig", "remoteNetworkConfig"):
+            if p.get(key) is not None:
+                cluster[key] = p[key]
+        rec: dict[str, Any] = {"cluster": cluster, "nodegroups": {}, "addons": {}, "access": {}, "pods": {},
+                               "updates": {}, "due": {"cluster": now + CLUSTER_CREATE_SECONDS}}
+        self._clusters[name] = rec
+        if mode != "CONFIG_MAP" and cluster["accessConfig"]["bootstrapClusterCreatorAdminPermissions"]:
+            creator = f"arn:aws:iam::{self.account}:root"
+            self._new_access_entry(name, rec, {"principalArn": creator})
+            rec["access"][creator]["_policies"][POLICY_PREFIX + "AmazonEKSClusterAdminPolicy"] = {
+                "policyArn": POLICY_PREFIX + "AmazonEKSClusterAdminPolicy", "accessScope": {"type": "cluster"},
+                "associatedAt": now, "modifiedAt": now}
+        return {"cluster": self._cluster_out(cluster)}
+
+    @staticmethod
+    def _cluster_out(cluster: dict[str, Any]) -> dict[str, Any]:
+        out = dict(cluster)
+        if cluster["status"] == "CREATING":  # no endpoint or CA until the control plane is up
+            out.pop("endpoint", None)
+            out["certificateAuthority"] = {}
+        return out
+
+    def _op_DescribeCluster(self, p: dict[str, Any]) -> dict[str, Any]:
+        return {"cluster": self._cluster_out(self._rec(p["name"])["cluster"])}
+
+    def _op_ListClusters(self, p: dict[str, Any]) -> dict[str, Any]:
+        return _page(sorted(self._clusters), p, "clusters")
+
+    def _op_DeleteCluster(self, p: dict[str, Any]) -> dict[str, Any]:
+        rec = self._rec(p["name"])
+        cluster = rec["cluster"]
+        if rec["nodegroups"]:
+            raise AwsError("ResourceInUseException", "Cluster has nodegroups attached", 409)
+        if cluster.get("deletionProtection"):
+            raise AwsError("InvalidRequestException", "Cluster has deletion protection enabled.")
+        if cluster["status"] in ("CREATING", "UPDATING"):
+            raise AwsError("ResourceInUseException",
+                           f"Cannot delete because cluster {p['name']} currently has an update in progress", 409)
+        if cluster["status"] != "DELETING":
+            cluster["status"] = "DELETING"
+            rec["due"] = {"cluster": self.clock.now() + CLUSTER_DELETE_SECONDS}
+            for addon in rec["addons"].values():
+                addon["status"] = "DELETING"
+        return {"cluster": self._cluster_out(cluster)}
+
+    def _op_UpdateClusterConfig(self, p: dict[str, Any]) -> dict[str, Any]:
+        rec = self._active(p["name"])
+        cluster = rec["cluster"]
+        if any(u["status"] == "InProgress" for u in rec["updates"].values()):
+            raise AwsError("ResourceInUseException", "An update is already in progress on this cluster", 409)
+        params: list[dict[str, str]] = []
+        kind = "ConfigUpdate"
+        access = p.get("accessConfig") or {}
+        if "authenticationMode" in access:
+            current = cluster["accessConfig"]["authenticationMode"]
+            new = access["authenticationMode"]
+            if (current == "API" and new != "API") or (current == "API_AND_CONFIG_MAP" and new == "CONFIG_MAP"):
+                raise AwsError("InvalidParameterException",
+                               f"Unsupported authentication mode update from {current} to {new}")
+            cluster["accessConfig"]["authenticationMode"] = new
+            params.append({"type": "AuthenticationMode", "value": new})
+            kind = "AccessConfigUpdate"
+        for key in ("resourcesVpcConfig", "logging", "upgradePolicy", "zonalShiftConfig"):
+            if p.get(key):
+                target = cluster.setdefault(key, {})
+                target.update(p[key])
+                params.append({"type": key, "value": json.dumps(p[key])})
+        if "deletionProtection" in p:
+            cluster["deletionProtection"] = bool(p["deletionProtection"])
+            params.append({"type": "DeletionProtection", "value": str(p["deletionProtection"]).lower()})
+        if not params:
+            raise AwsError("InvalidParameterException", "No changes needed")
+        update: dict[str, Any] = {"id": str(uuid.uuid4()), "status": "InProgress", "type": kind,
+                                  "params": params, "createdAt": self.clock.now(), "errors": []}
+        rec["updates"][update["id"]] = update
+        rec["due"]["update:" + update["id"]] = self.clock.now() + UPDATE_SECONDS
+        cluster["status"] = "UPDATING"
+        return {"update": update}
+
+    def _op_DescribeUpdate(self, p: dict[str, Any]) -> dict[str, Any]:
+        rec = self._rec(p["name"])
+        update = rec["updates"].get(p["updateId"])
+        if update is None:
+            raise _not_found(f"No update found for ID: {p['updateId']}")
+        return {"update": update}
+
+    # --- node groups ---------------------------------------------------------------------------------------
+
+    def _op_CreateNodegroup(self, p: dict[str, Any]) -> dict[str, Any]:
+        name, group_name = p["clusterName"], p["nodegroupName"]
+        rec = self._active(name)
+        if group_name in rec["nodegroups"]:
+            raise AwsError("ResourceInUseException", f"NodeGroup already exists with name {group_name} and cluster "
+                                                     f"name {name}", 409)
+        now = self.clock.now()
+        group = {
+            "nodegroupName": group_name, "clusterName": name, "version": rec["cluster"]["version"],
+            "nodegroupArn": self._arn("nodegroup", name, group_name, str(uuid.uuid4())),
+            "releaseVersion": f"{rec['cluster']['version']}.0-20260101", "createdAt": now, "modifiedAt": now,
+            "status": "CREATING", "capacityType": p.get("capacityType", "ON_DEMAND"),
+            "scalingConfig": p.get("scalingConfig") or {"minSize": 1, "maxSize": 2, "desiredSize": 2},
+            "instanceTypes": p.get("instanceTypes") or ["t3.medium"], "subnets": p["subnets"],
+            "amiType": p.get("amiType", "AL2023_x86_64_STANDARD"), "nodeRole": p["nodeRole"],
+            "labels": p.get("labels") or {}, "taints": p.get("taints") or [], "diskSize": p.get("diskSize", 20),
+            "health": {"issues": []}, "tags": p.get("tags") or {},
+            "resources": {"autoScalingGroups": [{"name": f"eks-{group_name}-{uuid.uuid4()}"}]},
+            "updateConfig": p.get("updateConfig") or {"maxUnavailable": 1},
+        }
+        rec["nodegroups"][group_name] = group
+        rec["due"]["nodegroup:" + group_name] = now + NODEGROUP_SECONDS
+        return {"nodegroup": group}
+
+    def _nodegroup(self, p: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        rec = self._rec(p["clusterName"])
+        group = rec["nodegroups"].get(p["nodegroupName"])
+        if group is None:
+            raise _not_found(f"No node group found for name: {p['nodegroupName']}.")
+        return rec, group
+
+    def _op_DescribeNodegroup(self, p: dict[str, Any]) -> dict[str, Any]:
+        return {"nodegroup": self._nodegroup(p)[1]}
+
+    def _op_ListNodegroups(self, p: dict[str, Any]) -> dict[str, Any]:
+        return _page(sorted(self._rec(p["clusterName"])["nodegroups"]), p, "nodegroups")
+
+    def _op_DeleteNodegroup(self, p: dict[str, Any]) -> dict[str, Any]:
+        rec, group = self._nodegroup(p)
+        if group["status"] == "CREATING":
+            raise AwsError("ResourceInUseException", f"Nodegroup {group['nodegroupName']} is currently CREATING", 409)
+        group["status"] = "DELETING"
+        rec["due"]["nodegroup:" + group["nodegroupName"]] = self.clock.now() + NODEGROUP_SECONDS
+        return {"nodegroup": group}
+
+    # --- add-ons ------------------------------------------------------------------------------------------
+
+    def _op_DescribeAddonVersions(self, p: dict[str, Any]) -> dict[str, Any]:
+        return _page(describe_addon_versions(p), p, "addons")
+
+    def _op_CreateAddon(self, p: dict[str, Any]) -> dict[str, Any]:
+        name, addon_name = p["clusterName"], p["addonName"]
+        rec = self._active(name)
+        spec = ADDONS.get(addon_name)
+        if spec is None:
+            raise _not_found(f"Addon {addon_name} specified is not supported")
+        if addon_name in rec["addons"]:
+            raise AwsError("ResourceInUseException", f"Addon already exists: {addon_name}", 409)
+        versions = addon_versions(addon_name, rec["cluster"]["version"])
+        version = p.get("addonVersion") or versions[0]
+        if version not in versions:
+            raise AwsError("InvalidParameterException", f"Addon version specified is not supported for cluster "
+                                                        f"version {rec['cluster']['version']}")
+        check_configuration(p.get("configurationValues"))
+        now = self.clock.now()
+        addon: dict[str, Any] = {
+            "addonName": addon_name, "clusterName": name, "status": "CREATING", "addonVersion": version,
+            "health": {"issues": []}, "addonArn": self._arn("addon", name, addon_name, str(uuid.uuid4())),
+            "createdAt": now, "modifiedAt": now, "tags": p.get("tags") or {}, "owner": spec.owner,
+            "publisher": spec.publisher, "namespaceConfig": {"namespace": (p.get("namespaceConfig") or {}).get(
+                "namespace", spec.namespace)},
+        }
+        for key in ("serviceAccountRoleArn", "configurationValues"):
+            if p.get(key):
+                addon[key] = p[key]
+        for assoc in p.get("podIdentityAssociations") or []:
+            created = self._new_pod_identity(name, rec, {"namespace": spec.namespace, **assoc},
+                                             owner=addon["addonArn"])
+            addon.setdefault("podIdentityAssociations", []).append(created["associationArn"])
+        rec["addons"][addon_name] = addon
+        rec["due"]["addon:" + addon_name] = now + ADDON_SECONDS
+        return {"addon": self._public(addon)}
+
+    def _addon(self, p: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        rec = self._rec(p["clusterName"])
+        addon = rec["addons"].get(p["addonName"])
+        if addon is None:
+            raise _not_found(f"No addon: {p['addonName']} found in cluster: {p['clusterName']}")
+        return rec, addon
+
+    def _op_DescribeAddon(self, p: dict[str, Any]) -> dict[str, Any]:
+        return {"addon": self._public(self._addon(p)[1])}
+
+    def _op_ListAddons(self, p: dict[str, Any]) -> dict[str, Any]:
+        return _page(sorted(self._rec(p["clusterName"])["addons"]), p, "addons")
+
+    def _op_UpdateAddon(self, p: dict[str, Any]) -> dict[str, Any]:
+        rec, addon = self._addon(p)
+        if addon["status"] in ("CREATING", "DELETING", "UPDATING"):
+            raise AwsError("ResourceInUseException", f"Addon {addon['addonName']} is currently {addon['status']}", 409)
+        params: list[dict[str, str]] = []
+        if p.get("addonVersion"):
+            if p["addonVersion"] not in addon_versions(addon["addonName"], rec["cluster"]["version"]):
+                raise AwsError("InvalidParameterException", "Addon version specified is not supported")
+            addon["addonVersion"] = p["addonVersion"]
+            params.append({"type": "AddonVersion", "value": p["addonVersion"]})
+        if "configurationValues" in p:
+            check_configuration(p["configurationValues"])
+            addon["configurationValues"] = p["configurationValues"]
+            params.append({"type": "ConfigurationValues", "value": p["configurationValues"]})
+        if p.get("serviceAccountRoleArn"):
+            addon["serviceAccountRoleArn"] = p["serviceAccountRoleArn"]
+            params.append({"type": "ServiceAccountRoleArn", "value": p["serviceAccountRoleArn"]})
+        if p.get("resolveConflicts"):
+            params.append({"type": "ResolveConflicts", "value": p["resolveConflicts"]})
+        now = self.clock.now()
+        addon["status"] = "UPDATING"
+        addon["modifiedAt"] = now
+        rec["due"]["addon:" + addon["addonName"]] = now + ADDON_SECONDS
+        update: dict[str, Any] = {"id": str(uuid.uuid4()), "status": "InProgress", "type": "AddonUpdate",
+                                  "params": params, "createdAt": now, "errors": []}
+        rec["updates"][update["id"]] = update
+        rec["due"]["update:" + update["id"]] = now + ADDON_SECONDS
+        return {"update": update}
+
+    def _op_DeleteAddon(self, p: dict[str, Any]) -> dict[str, Any]:
+        rec, addon = self._addon(p)
+        addon["status"] = "DELETING"
+        addon["_preserve"] = bool(p.get("preserve", False))
+        rec["due"]["addon:" + addon["addonName"]] = self.clock.now() + ADDON_SECONDS / 2
+        for arn in addon.get("podIdentityAssociations", []):
+            rec["pods"].pop(arn.rsplit("/", 1)[-1], None)
+        return {"addon": self._public(addon)}
+
+    # --- access entries --------------------------------------------------------------------------------
+
+    def _access_rec(self, name: str) -> dict[str, Any]:
+        rec = self._rec(name)
+        if rec["cluster"]["accessConfig"]["authenticationMode"] == "CONFIG_MAP":
+            raise AwsError("InvalidRequestException", "The cluster's authentication mode must be set to one of "
+                                                      "[API, API_AND_CONFIG_MAP] to perform this operation.")
+        return rec
+
+    def _new_access_entry(self, name: str, rec: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
+        principal = p["principalArn"]
+        now = self.clock.now()
+        kind = p.get("type", "STANDARD")
+        entry = {"clusterName": name, "principalArn": principal, "kubernetesGroups": p.get("kubernetesGroups") or [],
+                 "accessEntryArn": self._arn("access-entry", name, "role", self.account, principal.rsplit("/", 1)[-1],
+                                             str(uuid.uuid4())),
+                 "createdAt": now, "modifiedAt": now, "tags": p.get("tags") or {},
+                 "username": p.get("username") or principal, "type": kind, "_policies": {}}
+        rec["access"][principal] = entry
+        return entry
+
+    def _entry(self, p: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        rec = self._access_rec(p["clusterName"])
+        entry = rec["access"].get(p["principalArn"])
+        if entry is None:
+            raise _not_found(f"The specified principalArn could not be found. You can view your available access "
+                             f"entries with 'list-access-entries'. ({p['principalArn']})")
+        return rec, entry
+
+    def _op_CreateAccessEntry(self, p: dict[str, Any]) -> dict[str, Any]:
+        rec = self._access_rec(p["clusterName"])
+        if p["principalArn"] in rec["access"]:
+            raise AwsError("ResourceInUseException", "The specified access entry resource is already in use on this "
+                                                     "cluster.", 409)
+        if p.get("type", "STANDARD") != "STANDARD" and (p.get("kubernetesGroups") or p.get("username")):
+            raise AwsError("InvalidParameterException",
+                           "kubernetesGroups and username can only be set for access entries of type STANDARD")
+        return {"accessEntry": self._public(self._new_access_entry(p["clusterName"], rec, p))}
+
+    def _op_DescribeAccessEntry(self, p: dict[str, Any]) -> dict[str, Any]:
+        return {"accessEntry": self._public(self._entry(p)[1])}
+
+    def _op_ListAccessEntries(self, p: dict[str, Any]) -> dict[str, Any]:
+        rec = self._access_rec(p["clusterName"])
+        wanted = p.get("associatedPolicyArn")
+        names = sorted(arn for arn, entry in rec["access"].items() if not wanted or wanted in entry["_policies"])
+        return _page(names, p, "accessEntries")
+
+    def _op_UpdateAccessEntry(self, p: dict[str, Any]) -> dict[str, Any]:
+        _, entry = self._entry(p)
+        for key in ("kubernetesGroups", "username"):
+            if key in p:
+                entry[key] = p[key]
+        entry["modifiedAt"] = self.clock.now()
+        return {"accessEntry": self._public(entry)}
+
+    def _op_DeleteAccessEntry(self, p: dict[str, Any]) -> dict[str, Any]:
+        rec, _ = self._entry(p)
+        del rec["access"][p["principalArn"]]
+        return {}
+
+    def _op_AssociateAccessPolicy(self, p: dict[str, Any]) -> dict[str, Any]:
+        _, entry = self._entry(p)
+        policy = p["policyArn"]
+        if not policy.startswith(POLICY_PREFIX) or policy[len(POLICY_PREFIX):] not in ACCESS_POLICIES:
+            raise _not_found(f"The specified policy could not be found: {policy}")
+        scope = p["accessScope"]
+        if scope.get("type") == "namespace" and not scope.get("namespaces"):
+            raise AwsError("InvalidParameterException", "namespaces must be provided for access scope type namespace")
+        now = self.clock.now()
+        previous = entry["_policies"].get(policy)
+        associated = {"policyArn": policy, "accessScope": scope,
+                      "associatedAt": previous["associatedAt"] if previous else now, "modifiedAt": now}
+        entry["_policies"][policy] = associated
+        return {"clusterName": p["clusterName"], "principalArn": p["principalArn"],
+                "associatedAccessPolicy": associated}
+
+    def _op_DisassociateAccessPolicy(self, p: dict[str, Any]) -> dict[str, Any]:
+        _, entry = self._entry(p)
+        if entry["_policies"].pop(p["policyArn"], None) is None:
+            raise _not_found(f"The specified policy is not associated: {p['policyArn']}")
+        return {}
+
+    def _op_ListAssociatedAccessPolicies(self, p: dict[str, Any]) -> dict[str, Any]:
+        _, entry = self._entry(p)
+        policies = [entry["_policies"][k] for k in sorted(entry["_policies"])]
+        return {"clusterName": p["clusterName"], "principalArn": p["principalArn"],
+                **_page(policies, p, "associatedAccessPolicies")}
+
+    def _op_ListAccessPolicies(self, p: dict[str, Any]) -> dict[str, Any]:
+        return _page([{"name": n, "arn": POLICY_PREFIX + n} for n in ACCESS_POLICIES], p, "accessPolicies")
+
+    # --- pod identity ---------------------------------------------------------------------------------
+
+    def _new_pod_identity(self, name: str, rec: dict[str, Any], p: dict[str, Any],
+                          owner: str | None = None) -> dict[str, Any]:
+        namespace, account = p["namespace"], p["serviceAccount"]
+        if any(a["namespace"] == namespace and a["serviceAccount"] == account for a in rec["pods"].values()):
+            raise AwsError("ResourceInUseException", f"Association already exists for service account "
+                                                     f"{namespace}/{account}", 409)
+        assoc_id = "a-" + secrets.token_hex(9)[:17]
+        now = self.clock.now()
+        assoc = {"clusterName": name, "namespace": namespace, "serviceAccount": account, "roleArn": p["roleArn"],
+                 "associationArn": self._arn("podidentityassociation", name, assoc_id), "associationId": assoc_id,
+                 "tags": p.get("tags") or {}, "createdAt": now, "modifiedAt": now,
+                 "disableSessionTags": bool(p.get("disableSessionTags", False))}
+        for key in ("targetRoleArn", "policy"):
+            if p.get(key):
+                assoc[key] = p[key]
+        if owner:
+            assoc["ownerArn"] = owner
+        rec["pods"][assoc_id] = assoc
+        return assoc
+
+    def _op_CreatePodIdentityAssociation(self, p: dict[str, Any]) -> dict[str, Any]:
+        rec = self._active(p["clusterName"])
+        return {"association": self._new_pod_identity(p["clusterName"], rec, p)}
+
+    def _association(self, p: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        rec = self._rec(p["clusterName"])
+        assoc = rec["pods"].get(p["associationId"])
+        if assoc is None:
+            raise _not_found(f"Association {p['associationId']} not found")
+        return rec, assoc
+
+    def _op_DescribePodIdentityAssociation(self, p: dict[str, Any]) -> dict[str, Any]:
+        return {"association": self._association(p)[1]}
+
+    def _op_ListPodIdentityAssociations(self, p: dict[str, Any]) -> dict[str, Any]:
+        rec = self._rec(p["clusterName"])
+        keys = ("clusterName", "namespace", "serviceAccount", "associationArn", "associationId", "ownerArn")
+        items = [{k: a[k] for k in keys if k in a} for a in sorted(rec["pods"].values(), key=lambda a: a["createdAt"])
+                 if p.get("namespace") in (None, a["namespace"]) and p.get("serviceAccount") in (None,
+                                                                                                  a["serviceAccount"])]
+        return _page(items, p, "associations")
+
+    def _op_DeletePodIdentityAssociation(self, p: dict[str, Any]) -> dict[str, Any]:
+        rec, assoc = self._association(p)
+        del rec["pods"][p["associationId"]]
+        return {"association": assoc}
+
+    # --- tags -----------------------------------------------------------------------------------------------
+
+    def _tagged(self, arn: str) -> dict[str, Any]:
+        for rec in self._clusters.values():
+            candidates: list[dict[str, Any]] = [rec["cluster"], *rec["nodegroups"].values(), *rec["addons"].values(),
+                          *rec["access"].values(), *rec["pods"].values()]
+            for obj in candidates:
+                if arn in (obj.get("arn"), obj.get("nodegroupArn"), obj.get("addonArn"), obj.get("accessEntryArn"),
+                           obj.get("associationArn")):
+                    return obj
+        raise _not_found(f"Resource {quote(arn, safe=':/')} not found")
+
+    def _op_TagResource(self, p: dict[str, Any]) -> dict[str, Any]:
+        self._tagged(p["resourceArn"]).setdefault("tags", {}).update(p["tags"])
+        return {}
+
+    def _op_UntagResource(self, p: dict[str, Any]) -> dict[str, Any]:
+        tags = self._tagged(p["resourceArn"]).setdefault("tags", {})
+        for key in p["tagKeys"]:
+            tags.pop(key, None)
+        return {}
+
+    def _op_ListTagsForResource(self, p: dict[str, Any]) -> dict[str, Any]:
+        return {"tags": self._tagged(p["resourceArn"]).get("tags", {})}

@@ -1,0 +1,173 @@
+"""The EKS add-on catalog and what an add-on does to its cluster, split from ``eks.py`` to keep both short.
+
+Versions are realistic (``aws-facts.md`` §3 and the public EKS add-on catalogue of 2026): the HyperPod
+add-ons with their eksbuild versions, the base networking add-ons, cert-manager, CSI drivers and
+metrics-server. An add-on that becomes ACTIVE installs the CRDs of its ``sandbox.kube.components``, its
+namespace and a controller Deployment labelled ``eks.amazonaws.com/addon``, with server-side apply under
+the field manager ``eks``, so re-installing is a no-op.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from .base import AwsError
+
+if TYPE_CHECKING:
+    from sandbox.kube import Emulator
+
+VERSIONS = ("1.34", "1.33", "1.32", "1.31", "1.30", "1.29", "1.28")
+
+
+@dataclass(frozen=True)
+class AddonSpec:
+    """One add-on of the catalog: versions newest first, what it installs, which add-ons it needs."""
+
+    type: str
+    versions: tuple[str, ...]
+    namespace: str = "kube-system"
+    owner: str = "aws"
+    publisher: str = "eks"
+    components: tuple[str, ...] = ()  # sandbox.kube.components names whose CRDs it installs
+    controller: str | None = None  # the Deployment it runs in ``namespace``
+    requires: tuple[str, ...] = ()
+    iam: bool = False
+
+
+ADDONS: dict[str, AddonSpec] = {
+    "vpc-cni": AddonSpec("networking", ("v1.20.4-eksbuild.1", "v1.19.6-eksbuild.7", "v1.18.3-eksbuild.3"),
+                         iam=True),
+    "kube-proxy": AddonSpec("networking", ()),  # versions follow the cluster's minor, see _versions
+    "coredns": AddonSpec("networking", ("v1.12.2-eksbuild.4", "v1.11.4-eksbuild.14"), controller="coredns"),
+    "eks-pod-identity-agent": AddonSpec("security", ("v1.3.8-eksbuild.2", "v1.3.7-eksbuild.2")),
+    "cert-manager": AddonSpec("security", ("v1.18.2-eksbuild.1", "v1.17.2-eksbuild.1"), namespace="cert-manager",
+                              owner="community", publisher="cert-manager", controller="cert-manager"),
+    "metrics-server": AddonSpec("observability", ("v0.8.0-eksbuild.1", "v0.7.2-eksbuild.4"), owner="community",
+                                publisher="metrics-server", controller="metrics-server"),
+    "aws-ebs-csi-driver": AddonSpec("storage", ("v1.48.0-eksbuild.2", "v1.45.0-eksbuild.2"),
+                                    controller="ebs-csi-controller", iam=True),
+    "aws-mountpoint-s3-csi-driver": AddonSpec("storage", ("v2.1.0-eksbuild.1", "v1.14.1-eksbuild.1"),
+                                              controller="s3-csi-controller", iam=True),
+    "aws-fsx-csi-driver": AddonSpec("storage", ("v1.6.0-eksbuild.1", "v1.5.0-eksbuild.1"),
+                                    controller="fsx-csi-controller", iam=True),
+    "amazon-sagemaker-hyperpod-training-operator": AddonSpec(
+        "machine-learning", ("v1.2.0-eksbuild.1", "v1.1.0-eksbuild.1", "v1.0.0-eksbuild.1"), namespace="aws-hyperpod",
+        components=("hyperpod-training-operator",), controller="hp-training-operator-controller-manager",
+        requires=("cert-manager", "eks-pod-identity-agent"), iam=True),
+    "amazon-sagemaker-hyperpod-inference": AddonSpec(
+        "machine-learning", ("v1.5.0-eksbuild.1", "v1.4.0-eksbuild.1", "v1.3.0-eksbuild.1", "v1.2.0-eksbuild.1"),
+        namespace="hyperpod-inference-system", components=("inference-operator", "keda"),
+        controller="hyperpod-inference-controller-manager", requires=("cert-manager",), iam=True),
+    "amazon-sagemaker-hyperpod-taskgovernance": AddonSpec(
+        "machine-learning", ("v1.6.0-eksbuild.1", "v1.5.0-eksbuild.1", "v1.3.0-eksbuild.1"),
+        namespace="kueue-system", components=("kueue",), controller="kueue-controller-manager"),
+    "amazon-sagemaker-hyperpod-observability": AddonSpec(
+        "observability", ("v1.0.3-eksbuild.1", "v1.0.2-eksbuild.1"), namespace="hyperpod-observability",
+        controller="hyperpod-observability-operator", iam=True),
+}
+
+
+def _versions(name: str, k8s: str) -> tuple[str, ...]:
+    if name == "kube-proxy":
+        minor = int(k8s.split(".")[1])
+        return (f"v{k8s}.{minor - 24}-eksbuild.2", f"v{k8s}.{minor - 26}-eksbuild.1")
+    if name == "coredns":
+        return ADDONS[name].versions[:1] if k8s >= "1.33" else ADDONS[name].versions[1:]
+    return ADDONS[name].versions
+
+
+def addon_versions(name: str, k8s: str) -> tuple[str, ...]:
+    """The versions of add-on ``name`` for Kubernetes ``k8s``, newest (the default) first."""
+    if name == "kube-proxy":
+        minor = int(k8s.split(".")[1])
+        return (f"v{k8s}.{minor - 24}-eksbuild.2", f"v{k8s}.{minor - 26}-eksbuild.1")
+    if name == "coredns":
+        return ADDONS[name].versions[:1] if k8s >= "1.33" else ADDONS[name].versions[1:]
+    return ADDONS[name].versions
+
+
+def describe_addon_versions(p: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``addons`` of DescribeAddonVersions for its filters (before paging)."""
+    k8s = p.get("kubernetesVersion")
+    if k8s is not None and k8s not in VERSIONS:
+        raise AwsError("InvalidParameterException", f"Unsupported Kubernetes version {k8s}")
+    names = [p["addonName"]] if p.get("addonName") else sorted(ADDONS)
+    infos = []
+    for name in names:
+        spec = ADDONS.get(name)
+        if spec is None:
+            raise AwsError("ResourceNotFoundException", f"Addon {name} specified is not supported", 404)
+        if (p.get("types") and spec.type not in p["types"]) or (p.get("owners") and spec.owner not in p["owners"]) \
+                or (p.get("publishers") and spec.publisher not in p["publishers"]):
+            continue
+        clusters = [k8s] if k8s else list(VERSIONS)
+        versions = []
+        for index, version in enumerate(addon_versions(name, clusters[0])):
+            versions.append({
+                "addonVersion": version, "architecture": ["amd64", "arm64"], "computeTypes": ["ec2"],
+                "compatibilities": [{"clusterVersion": c, "platformVersions": ["*"], "defaultVersion": index == 0}
+                                    for c in clusters],
+                "requiresConfiguration": False, "requiresIamPermissions": spec.iam})
+        infos.append({"addonName": name, "type": spec.type, "addonVersions": versions, "publisher": spec.publisher,
+                      "owner": spec.owner, "defaultNamespace": spec.namespace})
+    return infos
+
+def check_configuration(values: str | None) -> None:
+    """``configurationValues`` must be a JSON or YAML object, as EKS checks before its schema."""
+    if not values:
+        return
+    try:
+        parsed = yaml.safe_load(values)
+    except yaml.YAMLError as exc:
+        raise AwsError("InvalidParameterException", f"ConfigurationValue provided in request is not supported: "
+                                                    f"{exc}") from exc
+    if not isinstance(parsed, dict):
+        raise AwsError("InvalidParameterException",
+                       "ConfigurationValue provided in request is not supported: Json schema validation failed "
+                       "with error: [$: must be an object]")
+
+
+def install(kube: Emulator | None, cluster_name: str, addon_name: str, region: str) -> None:
+    """Apply what an ACTIVE add-on runs: its CRDs, namespace and controller Deployment."""
+    if kube is None or cluster_name not in kube.clusters:
+        return
+    from sandbox.kube import WriteOptions, install_component_crds
+
+    spec = ADDONS[addon_name]
+    cluster = kube.cluster(cluster_name)
+    for component in spec.components:
+        install_component_crds(cluster, component, manager="eks")
+    if spec.controller is None:
+        return
+    opts = WriteOptions(manager="eks", force=True)
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": spec.namespace}}
+    cluster.patch(cluster.builtin("", "namespaces"), None, spec.namespace, "apply", namespace, opts)
+    labels = {"app.kubernetes.io/name": spec.controller, "app.kubernetes.io/managed-by": "EKS",
+              "eks.amazonaws.com/addon": addon_name}
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": spec.controller, "namespace": spec.namespace, "labels": labels},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": spec.controller}},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"containers": [{"name": "manager",
+                                                       "image": f"602401143452.dkr.ecr.{region}.amazonaws"
+                                                                f".com/eks/{addon_name}:latest"}]}}},
+    }
+    cluster.patch(cluster.builtin("apps", "deployments"), spec.namespace, spec.controller, "apply", deployment,
+                  opts)
+
+def uninstall(kube: Emulator | None, cluster_name: str, addon_name: str) -> None:
+    """Remove a deleted add-on's controller (CRDs stay, as with EKS, so custom resources survive)."""
+    spec = ADDONS[addon_name]
+    if kube is None or cluster_name not in kube.clusters or spec.controller is None:
+        return
+    from sandbox.kube import ApiError
+    from sandbox.kube.deletion import delete
+
+    cluster = kube.cluster(cluster_name)
+    with contextlib.suppress(ApiError):  # already gone: deleting an add-on is idempotent on the cluster side
+        delete(cluster, cluster.builtin("apps", "deployments"), spec.namespace, spec.controller)

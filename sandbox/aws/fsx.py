@@ -1,0 +1,186 @@
+"""FSx for Lustre file systems with their real lifecycle, which moto has only thinly.
+
+moto returns no ``Lifecycle``, no ``MountName`` and no ``VpcId``, accepts any ``StorageCapacity`` and deletes
+at once. The product mounts Lustre through the FSx CSI driver with ``DNSName`` and ``MountName`` and must
+wait for ``AVAILABLE``, so this simulator owns Create/Describe/Delete: ``CREATING -> AVAILABLE`` and
+``DELETING -> gone`` on the clock, the storage-capacity steps and per-unit throughputs each deployment type
+allows (AWS FSx for Lustre user guide), and errors with the codes FSx uses (``BadRequest``,
+``InvalidPerUnitStorageThroughput``, ``FileSystemNotFound``, ``InvalidNetworkSettings``). Only ``LUSTRE``
+is simulated; other file-system types are refused with ``BadRequest``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from .base import AwsError, Call, SimClock
+
+CREATE_SECONDS = 360.0
+DELETE_SECONDS = 120.0
+# deployment type (and storage type) -> (first allowed sizes, step after them), in GiB
+_CAPACITY: dict[str, tuple[tuple[int, ...], int]] = {
+    "SCRATCH_1": ((1200, 2400), 3600),
+    "SCRATCH_2": ((1200,), 2400),
+    "PERSISTENT_1": ((1200,), 2400),
+    "PERSISTENT_2": ((1200,), 2400),
+}
+_THROUGHPUT = {"PERSISTENT_1": (50, 100, 200), "PERSISTENT_2": (125, 250, 500, 1000)}
+_HDD_THROUGHPUT_STEP = {12: 6000, 40: 1800}  # PERSISTENT_1 on HDD: MB/s/TiB -> capacity step in GiB
+
+SubnetLookup = Callable[[str], str | None]  # subnet id -> its VPC id, or None when it does not exist
+
+
+def _capacity_error(deployment: str, storage_type: str, capacity: int, throughput: int | None) -> str | None:
+    if storage_type == "HDD":
+        step = _HDD_THROUGHPUT_STEP.get(throughput or 0)
+        if deployment != "PERSISTENT_1" or step is None:
+            return "HDD storage is supported only with PERSISTENT_1 and a PerUnitStorageThroughput of 12 or 40."
+        if capacity <= 0 or capacity % step:
+            return (f"StorageCapacity {capacity} is not valid for PERSISTENT_1 HDD with {throughput} MB/s/TiB; "
+                    f"it must be a multiple of {step} GiB.")
+        return None
+    firsts, step = _CAPACITY[deployment]
+    if capacity in firsts or (capacity > 0 and capacity % step == 0):
+        return None
+    listed = ", ".join(f"{f} GiB" for f in firsts)
+    return f"StorageCapacity {capacity} is not valid for {deployment}; use {listed} or a multiple of {step} GiB."
+
+
+class FsxSimulator:
+    """``fsx`` CreateFileSystem / DescribeFileSystems / DeleteFileSystem for Lustre."""
+
+    service = "fsx"
+    operations = frozenset({"CreateFileSystem", "DescribeFileSystems", "DeleteFileSystem"})
+
+    def __init__(self, clock: SimClock, *, region: str = "us-west-2", account: str = "123456789012",
+                 subnet_vpc: SubnetLookup | None = None) -> None:
+        self.clock = clock
+        self.region = region
+        self.account = account
+        self.subnet_vpc = subnet_vpc
+        self._systems: dict[str, dict[str, Any]] = {}  # id -> FileSystem (botocore member names)
+        self._due: dict[str, float] = {}  # id -> when the current transition ends
+        self._tokens: dict[str, str] = {}  # ClientRequestToken -> id
+
+    def to_state(self) -> dict[str, Any]:
+        return {"systems": self._systems, "due": self._due, "tokens": self._tokens}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self._systems = dict(state.get("systems", {}))
+        self._due = {k: float(v) for k, v in state.get("due", {}).items()}
+        self._tokens = dict(state.get("tokens", {}))
+
+    def tick(self, now: float) -> None:
+        for fs_id, due in list(self._due.items()):
+            if due > now:
+                continue
+            del self._due[fs_id]
+            fs = self._systems[fs_id]
+            if fs["Lifecycle"] == "CREATING":
+                fs["Lifecycle"] = "AVAILABLE"
+            elif fs["Lifecycle"] == "DELETING":
+                del self._systems[fs_id]
+
+    def handle(self, call: Call) -> dict[str, Any]:
+        if call.operation == "CreateFileSystem":
+            return self._create(call.params)
+        if call.operation == "DescribeFileSystems":
+            return self._describe(call.params)
+        return self._delete(call.params)
+
+    def _create(self, p: dict[str, Any]) -> dict[str, Any]:
+        token = p.get("ClientRequestToken")
+        if token and token in self._tokens and self._tokens[token] in self._systems:
+            return {"FileSystem": self._systems[self._tokens[token]]}
+        if p["FileSystemType"] != "LUSTRE":
+            raise AwsError("BadRequest", f"The sandbox simulates only LUSTRE file systems, not {p['FileSystemType']}.")
+        lustre = dict(p.get("LustreConfiguration") or {})
+        deployment = lustre.get("DeploymentType", "SCRATCH_1")
+        storage_type = p.get("StorageType", "SSD")
+        throughput = lustre.get("PerUnitStorageThroughput")
+        if "StorageCapacity" not in p:
+            raise AwsError("BadRequest", "StorageCapacity is required for Lustre file systems.")
+        if deployment.startswith("PERSISTENT") and throughput is None:
+            raise AwsError("BadRequest", f"PerUnitStorageThroughput is required for {deployment} deployment types.")
+        if deployment.startswith("SCRATCH") and throughput is not None:
+            raise AwsError("BadRequest", f"PerUnitStorageThroughput is not supported for {deployment}.")
+        if storage_type == "SSD" and throughput is not None and throughput not in _THROUGHPUT[deployment]:
+            allowed = ", ".join(str(t) for t in _THROUGHPUT[deployment])
+            raise AwsError("InvalidPerUnitStorageThroughput", f"PerUnitStorageThroughput {throughput} is not valid "
+                                                              f"for {deployment}; use one of {allowed}.")
+        error = _capacity_error(deployment, storage_type, int(p["StorageCapacity"]), throughput)
+        if error:
+            raise AwsError("BadRequest", error)
+        subnets = list(p["SubnetIds"])
+        if len(subnets) != 1:
+            raise AwsError("InvalidNetworkSettings", "Lustre file systems take exactly one subnet ID.")
+        vpc_id = self.subnet_vpc(subnets[0]) if self.subnet_vpc is not None else None
+        if self.subnet_vpc is not None and vpc_id is None:
+            raise AwsError("InvalidNetworkSettings", f"The subnet ID '{subnets[0]}' does not exist")
+        fs_id = "fs-" + secrets.token_hex(9)[:17]
+        lustre_out: dict[str, Any] = {
+            "DeploymentType": deployment,
+            "MountName": "fsx" if deployment == "SCRATCH_1" else secrets.token_hex(4)[:8],
+            "WeeklyMaintenanceStartTime": lustre.get("WeeklyMaintenanceStartTime", "1:05:00"),
+            "DataCompressionType": lustre.get("DataCompressionType", "NONE"),
+            "LogConfiguration": {"Level": "DISABLED"},
+            "CopyTagsToBackups": bool(lustre.get("CopyTagsToBackups", False)),
+        }
+        for key in ("PerUnitStorageThroughput", "DriveCacheType", "AutomaticBackupRetentionDays",
+                    "DailyAutomaticBackupStartTime", "EfaEnabled", "MetadataConfiguration", "RootSquashConfiguration"):
+            if key in lustre:
+                lustre_out[key] = lustre[key]
+        fs: dict[str, Any] = {
+            "OwnerId": self.account, "CreationTime": self.clock.now(), "FileSystemId": fs_id,
+            "FileSystemType": "LUSTRE", "Lifecycle": "CREATING", "StorageCapacity": int(p["StorageCapacity"]),
+            "StorageType": storage_type, "SubnetIds": subnets,
+            "NetworkInterfaceIds": ["eni-" + secrets.token_hex(9)[:17]],
+            "DNSName": f"{fs_id}.fsx.{self.region}.amazonaws.com",
+            "ResourceARN": f"arn:aws:fsx:{self.region}:{self.account}:file-system/{fs_id}",
+            "Tags": list(p.get("Tags") or []), "LustreConfiguration": lustre_out,
+            "FileSystemTypeVersion": p.get("FileSystemTypeVersion", "2.15"),
+            "NetworkType": p.get("NetworkType", "IPV4"),
+        }
+        if vpc_id is not None:
+            fs["VpcId"] = vpc_id
+        if p.get("KmsKeyId"):
+            fs["KmsKeyId"] = p["KmsKeyId"]
+        self._systems[fs_id] = fs
+        self._due[fs_id] = self.clock.now() + CREATE_SECONDS
+        if token:
+            self._tokens[token] = fs_id
+        return {"FileSystem": fs}
+
+    def _describe(self, p: dict[str, Any]) -> dict[str, Any]:
+        ids = p.get("FileSystemIds")
+        if ids:
+            missing = [i for i in ids if i not in self._systems]
+            if missing:
+                raise AwsError("FileSystemNotFound", f"File system '{missing[0]}' does not exist.")
+            systems = [self._systems[i] for i in ids]
+        else:
+            systems = sorted(self._systems.values(), key=lambda fs: (fs["CreationTime"], fs["FileSystemId"]))
+        start = int(p.get("NextToken") or 0)
+        size = int(p.get("MaxResults") or 2147483647)
+        result: dict[str, Any] = {"FileSystems": systems[start:start + size]}
+        if start + size < len(systems):
+            result["NextToken"] = str(start + size)
+        return result
+
+    def _delete(self, p: dict[str, Any]) -> dict[str, Any]:
+        fs = self._systems.get(p["FileSystemId"])
+        if fs is None:
+            raise AwsError("FileSystemNotFound", f"File system '{p['FileSystemId']}' does not exist.")
+        if fs["Lifecycle"] not in ("AVAILABLE", "DELETING", "FAILED", "MISCONFIGURED"):
+            raise AwsError("BadRequest", f"Cannot delete file system {fs['FileSystemId']} while it is "
+                                         f"{fs['Lifecycle']}.")
+        if fs["Lifecycle"] != "DELETING":
+            fs["Lifecycle"] = "DELETING"
+            self._due[fs["FileSystemId"]] = self.clock.now() + DELETE_SECONDS
+        lustre = p.get("LustreConfiguration") or {}
+        response: dict[str, Any] = {}
+        if not lustre.get("SkipFinalBackup", True) and fs["LustreConfiguration"]["DeploymentType"].startswith("PERS"):
+            response["FinalBackupId"] = "backup-" + secrets.token_hex(9)[:17]
+        return {"FileSystemId": fs["FileSystemId"], "Lifecycle": "DELETING", "LustreResponse": response}

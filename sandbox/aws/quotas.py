@@ -1,0 +1,152 @@
+"""Service Quotas for SageMaker HyperPod cluster usage, which moto does not have (only ``vpc`` quotas).
+
+The product checks "<type> for cluster usage" before it creates a cluster, and the HyperPod simulator asks
+:meth:`QuotasSimulator.limit` when a create or scale would exceed it (``ResourceLimitExceeded``), so the
+sandbox shows the real first-run experience: large GPU types start at 0 and need an increase, smaller
+types allow a few instances. A ``quota_exhausted`` fault (target ``instance_type``) makes a type's quota 0;
+:meth:`QuotasSimulator.set_limit` plays an approved increase. Quota codes are stable, AWS-shaped
+(``L-`` + 8 hex digits) but not AWS's real codes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+from botocore.model import StringShape
+
+from .base import AwsError, Call, FaultRegistry
+from .protocol import service_model
+
+SERVICE_CODE = "sagemaker"
+SERVICE_NAME = "Amazon SageMaker"
+# Types that AWS accounts start with no cluster quota for (large accelerated instances).
+_ZERO_BY_DEFAULT = re.compile(r"^ml\.(p4d|p4de|p5|p5e|p5en|p6-b200|p6-b300|p6e-gb200|trn1|trn1n|trn2)\.")
+_ACCELERATED = re.compile(r"^ml\.(g4dn|g5|g6|g6e|g7|g7e|gr6)\.")
+ACCOUNT_WIDE = {
+    "Maximum number of instances allowed per SageMaker HyperPod cluster": 100,
+    "Total number of instances allowed across SageMaker HyperPod clusters": 100,
+}
+
+
+def cluster_instance_types() -> list[str]:
+    """Every ``InstanceType`` HyperPod accepts (the botocore ``ClusterInstanceType`` enum)."""
+    shape = service_model("sagemaker").shape_for("ClusterInstanceType")
+    assert isinstance(shape, StringShape)
+    return list(shape.enum)
+
+
+def default_limit(instance_type: str) -> int:
+    """The default "for cluster usage" quota of a new account, by instance family and size."""
+    if _ZERO_BY_DEFAULT.match(instance_type) or instance_type.endswith(".48xlarge"):
+        return 0
+    if _ACCELERATED.match(instance_type):
+        return 2 if instance_type.endswith(("16xlarge", "24xlarge")) else 4
+    return 10
+
+
+def quota_name(instance_type: str) -> str:
+    return f"{instance_type} for cluster usage"
+
+
+def quota_code(name: str) -> str:
+    return "L-" + hashlib.sha1(name.encode()).hexdigest()[:8].upper()
+
+
+class QuotasSimulator:
+    """``service-quotas`` for ServiceCode ``sagemaker``; other service codes are unknown here."""
+
+    service = "service-quotas"
+    operations = frozenset({"GetServiceQuota", "GetAWSDefaultServiceQuota", "ListServiceQuotas",
+                            "ListAWSDefaultServiceQuotas", "ListServices"})
+
+    def __init__(self, faults: FaultRegistry, *, region: str = "us-west-2", account: str = "123456789012") -> None:
+        self.faults = faults
+        self.region = region
+        self.account = account
+        self._overrides: dict[str, float] = {}
+        self._defaults: dict[str, tuple[str, float]] = {}  # code -> (name, default)
+        self._type_of: dict[str, str] = {}  # code -> instance type
+        for instance_type in cluster_instance_types():
+            name = quota_name(instance_type)
+            self._defaults[quota_code(name)] = (name, float(default_limit(instance_type)))
+            self._type_of[quota_code(name)] = instance_type
+        for name, value in ACCOUNT_WIDE.items():
+            self._defaults[quota_code(name)] = (name, float(value))
+
+    # --- the Python API simulators use ---------------------------------------------------------------
+
+    def limit(self, instance_type: str) -> int:
+        """How many instances of ``instance_type`` all HyperPod clusters of the account may use."""
+        if self.faults.take("quota_exhausted", instance_type=instance_type) is not None:
+            return 0
+        code = quota_code(quota_name(instance_type))
+        if code not in self._defaults:
+            return 0
+        return int(self._overrides.get(code, self._defaults[code][1]))
+
+    def set_limit(self, instance_type: str, value: int) -> None:
+        """An approved quota increase (or decrease)."""
+        self._overrides[quota_code(quota_name(instance_type))] = float(value)
+
+    def to_state(self) -> dict[str, Any]:
+        return {"overrides": dict(self._overrides)}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self._overrides = {str(k): float(v) for k, v in state.get("overrides", {}).items()}
+
+    def tick(self, now: float) -> None:
+        """Quotas do not change with time."""
+
+    # --- the API -------------------------------------------------------------------------------------
+
+    def handle(self, call: Call) -> dict[str, Any]:
+        params = call.params
+        if call.operation == "ListServices":
+            return {"Services": [{"ServiceCode": SERVICE_CODE, "ServiceName": SERVICE_NAME}]}
+        self._check_service(params["ServiceCode"])
+        applied = call.operation in ("GetServiceQuota", "ListServiceQuotas")
+        if call.operation in ("GetServiceQuota", "GetAWSDefaultServiceQuota"):
+            code = params["QuotaCode"]
+            if code not in self._defaults:
+                raise AwsError("NoSuchResourceException", f"The request failed because the specified quota {code} "
+                                                          "does not exist.")
+            return {"Quota": self._quota(code, applied)}
+        codes = sorted(self._defaults, key=lambda c: self._defaults[c][0])
+        if params.get("QuotaCode"):
+            codes = [c for c in codes if c == params["QuotaCode"]]
+        start = int(params.get("NextToken") or 0)
+        size = int(params.get("MaxResults") or 100)
+        page = codes[start:start + size]
+        result: dict[str, Any] = {"Quotas": [self._quota(code, applied) for code in page]}
+        if start + size < len(codes):
+            result["NextToken"] = str(start + size)
+        return result
+
+    def _exhausted(self, instance_type: str) -> bool:
+        """Whether a ``quota_exhausted`` fault applies (a read: uses none of the fault's ``remaining``)."""
+        return any(f.kind == "quota_exhausted" and f.target.get("instance_type", instance_type) == instance_type
+                   for f in self.faults.list())
+
+    def _check_service(self, code: str) -> None:
+        if code != SERVICE_CODE:
+            raise AwsError("NoSuchResourceException", "This service is not available in the current Region. "
+                                                      "Choose a different Region or a different service.")
+
+    def _quota(self, code: str, applied: bool) -> dict[str, Any]:
+        name, default = self._defaults[code]
+        value = default
+        if applied:
+            instance_type = self._type_of.get(code)
+            value = self._overrides.get(code, default)
+            if instance_type is not None and self._exhausted(instance_type):
+                value = 0.0
+        return {
+            "ServiceCode": SERVICE_CODE, "ServiceName": SERVICE_NAME, "QuotaCode": code, "QuotaName": name,
+            "QuotaArn": f"arn:aws:servicequotas:{self.region}:{self.account}:{SERVICE_CODE}/{code}",
+            "Value": value, "Unit": "None", "Adjustable": True, "GlobalQuota": False,
+            "QuotaAppliedAtLevel": "ACCOUNT",
+            "Description": f"The maximum number of {name[:-len(' for cluster usage')]} instances allowed for "
+                           "SageMaker HyperPod cluster usage." if code in self._type_of else name,
+        }
