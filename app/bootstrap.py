@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from app.sandbox import register_clusters, sandbox_enabled, stored_clusters
+from app.sandbox import aws_endpoint, aws_session, register_clusters, sandbox_enabled, stored_clusters
 from services.audit import AuditLog
 from services.auth import TokenStore
 from services.aws import AwsClients
@@ -48,11 +48,15 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
     bus = EventBus()
     audit = AuditLog(db, clock)
     engine = Engine(db, bus, audit, clock, workers=settings.workers, lock_path=data / "engine.lock")
-    aws = AwsClients(settings.region, settings.aws_endpoint_url)
+    sandboxed = sandbox_enabled(settings)
+    if sandboxed and settings.aws_endpoint_url is None:
+        aws = AwsClients(settings.region, aws_endpoint(settings), session=aws_session(settings))
+    else:
+        aws = AwsClients(settings.region, settings.aws_endpoint_url)
     backups = Backups(db, data / "backups")
     engine.register(backups.kind())
     kube = KubeClients(aws, clock, ca_dir=data / "ca")
-    if sandbox_enabled(settings):
+    if sandboxed:
         register_clusters(settings, kube, stored_clusters(settings))
     return Services(
         settings=settings, clock=clock, db=db, bus=bus, audit=audit, tokens=TokenStore(db, clock),

@@ -6,6 +6,7 @@ Every flag also has an ``INSTANTSTART_*`` environment variable (and a config-fil
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -45,7 +46,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     services = build_services(settings)
     print(f"instantstart {__version__} serving on http://{settings.host}:{settings.port} "
           f"(data: {settings.data_dir})", flush=True)
-    serve(services, show_token=_print_token)
+    serve(services, show_token=_print_token, say=lambda line: print(line, flush=True))
     return 0
 
 
@@ -74,20 +75,59 @@ def cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
+class RestFailed(Exception):
+    pass
+
+
+def _rest(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
+    """Call the running server's REST API with --url/--token (or INSTANTSTART_URL/INSTANTSTART_TOKEN)."""
+    import httpx2
+
+    url = args.url or os.environ.get("INSTANTSTART_URL") or "http://127.0.0.1:3099"
+    token = args.token or os.environ.get("INSTANTSTART_TOKEN", "")
+    try:
+        response = httpx2.request(method, url.rstrip("/") + path, json=body, timeout=30,
+                                  headers={"Authorization": f"Bearer {token}"})
+    except httpx2.HTTPError as exc:
+        raise RestFailed(f"cannot reach {url}: {exc}") from None
+    if response.status_code >= 400:
+        try:
+            message = response.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = response.text
+        raise RestFailed(f"{response.status_code}: {message}")
+    return response.json()
+
+
+def _rest_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--url", help="server URL (INSTANTSTART_URL, default http://127.0.0.1:3099)")
+    p.add_argument("--token", help="API token (INSTANTSTART_TOKEN)")
+
+
+def cmd_sandbox(args: argparse.Namespace) -> int:
+    if args.sandbox_command == "info":
+        print(json.dumps(_rest(args, "GET", "/api/v1/sandbox"), indent=2))
+    elif args.sandbox_command == "faults":
+        for fault in _rest(args, "GET", "/api/v1/sandbox/faults"):
+            left = "" if fault["remaining"] is None else f" ({fault['remaining']} left)"
+            target = " ".join(f"{k}={v}" for k, v in sorted(fault["target"].items()))
+            print(f"{fault['id']}  {fault['kind']}  {target}{left}")
+    elif args.sandbox_command == "inject":
+        target = dict(pair.split("=", 1) for pair in args.target)
+        fault = _rest(args, "POST", "/api/v1/sandbox/faults",
+                      {"kind": args.kind, "target": target, "count": args.count})
+        print(f"injected {fault['id']} ({fault['kind']})")
+    else:
+        _rest(args, "DELETE", f"/api/v1/sandbox/faults/{args.id}")
+        print(f"cleared {args.id}")
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from services.status import StatusSummary, render_text
 
-    url = args.url or os.environ.get("INSTANTSTART_URL")
-    if url:
-        import httpx2
-
-        token = args.token or os.environ.get("INSTANTSTART_TOKEN", "")
-        response = httpx2.get(url.rstrip("/") + "/api/v1/status", headers={"Authorization": f"Bearer {token}"},
-                              timeout=10)
-        if response.status_code != 200:
-            print(f"error {response.status_code}: {response.text}", file=sys.stderr)
-            return 1
-        summary = StatusSummary.model_validate(response.json())
+    if args.url or os.environ.get("INSTANTSTART_URL"):
+        summary = StatusSummary.model_validate(_rest(args, "GET", "/api/v1/status"))
     else:
         from app.bootstrap import build_services
         from services.status import summarize
@@ -175,11 +215,29 @@ def parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="the same summary as JSON")
     status.add_argument("--url", help="ask a running server instead of reading the data dir (INSTANTSTART_URL)")
     status.add_argument("--token", help="token for --url (INSTANTSTART_TOKEN)")
+
+    sandbox = sub.add_parser("sandbox", help="the running sandbox: endpoints and fault injection (REST)")
+    ssub = sandbox.add_subparsers(dest="sandbox_command", required=True)
+    _rest_flags(ssub.add_parser("info", help="AWS endpoint, Kubernetes URL, what is simulated"))
+    _rest_flags(ssub.add_parser("faults", help="list injected faults"))
+    inject = ssub.add_parser("inject", help="inject a fault (admin token)")
+    inject.add_argument("kind", choices=["node_unhealthy", "insufficient_capacity", "addon_degraded",
+                                         "quota_exhausted", "throttle"])
+    inject.add_argument("--target", action="append", default=[], metavar="KEY=VALUE",
+                        help="e.g. --target cluster=hp --target node=i-0123456789abcdef0")
+    inject.add_argument("--count", type=int, help="throttle: calls to fail; others: uses before it clears")
+    _rest_flags(inject)
+    clear = ssub.add_parser("clear", help="clear a fault by id, or 'all'")
+    clear.add_argument("id")
+    _rest_flags(clear)
+    sandbox.set_defaults(func=cmd_sandbox)
     status.set_defaults(func=cmd_status)
 
     kubeconfig = sub.add_parser("kubeconfig", help="print (or write) a kubeconfig for a sandbox cluster")
     kubeconfig.add_argument("cluster")
     kubeconfig.add_argument("--output", "-o", help="write to this file (0600) instead of printing")
+    kubeconfig.add_argument("--sandbox-kube-port", type=int,
+                            help="the emulator port serve uses (INSTANTSTART_SANDBOX_KUBE_PORT, default 3443)")
     _data_dir_flags(kubeconfig)
     kubeconfig.set_defaults(func=cmd_kubeconfig)
 
@@ -207,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     except ServiceError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2
+    except RestFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

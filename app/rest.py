@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from app.bootstrap import Services
-from app.routes import ROUTES, Call, ErrorEnvelope, Reply, Route
+from app.routes import ROUTES, Call, ErrorEnvelope, Reply, Route, check_routes
 from services import __version__
 from services.auth import Principal, Role
 from services.errors import Forbidden, Invalid, NotFound, ServiceError, Unauthorized
@@ -320,6 +320,7 @@ def _pattern(path: str) -> str:
 
 def rest_patterns(services: Services, routes: list[Route] = ROUTES) -> list[tuple[Any, ...]]:
     """Tornado URL patterns for every route, the OpenAPI document, events and the /api 404 catch-all."""
+    check_routes(routes)
     by_path: dict[str, dict[str, Route]] = {}
     for r in routes:
         by_path.setdefault(r.path, {})[r.method] = r

@@ -1,11 +1,16 @@
 """The embedded sandbox, wired in by configuration only.
 
-When no AWS credentials are configured (or ``sandbox: true``), ``instantstart serve`` runs the Kubernetes
-API emulator on a loopback HTTPS port (``https://127.0.0.1:3443/k8s/clusters/<name>``, a private CA made
-once per data directory, a bearer token) and registers each emulated cluster with the Kubernetes client
-factory through an ordinary kubeconfig file. ``services/`` never learns that it talks to the sandbox: it
-sees kubeconfigs (and, with the AWS world, an endpoint URL). Loopback only: the sandbox's APIs are reached
-from the host or container it runs in, like the data directory.
+When no AWS credentials are configured (or ``sandbox: true``), ``instantstart serve`` runs
+
+* the AWS world (``sandbox/aws``): one endpoint for every service at ``http://127.0.0.1:4566``, HyperPod,
+  EKS, Service Quotas and FSx simulated, the rest served by moto;
+* the Kubernetes API emulator on loopback HTTPS (``https://127.0.0.1:3443/k8s/clusters/<name>``, a private
+  CA made once per data directory); it accepts its own bearer token (kubeconfigs) and EKS presigned tokens
+  signed with the sandbox's credentials, exactly what the EKS client factory sends.
+
+``services/`` never learns that it talks to the sandbox: the composition root hands it an AWS endpoint
+URL with fixed fake credentials, and kubeconfigs. Loopback only: the sandbox's APIs are reached from the
+host or container it runs in, like the data directory.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ from __future__ import annotations
 import logging
 import secrets
 from pathlib import Path
+from typing import Any
 
+import boto3
 import botocore.session
 
 from services.errors import Conflict
@@ -37,6 +44,21 @@ def sandbox_enabled(settings: Settings) -> bool:
     for provider in ("iam-role", "container-role"):
         resolver.remove(provider)
     return resolver.load_credentials() is None
+
+
+# The sandbox's fake AWS credentials: the AWS world accepts anything, the emulator checks EKS tokens
+# signed with these.
+SANDBOX_ACCESS_KEY = "AKIAINSTANTSTARTSBX1"
+SANDBOX_SECRET_KEY = "instantstart-sandbox-secret-key"
+
+
+def aws_endpoint(settings: Settings) -> str:
+    return f"http://127.0.0.1:{settings.sandbox_aws_port}"
+
+
+def aws_session(settings: Settings) -> boto3.Session:
+    return boto3.Session(aws_access_key_id=SANDBOX_ACCESS_KEY, aws_secret_access_key=SANDBOX_SECRET_KEY,
+                         region_name=settings.region)
 
 
 def sandbox_dir(settings: Settings) -> Path:
@@ -86,25 +108,40 @@ class Sandbox:
     """The running sandbox world inside ``instantstart serve``."""
 
     def __init__(self, settings: Settings, kube: KubeClients) -> None:
+        from sandbox.aws import AwsWorld
+        from sandbox.aws.eks_token import verify_eks_token
         from sandbox.kube import BackgroundServer, Emulator
         from sandbox.tls import ensure_tls
 
         self.settings = settings
-        self.emulator = Emulator(sandbox_dir(settings), token=kube_token(settings))
+        secrets_by_key = {SANDBOX_ACCESS_KEY: SANDBOX_SECRET_KEY}
+        self.emulator = Emulator(sandbox_dir(settings), token=kube_token(settings),
+                                 accept=lambda cluster, token: verify_eks_token(token, cluster, secrets_by_key))
         tls = ensure_tls(sandbox_dir(settings) / "tls")
         self.kube_server = BackgroundServer(self.emulator, "127.0.0.1", settings.sandbox_kube_port,
                                             ssl_context=tls.server_context())
+        self.world = AwsWorld(sandbox_dir(settings), None, self.emulator, kube_base_url=kube_url(settings),
+                              kube_ca_pem=tls.ca_pem, speed=settings.sandbox_speed, region=settings.region)
         register_clusters(settings, kube, sorted(self.emulator.clusters))
 
     def start(self) -> None:
         try:
             self.kube_server.start()
+            self.world.start(port=self.settings.sandbox_aws_port)
         except OSError as exc:
-            self.emulator.close()
-            raise Conflict(f"the sandbox Kubernetes port {self.settings.sandbox_kube_port} cannot be used "
-                           f"({exc.strerror}); set sandbox_kube_port / --sandbox-kube-port") from None
-        log.info("sandbox: Kubernetes API emulator at %s/k8s/clusters/<name>", self.kube_server.base_url)
+            self.stop()
+            raise Conflict(f"a sandbox port cannot be used ({exc.strerror}): set sandbox_kube_port "
+                           f"({self.settings.sandbox_kube_port}) / sandbox_aws_port "
+                           f"({self.settings.sandbox_aws_port})") from None
+        log.info("sandbox: AWS at %s, Kubernetes at %s/k8s/clusters/<name>", self.world.endpoint_url,
+                 self.kube_server.base_url)
+
+    def info(self) -> dict[str, Any]:
+        return {**self.world.info(), "kubernetes_url": f"{kube_url(self.settings)}/k8s/clusters/<name>",
+                "clusters": sorted(self.emulator.clusters), "speed": self.settings.sandbox_speed,
+                "credentials": {"aws_access_key_id": SANDBOX_ACCESS_KEY, "note": "fake; any secret works"}}
 
     def stop(self) -> None:
+        self.world.stop()
         self.kube_server.stop()
         self.emulator.close()

@@ -21,7 +21,9 @@ from bokeh.server.auth_provider import AuthProvider
 
 from app.bootstrap import Services
 from app.rest import SESSION_COOKIE, rest_patterns
+from app.routes import ROUTES
 from app.sandbox import Sandbox, sandbox_enabled
+from app.sandbox_api import sandbox_routes
 from services.auth import Principal, Role
 from services.errors import ServiceError
 from services.settings import LOOPBACK_HOSTS
@@ -229,16 +231,22 @@ def make_dashboard(services: Services) -> Callable[[], Any]:
     return dashboard
 
 
-def serve(services: Services, *, show_token: Callable[[str], None] | None = None) -> None:
-    """Start everything on one port and block until interrupted."""
+def serve(services: Services, *, show_token: Callable[[str], None] | None = None,
+          say: Callable[[str], None] = log.info) -> None:
+    """Start everything on one port and block until interrupted; ``say`` prints start-up facts."""
     settings = services.settings
     settings.check_bind()
     world: Sandbox | None = None
     try:
         services.start()  # takes the data directory's lock before anything else touches it
+        routes = ROUTES
         if sandbox_enabled(settings):
             world = Sandbox(settings, services.kube)
             world.start()
+            routes = ROUTES + sandbox_routes(world)
+            info = world.info()
+            say(f"sandbox mode: AWS endpoint {info['aws_endpoint_url']} (aws --endpoint-url), "
+                f"Kubernetes {info['kubernetes_url']} (instantstart kubeconfig CLUSTER)")
         token = services.tokens.bootstrap_admin()
         if token and show_token is not None:
             show_token(token)
@@ -256,7 +264,7 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
             start=True,
             title="InstantStart",
             verbose=False,
-            extra_patterns=rest_patterns(services),
+            extra_patterns=rest_patterns(services, routes),
             cookie_secret=cookie_secret(settings.data_dir),
             **kwargs,
         )

@@ -123,6 +123,7 @@ class KubeClients:
                 name=source.eks_name)["cluster"]
         except Exception as exc:
             raise from_aws(exc) from exc
+        self.ca_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         ca_file = self.ca_dir / f"{cluster}.crt"
         ca_file.write_bytes(base64.b64decode(described["certificateAuthority"]["data"]))
         cfg = k8s.Configuration()

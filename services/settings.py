@@ -47,6 +47,10 @@ class Settings(BaseSettings):
     )
     sandbox_kube_port: int = Field(3443, ge=0, le=65535,
                                    description="loopback HTTPS port of the sandbox's Kubernetes API emulator")
+    sandbox_aws_port: int = Field(4566, ge=0, le=65535,
+                                  description="loopback port of the sandbox's AWS endpoint (every service)")
+    sandbox_speed: float = Field(40.0, gt=0, le=100_000,
+                                 description="sandbox simulated seconds per real second (40: EKS create ~15 s)")
     allowed_origins: list[str] = Field(
         default_factory=list, description="extra host:port values browsers may open WebSockets from"
     )

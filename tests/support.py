@@ -70,7 +70,8 @@ def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None, 
     proc = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "serve", "--data-dir", str(data_dir), "--port", str(port), *args],
         cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "INSTANTSTART_SANDBOX_KUBE_PORT": str(free_port()), **(env or {})},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "INSTANTSTART_SANDBOX_KUBE_PORT": str(free_port()),
+             "INSTANTSTART_SANDBOX_AWS_PORT": str(free_port()), **(env or {})},
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout

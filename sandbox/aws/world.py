@@ -82,7 +82,9 @@ class MotoBackend:
         return self._replay()
 
     def stop(self) -> None:
-        self._server.stop()
+        if self.port:
+            self._server.stop()
+            self.port = 0
 
     def _send(self, method: str, uri: str, headers: Mapping[str, str], body: bytes) -> int:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)

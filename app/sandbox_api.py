@@ -1,0 +1,115 @@
+"""REST routes of the sandbox itself (info and fault injection), mounted only when the sandbox runs.
+
+They are generated into the OpenAPI document and the MCP tool list like any route, so an agent can
+rehearse recovery playbooks against injected faults. Injecting a fault changes only the simulated world
+(no cluster state of the product), so it is an immediate, audited admin action, not an operation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from app.routes import Call, Reply, Route
+from app.sandbox import Sandbox
+from services.auth import Role
+from services.errors import NotFound
+from services.models import RequestModel, ResponseModel
+
+FaultKind = Literal["node_unhealthy", "insufficient_capacity", "addon_degraded", "quota_exhausted", "throttle"]
+
+# per kind: (target keys required, target keys allowed)
+FAULT_TARGETS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "node_unhealthy": (frozenset({"cluster", "node"}), frozenset({"cluster", "node", "recovery"})),
+    "insufficient_capacity": (frozenset({"instance_type"}), frozenset({"instance_type", "availability_zone"})),
+    "addon_degraded": (frozenset({"cluster", "addon"}), frozenset({"cluster", "addon"})),
+    "quota_exhausted": (frozenset({"instance_type"}), frozenset({"instance_type"})),
+    "throttle": (frozenset({"service"}), frozenset({"service", "operation"})),
+}
+
+
+class FaultInject(RequestModel):
+    """Make the sandbox misbehave the way AWS and HyperPod do, to rehearse recovery."""
+
+    kind: FaultKind = Field(..., description="node_unhealthy (target cluster = HyperPod cluster name, node = "
+                            "instance id, optional recovery = Reboot|Replace); insufficient_capacity (instance_type, "
+                            "optional availability_zone); addon_degraded (cluster = EKS name, addon); "
+                            "quota_exhausted (instance_type); throttle (service, optional operation)")
+    target: dict[str, str] = Field(default_factory=dict, description="what the fault applies to (see kind)")
+    count: int | None = Field(None, ge=1, le=10_000,
+                              description="throttle: how many calls fail; others: uses before it clears itself")
+
+    @model_validator(mode="after")
+    def _targets(self) -> FaultInject:
+        required, allowed = FAULT_TARGETS[self.kind]
+        missing = sorted(required - set(self.target))
+        unknown = sorted(set(self.target) - allowed)
+        if missing or unknown:
+            raise ValueError(f"{self.kind} needs target keys {sorted(required)}"
+                             + (f" (missing {missing})" if missing else "")
+                             + (f"; unknown keys {unknown}, allowed {sorted(allowed)}" if unknown else ""))
+        return self
+
+
+class FaultView(ResponseModel):
+    id: str
+    kind: str
+    target: dict[str, str]
+    remaining: int | None = None
+
+
+class SandboxInfo(ResponseModel):
+    aws_endpoint_url: str
+    region: str
+    account_id: str
+    kubernetes_url: str
+    clusters: list[str]
+    speed: float
+    simulated: dict[str, list[str]] = Field(..., description="operations the simulator owns, per service; "
+                                            "everything else is served by moto")
+    credentials: dict[str, str]
+
+
+def sandbox_routes(sandbox: Sandbox) -> list[Route]:
+    faults = sandbox.world.faults
+
+    def view(fault: Any) -> FaultView:
+        return FaultView(id=fault.id, kind=fault.kind, target=fault.target, remaining=fault.remaining)
+
+    def info(call: Call) -> Reply:
+        return Reply(SandboxInfo(**sandbox.info()))
+
+    def list_faults(call: Call) -> Reply:
+        return Reply([view(f) for f in faults.list()])
+
+    def inject(call: Call) -> Reply:
+        body: FaultInject = call.body
+        fault = faults.inject(body.kind, body.target, body.count)
+        call.services.audit.record(call.principal, "sandbox.fault.inject", fault.id, body.model_dump(), "succeeded")
+        return Reply(view(fault), status=201)
+
+    def clear(call: Call) -> Reply:
+        fault_id = call.path["id"]
+        if fault_id != "all" and fault_id not in {f.id for f in faults.list()}:
+            raise NotFound(f"no active fault {fault_id!r} (it may have cleared itself)")
+        faults.clear(None if fault_id == "all" else fault_id)
+        call.services.audit.record(call.principal, "sandbox.fault.clear", fault_id, {}, "succeeded")
+        return Reply([view(f) for f in faults.list()])
+
+    return [
+        Route("GET", "/api/v1/sandbox", "sandbox_info", "Sandbox endpoints and what it simulates", Role.VIEWER,
+              info, response=SandboxInfo, tag="sandbox",
+              description="Only in sandbox mode: the AWS endpoint (aws --endpoint-url), the Kubernetes emulator "
+                          "URL, the simulated operations and the clock speed."),
+        Route("GET", "/api/v1/sandbox/faults", "sandbox_faults_list", "List injected sandbox faults", Role.VIEWER,
+              list_faults, response=FaultView, many=True, tag="sandbox"),
+        Route("POST", "/api/v1/sandbox/faults", "sandbox_faults_inject", "Inject a sandbox fault", Role.ADMIN,
+              inject, body=FaultInject, response=FaultView, read_only=False, idempotent=False, status=201,
+              tag="sandbox",
+              description="Sandbox only: make a node unhealthy, a capacity or quota run out, an add-on degrade "
+                          "or an AWS API throttle, to rehearse diagnosis and recovery."),
+        Route("DELETE", "/api/v1/sandbox/faults/{id}", "sandbox_faults_clear", "Clear sandbox faults", Role.ADMIN,
+              clear, response=FaultView, many=True, read_only=False, path_params={"id": "fault id, or 'all'"},
+              tag="sandbox"),
+    ]
