@@ -34,6 +34,7 @@ class AddonSpec:
     publisher: str = "eks"
     components: tuple[str, ...] = ()  # sandbox.kube.components names whose CRDs it installs
     controller: str | None = None  # the Deployment it runs in ``namespace``
+    csi_driver: str | None = None  # the CSIDriver object a storage add-on registers
     requires: tuple[str, ...] = ()
     iam: bool = False
 
@@ -49,11 +50,12 @@ ADDONS: dict[str, AddonSpec] = {
     "metrics-server": AddonSpec("observability", ("v0.8.0-eksbuild.1", "v0.7.2-eksbuild.4"), owner="community",
                                 publisher="metrics-server", controller="metrics-server"),
     "aws-ebs-csi-driver": AddonSpec("storage", ("v1.48.0-eksbuild.2", "v1.45.0-eksbuild.2"),
-                                    controller="ebs-csi-controller", iam=True),
+                                    controller="ebs-csi-controller", csi_driver="ebs.csi.aws.com", iam=True),
     "aws-mountpoint-s3-csi-driver": AddonSpec("storage", ("v2.1.0-eksbuild.1", "v1.14.1-eksbuild.1"),
-                                              controller="s3-csi-controller", iam=True),
+                                              controller="s3-csi-controller", csi_driver="s3.csi.aws.com",
+                                              iam=True),
     "aws-fsx-csi-driver": AddonSpec("storage", ("v1.6.0-eksbuild.1", "v1.5.0-eksbuild.1"),
-                                    controller="fsx-csi-controller", iam=True),
+                                    controller="fsx-csi-controller", csi_driver="fsx.csi.aws.com", iam=True),
     "amazon-sagemaker-hyperpod-training-operator": AddonSpec(
         "machine-learning", ("v1.2.0-eksbuild.1", "v1.1.0-eksbuild.1", "v1.0.0-eksbuild.1"), namespace="aws-hyperpod",
         components=("hyperpod-training-operator",), controller="hp-training-operator-controller-manager",
@@ -132,7 +134,7 @@ def check_configuration(values: str | None) -> None:
 
 
 def install(kube: Emulator | None, cluster_name: str, addon_name: str, region: str) -> None:
-    """Apply what an ACTIVE add-on runs: its CRDs, namespace and controller Deployment."""
+    """Apply what an ACTIVE add-on runs: its CRDs, its CSIDriver, namespace and controller Deployment."""
     if kube is None or cluster_name not in kube.clusters:
         return
     from sandbox.kube import WriteOptions, install_component_crds
@@ -141,9 +143,14 @@ def install(kube: Emulator | None, cluster_name: str, addon_name: str, region: s
     cluster = kube.cluster(cluster_name)
     for component in spec.components:
         install_component_crds(cluster, component, manager="eks")
+    opts = WriteOptions(manager="eks", force=True)
+    if spec.csi_driver is not None:
+        driver = {"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+                  "metadata": {"name": spec.csi_driver, "labels": {"eks.amazonaws.com/addon": addon_name}},
+                  "spec": {"attachRequired": spec.csi_driver == "ebs.csi.aws.com", "podInfoOnMount": False}}
+        cluster.patch(cluster.builtin("storage.k8s.io", "csidrivers"), None, spec.csi_driver, "apply", driver, opts)
     if spec.controller is None:
         return
-    opts = WriteOptions(manager="eks", force=True)
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": spec.namespace}}
     cluster.patch(cluster.builtin("", "namespaces"), None, spec.namespace, "apply", namespace, opts)
     labels = {"app.kubernetes.io/name": spec.controller, "app.kubernetes.io/managed-by": "EKS",

@@ -117,6 +117,7 @@ BUILTINS: tuple[ResourceType, ...] = (
     _rt("", "v1", "persistentvolumes", "PersistentVolume", False, ("pv",), status=True),
     _rt("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, ("pvc",), status=True),
     _rt("storage.k8s.io", "v1", "storageclasses", "StorageClass", False, ("sc",)),
+    _rt("storage.k8s.io", "v1", "csidrivers", "CSIDriver", False),
     _rt("apps", "v1", "deployments", "Deployment", True, ("deploy",), status=True, scale=True, categories=_ALL),
     _rt("apps", "v1", "replicasets", "ReplicaSet", True, ("rs",), status=True, scale=True, categories=_ALL),
     _rt("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",), status=True, categories=_ALL),

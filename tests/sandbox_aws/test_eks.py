@@ -237,3 +237,17 @@ def test_tags_on_simulated_resources(world: AwsWorld, aws: Clients, unique: Call
     assert eks.list_tags_for_resource(resourceArn=arn)["tags"] == {"SageMaker": "true"}
     eks.untag_resource(resourceArn=arn, tagKeys=["SageMaker"])
     assert eks.list_tags_for_resource(resourceArn=arn)["tags"] == {}
+
+
+def test_csi_driver_addons_register_their_csidriver(world: AwsWorld, aws: Clients,
+                                                    unique: Callable[[str], str]) -> None:
+    name = unique("eks")
+    eks = active_cluster(world, aws, name)
+    for addon in ("aws-mountpoint-s3-csi-driver", "aws-fsx-csi-driver"):
+        eks.create_addon(clusterName=name, addonName=addon)
+    world.advance(ADDON_SECONDS)
+    assert world.kube is not None
+    cluster = world.kube.cluster(name)
+    drivers = {d["metadata"]["name"] for d in cluster.list(cluster.builtin("storage.k8s.io", "csidrivers"), None).items}
+    assert drivers == {"s3.csi.aws.com", "fsx.csi.aws.com"}
+    assert cluster.get(cluster.builtin("apps", "deployments"), "kube-system", "fsx-csi-controller")
