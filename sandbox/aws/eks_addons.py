@@ -73,15 +73,6 @@ ADDONS: dict[str, AddonSpec] = {
 }
 
 
-def _versions(name: str, k8s: str) -> tuple[str, ...]:
-    if name == "kube-proxy":
-        minor = int(k8s.split(".")[1])
-        return (f"v{k8s}.{minor - 24}-eksbuild.2", f"v{k8s}.{minor - 26}-eksbuild.1")
-    if name == "coredns":
-        return ADDONS[name].versions[:1] if k8s >= "1.33" else ADDONS[name].versions[1:]
-    return ADDONS[name].versions
-
-
 def addon_versions(name: str, k8s: str) -> tuple[str, ...]:
     """The versions of add-on ``name`` for Kubernetes ``k8s``, newest (the default) first."""
     if name == "kube-proxy":

@@ -14,17 +14,16 @@ of an application the front is mounted in. The front never imports ``services/``
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import socket
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.httpclient import HTTPResponse as ClientResponse
-from tornado.httpserver import HTTPServer
 from tornado.web import Application, RequestHandler
+
+from sandbox.threaded import ThreadedHttpServer
 
 from . import protocol
 from .base import AwsError, Call, FaultRegistry, SimulatedService
@@ -51,9 +50,7 @@ class AwsFront:
         self.on_forward = on_forward
         self._simulators: dict[str, SimulatedService] = {}
         self._locks: dict[str, threading.RLock] = {}
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._server: HTTPServer | None = None
+        self._http: ThreadedHttpServer | None = None
         self.port = 0
 
     # --- simulators ----------------------------------------------------------------------------------
@@ -96,50 +93,17 @@ class AwsFront:
 
     def start(self, host: str = "127.0.0.1", port: int = 0) -> AwsFront:
         """Serve on ``host:port`` (0: a free port) from a daemon thread with its own event loop."""
-        ready = threading.Event()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(256)
-        sock.setblocking(False)
-        self.port = sock.getsockname()[1]
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(loop)
-            self._loop = loop
-
-            async def listen() -> None:
-                app = Application(self.url_patterns(), log_function=_log_request)
-                self._server = HTTPServer(app, max_body_size=5 * 1024**3, idle_connection_timeout=300)
-                self._server.add_sockets([sock])
-
-            loop.run_until_complete(listen())
-            ready.set()
-            loop.run_forever()
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name="aws-front", daemon=True)
-        self._thread.start()
-        ready.wait(10)
+        self._http = ThreadedHttpServer(lambda: Application(self.url_patterns(), log_function=_log_request), host,
+                                        port, name="aws-front", max_body_size=5 * 1024**3,
+                                        idle_connection_timeout=300)
+        self._http.start()
+        self.port = self._http.port
         return self
 
     def stop(self) -> None:
-        loop, server = self._loop, self._server
-        if loop is None or server is None:
-            return
-
-        async def shutdown() -> None:
-            server.stop()
-            await server.close_all_connections()
-
-        future = asyncio.run_coroutine_threadsafe(shutdown(), loop)
-        with contextlib.suppress(TimeoutError):
-            future.result(5)
-        loop.call_soon_threadsafe(loop.stop)
-        if self._thread is not None:
-            self._thread.join(5)
-        self._loop = self._server = None
+        if self._http is not None:
+            self._http.stop()
+            self._http = None
 
 
 def _log_request(handler: RequestHandler) -> None:
