@@ -3,7 +3,7 @@
 A cluster is known either by a kubeconfig file (any cluster, the sandbox included) or as an EKS cluster:
 its endpoint and CA come from ``eks:DescribeCluster`` and its bearer token is an STS-presigned
 ``GetCallerIdentity`` URL, exactly what ``aws eks get-token`` prints, cached until shortly before it
-expires. No subprocess, no ``kubernetes.config.load_*`` that would touch the process-wide default.
+expires. No child processes, no ``kubernetes.config.load_*`` that would touch the process-wide default.
 """
 
 from __future__ import annotations
