@@ -142,3 +142,23 @@ def test_sandbox_routes_are_tools_and_validate(sandbox: tuple[LiveServer, dict[s
     assert [f["id"] for f in listed] == [made["id"]] and listed[0]["remaining"] == 2
     cleared = httpx2.delete(f"{live.url}/api/v1/sandbox/faults/all", headers=live.headers())
     assert cleared.status_code == 200 and cleared.json() == []
+
+
+def test_sandbox_cli_injects_lists_and_clears(sandbox: tuple[LiveServer, dict[str, str]]) -> None:
+    live, _ = sandbox
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "app.cli", "sandbox", *args, "--url", live.url,
+                               "--token", live.admin_token], cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    made = cli("inject", "quota_exhausted", "--target", "instance_type=ml.p5.48xlarge")
+    assert made.returncode == 0, made.stderr
+    fault_id = made.stdout.split()[1]
+    assert f"{fault_id}  quota_exhausted  instance_type=ml.p5.48xlarge" in cli("faults").stdout
+    info = cli("info")
+    assert info.returncode == 0 and '"aws_endpoint_url"' in info.stdout
+    refused = cli("inject", "throttle", "--target", "operation=ListClusters")
+    assert refused.returncode == 1 and "needs target keys ['service']" in refused.stderr
+    assert cli("clear", fault_id).returncode == 0
+    assert cli("faults").stdout == ""
+    assert "404" in cli("clear", fault_id).stderr
