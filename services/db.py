@@ -85,6 +85,10 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE operations ADD COLUMN role TEXT NOT NULL DEFAULT 'operator';
     """,
+    # 3: transient failures in a row (reset by any successful step), apart from act attempts
+    """
+    ALTER TABLE stages ADD COLUMN transients INTEGER NOT NULL DEFAULT 0;
+    """,
 ]
 
 
@@ -126,10 +130,12 @@ class Database:
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
+            conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            # also when COMMIT itself fails (disk full, I/O): never leave this thread's connection in a transaction
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
 
     def query(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[sqlite3.Row]:
         return list(self.connection().execute(sql, params))

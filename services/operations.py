@@ -22,6 +22,7 @@ import builtins
 import datetime as dt
 import fcntl
 import hashlib
+import json
 import logging
 import os
 import threading
@@ -222,6 +223,17 @@ def _set_condition(conditions: list[dict[str, Any]], now: float, type_: str, sta
     return sorted(out, key=lambda c: order.index(c["type"]) if c["type"] in order else len(order))
 
 
+def _checked_result(stage: Stage, result: Any) -> dict[str, Any]:
+    """A stage's result must be a JSON object; anything else would poison every later read."""
+    if not isinstance(result, dict):
+        raise Permanent(f"stage {stage.name} returned {type(result).__name__}, not a dict; this is a bug")
+    try:
+        json.dumps(result)
+    except (TypeError, ValueError) as exc:
+        raise Permanent(f"stage {stage.name} returned a result that is not JSON: {exc}; this is a bug") from None
+    return result
+
+
 class DataDirLocked(ServiceError):
     code = "data_dir_locked"
     http_status = 409
@@ -384,8 +396,11 @@ class Engine:
             if row["status"] != Status.FAILED.value:
                 raise Conflict(f"only a failed operation can be retried; {op_id} is {row['status']}")
             now = self.clock.now()
-            conn.execute("UPDATE stages SET status='pending', phase='observe', message='', finished_at=NULL "
-                         "WHERE operation_id=? AND status='failed'", (op_id,))
+            conn.execute("UPDATE stages SET status='pending', phase='observe', message='', finished_at=NULL, "
+                         "transients=0 WHERE operation_id=? AND status='failed'", (op_id,))
+            # a cancel asked for before the failure must not swallow this retry
+            conn.execute("UPDATE operations SET cancel_requested=0 WHERE id=?", (op_id,))
+            row = self._row(conn, op_id)
             conds = _set_condition(loads(row["conditions"]), now, "Succeeded", "Unknown", "Retrying",
                                    f"retry requested by {principal.name}")
             conds = _set_condition(conds, now, "Progressing", "True", "Retrying", "failed stage queued again")
@@ -433,6 +448,7 @@ class Engine:
         self._update(conn, row, Status.CANCELLED, now, due_at=None, conditions=conds, claimed=0)
         conn.execute("UPDATE stages SET status='cancelled' WHERE operation_id=? AND status IN "
                      "('pending','running','failed')", (row["id"],))
+        self._audit_end(conn, row, "cancelled", f"cancelled by {by}")
 
     # ----- the scheduler and workers -----------------------------------------------------------------
 
@@ -473,7 +489,7 @@ class Engine:
     def resume(self) -> int:
         """Release every claim left by a dead process: those operations run again from their phase."""
         now = self.clock.now()
-        resumed = 0
+        resumed: list[str] = []
         with self.db.tx() as conn:
             for row in conn.execute("SELECT * FROM operations WHERE claimed=1 OR status=?",
                                     (Status.RUNNING.value,)).fetchall():
@@ -481,10 +497,12 @@ class Engine:
                                        "resumed after a restart")
                 new = Status.PENDING if row["status"] == Status.RUNNING.value else Status(row["status"])
                 self._update(conn, row, new, now, due_at=now, conditions=conds, claimed=0)
-                resumed += 1
+                resumed.append(row["id"])
+        for op_id in resumed:
+            self._publish(self.get(op_id))
         if resumed:
-            log.info("resumed %d unfinished operation(s)", resumed)
-        return resumed
+            log.info("resumed %d unfinished operation(s)", len(resumed))
+        return len(resumed)
 
     def _schedule_loop(self) -> None:
         while not self._stop.is_set():
@@ -579,10 +597,10 @@ class Engine:
             try:
                 outcome = self._step(op_id, stage, srow, ctx)
             except Transient as exc:
-                if srow["attempts"] + 1 > stage.max_transient:
+                if srow["transients"] + 1 > stage.max_transient:
                     self._fail(op_id, exc, stage_idx=srow["idx"])
                     return
-                self._save_stage(op_id, srow["idx"], ctx, attempts=srow["attempts"] + 1,
+                self._save_stage(op_id, srow["idx"], ctx, transients=srow["transients"] + 1,
                                  message=f"transient: {exc.message}")
                 self._park(op_id, Wait(exc.delay, f"{stage.name}: {exc.message} (will retry)"))
                 return
@@ -593,6 +611,8 @@ class Engine:
                 log.exception("operation %s stage %s crashed", op_id, stage.name)
                 self._fail(op_id, Permanent(f"{type(exc).__name__}: {exc}"), stage_idx=srow["idx"])
                 return
+            if srow["transients"]:  # the budget counts transient failures in a row, not in a lifetime
+                self._save_stage(op_id, srow["idx"], ctx, transients=0)
             if isinstance(outcome, Wait):
                 self._park(op_id, outcome)
                 return
@@ -607,7 +627,8 @@ class Engine:
             seen = stage.observe(ctx)
             if seen is Observed.DONE:
                 self._save_stage(op_id, idx, ctx, status="succeeded", phase="done",
-                                 result=stage.result(ctx), message="already in the desired state"
+                                 result=_checked_result(stage, stage.result(ctx)),
+                                 message="already in the desired state"
                                  if phase == "observe" and not srow["acted"] else "done")
                 return None
             if seen is Observed.ABSENT:
@@ -621,7 +642,7 @@ class Engine:
         if isinstance(polled, Wait):
             self._save_stage(op_id, idx, ctx, message=polled.message or "waiting")
             return Wait(polled.seconds, f"{stage.name}: {polled.message or 'waiting'}")
-        result = {**polled.result, **stage.result(ctx)}
+        result = {**_checked_result(stage, polled.result), **_checked_result(stage, stage.result(ctx))}
         self._save_stage(op_id, idx, ctx, status="succeeded", phase="done", result=result, message="done")
         return None
 
@@ -633,14 +654,15 @@ class Engine:
                             clock=self.clock, attempt=srow["attempts"])
 
     def _save_stage(self, op_id: str, idx: int, ctx: StageContext, *, status: str | None = None,
-                    phase: str | None = None, attempts: int | None = None, acted: bool | None = None,
+                    phase: str | None = None, attempts: int | None = None, transients: int | None = None,
+                    acted: bool | None = None,
                     message: str | None = None, result: dict[str, Any] | None = None,
                     started: bool = False) -> None:
         now = self.clock.now()
         sets = ["data=?"]
         params: list[Any] = [dumps(ctx.data)]
         for column, value in (("status", status), ("phase", phase), ("attempts", attempts),
-                              ("message", message)):
+                              ("transients", transients), ("message", message)):
             if value is not None:
                 sets.append(f"{column}=?")
                 params.append(value)
@@ -666,9 +688,13 @@ class Engine:
         now = self.clock.now()
         with self.db.tx() as conn:
             row = self._row(conn, op_id)
-            conds = _set_condition(loads(row["conditions"]), now, "Progressing", "True", "Waiting", wait.message)
-            self._update(conn, row, Status.WAITING, now, due_at=now + max(0.0, wait.seconds), claimed=0,
-                         conditions=conds)
+            if row["cancel_requested"]:  # asked for while this step ran: stop now, not at the next due time
+                self._finish_cancelled(conn, row, now, "request")
+            else:
+                conds = _set_condition(loads(row["conditions"]), now, "Progressing", "True", "Waiting",
+                                       wait.message)
+                self._update(conn, row, Status.WAITING, now, due_at=now + max(0.0, wait.seconds), claimed=0,
+                             conditions=conds)
         self._publish(self.get(op_id))
 
     def _succeed(self, op_id: str) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,15 +13,21 @@ from app.bootstrap import Services
 from services.audit import AuditQuery
 from services.clock import FakeClock
 from services.db import Database
-from services.errors import Conflict, Invalid, NotFound
+from services.errors import Conflict, Invalid, NotFound, Permanent, Transient
 from services.events import Event
 from services.operations import (
     TRANSITIONS,
     DataDirLocked,
+    Done,
     Engine,
+    Observed,
+    OperationKind,
     OperationQuery,
     OperationView,
+    Stage,
+    StageContext,
     Status,
+    Wait,
     _check_transition,
 )
 from tests.conftest import ADMIN, OPERATOR
@@ -208,10 +216,14 @@ def test_workers_drive_operations_and_restart_resumes(tmp_path: Path, world: Wor
     # simulate a crash mid-step: the row is claimed and running when the process disappears
     db.connection().execute("UPDATE operations SET status='running', claimed=1 WHERE id=?", (op.id,))
     second = make()
+    seen: list[Event] = []
+    second.bus.subscribe(seen.append)
     second.start()
     try:
         wait_for(lambda: second.get(op.id).status == Status.WAITING)
-        assert any(c.reason in ("Resumed", "Waiting", "Running") for c in second.get(op.id).conditions)
+        resumed = next(e for e in seen if e.data["id"] == op.id)
+        assert resumed.data["status"] == "pending"
+        assert {c["type"]: c["reason"] for c in resumed.data["conditions"]}["Progressing"] == "Resumed"
         clock.advance(10)
         wait_for(lambda: second.get(op.id).status == Status.SUCCEEDED)
     finally:
@@ -254,3 +266,88 @@ def test_roles_are_enforced_by_the_engine_and_recorded(engine: Engine, world: Wo
     assert engine.run_until_idle(failing.id).status == Status.FAILED
     ended = services.audit.list(AuditQuery(operation_id=failing.id, action="thing.destroy"))
     assert [(e.outcome, e.role) for e in ended] == [("failed", "admin"), ("accepted", "admin")]
+
+
+class _Scripted(Stage):
+    """A stage driven by a script of callbacks, for the engine's edge cases."""
+
+    name = "scripted"
+
+    def __init__(self, on_act: Callable[[StageContext], None] = lambda ctx: None,
+                 on_poll: Callable[[StageContext], Done | Wait] = lambda ctx: Done(),
+                 result_of: Callable[[StageContext], Any] = lambda ctx: {}) -> None:
+        self.on_act, self.on_poll, self.result_of = on_act, on_poll, result_of
+
+    def observe(self, ctx: StageContext) -> Observed:
+        return Observed.IN_PROGRESS if ctx.data.get("acted") else Observed.ABSENT
+
+    def act(self, ctx: StageContext) -> None:
+        ctx.data["acted"] = True
+        self.on_act(ctx)
+
+    def poll(self, ctx: StageContext) -> Done | Wait:
+        return self.on_poll(ctx)
+
+    def result(self, ctx: StageContext) -> dict[str, Any]:
+        return self.result_of(ctx)  # type: ignore[no-any-return]
+
+
+def scripted(engine: Engine, name: str, stage: Stage) -> OperationView:
+    engine.register(OperationKind(name, ThingRequest, (stage,), lambda r: r.name))
+    view, _ = engine.submit(name, ThingRequest(name="x"), OPERATOR)
+    return view
+
+
+def test_a_retry_is_not_swallowed_by_a_cancel_asked_before_the_failure(engine: Engine) -> None:
+    fail = {"now": True}
+
+    def act(ctx: StageContext) -> None:
+        if fail["now"]:
+            engine.cancel(ctx.operation_id, OPERATOR)  # the user presses Cancel while the stage runs...
+            raise Permanent("boom")  # ...and the stage fails anyway
+
+    op = scripted(engine, "t.cancel-then-fail", _Scripted(on_act=act))
+    failed = engine.run_until_idle(op.id)
+    assert failed.status == Status.FAILED
+    fail["now"] = False
+    engine.retry(op.id, OPERATOR)
+    assert engine.run_until_idle(op.id).status == Status.SUCCEEDED
+
+
+def test_a_cancel_asked_during_a_step_stops_at_once_not_at_the_next_due_time(engine: Engine,
+                                                                            services: Services) -> None:
+    def poll(ctx: StageContext) -> Wait:
+        engine.cancel(ctx.operation_id, OPERATOR)
+        return Wait(600, "long wait")
+
+    op = scripted(engine, "t.cancel-during-step", _Scripted(on_poll=poll))
+    assert engine.run_until_idle(op.id).status == Status.CANCELLED
+    ended = services.audit.list(AuditQuery(operation_id=op.id, action="t.cancel-during-step"))
+    assert ended[0].outcome == "cancelled"
+
+
+def test_the_transient_budget_counts_failures_in_a_row(engine: Engine, clock: FakeClock) -> None:
+    polls = {"n": 0}
+
+    def poll(ctx: StageContext) -> Done | Wait:
+        polls["n"] += 1
+        if polls["n"] >= 60:
+            return Done()
+        if polls["n"] % 2:
+            raise Transient("throttled", delay=1)
+        return Wait(1, "still going")
+
+    op = scripted(engine, "t.flaky", _Scripted(on_poll=poll))
+    for _ in range(100):
+        view = engine.run_until_idle(op.id)
+        if view.status.terminal:
+            break
+        clock.advance(1)
+    assert view.status == Status.SUCCEEDED, view.error  # 30 throttles, never two in a row
+
+
+def test_a_malformed_stage_result_fails_the_stage_and_reads_keep_working(engine: Engine) -> None:
+    op = scripted(engine, "t.bad-result", _Scripted(result_of=lambda ctx: ["not", "a", "dict"]))
+    failed = engine.run_until_idle(op.id)
+    assert failed.status == Status.FAILED and "not a dict" in (failed.error or {})["message"]
+    assert any(v.id == op.id for v in engine.list(OperationQuery()))
