@@ -9,12 +9,14 @@ cookie, in which case state-changing calls must also carry the XSRF token (``X-X
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import logging
 import re
 import typing
 from typing import Any
+from urllib.parse import urlsplit
 
 import tornado.web
 import tornado.websocket
@@ -28,6 +30,7 @@ from services.auth import Principal, Role
 from services.errors import Forbidden, Invalid, NotFound, ServiceError, Unauthorized
 from services.events import Event
 from services.models import RequestModel, parse
+from services.settings import LOOPBACK_HOSTS, Settings
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,31 @@ def to_json(value: Any) -> str:
     return json.dumps(value, default=_json_default)
 
 
+def allowed_origins(settings: Settings) -> set[str]:
+    """``host:port`` values a browser page may come from (the Panel WebSocket list uses the same)."""
+    hosts = {"127.0.0.1", "localhost", "[::1]", settings.host}
+    return {f"{h}:{settings.port}" for h in hosts} | set(settings.allowed_origins)
+
+
+def _origin_allowed(origin: str | None, settings: Settings) -> bool:
+    return origin is None or urlsplit(origin).netloc in allowed_origins(settings)
+
+
+def _guard_ambient(handler: tornado.web.RequestHandler, services: Services) -> None:
+    """Credentials a browser attaches by itself (the session cookie, dev mode's none at all) must not be
+    usable by another site: same-origin pages only for changes, JSON bodies only (a cross-site form or
+    ``text/plain`` POST cannot send ``application/json`` without a preflight, which is never granted)."""
+    request = handler.request
+    if request.host_name not in LOOPBACK_HOSTS and services.settings.dev_no_auth:
+        raise Forbidden(f"dev mode answers loopback names only, not Host {request.host_name!r}")
+    if request.method in ("GET", "HEAD"):
+        return
+    if not _origin_allowed(request.headers.get("Origin"), services.settings):
+        raise Forbidden(f"cross-origin request from {request.headers.get('Origin')!r} refused")
+    if request.body and request.headers.get("Content-Type", "").split(";")[0].strip() != "application/json":
+        raise Invalid("request bodies must be JSON: send Content-Type: application/json")
+
+
 def authenticate(handler: tornado.web.RequestHandler, services: Services) -> Principal:
     """Bearer token, else the dashboard's session cookie, else (dev mode on loopback) a dev admin."""
     header = handler.request.headers.get("Authorization", "")
@@ -62,8 +90,10 @@ def authenticate(handler: tornado.web.RequestHandler, services: Services) -> Pri
         return services.tokens.authenticate(token.strip(), face if face in CLIENT_FACES else "rest")
     cookie = handler.get_signed_cookie(SESSION_COOKIE, max_age_days=1)
     if cookie:
+        _guard_ambient(handler, services)
         return services.tokens.principal(cookie.decode(), "ui")
     if services.settings.dev_no_auth:
+        _guard_ambient(handler, services)
         return DEV_PRINCIPAL
     raise Unauthorized("no credentials: send 'Authorization: Bearer <token>' (make one with "
                        "'instantstart token create --role viewer')")
@@ -155,8 +185,9 @@ class ApiHandler(tornado.web.RequestHandler):
             assert isinstance(reply, Reply)
         except ServiceError as exc:
             if principal is not None and route is not None and not route.read_only and exc.http_status == 403:
-                self.services.audit.record(principal, route.name, self.request.path, {}, "denied",
-                                           detail=exc.message)
+                record = functools.partial(self.services.audit.record, principal, route.name, self.request.path,
+                                           {}, "denied", detail=exc.message)
+                await asyncio.get_running_loop().run_in_executor(None, record)
             self._send_error(exc.http_status, exc.code, exc.message, exc.details)
             return
         self.set_status(reply.status)
@@ -205,8 +236,13 @@ class EventsSocket(tornado.websocket.WebSocketHandler):
 
     async def get(self, *args: Any, **kwargs: Any) -> None:
         try:
-            principal = await asyncio.get_running_loop().run_in_executor(None, authenticate, self, self.services)
-            principal.require(Role.VIEWER)
+            # Browsers attach cookies to cross-site WebSocket upgrades: only our own pages may open one.
+            origin = self.request.headers.get("Origin")
+            if not _origin_allowed(origin, self.services.settings):
+                raise Forbidden(f"WebSocket from origin {origin!r} refused; add it to allowed_origins")
+            self.principal = await asyncio.get_running_loop().run_in_executor(None, authenticate, self,
+                                                                              self.services)
+            self.principal.require(Role.VIEWER)
         except ServiceError as exc:
             self.set_status(exc.http_status)
             self.set_header("Content-Type", "application/json")
@@ -215,9 +251,7 @@ class EventsSocket(tornado.websocket.WebSocketHandler):
         await super().get(*args, **kwargs)
 
     def check_origin(self, origin: str) -> bool:
-        # Browsers send cookies cross-site on WebSocket upgrades: accept only our own origin for those.
-        host = self.request.headers.get("Host", "")
-        return origin.split("://", 1)[-1] == host or "Authorization" in self.request.headers
+        return _origin_allowed(origin, self.services.settings)  # already checked in get(), with an envelope
 
     def open(self, *args: str, **kwargs: str) -> None:
         loop = asyncio.get_running_loop()
@@ -229,6 +263,9 @@ class EventsSocket(tornado.websocket.WebSocketHandler):
 
     def _send(self, event: Event) -> None:
         if self.ws_connection is None or self.ws_connection.is_closing():
+            return
+        if event.topic == "token" and event.kind == "revoked" and event.data.get("id") == self.principal.token_id:
+            self.close(1008, "token revoked")
             return
         self.write_message(json.dumps(event.to_json()))
 

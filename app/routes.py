@@ -221,6 +221,7 @@ def _tokens_create(call: Call) -> Reply:
 def _tokens_revoke(call: Call) -> Reply:
     info = call.services.tokens.revoke(call.path["id"], call.principal)
     call.services.audit.record(call.principal, "token.revoke", info.id, {}, "succeeded")
+    call.services.bus.publish(Event("token", "revoked", {"id": info.id}))  # open WebSockets of it close
     return Reply(info)
 
 
@@ -286,7 +287,7 @@ ROUTES: list[Route] = [
     Route("GET", "/api/v1/backups", "backups_list", "List state backups", Role.ADMIN, _backups_list,
           response=BackupInfo, many=True, tag="backups"),
     Route("POST", "/api/v1/backups", "backups_create", "Back up the state database", Role.OPERATOR,
-          _backups_create, body=BackupCreate, response=Accepted, read_only=False, idempotent=True,
+          _backups_create, body=BackupCreate, response=Accepted, read_only=False, idempotent=False,
           status=202, tag="backups",
           description="Start a backup.create operation: an online copy of the state database (operations, "
                       "audit, token hashes) into the data directory, then an integrity check."),

@@ -16,13 +16,14 @@ host or container it runs in, like the data directory.
 from __future__ import annotations
 
 import logging
-import secrets
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import boto3
 import botocore.session
 
+from app.secret_files import secret_file
 from services.errors import Conflict
 from services.kube import KubeClients
 from services.settings import Settings
@@ -46,10 +47,13 @@ def sandbox_enabled(settings: Settings) -> bool:
     return resolver.load_credentials() is None
 
 
-# The sandbox's fake AWS credentials: the AWS world accepts anything, the emulator checks EKS tokens
-# signed with these.
+# The sandbox's AWS credentials: the AWS world accepts any, but the emulator accepts EKS tokens only when
+# they are signed with this installation's secret key (made once, 0600 in the data directory).
 SANDBOX_ACCESS_KEY = "AKIAINSTANTSTARTSBX1"
-SANDBOX_SECRET_KEY = "instantstart-sandbox-secret-key"
+
+
+def sandbox_secret_key(settings: Settings) -> str:
+    return secret_file(sandbox_dir(settings) / "aws-secret-key")
 
 
 def aws_endpoint(settings: Settings) -> str:
@@ -57,7 +61,7 @@ def aws_endpoint(settings: Settings) -> str:
 
 
 def aws_session(settings: Settings) -> boto3.Session:
-    return boto3.Session(aws_access_key_id=SANDBOX_ACCESS_KEY, aws_secret_access_key=SANDBOX_SECRET_KEY,
+    return boto3.Session(aws_access_key_id=SANDBOX_ACCESS_KEY, aws_secret_access_key=sandbox_secret_key(settings),
                          region_name=settings.region)
 
 
@@ -71,12 +75,7 @@ def kube_url(settings: Settings) -> str:
 
 def kube_token(settings: Settings) -> str:
     """The emulator's bearer token: made once per installation, kept 0600 in the data directory."""
-    path = sandbox_dir(settings) / "kube-token"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        path.write_text(secrets.token_urlsafe(32))
-        path.chmod(0o600)
-    return path.read_text().strip()
+    return secret_file(sandbox_dir(settings) / "kube-token")
 
 
 def kubeconfig_path(settings: Settings, cluster: str) -> Path:
@@ -114,9 +113,11 @@ class Sandbox:
         from sandbox.tls import ensure_tls
 
         self.settings = settings
-        secrets_by_key = {SANDBOX_ACCESS_KEY: SANDBOX_SECRET_KEY}
+        secrets_by_key = {SANDBOX_ACCESS_KEY: sandbox_secret_key(settings)}
+        sts_hosts = {urlsplit(aws_endpoint(settings)).netloc}  # presigned against the sandbox's own STS only
         self.emulator = Emulator(sandbox_dir(settings), token=kube_token(settings),
-                                 accept=lambda cluster, token: verify_eks_token(token, cluster, secrets_by_key))
+                                 accept=lambda cluster, token: verify_eks_token(token, cluster, secrets_by_key,
+                                                                                hosts=sts_hosts))
         tls = ensure_tls(sandbox_dir(settings) / "tls")
         self.kube_server = BackgroundServer(self.emulator, "127.0.0.1", settings.sandbox_kube_port,
                                             ssl_context=tls.server_context())

@@ -7,13 +7,14 @@ the token ends the session. Forms and cookie-authenticated REST calls carry Torn
 
 from __future__ import annotations
 
+import asyncio
 import html
 import logging
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import panel as pn
 import tornado.web
@@ -24,6 +25,7 @@ from app.rest import SESSION_COOKIE, rest_patterns
 from app.routes import ROUTES
 from app.sandbox import Sandbox, sandbox_enabled
 from app.sandbox_api import sandbox_routes
+from app.secret_files import secret_file
 from services.auth import Principal, Role
 from services.errors import ServiceError
 from services.settings import LOOPBACK_HOSTS
@@ -36,11 +38,7 @@ LOGOUT_URL = "/logout"
 
 def cookie_secret(data_dir: Path) -> str:
     """A per-installation secret for signed cookies, made once and kept 0600 in the data dir."""
-    path = data_dir / "cookie_secret"
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(48))
-        path.chmod(0o600)
-    return path.read_text().strip()
+    return secret_file(data_dir / "cookie_secret", 48)
 
 
 LOGIN_PAGE = """<!doctype html>
@@ -69,8 +67,16 @@ LOGIN_PAGE = """<!doctype html>
 
 
 def _is_secure(handler: tornado.web.RequestHandler) -> bool:
-    # Browsers treat loopback as a secure context, so the Secure flag works there over plain http too.
+    # Browsers treat loopback as a secure context, so a Secure cookie works there over plain http too.
     return handler.request.protocol == "https" or handler.request.host_name in LOOPBACK_HOSTS
+
+
+def safe_next(target: str) -> str:
+    """Only a path on this server: '//evil.example' or '/\\evil' would leave it."""
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc or not target.startswith("/") or target.startswith(("//", "/\\")):
+        return "/"
+    return target
 
 
 def make_auth_provider(services: Services) -> AuthProvider:
@@ -78,20 +84,31 @@ def make_auth_provider(services: Services) -> AuthProvider:
         def get(self) -> None:
             self._page("")
 
-        def post(self) -> None:
-            self.check_xsrf_cookie()
-            token = self.get_body_argument("token", "").strip()
+        async def post(self) -> None:
             try:
-                principal = services.tokens.authenticate(token, "ui")
+                self.check_xsrf_cookie()
+            except tornado.web.HTTPError:
+                self.set_status(403)
+                self._page("the sign-in form expired; please try again")
+                return
+            if not _is_secure(self):
+                self.set_status(403)
+                self._page("sign in over HTTPS, or through localhost (e.g. SSM port forwarding): the session "
+                           "cookie is Secure and would not be kept over plain HTTP")
+                return
+            token = self.get_body_argument("token", "").strip()
+            loop = asyncio.get_running_loop()
+            try:
+                principal = await loop.run_in_executor(None, services.tokens.authenticate, token, "ui")
             except ServiceError as exc:
                 self.set_status(401)
                 self._page(exc.message)
                 return
             self.set_signed_cookie(SESSION_COOKIE, principal.token_id or "", expires_days=1, httponly=True,
-                                   samesite="Strict", secure=_is_secure(self))
-            services.audit.record(principal, "session.login", "dashboard", {}, "succeeded")
-            self.redirect(self.get_argument("next", "/") if self.get_argument("next", "/").startswith("/")
-                          else "/")
+                                   samesite="Strict", secure=True)
+            await loop.run_in_executor(None, services.audit.record, principal, "session.login", "dashboard", {},
+                                       "succeeded")
+            self.redirect(safe_next(self.get_argument("next", "/")))
 
         def _page(self, error: str) -> None:
             self.set_header("Content-Type", "text/html; charset=utf-8")
@@ -149,7 +166,9 @@ class Page:
 def _operations_page(services: Services, principal: Principal) -> Any:
     from panels.operations import OperationsPane
 
-    return OperationsPane(engine=services.engine, bus=services.bus, principal=principal)
+    token_id = principal.token_id
+    current = (lambda: services.tokens.principal(token_id, "ui")) if token_id else None
+    return OperationsPane(engine=services.engine, bus=services.bus, principal=principal, current_principal=current)
 
 
 def _audit_page(services: Services, principal: Principal) -> Any:

@@ -36,7 +36,8 @@ class RestClient:
     def __init__(self, base_url: str, token: str, transport: httpx2.AsyncBaseTransport | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self._client = httpx2.AsyncClient(
-            base_url=self.base_url, timeout=httpx2.Timeout(90.0, connect=10.0), transport=transport,
+            # longer than the longest long-poll a route allows (operations_wait: 120 s)
+            base_url=self.base_url, timeout=httpx2.Timeout(150.0, connect=10.0), transport=transport,
             headers={"Authorization": f"Bearer {token}", "X-InstantStart-Face": "mcp",
                      "User-Agent": "instantstart-mcp-bridge"})
 
@@ -126,5 +127,11 @@ async def _serve(url: str, token: str, transport: str, host: str, port: int) -> 
         await client.aclose()
 
 
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
 def run_bridge(url: str, token: str, *, transport: str = "stdio", host: str = "127.0.0.1", port: int = 3100) -> None:
+    if transport == "http" and host not in LOOPBACK:
+        # whoever reaches the HTTP transport acts with this bridge's token: it must stay on this machine
+        raise BridgeError(f"the HTTP transport binds loopback only (it carries the token's role); refusing {host!r}")
     anyio.run(_serve, url, token, transport, host, port)

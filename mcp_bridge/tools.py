@@ -11,6 +11,7 @@ import copy
 import re
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 ROLE_RANK = {"viewer": 0, "operator": 1, "admin": 2}
 _REF = re.compile(r"#/components/schemas/")
@@ -119,9 +120,9 @@ def to_http(spec: ToolSpec, arguments: dict[str, Any]) -> HttpCall:
         if name not in arguments:
             raise ValueError(f"missing required argument {name!r}")
         text = str(arguments[name])
-        if "/" in text or text in ("", ".", ".."):
-            raise ValueError(f"argument {name!r} must be a plain identifier")
-        path = path.replace("{" + name + "}", text)
+        if text in ("", ".", "..") or any(c in text for c in "/?#%\\") or not text.isprintable():
+            raise ValueError(f"argument {name!r} must be a plain identifier, got {text!r}")
+        path = path.replace("{" + name + "}", quote(text, safe=""))
     params: dict[str, Any] = {}
     for name in spec.query_params:
         value = arguments.get(name)

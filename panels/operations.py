@@ -10,6 +10,7 @@ the engine checks the role, and the outcome arrives as events.
 from __future__ import annotations
 
 import asyncio
+import html
 import operator
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -66,10 +67,13 @@ class OperationsState(param.Parameterized):
     busy = param.Boolean(default=False, doc="a retry or cancel is on its way to the engine")
     message = param.String(default="", doc="outcome of the last retry or cancel")
 
-    def __init__(self, engine: Engine, principal: Principal, **params: Any) -> None:
+    def __init__(self, engine: Engine, principal: Principal,
+                 current_principal: Callable[[], Principal] | None = None, **params: Any) -> None:
         super().__init__(**params)
         self.engine = engine
         self.principal = principal
+        # asked again at every action, so a token revoked while the page is open acts no more
+        self._current_principal = current_principal or (lambda: principal)
         self.reload()
         self._derive()
 
@@ -140,7 +144,10 @@ class OperationsState(param.Parameterized):
         self.busy = True
         try:
             # the engine checks the role; the disabled button is only a courtesy
-            await asyncio.get_running_loop().run_in_executor(None, action, op.id, self.principal)
+            def run() -> OperationView:
+                return action(op.id, self._current_principal())
+
+            await asyncio.get_running_loop().run_in_executor(None, run)
             self.message = f"{verb} of {op.id} requested"
         except ServiceError as exc:
             self.message = f"{verb} of {op.id} refused ({exc.code}): {exc.message}"
@@ -176,21 +183,24 @@ def conditions_frame(op: OperationView | None) -> pd.DataFrame:
 def header_markdown(op: OperationView | None) -> str:
     if op is None:
         return "No operation selected."
-    text = f"### {op.kind} · `{op.id}`\n**{op.status.value}** on `{op.target}` by {op.actor} ({op.face})"
+    esc = html.escape  # errors often echo request values from AWS or Kubernetes: never render them as HTML
+    text = (f"### {esc(op.kind)} · `{esc(op.id)}`\n**{op.status.value}** on `{esc(op.target)}` by "
+            f"{esc(op.actor)} ({esc(op.face)})")
     if op.cancel_requested and not op.status.terminal:
         text += " · cancel requested"
     error = (op.error or {}).get("message", "")
     if error:
-        text += f"\n\n**Error:** {error}"
+        text += f"\n\n**Error:** {esc(str(error))}"
     return text
 
 
 class OperationsPane(pn.viewable.Viewer):
     """Operations with stages and conditions; renders alone in a notebook or inside the dashboard."""
 
-    def __init__(self, engine: Engine, bus: EventBus, principal: Principal, **params: Any) -> None:
+    def __init__(self, engine: Engine, bus: EventBus, principal: Principal,
+                 current_principal: Callable[[], Principal] | None = None, **params: Any) -> None:
         super().__init__(**params)
-        self.state = OperationsState(engine, principal)
+        self.state = OperationsState(engine, principal, current_principal)
         state = self.state
         self.table = ReadOnlyTable(
             operations_frame(state.operations), disabled=True, show_index=False, selectable=1,

@@ -12,6 +12,7 @@ import hmac
 import secrets
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from pydantic import Field
 
@@ -92,27 +93,32 @@ class TokenStore:
         self.clock = clock
 
     def create(self, request: TokenCreate, created_by: str) -> TokenCreated:
-        token_id = secrets.token_hex(4)
-        token = f"ist_{token_id}_{secrets.token_urlsafe(32)}"
-        now = self.clock.now()
         with self.db.tx() as conn:
             if conn.execute("SELECT 1 FROM tokens WHERE name=? AND revoked_at IS NULL",
                             (request.name,)).fetchone():
                 raise Conflict(f"an active token named {request.name!r} exists; revoke it or pick another name")
-            conn.execute(
-                "INSERT INTO tokens(id, name, role, hash, created_at, created_by) VALUES (?,?,?,?,?,?)",
-                (token_id, request.name, request.role.value, _hash(token), now, created_by),
-            )
-        return TokenCreated(id=token_id, name=request.name, role=request.role, created_at=now,
-                            created_by=created_by, token=token)
+            return self._insert(conn, request.name, request.role, created_by)
+
+    def _insert(self, conn: Any, name: str, role: Role, created_by: str) -> TokenCreated:
+        token_id = secrets.token_hex(4)
+        token = f"ist_{token_id}_{secrets.token_urlsafe(32)}"
+        now = self.clock.now()
+        conn.execute("INSERT INTO tokens(id, name, role, hash, created_at, created_by) VALUES (?,?,?,?,?,?)",
+                     (token_id, name, role.value, _hash(token), now, created_by))
+        return TokenCreated(id=token_id, name=name, role=role, created_at=now, created_by=created_by, token=token)
 
     def bootstrap_admin(self) -> str | None:
-        """On the very first start, make an admin token and return its secret; afterwards, ``None``."""
+        """On the very first start, make an admin token and return its secret; afterwards, ``None``.
+
+        The marker and the token are written together, so a crash or a name clash cannot leave an
+        installation marked as bootstrapped without its admin token."""
         with self.db.tx() as conn:
             if conn.execute("SELECT 1 FROM meta WHERE key='bootstrapped'").fetchone():
                 return None
             conn.execute("INSERT INTO meta(key, value) VALUES ('bootstrapped', '1')")
-        return self.create(TokenCreate(name="admin", role=Role.ADMIN), created_by="first-start").token
+            taken = conn.execute("SELECT 1 FROM tokens WHERE name='admin' AND revoked_at IS NULL").fetchone()
+            name = f"admin-{secrets.token_hex(3)}" if taken else "admin"
+            return self._insert(conn, name, Role.ADMIN, "first-start").token
 
     def authenticate(self, token: str, face: str = "rest") -> Principal:
         parts = token.split("_", 2)

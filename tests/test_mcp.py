@@ -43,7 +43,8 @@ def test_stdio_lists_tools_and_calls_operations_list(server: LiveServer) -> None
             "whoami", "backups_create", "status_get"} <= set(tools)
     assert tools["operations_list"].annotations.read_only_hint is True
     assert tools["operations_cancel"].annotations.read_only_hint is False
-    assert tools["backups_create"].annotations.idempotent_hint is True
+    assert tools["backups_create"].annotations.idempotent_hint is False  # each call makes another backup
+    assert tools["operations_get"].annotations.idempotent_hint is True
     assert listed.is_error is False
     assert isinstance(json.loads(listed.content[0].text), list)
     assert who.structured_content["role"] == "admin"

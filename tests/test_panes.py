@@ -240,3 +240,30 @@ def test_read_only_table_drops_browser_data_echoes_that_race_a_replacement() -> 
         plain = pn.widgets.Tabulator(pd.DataFrame({"id": ["a", "b", "c"]}), disabled=True)
         plain.value = pd.DataFrame({"id": ["a", "b", "c", "d"]})
         plain._process_events({"data": {"id": ["a", "b", "c"]}})
+
+
+def test_a_token_revoked_while_the_page_is_open_acts_no_more(services: Services, engine: Engine,
+                                                              world: World) -> None:
+    from services.auth import TokenCreate
+    from services.errors import Unauthorized
+
+    op = failed_op(engine, world)
+    created = services.tokens.create(TokenCreate(name="ops-ui", role=Role.OPERATOR), created_by="test")
+    principal = services.tokens.principal(created.id, "ui")
+    pane = OperationsPane(engine=engine, bus=services.bus, principal=principal,
+                          current_principal=lambda: services.tokens.principal(created.id, "ui"))
+    pn.panel(pane).get_root()
+    services.tokens.revoke(created.id, Principal("root", Role.ADMIN, "other", "rest"))
+    asyncio.run(pane.state.retry())
+    assert f"refused ({Unauthorized.code})" in pane.state.message
+    assert engine.get(op.id).status == Status.FAILED
+
+
+def test_operation_text_is_escaped_not_rendered_as_html(services: Services, engine: Engine, world: World) -> None:
+    from panels.operations import header_markdown
+
+    op = failed_op(engine, world)
+    hostile = op.model_copy(update={"error": {"message": "<img src=x onerror=alert(1)>"}, "actor": "<b>eve</b>"})
+    text = header_markdown(hostile)
+    assert "<img" not in text and "<b>" not in text
+    assert "&lt;img src=x onerror=alert(1)&gt;" in text

@@ -13,7 +13,7 @@ import calendar
 import hashlib
 import hmac
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from urllib.parse import parse_qsl, quote, urlsplit
 
 PREFIX = "k8s-aws-v1."
@@ -28,11 +28,12 @@ def _quote(value: str) -> str:
     return quote(value, safe="-_.~")
 
 
-def verify_eks_token(token: str, cluster: str, secrets: Mapping[str, str],
+def verify_eks_token(token: str, cluster: str, secrets: Mapping[str, str], *, hosts: Collection[str],
                      now: Callable[[], float] = time.time) -> bool:
     """True when ``token`` is a fresh presigned GetCallerIdentity for ``cluster`` signed by a known key.
 
-    ``secrets`` maps access key ids to secret keys (the sandbox's fake credentials).
+    ``secrets`` maps access key ids to secret keys (the sandbox's credentials); ``hosts`` are the STS
+    endpoints (``host[:port]``) a token may be presigned for.
     """
     if not token.startswith(PREFIX):
         return False
@@ -42,6 +43,8 @@ def verify_eks_token(token: str, cluster: str, secrets: Mapping[str, str],
     except (ValueError, UnicodeDecodeError):
         return False
     parts = urlsplit(url)
+    if parts.netloc not in hosts:
+        return False
     params = dict(parse_qsl(parts.query, keep_blank_values=True))
     if params.get("Action") != "GetCallerIdentity" or params.get("X-Amz-Algorithm") != "AWS4-HMAC-SHA256":
         return False
