@@ -21,7 +21,7 @@ from services.settings import Settings
 
 def _settings(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {}
-    for name in ("config", "data_dir", "host", "port", "sandbox_kube_port"):
+    for name in ("config", "data_dir", "host", "port", "sandbox_kube_port", "sandbox_aws_port"):
         value = getattr(args, name, None)
         if value is not None:
             overrides[name] = value
@@ -106,7 +106,20 @@ def _rest_flags(p: argparse.ArgumentParser) -> None:
 
 def cmd_sandbox(args: argparse.Namespace) -> int:
     if args.sandbox_command == "info":
-        print(json.dumps(_rest(args, "GET", "/api/v1/sandbox"), indent=2))
+        if args.url or os.environ.get("INSTANTSTART_URL"):
+            info = _rest(args, "GET", "/api/v1/sandbox")
+        else:  # from the data directory alone: works whether or not serve is running
+            from app.sandbox import describe, stored_clusters
+
+            settings = _settings(args)
+            info = describe(settings, stored_clusters(settings))
+        if args.json:
+            print(json.dumps(info, indent=2))
+        else:
+            print(f"AWS endpoint {info['aws_endpoint_url']} (account {info['account_id']}, region {info['region']})")
+            print(f"Kubernetes   {info['kubernetes_url']}")
+            for name, path in sorted(info["kubeconfigs"].items()):
+                print(f"  {name}: kubectl --kubeconfig {path} get nodes")
     elif args.sandbox_command == "faults":
         for fault in _rest(args, "GET", "/api/v1/sandbox/faults"):
             left = "" if fault["remaining"] is None else f" ({fault['remaining']} left)"
@@ -218,7 +231,12 @@ def parser() -> argparse.ArgumentParser:
 
     sandbox = sub.add_parser("sandbox", help="the running sandbox: endpoints and fault injection (REST)")
     ssub = sandbox.add_subparsers(dest="sandbox_command", required=True)
-    _rest_flags(ssub.add_parser("info", help="AWS endpoint, Kubernetes URL, what is simulated"))
+    info = ssub.add_parser("info", help="account, region, AWS endpoint, kubeconfigs (from the data dir, or --url)")
+    info.add_argument("--json", action="store_true", help="the same as JSON, for scripts")
+    _data_dir_flags(info)
+    for flag in ("--sandbox-kube-port", "--sandbox-aws-port"):
+        info.add_argument(flag, type=int, help=f"as serve uses it (INSTANTSTART_{flag[2:].upper().replace('-', '_')})")
+    _rest_flags(info)
     _rest_flags(ssub.add_parser("faults", help="list injected faults"))
     inject = ssub.add_parser("inject", help="inject a fault (admin token)")
     inject.add_argument("kind", choices=["node_unhealthy", "insufficient_capacity", "addon_degraded",

@@ -97,6 +97,21 @@ def stored_clusters(settings: Settings) -> list[str]:
     return stored_cluster_names(sandbox_dir(settings) / "kube" / "state.sqlite3")
 
 
+def describe(settings: Settings, clusters: list[str]) -> dict[str, Any]:
+    """What the banner, ``instantstart sandbox info`` and ``GET /api/v1/sandbox`` report; writes each
+    cluster's kubeconfig so the paths it lists exist."""
+    from sandbox.aws.front import ACCOUNT_ID
+
+    return {
+        "aws_endpoint_url": aws_endpoint(settings), "region": settings.region, "account_id": ACCOUNT_ID,
+        "kubernetes_url": f"{kube_url(settings)}/k8s/clusters/<name>",
+        "kubeconfigs": {name: str(write_kubeconfig(settings, name)) for name in clusters},
+        "kubeconfig_dir": str(kubeconfig_path(settings, "x").parent), "speed": settings.sandbox_speed,
+        "credentials": {"aws_access_key_id": SANDBOX_ACCESS_KEY,
+                        "note": "the AWS endpoint accepts any credentials; the product signs with its own"},
+    }
+
+
 def register_clusters(settings: Settings, kube: KubeClients, names: list[str]) -> None:
     """Write a kubeconfig per emulated cluster and register it with the client factory."""
     for name in names:
@@ -138,9 +153,8 @@ class Sandbox:
                  self.kube_server.base_url)
 
     def info(self) -> dict[str, Any]:
-        return {**self.world.info(), "kubernetes_url": f"{kube_url(self.settings)}/k8s/clusters/<name>",
-                "clusters": sorted(self.emulator.clusters), "speed": self.settings.sandbox_speed,
-                "credentials": {"aws_access_key_id": SANDBOX_ACCESS_KEY, "note": "fake; any secret works"}}
+        return {**describe(self.settings, sorted(self.emulator.clusters)),
+                "simulated": self.world.info()["simulated"]}
 
     def stop(self) -> None:
         self.world.stop()

@@ -64,10 +64,12 @@ class SandboxInfo(ResponseModel):
     region: str
     account_id: str
     kubernetes_url: str
-    clusters: list[str]
+    kubeconfigs: dict[str, str] = Field(..., description="cluster name -> kubeconfig path (kubectl --kubeconfig)")
+    kubeconfig_dir: str
     speed: float
-    simulated: dict[str, list[str]] = Field(..., description="operations the simulator owns, per service; "
-                                            "everything else is served by moto")
+    simulated: dict[str, list[str]] = Field(default_factory=dict,
+                                            description="operations the simulator owns, per service; everything "
+                                                        "else is served by moto (only from a running server)")
     credentials: dict[str, str]
 
 

@@ -264,8 +264,9 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
             world.start()
             routes = ROUTES + sandbox_routes(world)
             info = world.info()
-            say(f"sandbox mode: AWS endpoint {info['aws_endpoint_url']} (aws --endpoint-url), "
-                f"Kubernetes {info['kubernetes_url']} (instantstart kubeconfig CLUSTER)")
+            say(f"sandbox mode (no AWS credentials configured): account {info['account_id']}, region "
+                f"{info['region']}, AWS endpoint {info['aws_endpoint_url']} (aws --endpoint-url), Kubernetes "
+                f"{info['kubernetes_url']}, kubeconfigs in {info['kubeconfig_dir']} (instantstart sandbox info)")
         token = services.tokens.bootstrap_admin()
         if token and show_token is not None:
             show_token(token)

@@ -4,6 +4,7 @@ drive HyperPod's automatic recovery."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -129,10 +130,25 @@ def test_eks_then_hyperpod_nodes_in_kubectl_and_recovery(sandbox: tuple[LiveServ
     assert audit and audit[0]["outcome"] == "succeeded"
 
 
+def test_sandbox_info_from_rest_and_from_the_data_dir_agree(sandbox: tuple[LiveServer, dict[str, str]]) -> None:
+    live, env = sandbox
+    served = live.get("/api/v1/sandbox").json()
+    assert {"CreateCluster", "BatchReplaceClusterNodes"} <= set(served["simulated"]["sagemaker"])
+    local = subprocess.run([sys.executable, "-m", "app.cli", "sandbox", "info", "--json", "--data-dir",
+                            str(live.data_dir)], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                           env={**{k: v for k, v in os.environ.items() if k != "INSTANTSTART_URL"}, **env})
+    assert local.returncode == 0, local.stderr
+    offline = json.loads(local.stdout)
+    for key in ("aws_endpoint_url", "region", "account_id", "kubeconfigs"):
+        assert offline[key] == served[key], key
+    assert offline["account_id"] == "123456789012"
+    for path in offline["kubeconfigs"].values():
+        assert Path(path).is_file()
+    assert "account 123456789012" in live.log() and "kubeconfigs in" in live.log()
+
+
 def test_sandbox_routes_are_tools_and_validate(sandbox: tuple[LiveServer, dict[str, str]]) -> None:
     live, _ = sandbox
-    info = live.get("/api/v1/sandbox").json()
-    assert {"CreateCluster", "BatchReplaceClusterNodes"} <= set(info["simulated"]["sagemaker"])
     document = live.get("/api/v1/openapi.json").json()
     assert document["paths"]["/api/v1/sandbox/faults"]["post"]["x-mcp-tool"]["name"] == "sandbox_faults_inject"
     r = live.post("/api/v1/sandbox/faults", {"kind": "throttle", "target": {"service": "eks", "bogus": "x"}})
@@ -155,8 +171,8 @@ def test_sandbox_cli_injects_lists_and_clears(sandbox: tuple[LiveServer, dict[st
     assert made.returncode == 0, made.stderr
     fault_id = made.stdout.split()[1]
     assert f"{fault_id}  quota_exhausted  instance_type=ml.p5.48xlarge" in cli("faults").stdout
-    info = cli("info")
-    assert info.returncode == 0 and '"aws_endpoint_url"' in info.stdout
+    info = cli("info", "--json")
+    assert info.returncode == 0 and json.loads(info.stdout)["simulated"]["sagemaker"]
     refused = cli("inject", "throttle", "--target", "operation=ListClusters")
     assert refused.returncode == 1 and "needs target keys ['service']" in refused.stderr
     assert cli("clear", fault_id).returncode == 0
