@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import os
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,9 +33,12 @@ class SandboxTls:
         return ctx
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    path.write_bytes(data)
-    path.chmod(0o600)
+def write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to a file readable by its owner only, from its creation on (never briefly wider)."""
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        os.fchmod(fh.fileno(), 0o600)  # an existing file keeps its mode under O_CREAT
+        fh.write(data)
 
 
 def ensure_tls(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1")) -> SandboxTls:
@@ -71,6 +75,6 @@ def ensure_tls(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhos
                 .sign(ca_key, hashes.SHA256()))
         ca_path.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
         cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM) + ca_path.read_bytes())
-        _write_private(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        write_private(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                    serialization.NoEncryption()))
     return SandboxTls(ca_path.read_bytes(), cert_path, key_path)

@@ -46,15 +46,23 @@ class SimClock(Protocol):
 
 
 class RealClock:
-    """Wall time, optionally sped up: ``speed=60`` makes a 15-minute EKS create take 15 s."""
+    """Wall time, optionally sped up: ``speed=60`` makes a 15-minute EKS create take 15 s.
+
+    A sped-up clock runs ahead of wall time; :meth:`resume` continues from a saved simulated time so that
+    time never goes backwards across a restart."""
 
     def __init__(self, speed: float = 1.0) -> None:
         self.speed = speed
-        self._origin = time.time()
+        self._real_origin = time.time()
+        self._sim_origin = self._real_origin
 
     def now(self) -> float:
-        real = time.time()
-        return self._origin + (real - self._origin) * self.speed
+        return self._sim_origin + (time.time() - self._real_origin) * self.speed
+
+    def resume(self, saved_now: float) -> None:
+        """Continue from ``saved_now`` (or from wall time, if that is later)."""
+        self._real_origin = time.time()
+        self._sim_origin = max(saved_now, self._real_origin)
 
 
 class ManualClock:

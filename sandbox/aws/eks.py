@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import secrets
 import uuid
 from collections.abc import Callable
@@ -31,6 +32,8 @@ from .eks_addons import (
     install,
     uninstall,
 )
+
+_log = logging.getLogger("sandbox.aws.eks")
 
 if TYPE_CHECKING:
     from sandbox.kube import Emulator
@@ -81,7 +84,8 @@ class EksSimulator:
                  kube_base_url: str, region: str = "us-west-2", account: str = "123456789012",
                  subnet_vpc: SubnetLookup | None = None, ca_pem: bytes) -> None:
         self.clock = clock
-        self.ca_data = base64.b64encode(ca_pem).decode()  # the CA that signs the emulator's TLS certificate
+        self.ca_pem = ca_pem  # the CA that signs the emulator's TLS certificate
+        self.ca_data = base64.b64encode(ca_pem).decode()
         self.faults = faults
         self.kube = kube
         self.kube_base_url = kube_base_url.rstrip("/")
@@ -145,7 +149,7 @@ class EksSimulator:
         if self.kube is not None:
             self.kube.ensure_cluster(name)
             if self.kube.data_dir is not None:
-                self.kube.write_kubeconfig(name, self.kube_base_url)
+                self.kube.write_kubeconfig(name, self.kube_base_url, ca_pem=self.ca_pem or None)
 
     def _finish_addon(self, cluster_name: str, rec: dict[str, Any], addon_name: str) -> None:
         addon = rec["addons"].get(addon_name)
@@ -167,7 +171,13 @@ class EksSimulator:
             self._set_issue(addon, "CREATE_FAILED", "ConfigurationConflict",
                             f"{addon_name} requires the add-on(s) {', '.join(missing)}; install them first.")
             return
-        install(self.kube, cluster_name, addon_name, self.region)
+        try:
+            install(self.kube, cluster_name, addon_name, self.region)
+        except Exception as exc:  # e.g. its namespace is Terminating: the add-on fails, the world ticks on
+            _log.exception("sandbox EKS: installing add-on %s on %s failed", addon_name, cluster_name)
+            self._set_issue(addon, "CREATE_FAILED" if addon["status"] == "CREATING" else "UPDATE_FAILED",
+                            "ConfigurationConflict", f"Installing {addon_name} failed: {exc}")
+            return
         addon["status"] = "ACTIVE"
         addon["health"] = {"issues": []}
         addon["modifiedAt"] = self.clock.now()

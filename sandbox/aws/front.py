@@ -16,38 +16,43 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
-from tornado.httpclient import HTTPResponse as ClientResponse
+from tornado.iostream import StreamClosedError
 from tornado.web import Application, RequestHandler
 
 from sandbox.threaded import ThreadedHttpServer
 
 from . import protocol
 from .base import AwsError, Call, FaultRegistry, SimulatedService
+from .moto_backend import Forwarded
 from .validation import validate
 
 ACCOUNT_ID = "123456789012"
 _log = logging.getLogger("sandbox.aws.front")
 _HOP_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "expect",
                           "proxy-connection", "te", "upgrade"})
-# (method, path with query, headers, body) of a request forwarded to moto, for the world's recorder.
-ForwardHook = Callable[[str, str, Mapping[str, str], bytes], None]
+CHUNK = 1024 * 1024  # moto's answers are relayed in chunks of this size, never buffered whole
+
+
+class Backend(Protocol):
+    """Where requests no simulator owns go (the world's :class:`~sandbox.aws.moto_backend.MotoBackend`):
+    ``forward`` (blocking; the front calls it on an executor thread) sends one request and returns the answer."""
+
+    def forward(self, method: str, uri: str, headers: Mapping[str, str], body: bytes) -> Forwarded: ...
 
 
 class AwsFront:
-    """Routes calls to registered simulators or to moto at ``moto_url``; serve it with :meth:`url_patterns`
+    """Routes calls to registered simulators or to ``backend`` (moto); serve it with :meth:`url_patterns`
     in any Tornado application or alone with :meth:`start`."""
 
-    def __init__(self, moto_url: str, faults: FaultRegistry, *, account: str = ACCOUNT_ID,
-                 region: str = "us-west-2", on_forward: ForwardHook | None = None) -> None:
-        self.moto_url = moto_url.rstrip("/")
+    def __init__(self, backend: Backend, faults: FaultRegistry, *, account: str = ACCOUNT_ID,
+                 region: str = "us-west-2") -> None:
+        self.backend = backend
         self.faults = faults
         self.account = account
         self.region = region
-        self.on_forward = on_forward
         self._simulators: dict[str, SimulatedService] = {}
         self._locks: dict[str, threading.RLock] = {}
         self._http: ThreadedHttpServer | None = None
@@ -166,30 +171,35 @@ class _AwsHandler(RequestHandler):
             self.write(response.body)
 
     async def _forward(self, path: str) -> None:
-        """Relay the request to moto unchanged and its answer back unchanged."""
-        front = self.front
+        """Relay the request to moto unchanged and its answer back unchanged, streaming the body."""
         uri = path + (f"?{self.request.query}" if self.request.query else "")
         headers = {k: v for k, v in self.request.headers.get_all() if k.lower() not in _HOP_HEADERS}
-        body = self.request.body
         method = self.request.method or "GET"
-        if front.on_forward is not None and not path.startswith("/moto-api"):
-            front.on_forward(method, uri, headers, body)
-        request = HTTPRequest(front.moto_url + uri, method=method, headers=headers,
-                              body=body if method in ("POST", "PUT", "PATCH") or body else None,
-                              allow_nonstandard_methods=True, follow_redirects=False, decompress_response=False,
-                              request_timeout=120)
+        loop = asyncio.get_running_loop()
         try:
-            response: ClientResponse = await AsyncHTTPClient().fetch(request, raise_error=False)
-        except HTTPClientError as exc:  # only connection-level failures reach here
+            response = await loop.run_in_executor(None, self.front.backend.forward, method, uri, headers,
+                                                  self.request.body)
+        except OSError as exc:  # only connection-level failures reach here
             self.set_status(502)
             self.write(f"sandbox AWS backend unavailable: {exc}")
             return
-        self.set_status(response.code, response.reason)
-        self.clear_header("Content-Type")
-        for key, value in response.headers.get_all():
-            if key.lower() not in _HOP_HEADERS:
-                self.add_header(key, value)
-        if method == "HEAD" and "Content-Length" in response.headers:
-            self.set_header("Content-Length", response.headers["Content-Length"])
-        if response.body and method != "HEAD" and response.code not in (204, 304):
-            self.write(response.body)
+        try:
+            self.set_status(response.status, response.reason)
+            self.clear_header("Content-Type")
+            length = None
+            for key, value in response.headers:
+                if key.lower() == "content-length":
+                    length = value
+                elif key.lower() not in _HOP_HEADERS:
+                    self.add_header(key, value)
+            if length is not None and (method == "HEAD" or response.status not in (204, 304)):
+                self.set_header("Content-Length", length)
+            if method == "HEAD" or response.status in (204, 304):
+                return
+            while chunk := await loop.run_in_executor(None, response.read, CHUNK):
+                self.write(chunk)
+                await self.flush()
+        except StreamClosedError:
+            pass  # the client went away
+        finally:
+            response.close()

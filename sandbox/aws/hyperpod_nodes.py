@@ -88,7 +88,7 @@ class KubeNodes:
     def _cluster(self, rec: ClusterRec) -> Cluster | None:
         if self.emulator is None or rec.kube_cluster is None:
             return None
-        return self.emulator.ensure_cluster(rec.kube_cluster)
+        return self.emulator.clusters.get(rec.kube_cluster)  # never created here: a deleted EKS cluster stays gone
 
     def health_label(self, rec: ClusterRec, node: NodeRec) -> str | None:
         """The node-health-status label as it is now on the Node (None: no such Node)."""

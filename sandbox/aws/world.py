@@ -7,30 +7,26 @@ order. State survives restarts in two ways, because moto has no persistence of i
 
 * simulators that offer ``to_state()``/``load_state(state)`` are saved as JSON under ``<data_dir>/aws/``
   whenever their state changed (checked about once a second) and on :meth:`AwsWorld.stop`;
-* every request forwarded to moto is appended to ``<data_dir>/aws/moto-requests.jsonl`` and replayed into
-  a freshly reset and seeded moto on the next start, which recreates the same resources with the same ids
-  (moto's ids come from its seeded random generator).
+* every mutating request forwarded to moto is appended to ``<data_dir>/aws/moto-requests.jsonl`` and
+  replayed into a freshly reset moto on the next start, reseeded per request as it was live, which
+  recreates the same resources with the same ids (see :mod:`.moto_backend`);
+* the simulated time is saved too (``clock.json``), so a sped-up clock never goes back after a restart.
 
 moto's state is global to the process, so only one world may run in a process at a time.
 """
 
 from __future__ import annotations
 
-import base64
-import http.client
 import json
 import logging
-import os
-import re
 import threading
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
-from urllib.parse import urlencode
 
 from .base import FaultRegistry, ManualClock, RealClock, SimClock, SimulatedService
 from .front import ACCOUNT_ID, AwsFront
+from .moto_backend import MOTO_SEED, MotoBackend
 
 if TYPE_CHECKING:
     from sandbox.kube import Emulator
@@ -40,10 +36,10 @@ if TYPE_CHECKING:
     from .hyperpod import HyperPodSimulator
     from .quotas import QuotasSimulator
 
+_log = logging.getLogger("sandbox.aws.world")
 TICK_SECONDS = 0.2
 SAVE_EVERY_SECONDS = 1.0
 DEFAULT_SPEED = 40.0  # a ~10-minute EKS create takes ~15 s
-MOTO_SEED = 20260101
 
 
 @runtime_checkable
@@ -53,85 +49,6 @@ class Persistent(Protocol):
     def to_state(self) -> dict[str, Any]: ...
 
     def load_state(self, state: dict[str, Any]) -> None: ...
-
-
-class MotoBackend:
-    """moto's in-process server, reset and seeded on start, with a request log it can replay."""
-
-    def __init__(self, log_path: Path | None, seed: int = MOTO_SEED) -> None:
-        os.environ.setdefault("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
-        from moto.server import ThreadedMotoServer
-
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's per-request access log
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        self._log_path = log_path
-        self._seed = seed
-        self._log_lock = threading.Lock()
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> int:
-        """Start, reset, seed and replay the log; returns how many requests were replayed."""
-        self._server.start()
-        self.port = self._server.get_host_and_port()[1]
-        self._send("POST", "/moto-api/reset", {}, b"")
-        self._send("POST", f"/moto-api/seed?a={self._seed}", {}, b"")
-        return self._replay()
-
-    def stop(self) -> None:
-        if self.port:
-            self._server.stop()
-            self.port = 0
-
-    def _send(self, method: str, uri: str, headers: Mapping[str, str], body: bytes) -> int:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        try:
-            conn.request(method, uri, body=body or None, headers=dict(headers))
-            response = conn.getresponse()
-            response.read()
-            return response.status
-        finally:
-            conn.close()
-
-    def _replay(self) -> int:
-        if self._log_path is None or not self._log_path.exists():
-            return 0
-        count = 0
-        with self._log_path.open() as fh:
-            for line in fh:
-                if not line.strip():
-                    continue
-                entry = json.loads(line)
-                self._send(entry["method"], entry["uri"], entry["headers"], base64.b64decode(entry["body"]))
-                count += 1
-        return count
-
-    def subnet_vpc(self, subnet_id: str, region: str) -> str | None:
-        """The VPC of a moto subnet (``None`` if there is none); logged like any request so replay stays exact."""
-        body = urlencode({"Action": "DescribeSubnets", "Version": "2016-11-15", "SubnetId.1": subnet_id}).encode()
-        headers = {"Content-Type": "application/x-www-form-urlencoded; charset=utf-8",
-                   "Authorization": f"AWS4-HMAC-SHA256 Credential=testing/20260101/{region}/ec2/aws4_request, "
-                                    "SignedHeaders=host, Signature=sandbox"}
-        self.record("POST", "/", headers, body)
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        try:
-            conn.request("POST", "/", body=body, headers=headers)
-            text = conn.getresponse().read().decode()
-        finally:
-            conn.close()
-        match = re.search(r"<vpcId>(vpc-[0-9a-f]+)</vpcId>", text)
-        return match.group(1) if match else None
-
-    def record(self, method: str, uri: str, headers: Mapping[str, str], body: bytes) -> None:
-        """The front's forward hook: append one request to the log."""
-        if self._log_path is None:
-            return
-        entry = {"method": method, "uri": uri, "headers": dict(headers), "body": base64.b64encode(body).decode()}
-        with self._log_lock, self._log_path.open("a") as fh:
-            fh.write(json.dumps(entry) + "\n")
 
 
 class AwsWorld:
@@ -156,13 +73,16 @@ class AwsWorld:
         if self.state_dir is not None:
             self.state_dir.mkdir(parents=True, exist_ok=True)
         self.clock: SimClock = clock if clock is not None else RealClock(speed)
+        clock_path = self._state_path("clock")
+        if isinstance(self.clock, RealClock) and clock_path is not None and clock_path.exists():
+            self.clock.resume(float(json.loads(clock_path.read_text())["now"]))
         self.region = region
         self.account = account
         self.faults = FaultRegistry()
         self.kube = kube
-        self.moto = MotoBackend(self.state_dir / "moto-requests.jsonl" if self.state_dir else None, moto_seed)
-        self.front = AwsFront("http://127.0.0.1:0", self.faults, account=account, region=region,
-                              on_forward=self.moto.record)
+        self.moto = MotoBackend(self.state_dir / "moto-requests.jsonl" if self.state_dir else None, moto_seed,
+                                region=region, account=account)
+        self.front = AwsFront(self.moto, self.faults, account=account, region=region)
         self._saved: dict[str, str] = {}
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -204,7 +124,6 @@ class AwsWorld:
     def start(self, *, port: int = 0, ticker: bool = True) -> AwsWorld:
         """Start moto (replaying its log), serve the front on ``port`` and, unless told not to, the ticker."""
         self.moto.start()
-        self.front.moto_url = self.moto.url
         self.front.start(port=port)
         if ticker:
             self._stop.clear()
@@ -231,14 +150,21 @@ class AwsWorld:
         while not self._stop.wait(TICK_SECONDS):
             self.tick()
             if time.monotonic() - self._last_save >= SAVE_EVERY_SECONDS:
-                self.save()
+                try:
+                    self.save()
+                except Exception:
+                    _log.exception("sandbox AWS: saving the simulators' state failed")
 
     def tick(self) -> None:
-        """Move every simulator to the clock's now (each under its service lock)."""
+        """Move every simulator to the clock's now (each under its service lock). A simulator whose tick
+        raises is logged with its traceback and the others still tick: one bad resource must not stop time."""
         now = self.clock.now()
         for simulator in self.front.simulators:
-            with self.front.lock(simulator.service):
-                simulator.tick(now)
+            try:
+                with self.front.lock(simulator.service):
+                    simulator.tick(now)
+            except Exception:
+                _log.exception("sandbox AWS: the %s simulator failed to tick", simulator.service)
 
     def advance(self, seconds: float) -> None:
         """Tests: move a :class:`ManualClock` on and tick synchronously."""
@@ -248,8 +174,12 @@ class AwsWorld:
         self.tick()
 
     def save(self) -> None:
-        """Write the state of every persistent simulator whose state changed since the last save."""
+        """Write the state of every persistent simulator whose state changed since the last save, and the
+        simulated time (a sped-up clock resumes from it)."""
         self._last_save = time.monotonic()
+        clock_path = self._state_path("clock")
+        if clock_path is not None and isinstance(self.clock, RealClock):
+            _write(clock_path, json.dumps({"now": self.clock.now()}))
         for simulator in self.front.simulators:
             path = self._state_path(simulator.service)
             if path is None or not isinstance(simulator, Persistent):
@@ -258,12 +188,16 @@ class AwsWorld:
                 text = json.dumps(simulator.to_state(), sort_keys=True)
             if self._saved.get(simulator.service) == text:
                 continue
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(text)
-            tmp.replace(path)
+            _write(path, text)
             self._saved[simulator.service] = text
 
     def info(self) -> dict[str, Any]:
         """What the banner and ``instantstart sandbox info`` print about the AWS side."""
         return {"aws_endpoint_url": self.endpoint_url, "region": self.region, "account_id": self.account,
                 "simulated": {sim.service: sorted(sim.operations) for sim in self.front.simulators}}
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

@@ -45,7 +45,8 @@ _STATUS_ON_CREATE: dict[tuple[str, str], dict[str, int]] = {
 }
 
 
-Warnings = list[str]  # (an alias: inside Cluster, ``list`` names the list verb)
+Warnings = list[str]  # (aliases: inside Cluster, ``list`` names the list verb)
+Entries = list[tuple[Loc, Obj]]
 
 
 def clone(obj: Any) -> Any:
@@ -159,15 +160,17 @@ class Cluster:
     def list(self, rt: ResourceType, namespace: str | None, *, label_selector: str | None = None,
              field_selector: str | None = None, limit: int = 0, continue_token: str = "") -> ListResult:
         match = object_matcher(label_selector, field_selector)
+        start: Loc | None = None
+        scope = namespace if rt.namespaced else None
         with self.store.lock:
             rv = self.store.rv
-            entries = self.store.items(rt.key, namespace if rt.namespaced else None)
-        start: Loc | None = None
-        if continue_token:
-            start, token_rv = _decode_continue(continue_token)
-            if token_rv < self.store.compacted_rv:
-                raise gone("The provided continue parameter is too old to display a consistent list result. "
-                           "You can start a new list without the continue parameter.")
+            entries = self.store.items(rt.key, scope)
+            if continue_token:  # later pages are served at the first page's resourceVersion, a snapshot
+                start, rv = _decode_continue(continue_token)
+                if rv < self.store.compacted_rv:
+                    raise gone("The provided continue parameter is too old to display a consistent list result. "
+                               "You can start a new list without the continue parameter.")
+                entries = self._entries_at(rt, entries, rv, scope)
         selected = [obj for loc, obj in entries if (start is None or loc > start) and match(obj)]
         result = ListResult([self.out(rt, o) for o in selected], str(rv))
         if limit and len(selected) > limit:
@@ -176,6 +179,23 @@ class Cluster:
             result.continue_token = _encode_continue((last.get("namespace", ""), last["name"]), rv)
             result.remaining = len(selected) - limit
         return result
+
+    def _entries_at(self, rt: ResourceType, entries: Entries, rv: int, namespace: str | None) -> Entries:
+        """``entries`` (current) as they were at ``rv``, undone from the watch history (under the store lock)."""
+        before: dict[Loc, Obj | None] = {}
+        for event in self.store.history:
+            if event.rv > rv and event.key == rt.key:
+                meta = event.obj["metadata"]
+                before.setdefault((meta.get("namespace", ""), meta["name"]), event.old)
+        snapshot: dict[Loc, Obj] = dict(entries)
+        for loc, old in before.items():
+            if namespace and loc[0] != namespace:
+                continue
+            if old is None:
+                snapshot.pop(loc, None)
+            else:
+                snapshot[loc] = old
+        return sorted(snapshot.items(), key=lambda e: e[0])
 
     # --- writes -----------------------------------------------------------------------------------------
 
@@ -313,12 +333,16 @@ class Cluster:
         meta["generation"] = old_meta.get("generation", 1)
         if _spec_of(new, rt) != _spec_of(old, rt):
             meta["generation"] += 1
-        if old_meta.get("deletionTimestamp") and not meta.get("finalizers"):
+        if old_meta.get("deletionTimestamp") and old_meta.get("finalizers") and not meta.get("finalizers") \
+                and rt.key != NAMESPACE_KEY:  # the update removed the last finalizer: the object goes now
             if opts.dry_run:
                 return WriteResult(self.out(rt, new))
             deletion.finalize(self, rt, loc)
             return WriteResult(self.out(rt, new))
-        return self._commit(rt, loc, new, old, opts, created=False)
+        result = self._commit(rt, loc, new, old, opts, created=False)
+        if rt.key == NAMESPACE_KEY and old_meta.get("deletionTimestamp") and not opts.dry_run:
+            deletion.try_finish_namespace(self, loc[1])  # goes only once empty and without finalizers
+        return result
 
     def _commit(self, rt: ResourceType, loc: Loc, obj: Obj, old: Obj | None, opts: WriteOptions,
                 created: bool) -> WriteResult:
@@ -341,6 +365,8 @@ class Cluster:
         if rt.key == NAMESPACE_KEY and created:
             obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
             obj["status"] = {"phase": "Active"}
+        if old is not None and _without_times(obj) == _without_times(old):
+            return WriteResult(self.out(rt, old), False, warnings)  # no change: no new resourceVersion, no event
         if opts.dry_run:
             return WriteResult(self.out(rt, obj), created, warnings)
         stored = self.store.put(rt.key, loc, obj, "ADDED" if created else "MODIFIED")
@@ -449,6 +475,15 @@ class Cluster:
                 record_update(obj, opts.manager, {"spec": {"replicas": replicas}}, False)
             self._update(rt, loc, old, obj, opts, "")
             return self.get_scale(rt, namespace, name)
+
+
+def _without_times(obj: Obj) -> Obj:
+    """``obj`` without the managedFields timestamps, which every write renews."""
+    fields = obj["metadata"].get("managedFields")
+    if not fields:
+        return obj
+    return {**obj, "metadata": {**obj["metadata"], "managedFields": [
+        {k: v for k, v in entry.items() if k != "time"} for entry in fields]}}
 
 
 def _spec_of(obj: Obj, rt: ResourceType) -> Obj:

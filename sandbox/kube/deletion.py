@@ -131,7 +131,7 @@ def _after_removed(cluster: Cluster, key: Key, loc: Loc, final: Obj) -> None:
     for ref in meta.get("ownerReferences") or []:
         _check_foreground(cluster, ref.get("uid", ""))
     if loc[0]:
-        _try_finish_namespace(cluster, loc[0])
+        try_finish_namespace(cluster, loc[0])
 
 
 def _delete_dependent(cluster: Cluster, key: Key, loc: Loc, policy: str) -> None:
@@ -187,12 +187,13 @@ def _delete_namespace(cluster: Cluster, rt: ResourceType, loc: Loc, obj: Obj) ->
     for key in list(cluster.store.objects):
         for item_loc in [item_loc for item_loc in list(cluster.store.objects[key]) if item_loc[0] == name]:
             _delete_dependent(cluster, key, item_loc, "Background")
-    _try_finish_namespace(cluster, name)
+    try_finish_namespace(cluster, name)
     current = cluster.store.get(rt.key, loc)
     return cluster.out(rt, current or obj), current is None
 
 
-def _try_finish_namespace(cluster: Cluster, namespace: str) -> None:
+def try_finish_namespace(cluster: Cluster, namespace: str) -> None:
+    """Remove a Terminating namespace once it is empty and has no finalizers left."""
     ns = cluster.store.get(NAMESPACE_KEY, ("", namespace))
     if ns is None or not ns["metadata"].get("deletionTimestamp"):
         return

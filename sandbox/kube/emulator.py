@@ -136,12 +136,14 @@ class Emulator:
     def kubeconfig(self, cluster: str, base_url: str) -> dict[str, Any]:
         return kubeconfig(cluster, base_url, self.token or "sandbox")
 
-    def write_kubeconfig(self, cluster: str, base_url: str, path: Path | None = None) -> Path:
+    def write_kubeconfig(self, cluster: str, base_url: str, path: Path | None = None, *,
+                         ca_pem: bytes | None = None) -> Path:
+        """Write a kubeconfig for ``cluster``; an https ``base_url`` needs the CA of its certificate."""
         if path is None:
             if self.data_dir is None:
                 raise ValueError("no data directory: pass an explicit kubeconfig path")
             path = self.data_dir / f"kubeconfig-{cluster}.yaml"
-        return write_kubeconfig(path, cluster, base_url, self.token or "sandbox")
+        return write_kubeconfig(path, cluster, base_url, self.token or "sandbox", ca_pem=ca_pem)
 
     # --- HTTP -------------------------------------------------------------------------------------------
 

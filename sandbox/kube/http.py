@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 BOOKMARK_INTERVAL = 5.0
+WATCH_QUEUE_LIMIT = 10_000  # events waiting for one slow watcher; beyond it the watch is closed (clients relist)
 DEFAULT_WATCH_TIMEOUT = 1800.0
 _DELETE_RETURNS_OBJECT = {("", "pods"), ("", "services"), ("", "persistentvolumeclaims"), ("", "persistentvolumes"),
                           ("", "serviceaccounts"), ("storage.k8s.io", "storageclasses"), ("", "namespaces")}
@@ -388,21 +389,30 @@ class KubeHandler(RequestHandler):
     async def _watch(self, cluster: Cluster, rt: ResourceType, namespace: str | None) -> None:
         match = object_matcher(self._arg("labelSelector"), self._arg("fieldSelector"))
         rv_arg = self._arg("resourceVersion")
-        timeout = float(self._arg("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
+        try:
+            timeout = float(self._arg("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
+        except ValueError:
+            raise bad_request(f"invalid value for timeoutSeconds: {self._arg('timeoutSeconds')!r}") from None
         bookmarks = self._bool("allowWatchBookmarks")
         table = self._accept_table()
         ns = namespace if rt.namespaced else None
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
+        queue: asyncio.Queue[WatchEvent] = asyncio.Queue(WATCH_QUEUE_LIMIT)
+        overflow = asyncio.Event()
+
+        def enqueue(event: WatchEvent) -> None:
+            try:
+                queue.put_nowait(event)
+            except asyncio.QueueFull:
+                overflow.set()  # too slow a reader: the watch ends, as the apiserver's does
 
         def on_event(event: WatchEvent) -> None:
             if event.key == rt.key:
-                loop.call_soon_threadsafe(queue.put_nowait, event)
+                loop.call_soon_threadsafe(enqueue, event)
 
         store = cluster.store
         with store.lock:
             start_rv = store.rv
-            visible = {o["metadata"]["uid"] for o in _in_scope(cluster, rt, ns) if match(o)}
             if rv_arg in ("", "0"):
                 initial = [o for o in _in_scope(cluster, rt, ns) if match(o)]
                 backlog = store.subscribe(None, on_event)
@@ -423,7 +433,7 @@ class KubeHandler(RequestHandler):
                 first = False
             last_rv = start_rv
             for event in backlog:
-                first = await self._deliver(event, cluster, rt, ns, match, visible, table, first)
+                first = await self._deliver(event, cluster, rt, ns, match, table, first)
                 last_rv = event.rv
             if bookmarks:
                 await self._bookmark(rt, last_rv)
@@ -431,7 +441,7 @@ class KubeHandler(RequestHandler):
             closed = asyncio.ensure_future(self._closed.wait())
             while True:
                 remaining = deadline - loop.time()
-                if remaining <= 0:
+                if remaining <= 0 or overflow.is_set():
                     break
                 getter = asyncio.ensure_future(queue.get())
                 done, _ = await asyncio.wait({getter, closed}, timeout=min(remaining, BOOKMARK_INTERVAL),
@@ -441,7 +451,7 @@ class KubeHandler(RequestHandler):
                     break
                 if getter in done:
                     event = getter.result()
-                    first = await self._deliver(event, cluster, rt, ns, match, visible, table, first)
+                    first = await self._deliver(event, cluster, rt, ns, match, table, first)
                     last_rv = event.rv
                 else:
                     getter.cancel()
@@ -454,27 +464,23 @@ class KubeHandler(RequestHandler):
             store.unsubscribe(on_event)
 
     async def _deliver(self, event: WatchEvent, cluster: Cluster, rt: ResourceType, ns: str | None,
-                       match: Any, visible: set[str], table: bool, first: bool) -> bool:
-        obj = event.obj
-        if ns and obj["metadata"].get("namespace") != ns:
-            return first
-        uid = obj["metadata"].get("uid", "")
-        matches = match(obj)
-        if event.type == "DELETED":
-            if not matches and uid not in visible:
-                return first
-            visible.discard(uid)
-            kind = "DELETED"
-        elif matches:
-            # An object that starts matching the selector is ADDED for this watcher.
-            kind = "MODIFIED" if event.type == "MODIFIED" and uid in visible else "ADDED"
-            visible.add(uid)
-        elif uid in visible:
-            visible.discard(uid)
+                       match: Any, table: bool, first: bool) -> bool:
+        """Filter one event like the apiserver's cacheWatcher: on whether the object matched before the
+        change and whether it matches after it (an object leaving the selector is DELETED for this watch)."""
+
+        def matches(obj: dict[str, Any] | None) -> bool:
+            return obj is not None and (not ns or obj["metadata"].get("namespace") == ns) and bool(match(obj))
+
+        deleted = event.type == "DELETED"
+        now = not deleted and matches(event.obj)
+        before = matches(event.old if event.old is not None else (event.obj if deleted else None))
+        if now:
+            kind = "MODIFIED" if before else "ADDED"
+        elif before:
             kind = "DELETED"
         else:
             return first
-        await self._emit(kind, cluster.out(rt, obj), rt, table, first)
+        await self._emit(kind, cluster.out(rt, event.obj), rt, table, first)
         return False
 
     async def _emit(self, kind: str, obj: dict[str, Any], rt: ResourceType, table: bool, first: bool) -> None:

@@ -47,7 +47,8 @@ def kubeconfig_yaml(cluster: str, base_url: str, token: str = "sandbox", namespa
 def write_kubeconfig(path: Path, cluster: str, base_url: str, token: str = "sandbox",
                      namespace: str = "default", ca_pem: bytes | None = None) -> Path:
     """Write the kubeconfig with owner-only permissions (it holds a token) and return its path."""
+    from sandbox.tls import write_private
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(kubeconfig_yaml(cluster, base_url, token, namespace, ca_pem))
-    path.chmod(0o600)
+    write_private(path, kubeconfig_yaml(cluster, base_url, token, namespace, ca_pem).encode())
     return path

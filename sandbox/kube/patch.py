@@ -19,6 +19,8 @@ from typing import Any
 
 from .errors import ApiError, bad_request
 
+# Lists with a patch merge key in the real API's strategic merge patch; any other list (e.g. a PodSpec's
+# tolerations, which has no merge key) is replaced whole.
 MERGE_KEYS: dict[str, str] = {
     "containers": "name",
     "initContainers": "name",
@@ -27,7 +29,6 @@ MERGE_KEYS: dict[str, str] = {
     "volumes": "name",
     "volumeMounts": "mountPath",
     "volumeDevices": "devicePath",
-    "tolerations": "key",
     "imagePullSecrets": "name",
     "hostAliases": "ip",
     "conditions": "type",

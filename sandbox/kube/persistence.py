@@ -73,9 +73,15 @@ class Persister:
                 self._dirty_clusters.add(name)
             self._wake.set()
 
+        with self._lock:
+            pending_removal = name in self._removed_clusters
+            self._removed_clusters.discard(name)
+        if pending_removal:  # a cluster deleted and created again: its old rows must not come back
+            with self._db_lock, self._db:
+                self._db.execute("DELETE FROM objects WHERE cluster = ?", (name,))
+                self._db.execute("DELETE FROM clusters WHERE name = ?", (name,))
         cluster.store.subscribe(None, on_event)
         with self._lock:
-            self._removed_clusters.discard(name)
             self._dirty_clusters.add(name)
         self._wake.set()
 

@@ -127,7 +127,8 @@ def object_matcher(label_selector: str | None, field_selector: str | None) -> Ca
 
 # --- JSONPath subset -------------------------------------------------------------------------------------
 
-_TOKEN_RE = re.compile(r"\.([A-Za-z0-9_\-/]+)|\[(\d+|\*)\]|\[\?\(@\.([A-Za-z0-9_.]+)\s*==\s*['\"]([^'\"]*)['\"]\)\]"
+_TOKEN_RE = re.compile(r"\.([A-Za-z0-9_\-/]+)|\[(-?\d+|\*|-?\d*:-?\d*)\]"
+                       r"|\[\?\(@\.([A-Za-z0-9_.]+)\s*==\s*['\"]([^'\"]*)['\"]\)\]"
                        r"|\[['\"]([^'\"]+)['\"]\]")
 
 
@@ -167,7 +168,10 @@ def jsonpath_get(obj: Any, path: str) -> list[Any]:
             elif kind == "index" and isinstance(value, list):
                 if arg == "*":
                     nxt.extend(value)
-                elif int(arg) < len(value):
+                elif ":" in arg:  # a slice, e.g. [-1:] (the last element), as kubectl's JSONPath allows
+                    start, _, stop = arg.partition(":")
+                    nxt.extend(value[int(start) if start else None:int(stop) if stop else None])
+                elif -len(value) <= int(arg) < len(value):
                     nxt.append(value[int(arg)])
             elif kind == "filter" and isinstance(value, list):
                 fpath, fval = arg

@@ -33,6 +33,7 @@ class WatchEvent:
     type: str  # ADDED, MODIFIED, DELETED
     key: Key
     obj: Obj
+    old: Obj | None = None  # the object before the change (selector-filtered watches compare both)
 
 
 Subscriber = Callable[[WatchEvent], None]
@@ -58,11 +59,11 @@ class Store:
     # --- reads ------------------------------------------------------------------------------------------
 
     def get(self, key: Key, loc: Loc) -> Obj | None:
-        return self.objects[key].get(loc)
+        return self.objects.get(key, {}).get(loc)  # never ``objects[key]``: that would insert without the lock
 
     def items(self, key: Key, namespace: str | None = None) -> list[tuple[Loc, Obj]]:
         with self.lock:
-            entries = list(self.objects[key].items())
+            entries = list(self.objects.get(key, {}).items())
         if namespace:
             entries = [e for e in entries if e[0][0] == namespace]
         entries.sort(key=lambda e: e[0])
@@ -76,7 +77,8 @@ class Store:
             return sorted(self.dependents.get(uid, ()))
 
     def count(self) -> int:
-        return sum(len(v) for v in self.objects.values())
+        with self.lock:
+            return sum(len(v) for v in self.objects.values())
 
     # --- writes -----------------------------------------------------------------------------------------
 
@@ -90,7 +92,7 @@ class Store:
                 self._unindex(key, loc, old)
             self.objects[key][loc] = obj
             self._index(key, loc, obj)
-            self._record(WatchEvent(self.rv, event, key, obj))
+            self._record(WatchEvent(self.rv, event, key, obj, old))
             return obj
 
     def remove(self, key: Key, loc: Loc) -> Obj | None:
@@ -102,7 +104,7 @@ class Store:
             self._unindex(key, loc, old)
             self.rv += 1
             final = {**old, "metadata": {**old["metadata"], "resourceVersion": str(self.rv)}}
-            self._record(WatchEvent(self.rv, "DELETED", key, final))
+            self._record(WatchEvent(self.rv, "DELETED", key, final, old))
             return final
 
     def drop_key(self, key: Key) -> list[tuple[Loc, Obj]]:

@@ -167,18 +167,20 @@ _SUBSCHEMA_LISTS = ("allOf", "anyOf", "oneOf")
 _DROP = {"nullable", "default", "description", "example", "externalDocs", "format", "title"}
 
 
-def crd_to_jsonschema(schema: dict[str, Any], root: bool = True) -> dict[str, Any]:
-    """Translate a structural CRD schema into Draft 4 JSON Schema that flags unknown fields."""
+def crd_to_jsonschema(schema: dict[str, Any], root: bool = True, closed: bool = True) -> dict[str, Any]:
+    """Translate a structural CRD schema into Draft 4 JSON Schema that flags unknown fields. Objects inside
+    ``allOf``/``anyOf``/``oneOf`` branches are never closed (``closed=False``): a branch only constrains the
+    fields it names, and the structural schema around it already decides which fields are known."""
     out: dict[str, Any] = {}
     for key, value in schema.items():
         if key.startswith("x-kubernetes") or key in _DROP:
             continue
         if key == "properties":
-            out[key] = {k: crd_to_jsonschema(v, False) for k, v in value.items()}
+            out[key] = {k: crd_to_jsonschema(v, False, closed) for k, v in value.items()}
         elif key in ("items", "not", "additionalProperties") and isinstance(value, dict):
-            out[key] = crd_to_jsonschema(value, False)
+            out[key] = crd_to_jsonschema(value, False, closed)
         elif key in _SUBSCHEMA_LISTS:
-            out[key] = [crd_to_jsonschema(v, False) for v in value]
+            out[key] = [crd_to_jsonschema(v, False, False) for v in value]
         else:
             out[key] = value
     if schema.get("x-kubernetes-int-or-string"):
@@ -195,7 +197,7 @@ def crd_to_jsonschema(schema: dict[str, Any], root: bool = True) -> dict[str, An
         props["apiVersion"] = {"type": "string"}
         props["kind"] = {"type": "string"}
         props["metadata"] = {"type": "object"}
-    if props is not None and not schema.get("x-kubernetes-preserve-unknown-fields") \
+    if closed and props is not None and not schema.get("x-kubernetes-preserve-unknown-fields") \
             and "additionalProperties" not in schema:
         out["additionalProperties"] = False
     return out

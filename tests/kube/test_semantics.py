@@ -165,7 +165,7 @@ def test_strategic_merge_patch_merges_lists_by_key(c: Cluster) -> None:
     assert [p["containerPort"] for p in a["ports"]] == [80, 81]
     assert a["volumeMounts"] == [{"name": "v", "mountPath": "/v"}]
     assert [v["name"] for v in spec["volumes"]] == ["v", "w"]
-    assert [t["key"] for t in spec["tolerations"]] == ["gpu", "spot"]
+    assert [t["key"] for t in spec["tolerations"]] == ["spot"]  # no patch merge key: replaced whole
 
 
 def test_json_patch_and_merge_patch(c: Cluster) -> None:

@@ -27,6 +27,7 @@ class World:
         self.clock = ManualClock()
         self.faults = FaultRegistry()
         self.kube = Emulator()
+        self.kube.ensure_cluster("demo")  # the ACTIVE EKS cluster's emulator cluster (HyperPod never creates it)
         self.sim = HyperPodSimulator(self.clock, self.faults, self.kube,
                                      lambda arn: "demo" if arn == EKS_ARN else None, quota,
                                      account=ACCOUNT, region=REGION)

@@ -64,9 +64,11 @@ def test_boto3_create_cluster_nodes_visible_in_kubernetes(world: AwsWorld, aws: 
     assert all(n.status is not None and (n.status.capacity or {})["nvidia.com/gpu"] == "1" for n in nodes)
 
     kubectl = shutil.which("kubectl")
-    if kubectl is not None:
-        out = subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "--cache-dir", str(tmp_path / "cache"),
-                              "get", "nodes", "-L", HEALTH], capture_output=True, text=True, timeout=60, check=True)
-        lines = out.stdout.strip().splitlines()
-        assert "NODE-HEALTH-STATUS" in lines[0]
-        assert len(lines) == 4 and all("Schedulable" in line for line in lines[1:])
+    if kubectl is None:
+        pytest.fail("kubectl is not on PATH: this test checks `kubectl get nodes -L` against the emulator (install "
+                    "kubectl; the check must not be skipped)")
+    out = subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "--cache-dir", str(tmp_path / "cache"),
+                          "get", "nodes", "-L", HEALTH], capture_output=True, text=True, timeout=60, check=True)
+    lines = out.stdout.strip().splitlines()
+    assert "NODE-HEALTH-STATUS" in lines[0]
+    assert len(lines) == 4 and all("Schedulable" in line for line in lines[1:])
