@@ -10,31 +10,24 @@ An operation kind is an ordered list of stages. Each stage follows one contract:
 The phase is written to SQLite *before* acting and *before* any wait, so after a crash the engine knows
 where it was: a stage caught in ``acting`` is observed again (never blindly re-run), a stage in
 ``waiting`` goes on polling. Waiting is a stored due time, not a sleeping thread. Status changes go
-through :func:`_check_transition` (a FROM -> TO table) and bump ``version``, which long-polls watch.
+through ``check_transition`` (a FROM -> TO table in ``operation_views``) and bump ``version``, which
+long-polls watch. The stage contract lives in ``stages``.
 
 This module never decides *what* a stage does; kinds live in their domain modules and register here.
 """
 
 from __future__ import annotations
 
-import abc
 import builtins
-import datetime as dt
 import fcntl
 import hashlib
-import json
 import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Any
-
-from pydantic import Field
 
 from services.audit import AuditLog
 from services.auth import Principal, Role
@@ -42,196 +35,30 @@ from services.clock import Clock
 from services.db import Database, dumps, loads
 from services.errors import Conflict, Invalid, NotFound, Permanent, ServiceError, Transient
 from services.events import Event, EventBus
-from services.models import RequestModel, ResponseModel
+from services.models import RequestModel
+from services.operation_views import (
+    ACTIVE,
+    STATUS_TOOL,
+    TERMINAL,
+    TRANSITIONS,
+    Condition,
+    OperationQuery,
+    OperationView,
+    StageView,
+    Status,
+    check_transition,
+    iso,
+    set_condition,
+)
+from services.stages import Done, Observed, OperationKind, Stage, StageContext, Wait, checked_result
+
+__all__ = [  # the engine's module is also where callers find the contract and the views
+    "ACTIVE", "STATUS_TOOL", "TERMINAL", "TRANSITIONS", "Condition", "DataDirLocked", "Done", "Engine",
+    "Observed", "OperationKind", "OperationQuery", "OperationView", "Stage", "StageContext", "StageView", "Status",
+    "Wait", "check_transition", "iso",
+]
 
 log = logging.getLogger(__name__)
-
-STATUS_TOOL = "operations_get"
-
-
-class Status(StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    WAITING = "waiting"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL
-
-
-TERMINAL = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELLED})
-ACTIVE = frozenset({Status.PENDING, Status.RUNNING, Status.WAITING})
-
-TRANSITIONS: dict[Status, frozenset[Status]] = {
-    Status.PENDING: frozenset({Status.RUNNING, Status.CANCELLED}),
-    Status.RUNNING: frozenset({Status.WAITING, Status.SUCCEEDED, Status.FAILED, Status.CANCELLED,
-                               Status.PENDING}),  # PENDING: released by a crash, resumed at start-up
-    Status.WAITING: frozenset({Status.RUNNING, Status.CANCELLED}),
-    Status.FAILED: frozenset({Status.PENDING}),  # retry of the failed stage
-    Status.SUCCEEDED: frozenset(),
-    Status.CANCELLED: frozenset(),
-}
-
-
-def _check_transition(old: Status, new: Status) -> None:
-    if new != old and new not in TRANSITIONS[old]:
-        raise Conflict(f"operation cannot go from {old.value} to {new.value}")
-
-
-class Observed(Enum):
-    DONE = "done"
-    IN_PROGRESS = "in_progress"
-    ABSENT = "absent"
-
-
-@dataclass(frozen=True)
-class Done:
-    """The stage is finished; ``result`` is kept on the stage and visible to later stages."""
-
-    result: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Wait:
-    """Not yet: look again in ``seconds``; ``message`` is shown on the operation meanwhile."""
-
-    seconds: float
-    message: str = ""
-
-
-@dataclass
-class StageContext:
-    """What a stage sees: its operation, its own persisted scratch ``data`` and earlier results."""
-
-    operation_id: str
-    kind: str
-    target: str
-    request: dict[str, Any]
-    data: dict[str, Any]
-    results: dict[str, dict[str, Any]]
-    clock: Clock
-    attempt: int
-
-
-class Stage(abc.ABC):
-    """Base stage: ``observe`` is required; read-only stages never act; ``poll`` defaults to done."""
-
-    name: str = "stage"
-    #: transient failures tolerated in a row before the stage fails
-    max_transient: int = 20
-
-    @abc.abstractmethod
-    def observe(self, ctx: StageContext) -> Observed: ...
-
-    def act(self, ctx: StageContext) -> None:
-        raise Permanent(f"stage {self.name} only observes, yet its observation asked it to act")
-
-    def poll(self, ctx: StageContext) -> Done | Wait:
-        return Done()
-
-    def result(self, ctx: StageContext) -> dict[str, Any]:
-        """The stage's output once done (what later stages and the operation's result see)."""
-        return {}
-
-
-@dataclass(frozen=True)
-class OperationKind:
-    """A named recipe: the request model it accepts and the ordered stages that carry it out."""
-
-    name: str
-    request_model: type[RequestModel]
-    stages: tuple[Stage, ...]
-    target: Callable[[Any], str]
-    description: str = ""
-    #: the least role that may start it: admin for destructive kinds (delete cluster, replace nodes)
-    role: Role = Role.OPERATOR
-
-
-class Condition(ResponseModel):
-    type: str
-    status: str = Field(..., description="True, False or Unknown")
-    reason: str
-    message: str = ""
-    last_transition_time: str
-
-
-class StageView(ResponseModel):
-    name: str
-    status: str
-    phase: str
-    attempts: int
-    acted: bool
-    started_at: str | None = None
-    finished_at: str | None = None
-    message: str = ""
-    result: dict[str, Any] | None = None
-
-
-class OperationView(ResponseModel):
-    """An operation as every face shows it."""
-
-    id: str
-    kind: str
-    target: str
-    status: Status
-    actor: str
-    face: str
-    created_at: str
-    updated_at: str
-    version: int
-    due_at: str | None = None
-    cancel_requested: bool = False
-    request: dict[str, Any]
-    stages: list[StageView]
-    conditions: list[Condition]
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-    status_url: str
-    status_tool: str = STATUS_TOOL
-
-
-class OperationQuery(RequestModel):
-    """Filter operations; newest first."""
-
-    status: list[Status] | None = Field(None, description="only these statuses")
-    kind: str | None = Field(None, description="only this kind, e.g. 'backup.create'")
-    target: str | None = Field(None, description="only operations on this target")
-    actor: str | None = Field(None, description="only operations started by this token name")
-    active: bool | None = Field(None, description="true: only pending/running/waiting; false: only ended")
-    before: str | None = Field(None, description="page: operations created before this operation id")
-    limit: int = Field(50, ge=1, le=500, description="at most this many operations")
-
-
-def iso(ts: float | None) -> str | None:
-    if ts is None:
-        return None
-    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _set_condition(conditions: list[dict[str, Any]], now: float, type_: str, status: str, reason: str,
-                   message: str = "") -> list[dict[str, Any]]:
-    """Upsert one condition per type; the transition time moves only when the status does."""
-    out = [c for c in conditions if c["type"] != type_]
-    old = next((c for c in conditions if c["type"] == type_), None)
-    when = old["last_transition_time"] if old and old["status"] == status else iso(now)
-    out.append({"type": type_, "status": status, "reason": reason, "message": message,
-                "last_transition_time": when})
-    order = ["Accepted", "Progressing", "Succeeded"]
-    return sorted(out, key=lambda c: order.index(c["type"]) if c["type"] in order else len(order))
-
-
-def _checked_result(stage: Stage, result: Any) -> dict[str, Any]:
-    """A stage's result must be a JSON object; anything else would poison every later read."""
-    if not isinstance(result, dict):
-        raise Permanent(f"stage {stage.name} returned {type(result).__name__}, not a dict; this is a bug")
-    try:
-        json.dumps(result)
-    except (TypeError, ValueError) as exc:
-        raise Permanent(f"stage {stage.name} returned a result that is not JSON: {exc}; this is a bug") from None
-    return result
 
 
 class DataDirLocked(ServiceError):
@@ -304,8 +131,8 @@ class Engine:
                 self.audit.record(principal, kind_name, target, normalized, "deduplicated", existing, conn=conn)
             else:
                 op_id = f"op-{uuid.uuid4().hex[:16]}"
-                conditions = _set_condition([], now, "Accepted", "True", "Validated", "request accepted")
-                conditions = _set_condition(conditions, now, "Succeeded", "Unknown", "Pending")
+                conditions = set_condition([], now, "Accepted", "True", "Validated", "request accepted")
+                conditions = set_condition(conditions, now, "Succeeded", "Unknown", "Pending")
                 conn.execute(
                     "INSERT INTO operations(id, kind, target, status, request, fingerprint, idempotency_key,"
                     " actor, role, face, created_at, updated_at, due_at, conditions)"
@@ -401,9 +228,9 @@ class Engine:
             # a cancel asked for before the failure must not swallow this retry
             conn.execute("UPDATE operations SET cancel_requested=0 WHERE id=?", (op_id,))
             row = self._row(conn, op_id)
-            conds = _set_condition(loads(row["conditions"]), now, "Succeeded", "Unknown", "Retrying",
+            conds = set_condition(loads(row["conditions"]), now, "Succeeded", "Unknown", "Retrying",
                                    f"retry requested by {principal.name}")
-            conds = _set_condition(conds, now, "Progressing", "True", "Retrying", "failed stage queued again")
+            conds = set_condition(conds, now, "Progressing", "True", "Retrying", "failed stage queued again")
             self._update(conn, row, Status.PENDING, now, due_at=now, conditions=conds, error=None)
             self.audit.record(principal, "operation.retry", op_id, {}, "accepted", op_id, conn=conn)
         view = self.get(op_id)
@@ -438,9 +265,9 @@ class Engine:
         return kind.role if kind is not None else Role.OPERATOR
 
     def _finish_cancelled(self, conn: Any, row: Any, now: float, by: str) -> None:
-        conds = _set_condition(loads(row["conditions"]), now, "Progressing", "False", "Cancelled",
+        conds = set_condition(loads(row["conditions"]), now, "Progressing", "False", "Cancelled",
                                f"cancelled by {by}")
-        conds = _set_condition(conds, now, "Succeeded", "False", "Cancelled", f"cancelled by {by}")
+        conds = set_condition(conds, now, "Succeeded", "False", "Cancelled", f"cancelled by {by}")
         if Status(row["status"]) == Status.FAILED:
             # a failed operation may be abandoned: FAILED -> PENDING -> CANCELLED keeps the table honest
             self._update(conn, row, Status.PENDING, now, conditions=conds)
@@ -493,7 +320,7 @@ class Engine:
         with self.db.tx() as conn:
             for row in conn.execute("SELECT * FROM operations WHERE claimed=1 OR status=?",
                                     (Status.RUNNING.value,)).fetchall():
-                conds = _set_condition(loads(row["conditions"]), now, "Progressing", "True", "Resumed",
+                conds = set_condition(loads(row["conditions"]), now, "Progressing", "True", "Resumed",
                                        "resumed after a restart")
                 new = Status.PENDING if row["status"] == Status.RUNNING.value else Status(row["status"])
                 self._update(conn, row, new, now, due_at=now, conditions=conds, claimed=0)
@@ -541,7 +368,7 @@ class Engine:
                                (op_id, version)).fetchone()
             if row is None:
                 return False
-            conds = _set_condition(loads(row["conditions"]), now, "Progressing", "True", "Running",
+            conds = set_condition(loads(row["conditions"]), now, "Progressing", "True", "Running",
                                    "working on it")
             self._update(conn, row, Status.RUNNING, now, claimed=1, conditions=conds)
         self._publish(self.get(op_id))
@@ -627,7 +454,7 @@ class Engine:
             seen = stage.observe(ctx)
             if seen is Observed.DONE:
                 self._save_stage(op_id, idx, ctx, status="succeeded", phase="done",
-                                 result=_checked_result(stage, stage.result(ctx)),
+                                 result=checked_result(stage, stage.result(ctx)),
                                  message="already in the desired state"
                                  if phase == "observe" and not srow["acted"] else "done")
                 return None
@@ -642,7 +469,7 @@ class Engine:
         if isinstance(polled, Wait):
             self._save_stage(op_id, idx, ctx, message=polled.message or "waiting")
             return Wait(polled.seconds, f"{stage.name}: {polled.message or 'waiting'}")
-        result = {**_checked_result(stage, polled.result), **_checked_result(stage, stage.result(ctx))}
+        result = {**checked_result(stage, polled.result), **checked_result(stage, stage.result(ctx))}
         self._save_stage(op_id, idx, ctx, status="succeeded", phase="done", result=result, message="done")
         return None
 
@@ -691,7 +518,7 @@ class Engine:
             if row["cancel_requested"]:  # asked for while this step ran: stop now, not at the next due time
                 self._finish_cancelled(conn, row, now, "request")
             else:
-                conds = _set_condition(loads(row["conditions"]), now, "Progressing", "True", "Waiting",
+                conds = set_condition(loads(row["conditions"]), now, "Progressing", "True", "Waiting",
                                        wait.message)
                 self._update(conn, row, Status.WAITING, now, due_at=now + max(0.0, wait.seconds), claimed=0,
                              conditions=conds)
@@ -703,9 +530,9 @@ class Engine:
             row = self._row(conn, op_id)
             results = {r["name"]: loads(r["result"]) or {} for r in conn.execute(
                 "SELECT name, result FROM stages WHERE operation_id=? ORDER BY idx", (op_id,))}
-            conds = _set_condition(loads(row["conditions"]), now, "Progressing", "False", "Finished",
+            conds = set_condition(loads(row["conditions"]), now, "Progressing", "False", "Finished",
                                    "all stages done")
-            conds = _set_condition(conds, now, "Succeeded", "True", "AllStagesDone", "")
+            conds = set_condition(conds, now, "Succeeded", "True", "AllStagesDone", "")
             self._update(conn, row, Status.SUCCEEDED, now, due_at=None, claimed=0, conditions=conds,
                          result=results)
             self._audit_end(conn, row, "succeeded", "")
@@ -725,9 +552,9 @@ class Engine:
                              "WHERE operation_id=? AND idx=?", (exc.message, now, op_id, stage_idx))
             reason = "".join(p.capitalize() for p in exc.code.split("_"))
             where = f"stage {stage_name}: " if stage_name else ""
-            conds = _set_condition(loads(row["conditions"]), now, "Progressing", "False", "Failed",
+            conds = set_condition(loads(row["conditions"]), now, "Progressing", "False", "Failed",
                                    where + exc.message)
-            conds = _set_condition(conds, now, "Succeeded", "False", reason, where + exc.message)
+            conds = set_condition(conds, now, "Succeeded", "False", reason, where + exc.message)
             error = {**exc.envelope()["error"], "stage": stage_name or None}
             if row["status"] != Status.RUNNING.value:
                 self._update(conn, row, Status.RUNNING, now)
@@ -754,7 +581,7 @@ class Engine:
                 claimed: int | None = None, conditions: builtins.list[dict[str, Any]] | None = None,
                 result: Any = _UNSET, error: Any = _UNSET) -> None:
         """The one place an operation's status changes: checked against TRANSITIONS, version-guarded."""
-        _check_transition(Status(row["status"]), status)
+        check_transition(Status(row["status"]), status)
         sets = ["status=?", "updated_at=?", "version=version+1"]
         params: list[Any] = [status.value, now]
         if due_at is not self._UNSET:

@@ -28,7 +28,7 @@ from services.operations import (
     StageContext,
     Status,
     Wait,
-    _check_transition,
+    check_transition,
 )
 from tests.conftest import ADMIN, OPERATOR
 from tests.kinds import ThingRequest, World, thing_kind
@@ -157,10 +157,10 @@ def test_transition_table_guards_status_changes() -> None:
     for old, allowed in TRANSITIONS.items():
         for new in Status:
             if new == old or new in allowed:
-                _check_transition(old, new)
+                check_transition(old, new)
             else:
                 with pytest.raises(Conflict):
-                    _check_transition(old, new)
+                    check_transition(old, new)
     assert TRANSITIONS[Status.SUCCEEDED] == frozenset()
 
 
