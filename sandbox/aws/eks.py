@@ -8,7 +8,8 @@ simulator owns the whole EKS cluster API. A cluster is ``CREATING`` for ~10 simu
 OIDC issuer; ``DELETING`` takes ~5 minutes and removes the emulator cluster. An add-on that becomes
 ``ACTIVE`` installs its CRDs (``sandbox.kube.components``), namespace and controller Deployment in the
 emulator; an ``addon_degraded`` fault makes it ``DEGRADED`` (or ``CREATE_FAILED`` while creating). Errors
-use EKS's codes and wording. The add-on catalog and installation live in ``eks_addons.py``.
+use EKS's codes and wording. The add-on catalog and installation live in ``eks_addons.py``; access
+entries, access policies and pod identity associations in ``eks_access.py``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from .base import AwsError, Call, FaultRegistry, SimClock
+from .eks_access import AccessOperations, not_found, page
 from .eks_addons import (
     ADDONS,
     VERSIONS,
@@ -45,28 +47,10 @@ ADDON_SECONDS = 60.0
 UPDATE_SECONDS = 120.0
 DEFAULT_VERSION = "1.33"
 PLATFORM = "eks.9"
-POLICY_PREFIX = "arn:aws:eks::aws:cluster-access-policy/"
-ACCESS_POLICIES = ("AmazonEKSAdminPolicy", "AmazonEKSAdminViewPolicy", "AmazonEKSClusterAdminPolicy",
-                   "AmazonEKSEditPolicy", "AmazonEKSViewPolicy", "AmazonSagemakerHyperpodClusterPolicy",
-                   "AmazonSagemakerHyperpodControllerPolicy", "AmazonSagemakerHyperpodSystemNamespacePolicy",
-                   "AmazonSagemakerHyperpodSpacePolicy")
 SubnetLookup = Callable[[str], str | None]
 
 
-def _not_found(what: str) -> AwsError:
-    return AwsError("ResourceNotFoundException", what, 404)
-
-
-def _page(items: list[Any], params: dict[str, Any], key: str, limit: int = 100) -> dict[str, Any]:
-    start = int(params.get("nextToken") or 0)
-    size = int(params.get("maxResults") or limit)
-    out: dict[str, Any] = {key: items[start:start + size]}
-    if start + size < len(items):
-        out["nextToken"] = str(start + size)
-    return out
-
-
-class EksSimulator:
+class EksSimulator(AccessOperations):
     """The ``eks`` service of the sandbox (see the module docstring)."""
 
     service = "eks"
@@ -213,7 +197,7 @@ class EksSimulator:
     def _rec(self, name: str) -> dict[str, Any]:
         rec = self._clusters.get(name)
         if rec is None:
-            raise _not_found(f"No cluster found for name: {name}.")
+            raise not_found(f"No cluster found for name: {name}.")
         return rec
 
     def _active(self, name: str) -> dict[str, Any]:
@@ -257,7 +241,7 @@ class EksSimulator:
                 "endpointPublicAccess": vpc.get("endpointPublicAccess", True),
                 "endpointPrivateAccess": vpc.get("endpointPrivateAccess", False),
                 "publicAccessCidrs": list(vpc.get("publicAccessCidrs") or ["0.0.0.0/0"])},
-            "kubernetesNetworkConfig": {"serviceIpv4Cidr": "172.20.0.0/16", "ipFamily": "ipv4",
+            "kubernetesNetworkConfig": {"serviceIpv4Cidr": "10.100.0.0/16", "ipFamily": "ipv4",
                                         "elasticLoadBalancing": {"enabled": False},
                                         **(p.get("kubernetesNetworkConfig") or {})},
             "logging": p.get("logging") or {"clusterLogging": [{"types": ["api", "audit", "authenticator",
@@ -280,11 +264,7 @@ class EksSimulator:
                                "updates": {}, "due": {"cluster": now + CLUSTER_CREATE_SECONDS}}
         self._clusters[name] = rec
         if mode != "CONFIG_MAP" and cluster["accessConfig"]["bootstrapClusterCreatorAdminPermissions"]:
-            creator = f"arn:aws:iam::{self.account}:root"
-            self._new_access_entry(name, rec, {"principalArn": creator})
-            rec["access"][creator]["_policies"][POLICY_PREFIX + "AmazonEKSClusterAdminPolicy"] = {
-                "policyArn": POLICY_PREFIX + "AmazonEKSClusterAdminPolicy", "accessScope": {"type": "cluster"},
-                "associatedAt": now, "modifiedAt": now}
+            self._bootstrap_creator_admin(name, rec, now)
         return {"cluster": self._cluster_out(cluster)}
 
     @staticmethod
@@ -299,7 +279,7 @@ class EksSimulator:
         return {"cluster": self._cluster_out(self._rec(p["name"])["cluster"])}
 
     def _op_ListClusters(self, p: dict[str, Any]) -> dict[str, Any]:
-        return _page(sorted(self._clusters), p, "clusters")
+        return page(sorted(self._clusters), p, "clusters")
 
     def _op_DeleteCluster(self, p: dict[str, Any]) -> dict[str, Any]:
         rec = self._rec(p["name"])
@@ -356,7 +336,7 @@ class EksSimulator:
         rec = self._rec(p["name"])
         update = rec["updates"].get(p["updateId"])
         if update is None:
-            raise _not_found(f"No update found for ID: {p['updateId']}")
+            raise not_found(f"No update found for ID: {p['updateId']}")
         return {"update": update}
 
     # --- node groups ---------------------------------------------------------------------------------------
@@ -389,14 +369,14 @@ class EksSimulator:
         rec = self._rec(p["clusterName"])
         group = rec["nodegroups"].get(p["nodegroupName"])
         if group is None:
-            raise _not_found(f"No node group found for name: {p['nodegroupName']}.")
+            raise not_found(f"No node group found for name: {p['nodegroupName']}.")
         return rec, group
 
     def _op_DescribeNodegroup(self, p: dict[str, Any]) -> dict[str, Any]:
         return {"nodegroup": self._nodegroup(p)[1]}
 
     def _op_ListNodegroups(self, p: dict[str, Any]) -> dict[str, Any]:
-        return _page(sorted(self._rec(p["clusterName"])["nodegroups"]), p, "nodegroups")
+        return page(sorted(self._rec(p["clusterName"])["nodegroups"]), p, "nodegroups")
 
     def _op_DeleteNodegroup(self, p: dict[str, Any]) -> dict[str, Any]:
         rec, group = self._nodegroup(p)
@@ -409,14 +389,14 @@ class EksSimulator:
     # --- add-ons ------------------------------------------------------------------------------------------
 
     def _op_DescribeAddonVersions(self, p: dict[str, Any]) -> dict[str, Any]:
-        return _page(describe_addon_versions(p), p, "addons")
+        return page(describe_addon_versions(p), p, "addons")
 
     def _op_CreateAddon(self, p: dict[str, Any]) -> dict[str, Any]:
         name, addon_name = p["clusterName"], p["addonName"]
         rec = self._active(name)
         spec = ADDONS.get(addon_name)
         if spec is None:
-            raise _not_found(f"Addon {addon_name} specified is not supported")
+            raise not_found(f"Addon {addon_name} specified is not supported")
         if addon_name in rec["addons"]:
             raise AwsError("ResourceInUseException", f"Addon already exists: {addon_name}", 409)
         versions = addon_versions(addon_name, rec["cluster"]["version"])
@@ -448,14 +428,14 @@ class EksSimulator:
         rec = self._rec(p["clusterName"])
         addon = rec["addons"].get(p["addonName"])
         if addon is None:
-            raise _not_found(f"No addon: {p['addonName']} found in cluster: {p['clusterName']}")
+            raise not_found(f"No addon: {p['addonName']} found in cluster: {p['clusterName']}")
         return rec, addon
 
     def _op_DescribeAddon(self, p: dict[str, Any]) -> dict[str, Any]:
         return {"addon": self._public(self._addon(p)[1])}
 
     def _op_ListAddons(self, p: dict[str, Any]) -> dict[str, Any]:
-        return _page(sorted(self._rec(p["clusterName"])["addons"]), p, "addons")
+        return page(sorted(self._rec(p["clusterName"])["addons"]), p, "addons")
 
     def _op_UpdateAddon(self, p: dict[str, Any]) -> dict[str, Any]:
         rec, addon = self._addon(p)
@@ -495,147 +475,6 @@ class EksSimulator:
             rec["pods"].pop(arn.rsplit("/", 1)[-1], None)
         return {"addon": self._public(addon)}
 
-    # --- access entries --------------------------------------------------------------------------------
-
-    def _access_rec(self, name: str) -> dict[str, Any]:
-        rec = self._rec(name)
-        if rec["cluster"]["accessConfig"]["authenticationMode"] == "CONFIG_MAP":
-            raise AwsError("InvalidRequestException", "The cluster's authentication mode must be set to one of "
-                                                      "[API, API_AND_CONFIG_MAP] to perform this operation.")
-        return rec
-
-    def _new_access_entry(self, name: str, rec: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
-        principal = p["principalArn"]
-        now = self.clock.now()
-        kind = p.get("type", "STANDARD")
-        entry = {"clusterName": name, "principalArn": principal, "kubernetesGroups": p.get("kubernetesGroups") or [],
-                 "accessEntryArn": self._arn("access-entry", name, "role", self.account, principal.rsplit("/", 1)[-1],
-                                             str(uuid.uuid4())),
-                 "createdAt": now, "modifiedAt": now, "tags": p.get("tags") or {},
-                 "username": p.get("username") or principal, "type": kind, "_policies": {}}
-        rec["access"][principal] = entry
-        return entry
-
-    def _entry(self, p: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        rec = self._access_rec(p["clusterName"])
-        entry = rec["access"].get(p["principalArn"])
-        if entry is None:
-            raise _not_found(f"The specified principalArn could not be found. You can view your available access "
-                             f"entries with 'list-access-entries'. ({p['principalArn']})")
-        return rec, entry
-
-    def _op_CreateAccessEntry(self, p: dict[str, Any]) -> dict[str, Any]:
-        rec = self._access_rec(p["clusterName"])
-        if p["principalArn"] in rec["access"]:
-            raise AwsError("ResourceInUseException", "The specified access entry resource is already in use on this "
-                                                     "cluster.", 409)
-        if p.get("type", "STANDARD") != "STANDARD" and (p.get("kubernetesGroups") or p.get("username")):
-            raise AwsError("InvalidParameterException",
-                           "kubernetesGroups and username can only be set for access entries of type STANDARD")
-        return {"accessEntry": self._public(self._new_access_entry(p["clusterName"], rec, p))}
-
-    def _op_DescribeAccessEntry(self, p: dict[str, Any]) -> dict[str, Any]:
-        return {"accessEntry": self._public(self._entry(p)[1])}
-
-    def _op_ListAccessEntries(self, p: dict[str, Any]) -> dict[str, Any]:
-        rec = self._access_rec(p["clusterName"])
-        wanted = p.get("associatedPolicyArn")
-        names = sorted(arn for arn, entry in rec["access"].items() if not wanted or wanted in entry["_policies"])
-        return _page(names, p, "accessEntries")
-
-    def _op_UpdateAccessEntry(self, p: dict[str, Any]) -> dict[str, Any]:
-        _, entry = self._entry(p)
-        for key in ("kubernetesGroups", "username"):
-            if key in p:
-                entry[key] = p[key]
-        entry["modifiedAt"] = self.clock.now()
-        return {"accessEntry": self._public(entry)}
-
-    def _op_DeleteAccessEntry(self, p: dict[str, Any]) -> dict[str, Any]:
-        rec, _ = self._entry(p)
-        del rec["access"][p["principalArn"]]
-        return {}
-
-    def _op_AssociateAccessPolicy(self, p: dict[str, Any]) -> dict[str, Any]:
-        _, entry = self._entry(p)
-        policy = p["policyArn"]
-        if not policy.startswith(POLICY_PREFIX) or policy[len(POLICY_PREFIX):] not in ACCESS_POLICIES:
-            raise _not_found(f"The specified policy could not be found: {policy}")
-        scope = p["accessScope"]
-        if scope.get("type") == "namespace" and not scope.get("namespaces"):
-            raise AwsError("InvalidParameterException", "namespaces must be provided for access scope type namespace")
-        now = self.clock.now()
-        previous = entry["_policies"].get(policy)
-        associated = {"policyArn": policy, "accessScope": scope,
-                      "associatedAt": previous["associatedAt"] if previous else now, "modifiedAt": now}
-        entry["_policies"][policy] = associated
-        return {"clusterName": p["clusterName"], "principalArn": p["principalArn"],
-                "associatedAccessPolicy": associated}
-
-    def _op_DisassociateAccessPolicy(self, p: dict[str, Any]) -> dict[str, Any]:
-        _, entry = self._entry(p)
-        if entry["_policies"].pop(p["policyArn"], None) is None:
-            raise _not_found(f"The specified policy is not associated: {p['policyArn']}")
-        return {}
-
-    def _op_ListAssociatedAccessPolicies(self, p: dict[str, Any]) -> dict[str, Any]:
-        _, entry = self._entry(p)
-        policies = [entry["_policies"][k] for k in sorted(entry["_policies"])]
-        return {"clusterName": p["clusterName"], "principalArn": p["principalArn"],
-                **_page(policies, p, "associatedAccessPolicies")}
-
-    def _op_ListAccessPolicies(self, p: dict[str, Any]) -> dict[str, Any]:
-        return _page([{"name": n, "arn": POLICY_PREFIX + n} for n in ACCESS_POLICIES], p, "accessPolicies")
-
-    # --- pod identity ---------------------------------------------------------------------------------
-
-    def _new_pod_identity(self, name: str, rec: dict[str, Any], p: dict[str, Any],
-                          owner: str | None = None) -> dict[str, Any]:
-        namespace, account = p["namespace"], p["serviceAccount"]
-        if any(a["namespace"] == namespace and a["serviceAccount"] == account for a in rec["pods"].values()):
-            raise AwsError("ResourceInUseException", f"Association already exists for service account "
-                                                     f"{namespace}/{account}", 409)
-        assoc_id = "a-" + secrets.token_hex(9)[:17]
-        now = self.clock.now()
-        assoc = {"clusterName": name, "namespace": namespace, "serviceAccount": account, "roleArn": p["roleArn"],
-                 "associationArn": self._arn("podidentityassociation", name, assoc_id), "associationId": assoc_id,
-                 "tags": p.get("tags") or {}, "createdAt": now, "modifiedAt": now,
-                 "disableSessionTags": bool(p.get("disableSessionTags", False))}
-        for key in ("targetRoleArn", "policy"):
-            if p.get(key):
-                assoc[key] = p[key]
-        if owner:
-            assoc["ownerArn"] = owner
-        rec["pods"][assoc_id] = assoc
-        return assoc
-
-    def _op_CreatePodIdentityAssociation(self, p: dict[str, Any]) -> dict[str, Any]:
-        rec = self._active(p["clusterName"])
-        return {"association": self._new_pod_identity(p["clusterName"], rec, p)}
-
-    def _association(self, p: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        rec = self._rec(p["clusterName"])
-        assoc = rec["pods"].get(p["associationId"])
-        if assoc is None:
-            raise _not_found(f"Association {p['associationId']} not found")
-        return rec, assoc
-
-    def _op_DescribePodIdentityAssociation(self, p: dict[str, Any]) -> dict[str, Any]:
-        return {"association": self._association(p)[1]}
-
-    def _op_ListPodIdentityAssociations(self, p: dict[str, Any]) -> dict[str, Any]:
-        rec = self._rec(p["clusterName"])
-        keys = ("clusterName", "namespace", "serviceAccount", "associationArn", "associationId", "ownerArn")
-        items = [{k: a[k] for k in keys if k in a} for a in sorted(rec["pods"].values(), key=lambda a: a["createdAt"])
-                 if p.get("namespace") in (None, a["namespace"]) and p.get("serviceAccount") in (None,
-                                                                                                  a["serviceAccount"])]
-        return _page(items, p, "associations")
-
-    def _op_DeletePodIdentityAssociation(self, p: dict[str, Any]) -> dict[str, Any]:
-        rec, assoc = self._association(p)
-        del rec["pods"][p["associationId"]]
-        return {"association": assoc}
-
     # --- tags -----------------------------------------------------------------------------------------------
 
     def _tagged(self, arn: str) -> dict[str, Any]:
@@ -646,7 +485,7 @@ class EksSimulator:
                 if arn in (obj.get("arn"), obj.get("nodegroupArn"), obj.get("addonArn"), obj.get("accessEntryArn"),
                            obj.get("associationArn")):
                     return obj
-        raise _not_found(f"Resource {quote(arn, safe=':/')} not found")
+        raise not_found(f"Resource {quote(arn, safe=':/')} not found")
 
     def _op_TagResource(self, p: dict[str, Any]) -> dict[str, Any]:
         self._tagged(p["resourceArn"]).setdefault("tags", {}).update(p["tags"])

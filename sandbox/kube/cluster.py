@@ -3,8 +3,10 @@
 This is where the rules of the API server live: uid and creationTimestamp on create, ``generateName``,
 optimistic concurrency on ``metadata.resourceVersion`` (409), ``generation`` bumped on spec changes,
 the ``status`` and ``scale`` subresources, field validation (422 with every cause), namespace existence,
-CRD registration (storing a CRD is what makes its kind servable) and server-side apply. Deletion,
-finalizers and garbage collection are in :mod:`.deletion`.
+CRD registration (storing a CRD is what makes its kind servable) and server-side apply. Defaulting
+(:mod:`.defaults` for built-ins, the schema's defaults for custom resources) runs on every write, before
+validation and the generation comparison. Deletion, finalizers and garbage collection are in
+:mod:`.deletion`.
 
 The HTTP front is a thin translation onto these methods, and they are also the in-process API that
 simulated controllers call (from any thread: the store serialises writes).
@@ -16,12 +18,13 @@ import base64
 import binascii
 import json
 import random
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import deletion
+from . import defaults, deletion
 from .apply import now_iso, record_update, server_side_apply
 from .errors import ApiError, FieldError, already_exists, bad_request, conflict, gone, invalid, not_found
 from .logs import PodLogs
@@ -86,10 +89,14 @@ class Cluster:
         self._builtin = builtin_validator or BuiltinValidator()
         self._custom = custom_validator or CustomValidator()
         self._types: dict[tuple[str, str, str], ResourceType] = {}
+        self._types_lock = threading.Lock()
         self._crd_types: dict[str, list[ResourceType]] = {}
         for rt in BUILTINS:
             self._types[(rt.group, rt.version, rt.plural)] = rt
         self.on_types_changed: list[Callable[[], None]] = []
+        # Bumped after every change to the served types: anything derived from resource_types() (the
+        # OpenAPI documents) is current only if the generation it was built at is still this one.
+        self.types_generation = 0
 
     def bootstrap(self) -> None:
         """Create the namespaces every cluster has (skipped when state was restored)."""
@@ -130,8 +137,7 @@ class Cluster:
         self._crd_types[name] = types
         for rt in types:
             self._types[(rt.group, rt.version, rt.plural)] = rt
-        for cb in self.on_types_changed:
-            cb()
+        self._types_changed()
 
     def unregister_crd(self, crd: Obj) -> None:
         name = crd["metadata"]["name"]
@@ -140,6 +146,11 @@ class Cluster:
             self._types.pop((rt.group, rt.version, rt.plural), None)
         if types:
             self.store.drop_key(types[0].key)
+        self._types_changed()
+
+    def _types_changed(self) -> None:
+        with self._types_lock:  # callers on different threads must never lose a bump
+            self.types_generation += 1
         for cb in self.on_types_changed:
             cb()
 
@@ -222,6 +233,7 @@ class Cluster:
             meta["generation"] = 1
             meta.pop("deletionTimestamp", None)
             self._reset_status_on_create(rt, obj)
+            self._default(rt, loc, obj, None)
             if opts.manager:
                 record_update(obj, opts.manager, body, rt.status)
             return self._commit(rt, loc, obj, None, opts, created=True)
@@ -317,11 +329,13 @@ class Cluster:
             if "managedFields" in meta:
                 new["metadata"]["managedFields"] = meta["managedFields"]
             meta = new["metadata"]
-        elif rt.status:
-            if "status" in old:
-                new["status"] = clone(old["status"])
-            else:
-                new.pop("status", None)
+        else:  # a /status write keeps the stored (already defaulted) spec
+            self._default(rt, loc, new, old)
+            if rt.status:
+                if "status" in old:
+                    new["status"] = clone(old["status"])
+                else:
+                    new.pop("status", None)
         for key in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"):
             if key in old_meta:
                 meta[key] = old_meta[key]
@@ -357,8 +371,6 @@ class Cluster:
             meta["resourceVersion"] = old["metadata"]["resourceVersion"]
         else:
             meta.pop("resourceVersion", None)
-        if rt.crd is not None and rt.schema is not None and created:
-            apply_defaults(rt.schema, obj)
         warnings = self._validate(rt, obj, opts.validation)
         if rt.key == CRD_KEY:
             _prepare_crd(obj)
@@ -384,11 +396,21 @@ class Cluster:
             outcome = self._builtin.validate(rt, obj)
         warnings = finish(outcome, obj, mode)
         errors.extend(outcome.errors)
+        errors.extend(defaults.template_errors(rt, obj))
         if rt.key == CRD_KEY:
             errors.extend(_crd_errors(obj))
         if errors:
             raise invalid(rt.kind, rt.group, obj["metadata"].get("name", ""), errors)
         return warnings
+
+    def _default(self, rt: ResourceType, loc: Loc, obj: Obj, old: Obj | None) -> None:
+        """Fill in the API defaults of a write (under the store lock: a Service's cluster IP is allocated
+        against the stored Services)."""
+        if rt.crd is not None:
+            if rt.schema is not None:
+                apply_defaults(rt.schema, obj)
+            return
+        defaults.apply_defaults(rt, obj, old, lambda: (svc for at, svc in self.store.items(rt.key) if at != loc))
 
     def _reset_status_on_create(self, rt: ResourceType, obj: Obj) -> None:
         if rt.crd is not None and rt.status:

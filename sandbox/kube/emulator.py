@@ -10,7 +10,6 @@ official client and a kubeconfig, exactly as it reaches EKS.
 from __future__ import annotations
 
 import hmac
-import json
 import threading
 import time
 from collections import deque
@@ -23,9 +22,11 @@ from .cluster import Cluster
 from .discovery import openapi_v3_docs, openapi_v3_index
 from .kubeconfig import CLUSTER_PREFIX, kubeconfig, write_kubeconfig
 from .persistence import Persister
+from .requestlog import RequestLog
 from .validation import BuiltinValidator, CustomValidator
 
 REQUEST_LOG_SIZE = 20_000
+OpenApi = tuple[dict[str, dict[str, Any]], dict[str, Any]]  # per group-version documents, their index
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,9 @@ class RequestRecord:
 class Emulator:
     """All emulated clusters of one sandbox.
 
-    ``data_dir``: where state (``kube/state.sqlite3``), the request log (``kube/requests.jsonl``) and
-    kubeconfigs (``kube/kubeconfig-<cluster>.yaml``) live; ``None`` keeps everything in memory.
+    ``data_dir``: where state (``kube/state.sqlite3``), the request log (``kube/requests.jsonl``, written
+    by a background thread and rotated at 10 MB into ``requests.jsonl.1``) and kubeconfigs
+    (``kube/kubeconfig-<cluster>.yaml``) live; ``None`` keeps everything in memory.
     ``token``: when set, requests must carry ``Authorization: Bearer <token>``, or a bearer token that
     ``accept`` (called with the cluster name and the token) approves, e.g. an EKS-style presigned token.
     """
@@ -60,14 +62,14 @@ class Emulator:
         self._history = history
         self._builtin = BuiltinValidator()
         self._custom = CustomValidator()
-        self._openapi: dict[str, tuple[dict[str, dict[str, Any]], dict[str, Any]]] = {}
+        self._openapi: dict[str, tuple[int, OpenApi]] = {}  # cluster -> (types generation, documents)
         self._lock = threading.Lock()
-        self._log_file = None
+        self._log_file: RequestLog | None = None
         self._persister: Persister | None = None
         if self.data_dir is not None:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             self._persister = Persister(self.data_dir / "state.sqlite3", debounce)
-            self._log_file = (self.data_dir / "requests.jsonl").open("a", buffering=1)
+            self._log_file = RequestLog(self.data_dir / "requests.jsonl")
             for name, (rv, objects) in self._persister.load().items():
                 cluster = self._new_cluster(name)
                 cluster.store.load(rv, objects)
@@ -95,6 +97,7 @@ class Emulator:
         return cluster
 
     def _forget_openapi(self, name: str) -> None:
+        """Drop a cluster's outdated documents early (``openapi`` would never serve them anyway)."""
         self._openapi.pop(name, None)
 
     def ensure_cluster(self, name: str) -> Cluster:
@@ -153,19 +156,26 @@ class Emulator:
 
         return [(rf"{prefix}/([^/]+)(/.*)?", KubeHandler, {"emulator": self})]
 
-    def openapi(self, cluster: Cluster) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    def openapi(self, cluster: Cluster) -> OpenApi:
+        """The cluster's OpenAPI v3 documents and index, cached per generation of its types. A CRD can
+        register on another thread while the documents are built: they are then stored only if the
+        generation did not move meanwhile, and a cached entry from an older generation is never served."""
+        generation = cluster.types_generation
         cached = self._openapi.get(cluster.name)
-        if cached is None:
-            docs = openapi_v3_docs(cluster.resource_types())
-            cached = (docs, openapi_v3_index(docs))
-            self._openapi[cluster.name] = cached
-        return cached
+        if cached is not None and cached[0] == generation:
+            return cached[1]
+        docs = openapi_v3_docs(cluster.resource_types())
+        built = (docs, openapi_v3_index(docs))
+        with self._lock:
+            if cluster.types_generation == generation and self.clusters.get(cluster.name) is cluster:
+                self._openapi[cluster.name] = (generation, built)
+        return built
 
     def record_request(self, **fields: Any) -> None:
         record = RequestRecord(time=time.time(), **fields)
         self.requests.append(record)
         if self._log_file is not None:
-            self._log_file.write(json.dumps(asdict(record)) + "\n")
+            self._log_file.write(asdict(record))
 
     def requests_for(self, cluster: str, method: str | None = None) -> list[RequestRecord]:
         return [r for r in list(self.requests) if r.cluster == cluster and (method is None or r.method == method)]
@@ -175,6 +185,8 @@ class Emulator:
     def flush(self) -> None:
         if self._persister is not None:
             self._persister.flush()
+        if self._log_file is not None:
+            self._log_file.flush()
 
     def close(self) -> None:
         if self._persister is not None:

@@ -516,8 +516,8 @@ class KubeHandler(RequestHandler):
         timestamps = self._bool("timestamps")
         previous = self._bool("previous")
         limit = int(self._arg("limitBytes")) if self._arg("limitBytes").isdigit() else None
-        lines = cluster.logs.read(key, previous=previous, tail=tail, since=since)
         if not self._bool("follow") or previous:
+            lines = cluster.logs.read(key, previous=previous, tail=tail, since=since)
             text = "".join(line.render(timestamps) for line in lines)
             self.set_header("Content-Type", "text/plain")
             self.finish(text[:limit] if limit is not None else text)
@@ -528,7 +528,7 @@ class KubeHandler(RequestHandler):
         def on_line(line: LogLine | None) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, line)
 
-        following = cluster.logs.follow(key, on_line)
+        lines, following = cluster.logs.read_and_follow(key, on_line, tail=tail, since=since)
         try:
             await self._start_stream("text/plain")
             for line in lines:

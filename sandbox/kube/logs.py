@@ -3,7 +3,10 @@
 Workloads call :meth:`PodLogs.append` (through ``Emulator.append_log``) from any thread; readers get
 the lines with the ``tailLines`` / ``sinceSeconds`` / ``sinceTime`` / ``previous`` semantics of the
 kubelet, and followers (``kubectl logs -f``) are called back for each new line and once with ``None``
-when the container terminates or the pod is deleted. Logs live in memory only, bounded per container.
+when the container terminates or the pod is deleted. A follower must start with :meth:`PodLogs.read_and_follow`,
+which reads and subscribes under one lock hold: with a separate read and subscribe, a line written in
+between would be in neither and the stream would silently skip it. Logs live in memory only, bounded
+per container.
 """
 
 from __future__ import annotations
@@ -76,21 +79,38 @@ class PodLogs:
              since: float | None = None) -> list[LogLine]:
         with self._lock:
             lines = list(self._previous.get(key, ()) if previous else self._current.get(key, ()))
-        if since is not None:
-            lines = [line for line in lines if line.ts >= since]
-        if tail is not None:
-            lines = lines[-tail:] if tail > 0 else []
-        return lines
+        return _select(lines, tail, since)
 
     def follow(self, key: LogKey, callback: Follower) -> bool:
         """Subscribe to new lines; False when the container already terminated (nothing will follow)."""
         with self._lock:
-            if key in self._terminated:
-                return False
-            self._followers[key].append(callback)
-            return True
+            return self._subscribe(key, callback)
+
+    def read_and_follow(self, key: LogKey, callback: Follower, *, tail: int | None = None,
+                        since: float | None = None) -> tuple[list[LogLine], bool]:
+        """The current lines and a subscription to the next ones, atomically: every line is either in the
+        result or passed to ``callback``, never lost in between. The bool is :meth:`follow`'s."""
+        with self._lock:
+            lines = list(self._current.get(key, ()))
+            following = self._subscribe(key, callback)
+        return _select(lines, tail, since), following
+
+    def _subscribe(self, key: LogKey, callback: Follower) -> bool:
+        """:meth:`follow` with the lock already held."""
+        if key in self._terminated:
+            return False
+        self._followers[key].append(callback)
+        return True
 
     def unfollow(self, key: LogKey, callback: Follower) -> None:
         with self._lock:
             if callback in self._followers.get(key, []):
                 self._followers[key].remove(callback)
+
+
+def _select(lines: list[LogLine], tail: int | None, since: float | None) -> list[LogLine]:
+    if since is not None:
+        lines = [line for line in lines if line.ts >= since]
+    if tail is not None:
+        lines = lines[-tail:] if tail > 0 else []
+    return lines

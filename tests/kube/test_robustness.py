@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -209,3 +210,119 @@ def test_continued_pages_are_a_snapshot_at_the_first_page() -> None:
     assert first.resource_version == second.resource_version == third.resource_version
     assert [o["metadata"]["name"] for o in first.items + second.items + third.items] == ["a", "b", "d"]
     assert second.items[0]["data"] == {"v": "0"} and not third.continue_token
+
+
+class _LetsAWriterIn:
+    """Stands in for ``PodLogs``' lock: when the server's thread first releases it, a line is appended
+    (from another thread, as workloads do) before the server can take it again, forcing the interleaving
+    that used to lose the line between the initial read of ``logs -f`` and its subscription."""
+
+    def __init__(self, logs: Any, key: tuple[str, str, str], line: str) -> None:
+        self._real = threading.Lock()
+        self._logs, self._key, self._line = logs, key, line
+        self._armed = True
+
+    def __enter__(self) -> None:
+        self._real.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._real.release()
+        if self._armed and threading.current_thread() is not threading.main_thread():
+            self._armed = False
+            writer = threading.Thread(target=self._logs.append, args=(self._key, self._line, time.time()))
+            writer.start()
+            writer.join()
+
+
+def test_logs_follow_never_drops_a_line_written_between_the_read_and_the_subscription(
+        kube_server: KubeServer, cluster_name: str) -> None:
+    cluster = kube_server.emulator.cluster(cluster_name)
+    cluster.create(cluster.builtin("", "pods"), "default", {"metadata": {"name": "p"}, "spec": {
+        "containers": [{"name": "main", "image": "busybox"}]}}, WriteOptions())
+    key = ("default", "p", "main")
+    cluster.logs.append(key, "before", time.time())
+    cluster.logs._lock = _LetsAWriterIn(cluster.logs, key, "racing")  # type: ignore[assignment]
+    url = f"{kube_server.base_url}/k8s/clusters/{cluster_name}/api/v1/namespaces/default/pods/p/log?follow=true"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        deadline = time.monotonic() + 5
+        while not cluster.logs._followers.get(key) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        kube_server.emulator.end_log(cluster_name, "default", "p", "main")
+        assert r.read().decode() == "before\nracing\n"
+
+
+def _record(emulator: Emulator, i: int) -> None:
+    emulator.record_request(cluster="c", method="GET", path=f"/api/v1/namespaces/default/pods/p{i}", query="",
+                            status=200, user_agent="test", content_type="", duration_ms=1.0)
+
+
+def test_recording_a_request_never_waits_for_the_disk(tmp_path: Path) -> None:
+    log = tmp_path / "kube" / "requests.jsonl"
+    log.parent.mkdir()
+    os.mkfifo(log)  # a "disk" that takes one pipe buffer (64 KiB) and then blocks until read
+    reader = os.open(log, os.O_RDONLY | os.O_NONBLOCK)
+    emulator = Emulator(tmp_path)
+    done = threading.Event()
+
+    def record_many() -> None:
+        for i in range(2000):  # about 400 KB
+            _record(emulator, i)
+        done.set()
+
+    threading.Thread(target=record_many, daemon=True).start()
+    try:
+        assert done.wait(10), "record_request (on the event loop) blocked on a slow request log"
+        assert len(emulator.requests_for("c")) == 2000
+    finally:
+        os.set_blocking(reader, True)
+        drain = threading.Thread(target=lambda: [None for _ in iter(lambda: os.read(reader, 65536), b"")])
+        drain.start()
+        done.wait(10)
+        emulator.close()
+        drain.join(10)
+        os.close(reader)
+
+
+def test_the_request_log_rotates_keeping_one_previous_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sandbox.kube.requestlog.MAX_BYTES", 4000)
+    emulator = Emulator(tmp_path)
+    try:
+        for i in range(200):
+            _record(emulator, i)
+        emulator.flush()
+        log = tmp_path / "kube" / "requests.jsonl"
+        previous = tmp_path / "kube" / "requests.jsonl.1"
+        assert 0 < log.stat().st_size <= 4000 and 3000 < previous.stat().st_size <= 4000
+        assert sorted(p.name for p in log.parent.glob("requests.jsonl*")) == ["requests.jsonl", "requests.jsonl.1"]
+        on_disk = [json.loads(line)["path"] for f in (previous, log) for line in f.read_text().splitlines()]
+        assert on_disk == [f"/api/v1/namespaces/default/pods/p{i}" for i in range(200 - len(on_disk), 200)]
+        assert len(emulator.requests_for("c", "GET")) == 200  # the in-memory deque keeps answering
+    finally:
+        emulator.close()
+
+
+def test_openapi_built_while_a_crd_registers_is_not_cached(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandbox.kube import emulator as emulator_module
+
+    from .test_semantics import CRD
+
+    emulator = Emulator()
+    cluster = emulator.ensure_cluster("racy")
+    real_docs = emulator_module.openapi_v3_docs
+    raced = []
+
+    def docs_while_a_crd_lands(types: Any) -> Any:
+        docs = real_docs(types)
+        if not raced:  # the CRD registers on another thread after the types were read, before the store
+            raced.append(True)
+            writer = threading.Thread(target=cluster.create, args=(
+                cluster.builtin("apiextensions.k8s.io", "customresourcedefinitions"), None, CRD))
+            writer.start()
+            writer.join()
+        return docs
+
+    monkeypatch.setattr(emulator_module, "openapi_v3_docs", docs_while_a_crd_lands)
+    assert "apis/example.com/v1" not in emulator.openapi(cluster)[0]  # built before the CRD: fine to answer once
+    assert "apis/example.com/v1" in emulator.openapi(cluster)[0]  # but never kept
+    first = emulator.openapi(cluster)
+    assert emulator.openapi(cluster) is first  # an up-to-date document is cached
