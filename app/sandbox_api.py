@@ -13,9 +13,11 @@ from pydantic import Field, model_validator
 
 from app.routes import Call, Reply, Route
 from app.sandbox import Sandbox
-from services.auth import Role
+from services.audit import AuditLog
+from services.auth import Principal, Role
 from services.errors import NotFound
-from services.models import RequestModel, ResponseModel
+from services.events import Event, EventBus
+from services.models import RequestModel, ResponseModel, parse
 
 FaultKind = Literal["node_unhealthy", "insufficient_capacity", "addon_degraded", "quota_exhausted", "throttle"]
 
@@ -71,33 +73,60 @@ class SandboxInfo(ResponseModel):
                                             description="operations the simulator owns, per service; everything "
                                                         "else is served by moto (only from a running server)")
     credentials: dict[str, str]
+    fault_kinds: dict[str, list[str]] = Field(default_factory=dict,
+                                              description="fault kind -> the target keys it needs")
 
 
-def sandbox_routes(sandbox: Sandbox) -> list[Route]:
-    faults = sandbox.world.faults
+class SandboxControl:
+    """The sandbox's own actions, shared by its REST routes and its dashboard pane (one set of rules)."""
 
-    def view(fault: Any) -> FaultView:
+    def __init__(self, sandbox: Sandbox, audit: AuditLog, bus: EventBus) -> None:
+        self.sandbox = sandbox
+        self.audit = audit
+        self.bus = bus
+
+    def info(self) -> SandboxInfo:
+        kinds = {kind: sorted(required) for kind, (required, _allowed) in FAULT_TARGETS.items()}
+        return SandboxInfo(**self.sandbox.info(), fault_kinds=kinds)
+
+    def faults(self) -> list[FaultView]:
+        return [FaultView(id=f.id, kind=f.kind, target=f.target, remaining=f.remaining)
+                for f in self.sandbox.world.faults.list()]
+
+    def inject(self, principal: Principal, request: FaultInject | dict[str, Any]) -> FaultView:
+        principal.require(Role.ADMIN)
+        body = request if isinstance(request, FaultInject) else parse(FaultInject, request)
+        fault = self.sandbox.world.faults.inject(body.kind, body.target, body.count)
+        self.audit.record(principal, "sandbox.fault.inject", fault.id, body.model_dump(), "succeeded")
+        self._changed()
         return FaultView(id=fault.id, kind=fault.kind, target=fault.target, remaining=fault.remaining)
 
-    def info(call: Call) -> Reply:
-        return Reply(SandboxInfo(**sandbox.info()))
-
-    def list_faults(call: Call) -> Reply:
-        return Reply([view(f) for f in faults.list()])
-
-    def inject(call: Call) -> Reply:
-        body: FaultInject = call.body
-        fault = faults.inject(body.kind, body.target, body.count)
-        call.services.audit.record(call.principal, "sandbox.fault.inject", fault.id, body.model_dump(), "succeeded")
-        return Reply(view(fault), status=201)
-
-    def clear(call: Call) -> Reply:
-        fault_id = call.path["id"]
+    def clear(self, principal: Principal, fault_id: str) -> list[FaultView]:
+        principal.require(Role.ADMIN)
+        faults = self.sandbox.world.faults
         if fault_id != "all" and fault_id not in {f.id for f in faults.list()}:
             raise NotFound(f"no active fault {fault_id!r} (it may have cleared itself)")
         faults.clear(None if fault_id == "all" else fault_id)
-        call.services.audit.record(call.principal, "sandbox.fault.clear", fault_id, {}, "succeeded")
-        return Reply([view(f) for f in faults.list()])
+        self.audit.record(principal, "sandbox.fault.clear", fault_id, {}, "succeeded")
+        self._changed()
+        return self.faults()
+
+    def _changed(self) -> None:
+        self.bus.publish(Event("sandbox", "faults", {"faults": [f.model_dump() for f in self.faults()]}))
+
+
+def sandbox_routes(control: SandboxControl) -> list[Route]:
+    def info(call: Call) -> Reply:
+        return Reply(control.info())
+
+    def list_faults(call: Call) -> Reply:
+        return Reply(control.faults())
+
+    def inject(call: Call) -> Reply:
+        return Reply(control.inject(call.principal, call.body), status=201)
+
+    def clear(call: Call) -> Reply:
+        return Reply(control.clear(call.principal, call.path["id"]))
 
     return [
         Route("GET", "/api/v1/sandbox", "sandbox_info", "Sandbox endpoints and what it simulates", Role.VIEWER,

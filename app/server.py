@@ -24,7 +24,7 @@ from app.bootstrap import Services
 from app.rest import SESSION_COOKIE, rest_patterns
 from app.routes import ROUTES
 from app.sandbox import Sandbox, sandbox_enabled
-from app.sandbox_api import sandbox_routes
+from app.sandbox_api import SandboxControl, sandbox_routes
 from app.secret_files import secret_file
 from services.auth import Principal, Role
 from services.errors import ServiceError
@@ -204,7 +204,16 @@ def session_principal(services: Services) -> Principal:
     return services.tokens.principal(token_id.decode(), "ui")
 
 
-def make_dashboard(services: Services) -> Callable[[], Any]:
+def sandbox_page(control: SandboxControl) -> Callable[[Services, Principal], Any]:
+    def build(services: Services, principal: Principal) -> Any:
+        from panels.sandbox import SandboxPane
+
+        return SandboxPane(control=control, bus=services.bus, principal=principal)
+
+    return build
+
+
+def make_dashboard(services: Services, pages: list[Page] = PAGES) -> Callable[[], Any]:
     from panel.theme.fast import Fast as FastDesign
 
     class Fast(FastDesign):
@@ -217,25 +226,25 @@ def make_dashboard(services: Services) -> Callable[[], Any]:
 
     def dashboard() -> Any:
         principal = session_principal(services)
-        pages = [p for p in PAGES if principal.allows(p.role)]
+        allowed = [p for p in pages if principal.allows(p.role)]
         main = pn.Column(sizing_mode="stretch_both")
         buttons: dict[str, pn.widgets.Button] = {}
         built: dict[str, Any] = {}  # one pane per page per session: revisiting keeps its state and subscription
 
         def show(slug: str) -> None:
-            page = next(p for p in pages if p.slug == slug)
+            page = next(p for p in allowed if p.slug == slug)
             if slug not in built:
                 built[slug] = page.build(services, principal)
             main.objects = [built[slug]]
             for key, button in buttons.items():
                 button.color = "primary" if key == slug else "default"
 
-        for page in pages:
+        for page in allowed:
             button = pn.widgets.Button(label=page.title, color="default", sizing_mode="stretch_width",
                                        css_classes=["nav", f"nav-{page.slug}"])
             button.on_click(lambda _event, slug=page.slug: show(slug))
             buttons[page.slug] = button
-        show(pages[0].slug)
+        show(allowed[0].slug)
         who = pn.pane.Markdown(f"Signed in as **{html.escape(principal.name)}** ({principal.role.value})"
                                + ("" if services.settings.dev_no_auth else
                                   f" · [sign out]({LOGOUT_URL.lstrip('/')})"),
@@ -259,10 +268,13 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
     try:
         services.start()  # takes the data directory's lock before anything else touches it
         routes = ROUTES
+        pages = PAGES
         if sandbox_enabled(settings):
             world = Sandbox(settings, services.kube)
             world.start()
-            routes = ROUTES + sandbox_routes(world)
+            control = SandboxControl(world, services.audit, services.bus)
+            routes = ROUTES + sandbox_routes(control)
+            pages = [*PAGES, Page("sandbox", "Sandbox", Role.VIEWER, sandbox_page(control))]
             info = world.info()
             say(f"sandbox mode (no AWS credentials configured): account {info['account_id']}, region "
                 f"{info['region']}, AWS endpoint {info['aws_endpoint_url']} (aws --endpoint-url), Kubernetes "
@@ -276,7 +288,7 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
         if not settings.dev_no_auth:
             kwargs["auth_provider"] = make_auth_provider(services)
         pn.serve(
-            {"/": make_dashboard(services)},
+            {"/": make_dashboard(services, pages)},
             port=settings.port,
             address=settings.host,
             websocket_origin=origins + settings.allowed_origins,

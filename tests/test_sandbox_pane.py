@@ -1,0 +1,72 @@
+"""The Sandbox dashboard pane over the real sandbox control (the object the REST routes use)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import panel as pn
+import pytest
+
+from app.bootstrap import Services
+from app.sandbox import Sandbox
+from app.sandbox_api import SandboxControl
+from panels.sandbox import SandboxPane, parse_target
+from services.audit import AuditQuery
+from services.auth import Principal, Role
+from services.settings import Settings
+from tests.support import free_port
+
+ADMIN = Principal("ada", Role.ADMIN, "t-admin", "ui")
+VIEWER = Principal("vic", Role.VIEWER, "t-view", "ui")
+
+
+@pytest.fixture
+def control(services: Services, tmp_path: Path) -> Iterator[SandboxControl]:
+    settings = Settings(data_dir=tmp_path / "sbx", sandbox=True, sandbox_kube_port=free_port(),
+                        sandbox_aws_port=free_port())
+    sandbox = Sandbox(settings, services.kube)  # not started: the pane needs no live endpoints
+    yield SandboxControl(sandbox, services.audit, services.bus)
+    sandbox.stop()
+
+
+def test_admin_injects_and_clears_and_every_pane_follows(control: SandboxControl, services: Services) -> None:
+    pane = SandboxPane(control=control, bus=services.bus, principal=ADMIN)
+    watcher = SandboxPane(control=control, bus=services.bus, principal=VIEWER)
+    pn.panel(pane).get_root()
+    assert "node_unhealthy" in pane.state.param.kind.objects
+    pane.state.kind = "throttle"
+    pane.state.target = "service=eks, operation=ListClusters"
+    pane.state.count = 3
+    asyncio.run(pane.state.inject())
+    assert pane.state.message == "injected"
+    assert [(f["kind"], f["remaining"]) for f in watcher.state.faults] == [("throttle", 3)]  # via the bus
+    assert list(watcher.table.value["target"]) == ["operation=ListClusters, service=eks"]
+    assert services.audit.list(AuditQuery(action="sandbox.fault.inject"))[0].face == "ui"
+    asyncio.run(pane.state.clear_all())
+    assert watcher.state.faults == [] and control.faults() == []
+
+
+def test_viewer_and_bad_targets_are_refused_by_the_control(control: SandboxControl, services: Services) -> None:
+    viewer = SandboxPane(control=control, bus=services.bus, principal=VIEWER)
+    assert viewer.inject_button.disabled
+    viewer.state.kind = "quota_exhausted"
+    viewer.state.target = "instance_type=ml.p5.48xlarge"
+    asyncio.run(viewer.state.inject())
+    assert viewer.state.message.startswith("refused (forbidden)") and control.faults() == []
+    admin = SandboxPane(control=control, bus=services.bus, principal=ADMIN)
+    admin.state.kind = "node_unhealthy"
+    admin.state.target = "cluster=hp"
+    asyncio.run(admin.state.inject())
+    assert "refused (invalid)" in admin.state.message and "missing ['node']" in admin.state.message
+    admin.state.target = "cluster"
+    asyncio.run(admin.state.inject())
+    assert "key=value" in admin.state.message
+
+
+def test_parse_target() -> None:
+    assert parse_target(" a=1,b = 2 \n c=x=y ") == {"a": "1", "b": "2", "c": "x=y"}
+    assert parse_target("") == {}
+    with pytest.raises(ValueError):
+        parse_target("=1")
