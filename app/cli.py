@@ -87,7 +87,7 @@ def _rest(args: argparse.Namespace, method: str, path: str, body: Any = None) ->
     token = args.token or os.environ.get("INSTANTSTART_TOKEN", "")
     try:
         response = httpx2.request(method, url.rstrip("/") + path, json=body, timeout=30,
-                                  headers={"Authorization": f"Bearer {token}"})
+                                  headers={"Authorization": f"Bearer {token}"} if token else {})
     except httpx2.HTTPError as exc:
         raise RestFailed(f"cannot reach {url}: {exc}") from None
     if response.status_code >= 400:

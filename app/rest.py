@@ -18,6 +18,7 @@ import typing
 from typing import Any
 from urllib.parse import urlsplit
 
+import tornado.ioloop
 import tornado.web
 import tornado.websocket
 from pydantic import BaseModel
@@ -38,6 +39,7 @@ SESSION_COOKIE = "instantstart_session"
 FACE_HEADER = "X-InstantStart-Face"
 CLIENT_FACES = frozenset({"rest", "mcp"})
 DEV_PRINCIPAL = Principal("dev", Role.ADMIN, None, "rest")
+TOKEN_RECHECK_SECONDS = 5
 
 
 def _json_default(value: Any) -> Any:
@@ -56,8 +58,9 @@ def to_json(value: Any) -> str:
 
 def allowed_origins(settings: Settings) -> set[str]:
     """``host:port`` values a browser page may come from (the Panel WebSocket list uses the same)."""
-    hosts = {"127.0.0.1", "localhost", "[::1]", settings.host}
-    return {f"{h}:{settings.port}" for h in hosts} | set(settings.allowed_origins)
+    hosts = {"127.0.0.1", "localhost", "::1", settings.host}
+    return {f"[{h}]:{settings.port}" if ":" in h else f"{h}:{settings.port}" for h in hosts} | set(
+        settings.allowed_origins)
 
 
 def _origin_allowed(origin: str | None, settings: Settings) -> bool:
@@ -69,7 +72,7 @@ def _guard_ambient(handler: tornado.web.RequestHandler, services: Services) -> N
     usable by another site: same-origin pages only for changes, JSON bodies only (a cross-site form or
     ``text/plain`` POST cannot send ``application/json`` without a preflight, which is never granted)."""
     request = handler.request
-    if request.host_name not in LOOPBACK_HOSTS and services.settings.dev_no_auth:
+    if request.host_name.strip("[]") not in LOOPBACK_HOSTS and services.settings.dev_no_auth:
         raise Forbidden(f"dev mode answers loopback names only, not Host {request.host_name!r}")
     if request.method in ("GET", "HEAD"):
         return
@@ -233,6 +236,7 @@ class EventsSocket(tornado.websocket.WebSocketHandler):
     def initialize(self, services: Services) -> None:
         self.services = services
         self._unsubscribe: Any = None
+        self._recheck: tornado.ioloop.PeriodicCallback | None = None
 
     async def get(self, *args: Any, **kwargs: Any) -> None:
         try:
@@ -260,6 +264,17 @@ class EventsSocket(tornado.websocket.WebSocketHandler):
             loop.call_soon_threadsafe(self._send, event)
 
         self._unsubscribe = self.services.bus.subscribe(forward)
+        if self.principal.token_id is not None:
+            # REST revocations close at once (a bus event); this catches revocations by other processes (CLI)
+            self._recheck = tornado.ioloop.PeriodicCallback(self._check_token, TOKEN_RECHECK_SECONDS * 1000)
+            self._recheck.start()
+
+    async def _check_token(self) -> None:
+        token_id = self.principal.token_id
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self.services.tokens.principal, token_id, "rest")
+        except Unauthorized:
+            self.close(1008, "token revoked")
 
     def _send(self, event: Event) -> None:
         if self.ws_connection is None or self.ws_connection.is_closing():
@@ -272,6 +287,8 @@ class EventsSocket(tornado.websocket.WebSocketHandler):
     def on_close(self) -> None:
         if self._unsubscribe is not None:
             self._unsubscribe()
+        if self._recheck is not None:
+            self._recheck.stop()
 
 
 # ----- OpenAPI 3.1 from the route table ------------------------------------------------------------------

@@ -15,7 +15,7 @@ from app.routes import Call, Reply, Route
 from app.sandbox import Sandbox
 from services.audit import AuditLog
 from services.auth import Principal, Role
-from services.errors import NotFound
+from services.errors import Forbidden, NotFound
 from services.events import Event, EventBus
 from services.models import RequestModel, ResponseModel, parse
 
@@ -93,8 +93,15 @@ class SandboxControl:
         return [FaultView(id=f.id, kind=f.kind, target=f.target, remaining=f.remaining)
                 for f in self.sandbox.world.faults.list()]
 
+    def _admin(self, principal: Principal, action: str) -> None:
+        try:
+            principal.require(Role.ADMIN)
+        except Forbidden as exc:
+            self.audit.record(principal, action, "sandbox", {}, "denied", detail=exc.message)
+            raise
+
     def inject(self, principal: Principal, request: FaultInject | dict[str, Any]) -> FaultView:
-        principal.require(Role.ADMIN)
+        self._admin(principal, "sandbox.fault.inject")
         body = request if isinstance(request, FaultInject) else parse(FaultInject, request)
         fault = self.sandbox.world.faults.inject(body.kind, body.target, body.count)
         self.audit.record(principal, "sandbox.fault.inject", fault.id, body.model_dump(), "succeeded")
@@ -102,7 +109,7 @@ class SandboxControl:
         return FaultView(id=fault.id, kind=fault.kind, target=fault.target, remaining=fault.remaining)
 
     def clear(self, principal: Principal, fault_id: str) -> list[FaultView]:
-        principal.require(Role.ADMIN)
+        self._admin(principal, "sandbox.fault.clear")
         faults = self.sandbox.world.faults
         if fault_id != "all" and fault_id not in {f.id for f in faults.list()}:
             raise NotFound(f"no active fault {fault_id!r} (it may have cleared itself)")

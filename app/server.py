@@ -21,7 +21,7 @@ import tornado.web
 from bokeh.server.auth_provider import AuthProvider
 
 from app.bootstrap import Services
-from app.rest import SESSION_COOKIE, rest_patterns
+from app.rest import SESSION_COOKIE, allowed_origins, rest_patterns
 from app.routes import ROUTES
 from app.sandbox import Sandbox, sandbox_enabled
 from app.sandbox_api import SandboxControl, sandbox_routes
@@ -68,7 +68,7 @@ LOGIN_PAGE = """<!doctype html>
 
 def _is_secure(handler: tornado.web.RequestHandler) -> bool:
     # Browsers treat loopback as a secure context, so a Secure cookie works there over plain http too.
-    return handler.request.protocol == "https" or handler.request.host_name in LOOPBACK_HOSTS
+    return handler.request.protocol == "https" or handler.request.host_name.strip("[]") in LOOPBACK_HOSTS
 
 
 def safe_next(target: str) -> str:
@@ -163,12 +163,17 @@ class Page:
     build: Callable[[Services, Principal], Any]
 
 
+def current_principal(services: Services, principal: Principal) -> Callable[[], Principal] | None:
+    """For panes: the session's principal looked up again, so a revoked token stops acting at once."""
+    token_id = principal.token_id
+    return (lambda: services.tokens.principal(token_id, "ui")) if token_id else None
+
+
 def _operations_page(services: Services, principal: Principal) -> Any:
     from panels.operations import OperationsPane
 
-    token_id = principal.token_id
-    current = (lambda: services.tokens.principal(token_id, "ui")) if token_id else None
-    return OperationsPane(engine=services.engine, bus=services.bus, principal=principal, current_principal=current)
+    return OperationsPane(engine=services.engine, bus=services.bus, principal=principal,
+                          current_principal=current_principal(services, principal))
 
 
 def _audit_page(services: Services, principal: Principal) -> Any:
@@ -208,7 +213,8 @@ def sandbox_page(control: SandboxControl) -> Callable[[Services, Principal], Any
     def build(services: Services, principal: Principal) -> Any:
         from panels.sandbox import SandboxPane
 
-        return SandboxPane(control=control, bus=services.bus, principal=principal)
+        return SandboxPane(control=control, bus=services.bus, principal=principal,
+                           current_principal=current_principal(services, principal))
 
     return build
 
@@ -283,7 +289,8 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
         if token and show_token is not None:
             show_token(token)
         pn.extension("tabulator", notifications=True)
-        origins = [f"{h}:{settings.port}" for h in ("127.0.0.1", "localhost", settings.host)]
+        # Bokeh's own origin check cannot parse bracketed IPv6 hosts; REST and events accept them
+        origins = sorted(o for o in allowed_origins(settings) if not o.startswith("["))
         kwargs: dict[str, Any] = {}
         if not settings.dev_no_auth:
             kwargs["auth_provider"] = make_auth_provider(services)
@@ -291,13 +298,14 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
             {"/": make_dashboard(services, pages)},
             port=settings.port,
             address=settings.host,
-            websocket_origin=origins + settings.allowed_origins,
+            websocket_origin=origins,
             show=False,
             start=True,
             title="InstantStart",
             verbose=False,
             extra_patterns=rest_patterns(services, routes),
             cookie_secret=cookie_secret(settings.data_dir),
+            use_xheaders=settings.trust_proxy_headers,
             **kwargs,
         )
     finally:

@@ -52,10 +52,13 @@ class SandboxState(param.Parameterized):
     faults = param.List(default=[], doc="active faults")
     message = param.String(default="")
 
-    def __init__(self, control: SandboxPort, principal: Principal, **params: Any) -> None:
+    def __init__(self, control: SandboxPort, principal: Principal,
+                 current_principal: Callable[[], Principal] | None = None, **params: Any) -> None:
         super().__init__(**params)
         self.control = control
         self.principal = principal
+        # asked again at every action, so a token revoked while the page is open acts no more
+        self._current_principal = current_principal or (lambda: principal)
         info = control.info()
         self.info = info
         self.param.kind.objects = sorted(info.fault_kinds)
@@ -68,10 +71,10 @@ class SandboxState(param.Parameterized):
         except ValueError as exc:
             self.message = str(exc)
             return
-        await self._run(lambda: self.control.inject(self.principal, request), "injected")
+        await self._run(lambda: self.control.inject(self._current_principal(), request), "injected")
 
     async def clear_all(self) -> None:
-        await self._run(lambda: self.control.clear(self.principal, "all"), "cleared")
+        await self._run(lambda: self.control.clear(self._current_principal(), "all"), "cleared")
 
     async def _run(self, action: Callable[[], Any], verb: str) -> None:
         try:
@@ -101,9 +104,10 @@ def info_markdown(info: Any) -> str:
 
 
 class SandboxPane(pn.viewable.Viewer):
-    def __init__(self, control: SandboxPort, bus: EventBus, principal: Principal, **params: Any) -> None:
+    def __init__(self, control: SandboxPort, bus: EventBus, principal: Principal,
+                 current_principal: Callable[[], Principal] | None = None, **params: Any) -> None:
         super().__init__(**params)
-        self.state = SandboxState(control, principal)
+        self.state = SandboxState(control, principal, current_principal)
         self._live = LiveRefresh(bus, "sandbox", self._on_event)
         admin = principal.allows(Role.ADMIN)
         self.table = ReadOnlyTable(faults_frame(self.state.faults), sizing_mode="stretch_width", height=200,

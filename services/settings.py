@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     aws_endpoint_url: str | None = Field(None, description="override every AWS endpoint (sandbox, proxies)")
     dev_no_auth: bool = Field(False, description="loopback-only development without tokens")
     workers: int = Field(4, ge=1, le=64, description="operation worker threads")
+    trust_proxy_headers: bool = Field(
+        False, description="behind a TLS-terminating proxy: take scheme and client address from X-Forwarded-*"
+    )
     sandbox: bool | None = Field(
         None, description="run against the embedded sandbox world; unset: only when no AWS credentials are found"
     )

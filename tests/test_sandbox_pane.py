@@ -70,3 +70,17 @@ def test_parse_target() -> None:
     assert parse_target("") == {}
     with pytest.raises(ValueError):
         parse_target("=1")
+
+
+def test_a_revoked_admin_token_cannot_inject_from_an_open_page(control: SandboxControl, services: Services) -> None:
+    from services.auth import TokenCreate
+
+    made = services.tokens.create(TokenCreate(name="sbx-admin", role=Role.ADMIN), created_by="test")
+    principal = services.tokens.principal(made.id, "ui")
+    pane = SandboxPane(control=control, bus=services.bus, principal=principal,
+                       current_principal=lambda: services.tokens.principal(made.id, "ui"))
+    services.tokens.revoke(made.id, Principal("root", Role.ADMIN, "other", "rest"))
+    pane.state.kind = "quota_exhausted"
+    pane.state.target = "instance_type=ml.p5.48xlarge"
+    asyncio.run(pane.state.inject())
+    assert pane.state.message.startswith("refused (unauthorized)") and control.faults() == []

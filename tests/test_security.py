@@ -138,3 +138,39 @@ def test_bridge_quotes_path_arguments_and_stays_on_loopback() -> None:
     assert to_http(spec, {"id": "op-1 x"}).path == "/api/v1/operations/op-1%20x/cancel"
     with pytest.raises(BridgeError):
         run_bridge("http://127.0.0.1:1", "ist_x_y", transport="http", host="0.0.0.0")
+
+
+def test_revoking_with_the_cli_closes_websockets_of_the_running_server(server: LiveServer) -> None:
+    created = server.post("/api/v1/tokens", {"name": "cli-revoked", "role": "viewer"}).json()
+    ws = websocket.create_connection(server.url.replace("http://", "ws://") + "/api/v1/events",
+                                     header=[f"Authorization: Bearer {created['token']}"], timeout=20)
+    try:
+        out = subprocess.run([sys.executable, "-m", "app.cli", "token", "revoke", created["id"], "--data-dir",
+                              str(server.data_dir)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        with pytest.raises(websocket.WebSocketConnectionClosedException):
+            while True:
+                ws.recv()  # closed by the periodic re-check (another process revoked it)
+    finally:
+        ws.close()
+
+
+def test_loopback_ipv6_host_and_backslash_redirects(dev: LiveServer) -> None:
+    from app.server import safe_next
+
+    port = dev.url.rsplit(":", 1)[1]
+    assert httpx2.get(dev.url + "/api/v1/whoami", headers={"Host": f"[::1]:{port}"}).status_code == 200
+    assert safe_next("/\\evil.example") == "/" and safe_next("/ops") == "/ops"
+
+
+def test_sign_in_behind_a_tls_proxy_when_told_to_trust_it(tmp_path: Path) -> None:
+    live = start_server(tmp_path / "data", env={"INSTANTSTART_TRUST_PROXY_HEADERS": "true"})
+    try:
+        client = httpx2.Client(base_url=live.url, follow_redirects=False, timeout=10,
+                               headers={"Host": "is.example.com", "X-Forwarded-Proto": "https"})
+        xsrf = re.search(r'name="_xsrf" value="([^"]+)"', client.get("/login").text)
+        assert xsrf
+        r = client.post("/login", data={"token": live.admin_token, "_xsrf": xsrf.group(1)})
+        assert r.status_code == 302 and "Secure" in r.headers["set-cookie"]
+    finally:
+        live.stop()
