@@ -182,9 +182,17 @@ def _audit_page(services: Services, principal: Principal) -> Any:
     return AuditPane(audit=services.audit, bus=services.bus)
 
 
+def _backups_page(services: Services, principal: Principal) -> Any:
+    from panels.backups import BackupsPane
+
+    return BackupsPane(backups=services.backups, engine=services.engine, bus=services.bus, principal=principal,
+                       current_principal=current_principal(services, principal))
+
+
 PAGES: list[Page] = [
     Page("operations", "Operations", Role.VIEWER, _operations_page),
     Page("audit", "Audit", Role.VIEWER, _audit_page),
+    Page("backups", "Backups", Role.ADMIN, _backups_page),  # listing backups is admin-only, as in REST
 ]
 
 
