@@ -83,12 +83,18 @@ def kubeconfig_path(settings: Settings, cluster: str) -> Path:
 
 
 def write_kubeconfig(settings: Settings, cluster: str) -> Path:
+    """The cluster's kubeconfig under the data directory, rewritten only when its content would change
+    (info requests and start-up call this for every cluster)."""
+    from sandbox.kube import kubeconfig_yaml
     from sandbox.kube import write_kubeconfig as write
     from sandbox.tls import ensure_tls
 
     tls = ensure_tls(sandbox_dir(settings) / "tls")
-    return write(kubeconfig_path(settings, cluster), cluster, kube_url(settings), kube_token(settings),
-                 ca_pem=tls.ca_pem)
+    path = kubeconfig_path(settings, cluster)
+    wanted = kubeconfig_yaml(cluster, kube_url(settings), kube_token(settings), ca_pem=tls.ca_pem)
+    if path.exists() and path.read_text() == wanted:
+        return path
+    return write(path, cluster, kube_url(settings), kube_token(settings), ca_pem=tls.ca_pem)
 
 
 def stored_clusters(settings: Settings) -> list[str]:

@@ -196,7 +196,7 @@ PAGES: list[Page] = [
 ]
 
 
-def session_principal(services: Services) -> Principal:
+def session_principal(services: Services, secret: str) -> Principal:
     """Who owns this dashboard session, read again from the signed session cookie.
 
     Bokeh hands the cookies of the request that opened the session to the session; the auth provider
@@ -210,7 +210,7 @@ def session_principal(services: Services) -> Principal:
     if services.settings.dev_no_auth:
         return Principal("dev", Role.ADMIN, None, "ui")
     raw = pn.state.cookies.get(SESSION_COOKIE)
-    token_id = decode_signed_value(cookie_secret(services.settings.data_dir), SESSION_COOKIE, raw,
+    token_id = decode_signed_value(secret, SESSION_COOKIE, raw,
                                    max_age_days=1) if raw else None
     if not token_id:
         raise Unauthorized("no valid dashboard session; sign in again")
@@ -238,8 +238,10 @@ def make_dashboard(services: Services, pages: list[Page] = PAGES) -> Callable[[]
 
         _resources = {key: value for key, value in FastDesign._resources.items() if key != "font"}
 
+    secret = cookie_secret(services.settings.data_dir)  # read once, not for every session
+
     def dashboard() -> Any:
-        principal = session_principal(services)
+        principal = session_principal(services, secret)
         allowed = [p for p in pages if principal.allows(p.role)]
         main = pn.Column(sizing_mode="stretch_both")
         buttons: dict[str, pn.widgets.Button] = {}
