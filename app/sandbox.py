@@ -32,19 +32,32 @@ log = logging.getLogger(__name__)
 
 
 def sandbox_enabled(settings: Settings) -> bool:
-    """Explicit setting wins; otherwise the sandbox runs when no credentials are configured.
+    return sandbox_mode(settings)[0]
 
-    Only configured sources count (environment, shared config and credential files, SSO, processes):
-    the instance-metadata and container providers are skipped, because probing them sends traffic off
-    the machine and waits on timeouts. On EC2 or ECS with a role, set ``sandbox: false``.
+
+def sandbox_mode(settings: Settings) -> tuple[bool, str]:
+    """Sandbox or AWS, and why, for the banner and the runtime file.
+
+    The explicit setting wins. Otherwise the sandbox runs when no credentials are configured, or when the
+    only credentials are this sandbox's own (a shell that ran ``eval "$(instantstart sandbox env)"``). Only
+    configured sources count (environment, shared config and credential files, SSO, processes): the
+    instance-metadata and container providers are skipped, because probing them sends traffic off the
+    machine and waits on timeouts. On EC2 or ECS with a role, set ``sandbox: false``.
     """
     if settings.sandbox is not None:
-        return settings.sandbox
+        state = "true" if settings.sandbox else "false"
+        return settings.sandbox, f"sandbox: {state} was set (--sandbox/--no-sandbox, INSTANTSTART_SANDBOX or config)"
     session = botocore.session.get_session()
     resolver = session.get_component("credential_provider")
     for provider in ("iam-role", "container-role"):
         resolver.remove(provider)
-    return resolver.load_credentials() is None
+    credentials = resolver.load_credentials()
+    if credentials is None:
+        return True, "no AWS credentials are configured"
+    if credentials.access_key == SANDBOX_ACCESS_KEY:
+        return True, "the configured AWS credentials are the sandbox's own (instantstart sandbox env)"
+    return False, (f"AWS credentials were found (source: {credentials.method}); "
+                   "pass --sandbox to use the offline sandbox instead")
 
 
 # The sandbox's AWS credentials: the AWS world accepts any, but the emulator accepts EKS tokens only when
@@ -82,18 +95,25 @@ def kubeconfig_path(settings: Settings, cluster: str) -> Path:
     return settings.data_dir / "kubeconfigs" / f"{cluster}.yaml"
 
 
-def write_kubeconfig(settings: Settings, cluster: str) -> Path:
-    """The cluster's kubeconfig under the data directory, rewritten only when its content would change
-    (info requests and start-up call this for every cluster)."""
+def kubeconfig_text(settings: Settings, cluster: str) -> str:
+    """The cluster's kubeconfig for the emulator at ``settings.sandbox_kube_port``."""
     from sandbox.kube import kubeconfig_yaml
-    from sandbox.kube import write_kubeconfig as write
     from sandbox.tls import ensure_tls
 
     tls = ensure_tls(sandbox_dir(settings) / "tls")
+    return kubeconfig_yaml(cluster, kube_url(settings), kube_token(settings), ca_pem=tls.ca_pem)
+
+
+def write_kubeconfig(settings: Settings, cluster: str) -> Path:
+    """The cluster's kubeconfig under the data directory, rewritten only when its content would change
+    (info requests and start-up call this for every cluster)."""
+    from sandbox.kube import write_kubeconfig as write
+    from sandbox.tls import ensure_tls
+
     path = kubeconfig_path(settings, cluster)
-    wanted = kubeconfig_yaml(cluster, kube_url(settings), kube_token(settings), ca_pem=tls.ca_pem)
-    if path.exists() and path.read_text() == wanted:
+    if path.exists() and path.read_text() == kubeconfig_text(settings, cluster):
         return path
+    tls = ensure_tls(sandbox_dir(settings) / "tls")
     return write(path, cluster, kube_url(settings), kube_token(settings), ca_pem=tls.ca_pem)
 
 
@@ -103,15 +123,21 @@ def stored_clusters(settings: Settings) -> list[str]:
     return stored_cluster_names(sandbox_dir(settings) / "kube" / "state.sqlite3")
 
 
-def describe(settings: Settings, clusters: list[str]) -> dict[str, Any]:
+def describe(settings: Settings, clusters: list[str], *, write: bool = True) -> dict[str, Any]:
     """What the banner, ``instantstart sandbox info`` and ``GET /api/v1/sandbox`` report; writes each
-    cluster's kubeconfig so the paths it lists exist."""
+    cluster's kubeconfig so the paths it lists exist (``write=False`` when no server runs: the files the last
+    server wrote stay as they are, and only those that exist are listed)."""
     from sandbox.aws.front import ACCOUNT_ID
 
+    if write:
+        kubeconfigs = {name: str(write_kubeconfig(settings, name)) for name in clusters}
+    else:
+        kubeconfigs = {name: str(kubeconfig_path(settings, name)) for name in clusters
+                       if kubeconfig_path(settings, name).exists()}
     return {
         "aws_endpoint_url": aws_endpoint(settings), "region": settings.region, "account_id": ACCOUNT_ID,
         "kubernetes_url": f"{kube_url(settings)}/k8s/clusters/<name>",
-        "kubeconfigs": {name: str(write_kubeconfig(settings, name)) for name in clusters},
+        "kubeconfigs": kubeconfigs,
         "kubeconfig_dir": str(kubeconfig_path(settings, "x").parent), "speed": settings.sandbox_speed,
         "credentials": {"aws_access_key_id": SANDBOX_ACCESS_KEY,
                         "note": "the AWS endpoint accepts any credentials; the product signs with its own"},

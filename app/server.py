@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import html
 import logging
+import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,7 @@ from bokeh.server.auth_provider import AuthProvider
 from app.bootstrap import Services
 from app.rest import SESSION_COOKIE, allowed_origins, rest_patterns
 from app.routes import ROUTES
+from app.runtime import RUNTIME_FILE, Runtime, remove_runtime, url_for, write_runtime
 from app.sandbox import Sandbox, sandbox_enabled
 from app.sandbox_api import SandboxControl, sandbox_routes
 from app.secret_files import secret_file
@@ -276,8 +279,11 @@ def make_dashboard(services: Services, pages: list[Page] = PAGES) -> Callable[[]
 
 
 def serve(services: Services, *, show_token: Callable[[str], None] | None = None,
-          say: Callable[[str], None] = log.info) -> None:
-    """Start everything on one port and block until interrupted; ``say`` prints start-up facts."""
+          say: Callable[[str], None] = log.info, mode_reason: str = "") -> None:
+    """Start everything on one port and block until interrupted; ``say`` prints start-up facts.
+
+    Once listening, the actual URL and sandbox endpoints go to the runtime file (``app/runtime.py``), which
+    every CLI command reads; it is removed on the way out."""
     settings = services.settings
     settings.check_bind()
     world: Sandbox | None = None
@@ -292,9 +298,11 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
             routes = ROUTES + sandbox_routes(control)
             pages = [*PAGES, Page("sandbox", "Sandbox", Role.VIEWER, sandbox_page(control))]
             info = world.info()
-            say(f"sandbox mode (no AWS credentials configured): account {info['account_id']}, region "
+            say(f"sandbox mode ({mode_reason or 'sandbox enabled'}): account {info['account_id']}, region "
                 f"{info['region']}, AWS endpoint {info['aws_endpoint_url']} (aws --endpoint-url), Kubernetes "
                 f"{info['kubernetes_url']}, kubeconfigs in {info['kubeconfig_dir']} (instantstart sandbox info)")
+        else:
+            say(f"AWS mode ({mode_reason or 'sandbox disabled'}): region {settings.region}")
         token = services.tokens.bootstrap_admin()
         if token and show_token is not None:
             show_token(token)
@@ -304,13 +312,13 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
         kwargs: dict[str, Any] = {}
         if not settings.dev_no_auth:
             kwargs["auth_provider"] = make_auth_provider(services)
-        pn.serve(
+        server = pn.serve(
             {"/": make_dashboard(services, pages)},
             port=settings.port,
             address=settings.host,
             websocket_origin=origins,
             show=False,
-            start=True,
+            start=False,
             title="InstantStart",
             verbose=False,
             extra_patterns=rest_patterns(services, routes),
@@ -318,7 +326,19 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
             use_xheaders=settings.trust_proxy_headers,
             **kwargs,
         )
+        server.start()
+        write_runtime(Runtime(
+            pid=os.getpid(), url=url_for(settings.host, server.port), data_dir=str(settings.data_dir),
+            sandbox=world is not None, mode_reason=mode_reason,
+            aws_endpoint_url=world.world.endpoint_url if world else None,
+            kube_url=world.kube_server.base_url if world else None,
+            ports={"port": server.port, "sandbox_aws_port": settings.sandbox_aws_port,
+                   "sandbox_kube_port": settings.sandbox_kube_port},
+            started_at=time.time()))
+        say(f"listening on {url_for(settings.host, server.port)} (runtime file {settings.data_dir / RUNTIME_FILE})")
+        server.io_loop.start()
     finally:
+        remove_runtime(settings.data_dir)
         if world is not None:
             world.stop()
         services.stop()

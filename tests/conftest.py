@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,3 +54,8 @@ def engine(services: Services, world: World) -> Engine:
 OPERATOR = Principal("tester", Role.OPERATOR, "t0", "rest")
 ADMIN = Principal("root", Role.ADMIN, "t1", "rest")
 VIEWER = Principal("watcher", Role.VIEWER, "t2", "rest")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Servers the tests start register in a private runtime registry, never in the user's own."""
+    os.environ["INSTANTSTART_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="instantstart-runtime-")

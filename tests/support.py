@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,3 +90,12 @@ def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None, 
         raise RuntimeError(f"server did not answer /healthz in {timeout}s:\n{log_path.read_text()}")
     match = TOKEN_RE.search(log_path.read_text())
     return LiveServer(url, data_dir, match.group(1) if match else "", proc, log_path)
+
+
+def wait_for(condition: Callable[[], object], *, timeout: float, message: str, interval: float = 0.1) -> None:
+    """Wait until ``condition()`` is truthy; fail naming ``message`` after a generous ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {message}")
+        time.sleep(interval)

@@ -45,7 +45,7 @@ def test_kubeconfig_kubectl_and_restart(tmp_path: Path) -> None:
         busy = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--data-dir", str(tmp_path / "other"),
                                "--port", "0"], cwd=ROOT, capture_output=True, text=True, timeout=60,
                               env={**os.environ, **env})
-        assert busy.returncode != 0 and "Address already in use" in busy.stderr, "a taken emulator port must fail"
+        assert busy.returncode == 2 and "--sandbox-kube-port" in busy.stderr, "a chosen port that is taken fails"
         made = kubectl(tmp_path / "kc.yaml", tmp_path / "cache", "create", "configmap", "kept",
                        "--from-literal=a=1")
         assert made.returncode == 0, made.stderr

@@ -1,0 +1,210 @@
+"""``instantstart sandbox seed``: a ready EKS + HyperPod cluster, made the way a user's own would be.
+
+Everything goes through the running sandbox's AWS endpoint with boto3, as the AWS console or a user's
+Terraform would: a VPC with two public subnets (EKS wants two Availability Zones) and a private /20 for
+HyperPod's nodes, a security group that admits itself (EFA needs that), the EKS cluster role and the
+HyperPod execution role with their trust principals and AWS managed policies, a ``sagemaker-`` lifecycle
+script bucket (the instance-role policy reads only ``sagemaker-*`` buckets), an EKS cluster with API
+authentication, and a HyperPod cluster with automatic node recovery. Nothing is tagged as InstantStart's:
+to the product it is a pre-existing cluster, to import, not to own.
+
+Re-running with the same name finds what exists and makes only what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from botocore.exceptions import ClientError
+
+LIFECYCLE_SCRIPT = """#!/bin/bash
+# on_create.sh: run by HyperPod on each new node (the sandbox records it; real nodes execute it)
+set -euo pipefail
+echo "node $(hostname) ready"
+"""
+
+
+@dataclass(frozen=True)
+class SeedRequest:
+    name: str = "hp-eks"
+    nodes: int = 2
+    instance_type: str = "ml.g5.8xlarge"
+    timeout: float = 600.0
+
+
+@dataclass(frozen=True)
+class Seeded:
+    eks_arn: str
+    hyperpod_arn: str
+    vpc_id: str
+    nodes: list[str]
+    created: list[str]
+
+
+class SeedFailed(Exception):
+    """A step could not be done; the message says which and why."""
+
+
+def _trust(service: str) -> str:
+    return json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}]})
+
+
+class Seeder:
+    def __init__(self, session: boto3.Session, endpoint_url: str, say: Callable[[str], None]) -> None:
+        self.session = session
+        self.endpoint_url = endpoint_url
+        self.say = say
+        self.created: list[str] = []
+
+    def run(self, req: SeedRequest) -> Seeded:
+        ec2, iam, s3 = self._client("ec2"), self._client("iam"), self._client("s3")
+        eks, sagemaker = self._client("eks"), self._client("sagemaker")
+        account = self._client("sts").get_caller_identity()["Account"]
+        vpc_id, public, private, sg = self._network(ec2, req.name)
+        cluster_role = self._role(iam, f"{req.name}-eks-cluster-role", "eks.amazonaws.com", "AmazonEKSClusterPolicy")
+        exec_role = self._role(iam, f"{req.name}-hyperpod-exec-role", "sagemaker.amazonaws.com",
+                               "AmazonSageMakerClusterInstanceRolePolicy")
+        bucket = self._bucket(s3, f"sagemaker-{req.name}-lifecycle-{account}")
+        eks_arn = self._eks(eks, req, cluster_role, public, sg)
+        hp_arn = self._hyperpod(sagemaker, req, eks_arn, exec_role, bucket, private, sg)
+        nodes = self._nodes(sagemaker, req)
+        return Seeded(eks_arn, hp_arn, vpc_id, nodes, list(self.created))
+
+    # ----- steps -----------------------------------------------------------------------------------
+
+    def _network(self, ec2: Any, name: str) -> tuple[str, list[str], str, str]:
+        vpcs = ec2.describe_vpcs(Filters=[{"Name": "tag:Name", "Values": [f"{name}-vpc"]}])["Vpcs"]
+        if vpcs:
+            vpc_id = vpcs[0]["VpcId"]
+        else:
+            vpc_id = ec2.create_vpc(CidrBlock="10.192.0.0/16", TagSpecifications=[
+                {"ResourceType": "vpc", "Tags": [{"Key": "Name", "Value": f"{name}-vpc"}]}])["Vpc"]["VpcId"]
+            self._made(f"VPC {vpc_id} (10.192.0.0/16)")
+        zones = [z["ZoneName"] for z in ec2.describe_availability_zones()["AvailabilityZones"]][:2]
+        if len(zones) < 2:
+            raise SeedFailed("the region has fewer than two Availability Zones; EKS needs two")
+        existing = {s["CidrBlock"]: s["SubnetId"]
+                    for s in ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc_id]}])["Subnets"]}
+        wanted = [("10.192.0.0/20", zones[0], "public-a"), ("10.192.16.0/20", zones[1], "public-b"),
+                  ("10.192.128.0/20", zones[0], "private-a")]
+        ids: list[str] = []
+        for cidr, zone, label in wanted:
+            if cidr not in existing:
+                existing[cidr] = ec2.create_subnet(VpcId=vpc_id, CidrBlock=cidr, AvailabilityZone=zone,
+                                                   TagSpecifications=[{"ResourceType": "subnet", "Tags": [
+                                                       {"Key": "Name", "Value": f"{name}-{label}"}]}],
+                                                   )["Subnet"]["SubnetId"]
+                self._made(f"subnet {existing[cidr]} ({cidr}, {zone})")
+            ids.append(existing[cidr])
+        groups = ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [vpc_id]},
+                                                       {"Name": "group-name", "Values": [f"{name}-nodes"]}])
+        if groups["SecurityGroups"]:
+            sg = groups["SecurityGroups"][0]["GroupId"]
+        else:
+            sg = ec2.create_security_group(GroupName=f"{name}-nodes", VpcId=vpc_id,
+                                           Description="HyperPod nodes: all traffic within the group (EFA)")["GroupId"]
+            rule = [{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": sg}]}]
+            ec2.authorize_security_group_ingress(GroupId=sg, IpPermissions=rule)
+            ec2.authorize_security_group_egress(GroupId=sg, IpPermissions=rule)
+            self._made(f"security group {sg}")
+        return vpc_id, ids[:2], ids[2], sg
+
+    def _role(self, iam: Any, name: str, service: str, policy: str) -> str:
+        try:
+            return str(iam.get_role(RoleName=name)["Role"]["Arn"])
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "NoSuchEntity":
+                raise
+        arn = str(iam.create_role(RoleName=name, AssumeRolePolicyDocument=_trust(service))["Role"]["Arn"])
+        iam.attach_role_policy(RoleName=name, PolicyArn=f"arn:aws:iam::aws:policy/{policy}")
+        self._made(f"IAM role {name} (trusts {service}; {policy})")
+        return arn
+
+    def _bucket(self, s3: Any, name: str) -> str:
+        try:
+            s3.head_bucket(Bucket=name)
+        except ClientError:
+            region = s3.meta.region_name
+            extra = {} if region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": region}}
+            s3.create_bucket(Bucket=name, **extra)
+            s3.put_object(Bucket=name, Key="lifecycle/on_create.sh", Body=LIFECYCLE_SCRIPT.encode())
+            self._made(f"S3 bucket {name} with lifecycle/on_create.sh")
+        return name
+
+    def _eks(self, eks: Any, req: SeedRequest, role: str, subnets: list[str], sg: str) -> str:
+        try:
+            cluster = eks.describe_cluster(name=req.name)["cluster"]
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ResourceNotFoundException":
+                raise
+            cluster = eks.create_cluster(
+                name=req.name, roleArn=role,
+                resourcesVpcConfig={"subnetIds": subnets, "securityGroupIds": [sg]},
+                accessConfig={"authenticationMode": "API_AND_CONFIG_MAP",
+                              "bootstrapClusterCreatorAdminPermissions": True})["cluster"]
+            self._made(f"EKS cluster {req.name} (Kubernetes {cluster['version']})")
+        self._wait(req, f"EKS cluster {req.name}", lambda: eks.describe_cluster(name=req.name)["cluster"]["status"],
+                   "ACTIVE", {"FAILED", "DELETING"})
+        return str(cluster["arn"])
+
+    def _hyperpod(self, sagemaker: Any, req: SeedRequest, eks_arn: str, role: str, bucket: str, subnet: str,
+                  sg: str) -> str:
+        try:
+            arn = sagemaker.describe_cluster(ClusterName=req.name)["ClusterArn"]
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] not in ("ResourceNotFound", "ValidationException"):
+                raise
+            arn = sagemaker.create_cluster(
+                ClusterName=req.name, Orchestrator={"Eks": {"ClusterArn": eks_arn}}, NodeRecovery="Automatic",
+                VpcConfig={"SecurityGroupIds": [sg], "Subnets": [subnet]},
+                InstanceGroups=[{
+                    "InstanceGroupName": "workers", "InstanceType": req.instance_type,
+                    "InstanceCount": req.nodes, "ExecutionRole": role, "ThreadsPerCore": 1,
+                    "LifeCycleConfig": {"SourceS3Uri": f"s3://{bucket}/lifecycle/", "OnCreate": "on_create.sh"},
+                }])["ClusterArn"]
+            self._made(f"HyperPod cluster {req.name} ({req.nodes} x {req.instance_type}, node recovery Automatic)")
+        self._wait(req, f"HyperPod cluster {req.name}",
+                   lambda: sagemaker.describe_cluster(ClusterName=req.name)["ClusterStatus"],
+                   "InService", {"Failed", "Deleting", "RollingBack"})
+        return str(arn)
+
+    def _nodes(self, sagemaker: Any, req: SeedRequest) -> list[str]:
+        def statuses() -> list[tuple[str, str]]:
+            pages = sagemaker.get_paginator("list_cluster_nodes").paginate(ClusterName=req.name)
+            return [(n["InstanceId"], n["InstanceStatus"]["Status"]) for page in pages
+                    for n in page["ClusterNodeSummaries"]]
+
+        self._wait(req, "HyperPod nodes", lambda: "Running" if all(s == "Running" for _, s in statuses())
+                   else "starting", "Running", set())
+        return [node for node, _ in statuses()]
+
+    # ----- helpers ---------------------------------------------------------------------------------
+
+    def _client(self, service: str) -> Any:
+        return self.session.client(service, endpoint_url=self.endpoint_url)  # type: ignore[call-overload]
+
+    def _made(self, what: str) -> None:
+        self.created.append(what)
+        self.say(f"created {what}")
+
+    def _wait(self, req: SeedRequest, what: str, status: Callable[[], str], done: str, failed: set[str]) -> None:
+        deadline = time.monotonic() + req.timeout
+        last = ""
+        while True:
+            now = status()
+            if now != last:
+                self.say(f"{what}: {now}")
+                last = now
+            if now == done:
+                return
+            if now in failed:
+                raise SeedFailed(f"{what} is {now}")
+            if time.monotonic() > deadline:
+                raise SeedFailed(f"{what} is still {now} after {req.timeout:.0f} s")
+            time.sleep(0.5)  # polling a remote status, as a user's script would
