@@ -1,0 +1,143 @@
+"""Several instances on one machine: a taken default port is replaced by a free one and recorded in the
+runtime file, an explicitly chosen one fails naming its flag, and every CLI command addresses the server
+that really runs (or asks which, when several do)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from app.sandbox import SANDBOX_ACCESS_KEY, sandbox_mode
+from sandbox.kube import Emulator
+from services.settings import Settings
+from tests.support import ROOT, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def clean_env(home: Path, registry: Path) -> dict[str, str]:
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("INSTANTSTART_", "AWS_", "XDG_"))}
+    return {**keep, "HOME": str(home), "INSTANTSTART_RUNTIME_DIR": str(registry), "PYTHONUNBUFFERED": "1"}
+
+
+def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, env=env)
+
+
+def start(data: Path, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    log = open(data.parent / f"{data.name}.log", "w")  # noqa: SIM115 - the process owns it
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--data-dir", str(data), *args], cwd=ROOT,
+                            env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    wait_for(lambda: (data / "runtime.json").exists() or proc.poll() is not None, timeout=90,
+             message=f"serve on {data}")
+    assert proc.poll() is None, (data.parent / f"{data.name}.log").read_text()
+    return proc
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(2)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_two_servers_with_default_flags_run_side_by_side(tmp_path: Path) -> None:
+    env = clean_env(tmp_path / "home", tmp_path / "registry")
+    first, second = tmp_path / "first", tmp_path / "second"
+    for data in (first, second):
+        made = Emulator(data / "sandbox")
+        made.ensure_cluster("demo")
+        made.close()
+    a = start(first, env)
+    b = None
+    try:
+        b = start(second, env)
+        ra, rb = (json.loads((d / "runtime.json").read_text()) for d in (first, second))
+        ports = [*ra["ports"].values(), *rb["ports"].values()]
+        assert len(set(ports)) == 6, (ra, rb)
+        assert "is in use" in (tmp_path / "second.log").read_text(), "the second instance says what it picked"
+        for r in (ra, rb):
+            assert r["sandbox"] and r["mode_reason"] == "no AWS credentials are configured"
+            assert httpx2.get(r["url"] + "/healthz", timeout=10).status_code == 200
+
+        ambiguous = cli(env, "status")
+        assert ambiguous.returncode == 2 and str(first) in ambiguous.stderr and str(second) in ambiguous.stderr
+
+        info = cli(env, "sandbox", "info", "--json", "--data-dir", str(second))
+        assert info.returncode == 0, info.stderr
+        assert json.loads(info.stdout)["aws_endpoint_url"] == rb["aws_endpoint_url"]
+        assert f"data directory {second} (as given; server running at {rb['url']}" in info.stderr
+
+        kubeconfig = cli(env, "kubeconfig", "demo", "--data-dir", str(second))
+        assert f"{rb['kube_url']}/k8s/clusters/demo" in kubeconfig.stdout
+        served = (second / "kubeconfigs" / "demo.yaml").read_text()
+        assert rb["kube_url"] in served and ra["kube_url"] not in served
+
+        exports = cli(env, "sandbox", "env", "--data-dir", str(first)).stdout
+        assert f"export AWS_ENDPOINT_URL={ra['aws_endpoint_url']}" in exports
+        assert f"export AWS_ACCESS_KEY_ID={SANDBOX_ACCESS_KEY}" in exports
+    finally:
+        stop(a)
+    assert not (first / "runtime.json").exists(), "a clean stop removes the runtime file"
+    try:
+        alone = cli(env, "status")  # the one server left is found without --data-dir
+        assert alone.returncode == 0, alone.stderr
+        assert f"data directory {second} (the running server's" in alone.stderr
+    finally:
+        if b is not None:
+            stop(b)
+    nothing = cli(env, "sandbox", "env")
+    assert nothing.returncode == 1 and "no sandbox is running" in nothing.stderr
+
+
+@pytest.mark.parametrize("flag", ["--port", "--sandbox-aws-port", "--sandbox-kube-port"])
+def test_an_explicit_port_that_is_taken_fails_naming_its_flag(tmp_path: Path, flag: str) -> None:
+    env = clean_env(tmp_path / "home", tmp_path / "registry")
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        out = cli(env, "serve", "--data-dir", str(tmp_path / "data"), flag, str(port))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"port {port} is already in use: choose another with {flag}" in out.stderr
+    assert not (tmp_path / "data" / "state.db").exists(), "nothing is made before the ports are settled"
+
+
+def test_the_mode_and_its_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    settings = Settings(data_dir=tmp_path / "d")
+    assert sandbox_mode(settings) == (True, "no AWS credentials are configured")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", SANDBOX_ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "whatever")
+    assert sandbox_mode(settings) == (True, "the configured AWS credentials are the sandbox's own "
+                                            "(instantstart sandbox env)")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAIOSFODNN7EXAMPLE")
+    sandboxed, reason = sandbox_mode(settings)
+    assert not sandboxed and "AWS credentials were found (source: env)" in reason and "--sandbox" in reason
+    forced = Settings(data_dir=tmp_path / "d", sandbox=True)
+    assert sandbox_mode(forced)[0] and "sandbox: true was set" in sandbox_mode(forced)[1]
+
+
+def test_no_sandbox_banner_says_why(tmp_path: Path) -> None:
+    env = clean_env(tmp_path / "home", tmp_path / "registry")
+    proc = start(tmp_path / "data", env, "--no-sandbox", "--port", "0")
+    try:
+        runtime = json.loads((tmp_path / "data" / "runtime.json").read_text())
+        assert not runtime["sandbox"] and runtime["aws_endpoint_url"] is None
+        assert "AWS mode (sandbox: false was set" in (tmp_path / "data.log").read_text()
+        refused = cli(env, "kubeconfig", "demo")
+        assert refused.returncode == 1 and "runs against AWS" in refused.stderr
+    finally:
+        stop(proc)
