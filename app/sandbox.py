@@ -16,6 +16,7 @@ host or container it runs in, like the data directory.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -171,6 +172,11 @@ class Sandbox:
         self.world = AwsWorld(sandbox_dir(settings), None, self.emulator, kube_base_url=kube_url(settings),
                               kube_ca_pem=tls.ca_pem, speed=settings.sandbox_speed, region=settings.region)
         register_clusters(settings, kube, sorted(self.emulator.clusters))
+        # a cluster made later (an EKS create, sandbox seed) gets its kubeconfig and client at once
+        self.emulator.on_clusters_changed(lambda names: register_clusters(settings, kube, names))
+
+    def on_clusters_changed(self, listener: Callable[[list[str]], None]) -> None:
+        self.emulator.on_clusters_changed(listener)
 
     def start(self) -> None:
         try:

@@ -84,6 +84,8 @@ class SandboxControl:
         self.sandbox = sandbox
         self.audit = audit
         self.bus = bus
+        # a cluster made or deleted later (EKS, sandbox seed): panes list its kubeconfig at once
+        sandbox.on_clusters_changed(lambda names: bus.publish(Event("sandbox", "clusters", {"clusters": names})))
 
     def info(self) -> SandboxInfo:
         kinds = {kind: sorted(required) for kind, (required, _allowed) in FAULT_TARGETS.items()}

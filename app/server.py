@@ -257,13 +257,16 @@ def make_dashboard(services: Services, pages: list[Page] = PAGES) -> Callable[[]
             main.objects = [built[slug]]
             for key, button in buttons.items():
                 button.color = "primary" if key == slug else "default"
+            if pn.state.location is not None:  # each page has a URL: reloads and links land on it
+                pn.state.location.search = f"?page={slug}"
 
         for page in allowed:
             button = pn.widgets.Button(label=page.title, color="default", sizing_mode="stretch_width",
                                        css_classes=["nav", f"nav-{page.slug}"])
             button.on_click(lambda _event, slug=page.slug: show(slug))
             buttons[page.slug] = button
-        show(allowed[0].slug)
+        asked = (pn.state.session_args.get("page") or [b""])[0].decode(errors="replace")
+        show(asked if asked in buttons else allowed[0].slug)
         who = pn.pane.Markdown(f"Signed in as **{html.escape(principal.name)}** ({principal.role.value})"
                                + ("" if services.settings.dev_no_auth else
                                   f" · [sign out]({LOGOUT_URL.lstrip('/')})"),

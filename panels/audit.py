@@ -64,7 +64,9 @@ class AuditPane(pn.viewable.Viewer):
         super().__init__(**params)
         self.state = AuditState(audit)
         self.table = ReadOnlyTable(audit_frame(self.state.entries), disabled=True, show_index=False,
-                                          sizing_mode="stretch_width", height=480, css_classes=["audit-table"])
+                                          sizing_mode="stretch_width", height=480, css_classes=["audit-table"],
+                                          empty="No audit entries match: every change (operations, tokens, "
+                                                "sign-ins, faults) is recorded here with its actor and face.")
         self.state.param.watch(self._on_entries, "entries")
         self.state.param.watch(self._on_filter, ["actor", "face"])
         self._live = LiveRefresh(bus, "operation", self._on_events)

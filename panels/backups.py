@@ -64,7 +64,9 @@ class BackupsPane(pn.viewable.Viewer):
         self.state = BackupsState(backups, engine, current_principal or (lambda: principal))
         self._live = LiveRefresh(bus, "operation", self._on_event)
         self.table = ReadOnlyTable(backups_frame(self.state.backups), sizing_mode="stretch_width", height=260,
-                                   css_classes=["backups-table"])
+                                   css_classes=["backups-table"],
+                                   empty="No backups yet: 'Back up now' (or POST /api/v1/backups) makes a verified "
+                                         "copy of the state database.")
         self.button = pn.widgets.Button(label="Back up now", color="primary", css_classes=["backup-create"],
                                         disabled=not principal.allows(Role.OPERATOR))
         self.button.on_click(self._create)

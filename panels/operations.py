@@ -20,7 +20,7 @@ import panel as pn
 import param
 
 from panels.live import LiveRefresh
-from panels.tables import ReadOnlyTable
+from panels.tables import ReadOnlyTable, role_hint
 from services.auth import Principal, Role
 from services.errors import ServiceError
 from services.events import Event, EventBus
@@ -204,11 +204,15 @@ class OperationsPane(pn.viewable.Viewer):
         state = self.state
         self.table = ReadOnlyTable(
             operations_frame(state.operations), disabled=True, show_index=False, selectable=1,
-            sizing_mode="stretch_width", height=320, css_classes=["operations-table"])
+            sizing_mode="stretch_width", max_height=320, css_classes=["operations-table"],
+            empty="No operations yet: every change (a backup, and cluster work as it arrives) is an operation "
+                  "and appears here live.")
         self.stages = ReadOnlyTable(stages_frame(state.current), disabled=True, show_index=False,
-                                           sizing_mode="stretch_width", css_classes=["op-stages"])
+                                    sizing_mode="stretch_width", css_classes=["op-stages"],
+                                    empty="Select an operation to see its stages.")
         self.conditions = ReadOnlyTable(conditions_frame(state.current), disabled=True, show_index=False,
-                                               sizing_mode="stretch_width", css_classes=["op-conditions"])
+                                        sizing_mode="stretch_width", css_classes=["op-conditions"],
+                                        empty="Select an operation to see its conditions.")
         self.retry_button = pn.widgets.Button(
             label="Retry", color="warning", css_classes=["op-retry"],
             disabled=state.param.can_retry.rx.pipe(operator.not_), loading=state.param.busy)
@@ -217,6 +221,10 @@ class OperationsPane(pn.viewable.Viewer):
             disabled=state.param.can_cancel.rx.pipe(operator.not_), loading=state.param.busy)
         self.retry_button.on_click(self._retry)
         self.cancel_button.on_click(self._cancel)
+        self.role_hint = role_hint(principal, Role.OPERATOR, "Retry and Cancel")
+        if not principal.allows(Role.OPERATOR):
+            for button in (self.retry_button, self.cancel_button):
+                button.description = "needs the operator role"
         self._select_row()
         self.table.param.watch(self._on_selection, "selection")
         state.param.watch(self._on_operations, "operations")
@@ -290,6 +298,7 @@ class OperationsPane(pn.viewable.Viewer):
             pn.Column(
                 pn.pane.Markdown(state.param.current.rx.pipe(header_markdown), css_classes=["op-header"]),
                 pn.Row(self.retry_button, self.cancel_button),
+                self.role_hint,
                 pn.pane.Markdown(state.param.message, css_classes=["op-message"]),
                 pn.pane.Markdown("**Stages**"),
                 self.stages,

@@ -46,7 +46,7 @@ def test_sign_in_and_watch_a_backup_arrive(own_server: LiveServer, tmp_path: Pat
     with sync_playwright() as p:
         ctx = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=CHROMIUM,
                                                    headless=True, args=FLAGS,
-                                                   viewport={"width": 1280, "height": 1100})
+                                                   viewport={"width": 1280, "height": 900})
         try:
             page = ctx.new_page()
             page.on("requestfailed", lambda r: failed.append(f"{r.url} {r.failure}"))
@@ -83,6 +83,7 @@ def test_sign_in_and_watch_a_backup_arrive(own_server: LiveServer, tmp_path: Pat
             table = page.locator(".operations-table")
             expect(table).to_be_visible()
             expect(page.locator(".op-header")).to_contain_text("No operation selected.")
+            expect(table).to_contain_text("No operations yet")  # an empty table says what it will hold
 
             # a backup made elsewhere (REST) shows up and finishes without any reload
             r = server.post("/api/v1/backups", {"label": "browser"})
@@ -94,6 +95,9 @@ def test_sign_in_and_watch_a_backup_arrive(own_server: LiveServer, tmp_path: Pat
             expect(page.locator(".op-header")).to_contain_text(op_id)
             expect(page.locator(".op-stages")).to_contain_text("verify")
             expect(page.locator(".op-retry button")).to_be_disabled()  # succeeded: nothing to retry
+            expect(page.locator(".op-conditions")).to_contain_text("AllStagesDone")
+            box = page.locator(".op-conditions").bounding_box()
+            assert box is not None and box["y"] + box["height"] <= 900, f"cut off at 900 px: {box}"
             page.screenshot(path=str(SCREENSHOTS / "instantstart-operations.png"), full_page=True)
 
             # the filter re-reads in a worker thread: a succeeded operation is not active
@@ -109,6 +113,12 @@ def test_sign_in_and_watch_a_backup_arrive(own_server: LiveServer, tmp_path: Pat
             audit = page.locator(".audit-table")
             expect(audit).to_contain_text("backup.create", timeout=15_000)
             expect(audit).to_contain_text(op_id)
+            # every page has a URL: a reload lands on the same page
+            expect(page).to_have_url(f"{server.url}/?page=audit")
+            page.reload()
+            expect(page.locator(".nav-audit button")).to_have_class(re.compile(r"bk-btn-primary"), timeout=30_000)
+            audit = page.locator(".audit-table")
+            expect(audit).to_contain_text(op_id, timeout=15_000)
             # the audit pane follows events too
             r = server.post("/api/v1/backups", {"label": "browser-two"})
             assert r.status_code == 202, r.text

@@ -170,6 +170,10 @@ def test_viewer_is_refused_by_the_service_not_only_the_button(services: Services
     assert pane.state.current is not None and pane.state.current.id == op.id
     assert not pane.state.can_retry and not pane.state.can_cancel
     assert pane.retry_button.disabled and pane.cancel_button.disabled
+    # greyed buttons say why: the role they need
+    assert pane.role_hint.visible and "needs the operator role" in pane.role_hint.object
+    assert pane.retry_button.description == "needs the operator role"
+    assert not OperationsPane(engine=engine, bus=services.bus, principal=OPERATOR).role_hint.visible
 
     before = engine.get(op.id)
     asyncio.run(pane.state.retry())

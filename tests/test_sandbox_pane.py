@@ -12,7 +12,7 @@ import pytest
 from app.bootstrap import Services
 from app.sandbox import Sandbox
 from app.sandbox_api import SandboxControl
-from panels.sandbox import SandboxPane, parse_target
+from panels.sandbox import SandboxPane, info_markdown, parse_target
 from services.audit import AuditQuery
 from services.auth import Principal, Role
 from services.settings import Settings
@@ -57,9 +57,19 @@ def test_viewer_and_bad_targets_are_refused_by_the_control(control: SandboxContr
     assert viewer.state.message.startswith("refused (forbidden)") and control.faults() == []
     admin = SandboxPane(control=control, bus=services.bus, principal=ADMIN)
     admin.state.kind = "node_unhealthy"
-    admin.state.target = "cluster=hp"
+    assert admin.target_input.placeholder == "cluster=hp-eks, node=i-0123456789abcdef0"
+    admin.state.kind = "throttle"
+    assert admin.target_input.placeholder == "service=eks", "the placeholder follows the kind"
+    admin.state.kind = "node_unhealthy"
+    admin.state.target = ""
     asyncio.run(admin.state.inject())
-    assert "refused (invalid)" in admin.state.message and "missing ['node']" in admin.state.message
+    assert admin.state.message == ("node_unhealthy needs a target with cluster, node: for example "
+                                   "cluster=hp-eks, node=i-0123456789abcdef0") and control.faults() == []
+    admin.state.target = "cluster=hp, node=i-0123456789abcdef0, color=red"
+    asyncio.run(admin.state.inject())
+    assert "refused (invalid)" in admin.state.message and "color" in admin.state.message
+    assert viewer.role_hint.visible and "needs the admin role" in viewer.role_hint.object
+    assert not admin.role_hint.visible
     admin.state.target = "cluster"
     asyncio.run(admin.state.inject())
     assert "key=value" in admin.state.message
@@ -84,3 +94,14 @@ def test_a_revoked_admin_token_cannot_inject_from_an_open_page(control: SandboxC
     pane.state.target = "instance_type=ml.p5.48xlarge"
     asyncio.run(pane.state.inject())
     assert pane.state.message.startswith("refused (unauthorized)") and control.faults() == []
+
+
+def test_the_kubeconfig_list_follows_new_clusters(control: SandboxControl, services: Services) -> None:
+    pane = SandboxPane(control=control, bus=services.bus, principal=VIEWER)
+    assert "No clusters yet" in info_markdown(pane.state.info)
+    control.sandbox.emulator.ensure_cluster("late")  # what an EKS create does in the AWS world
+    text = info_markdown(pane.state.info)
+    assert "`late`" in text and "No clusters yet" not in text
+    path = pane.state.info.kubeconfigs["late"]
+    assert Path(path).is_file(), "the kubeconfig the pane lists exists"
+    assert "late" in services.kube.clusters(), "and the product's client factory knows the cluster"

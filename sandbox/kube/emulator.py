@@ -66,6 +66,7 @@ class Emulator:
         self._lock = threading.Lock()
         self._log_file: RequestLog | None = None
         self._persister: Persister | None = None
+        self._listeners: list[Callable[[list[str]], None]] = []
         if self.data_dir is not None:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             self._persister = Persister(self.data_dir / "state.sqlite3", debounce)
@@ -100,23 +101,37 @@ class Emulator:
         """Drop a cluster's outdated documents early (``openapi`` would never serve them anyway)."""
         self._openapi.pop(name, None)
 
+    def on_clusters_changed(self, listener: Callable[[list[str]], None]) -> None:
+        """Call ``listener(sorted names)`` after a cluster is created or deleted (outside the lock)."""
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        names = sorted(self.clusters)
+        for listener in list(self._listeners):
+            listener(names)
+
     def ensure_cluster(self, name: str) -> Cluster:
         """The cluster called ``name``, created (with its system namespaces) if it does not exist."""
         with self._lock:
             cluster = self.clusters.get(name)
+            created = cluster is None
             if cluster is None:
                 cluster = self._new_cluster(name)
                 if self._persister is not None:
                     self._persister.attach(cluster)  # before bootstrap, so its namespaces are persisted too
                 cluster.bootstrap()
-            return cluster
+        if created:
+            self._changed()
+        return cluster
 
     def delete_cluster(self, name: str) -> None:
         with self._lock:
-            self.clusters.pop(name, None)
+            existed = self.clusters.pop(name, None) is not None
             self._openapi.pop(name, None)
             if self._persister is not None:
                 self._persister.forget(name)
+        if existed:
+            self._changed()
 
     def cluster(self, name: str) -> Cluster:
         return self.clusters[name]
