@@ -83,6 +83,10 @@ def test_two_servers_with_default_flags_run_side_by_side(tmp_path: Path) -> None
         served = (second / "kubeconfigs" / "demo.yaml").read_text()
         assert rb["kube_url"] in served and ra["kube_url"] not in served
 
+        unauthenticated = cli(env, "sandbox", "faults", "--data-dir", str(second))  # REST to the right server
+        assert unauthenticated.returncode == 1 and "401" in unauthenticated.stderr
+        assert "HTTP Request" not in unauthenticated.stderr, "no httpx INFO line per CLI call"
+
         exports = cli(env, "sandbox", "env", "--data-dir", str(first)).stdout
         assert f"export AWS_ENDPOINT_URL={ra['aws_endpoint_url']}" in exports
         assert f"export AWS_ACCESS_KEY_ID={SANDBOX_ACCESS_KEY}" in exports
@@ -139,5 +143,25 @@ def test_no_sandbox_banner_says_why(tmp_path: Path) -> None:
         assert "AWS mode (sandbox: false was set" in (tmp_path / "data.log").read_text()
         refused = cli(env, "kubeconfig", "demo")
         assert refused.returncode == 1 and "runs against AWS" in refused.stderr
+    finally:
+        stop(proc)
+
+
+def test_seed_makes_a_ready_cluster_once_and_refuses_clearly(tmp_path: Path) -> None:
+    env = {**clean_env(tmp_path / "home", tmp_path / "registry"), "INSTANTSTART_SANDBOX_SPEED": "2000"}
+    proc = start(tmp_path / "data", env, "--port", "0", "--sandbox-aws-port", "0", "--sandbox-kube-port", "0")
+    try:
+        first = cli(env, "sandbox", "seed", "--name", "team-a", "--nodes", "3")
+        assert first.returncode == 0, first.stderr
+        assert first.stdout.startswith("seeded team-a:") and "3 nodes Running" in first.stdout
+        assert "created HyperPod cluster team-a (3 x ml.g5.8xlarge" in first.stderr
+        again = cli(env, "sandbox", "seed", "--name", "team-a", "--nodes", "3")
+        assert again.returncode == 0 and again.stdout.startswith("already there: team-a"), again.stderr
+        assert "created" not in again.stderr, "a second seed makes nothing"
+        kubeconfig = cli(env, "kubeconfig", "team-a")
+        assert kubeconfig.returncode == 0 and "team-a" in kubeconfig.stdout
+        too_big = cli(env, "sandbox", "seed", "--name", "team-b", "--nodes", "9")
+        assert too_big.returncode == 1
+        assert "AWS refused CreateCluster: ResourceLimitExceeded" in too_big.stderr
     finally:
         stop(proc)
