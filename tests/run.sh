@@ -24,6 +24,7 @@ echo "== installing the project into $VENV"
 
 echo "== ruff";     "$VENV/bin/ruff" check .
 echo "== mypy";     "$VENV/bin/mypy"
+echo "== import-linter"; "$VENV/bin/lint-imports"
 echo "== hadolint"; "$VENV/bin/hadolint" Dockerfile
 echo "== pytest"
 exec "$VENV/bin/python" -m pytest "$@"
