@@ -100,7 +100,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         print("the MCP bridge needs a token: --token or INSTANTSTART_TOKEN", file=sys.stderr)
         return 2
     try:
-        run_bridge(url, token, transport=args.transport, host=args.host, port=args.port)
+        run_bridge(url, token, transport=args.transport, host=args.host, port=args.port, toolsets=args.toolsets)
     except BridgeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -137,6 +137,8 @@ def parser() -> argparse.ArgumentParser:
     mcp.add_argument("--token", help="API token (INSTANTSTART_TOKEN)")
     mcp.add_argument("--host", default="127.0.0.1", help="bind address for --transport http")
     mcp.add_argument("--port", type=int, default=3100, help="port for --transport http")
+    mcp.add_argument("--toolsets", help="tool groups by noun, comma separated, or 'all' (default: the everyday "
+                                        "nouns; audit, sandbox and tokens on request)")
     mcp.set_defaults(func=cmd_mcp)
 
     status = sub.add_parser("status", help="a compact text summary of what is running")

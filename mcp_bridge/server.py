@@ -18,7 +18,7 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from mcp_bridge.tools import ToolSpec, to_http, tool_specs
+from mcp_bridge.tools import ToolSpec, cap_result, select_toolsets, to_http, tool_specs
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +58,18 @@ class BridgeError(Exception):
     pass
 
 
-async def load_tools(client: RestClient) -> tuple[dict[str, Any], list[ToolSpec]]:
+async def load_tools(client: RestClient, toolsets: str | None = None) -> tuple[dict[str, Any], list[ToolSpec]]:
+    """The role's tools in ``toolsets`` (None: the default set; ``all``; or names separated by commas)."""
     status, who = await client.request("GET", "/api/v1/whoami")
     if status != 200:
         raise BridgeError(f"the REST API refused the token ({status}): {json.dumps(who)}")
     status, document = await client.request("GET", "/api/v1/openapi.json")
     if status != 200:
         raise BridgeError(f"could not read the OpenAPI document ({status})")
-    return who, tool_specs(document, who["role"])
+    try:
+        return who, select_toolsets(tool_specs(document, who["role"]), toolsets)
+    except ValueError as exc:
+        raise BridgeError(str(exc)) from None
 
 
 def build_server(client: RestClient, who: dict[str, Any], specs: list[ToolSpec]) -> Server[Any]:
@@ -76,7 +80,8 @@ def build_server(client: RestClient, who: dict[str, Any], specs: list[ToolSpec])
             types.Tool(name=s.name, title=s.title, description=s.description, input_schema=s.input_schema,
                        annotations=types.ToolAnnotations(title=s.title, read_only_hint=s.read_only,
                                                          destructive_hint=s.destructive,
-                                                         idempotent_hint=s.idempotent, open_world_hint=True))
+                                                         idempotent_hint=s.idempotent,
+                                                         open_world_hint=s.open_world))
             for s in specs])
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
@@ -95,8 +100,9 @@ def build_server(client: RestClient, who: dict[str, Any], specs: list[ToolSpec])
                                      "message": f"REST API unreachable at {client.base_url}: {exc}"}})
         if status >= 400:
             return _error(payload)
-        structured = payload if isinstance(payload, dict) else {"items": payload}
-        return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(payload))],
+        text, capped = cap_result(spec, payload)
+        structured = capped if isinstance(capped, dict) else {"items": capped}
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
                                     structured_content=structured)
 
     return Server("instantstart", version="0.1.0", instructions=INSTRUCTIONS,
@@ -108,10 +114,10 @@ def _error(envelope: Any) -> types.CallToolResult:
                                 structured_content=envelope if isinstance(envelope, dict) else None, is_error=True)
 
 
-async def _serve(url: str, token: str, transport: str, host: str, port: int) -> None:
+async def _serve(url: str, token: str, transport: str, host: str, port: int, toolsets: str | None) -> None:
     client = RestClient(url, token)
     try:
-        who, specs = await load_tools(client)
+        who, specs = await load_tools(client, toolsets)
         log.info("bridge for %s (%s): %d tools", who["name"], who["role"], len(specs))
         server = build_server(client, who, specs)
         if transport == "stdio":
@@ -130,8 +136,9 @@ async def _serve(url: str, token: str, transport: str, host: str, port: int) -> 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
-def run_bridge(url: str, token: str, *, transport: str = "stdio", host: str = "127.0.0.1", port: int = 3100) -> None:
+def run_bridge(url: str, token: str, *, transport: str = "stdio", host: str = "127.0.0.1", port: int = 3100,
+               toolsets: str | None = None) -> None:
     if transport == "http" and host not in LOOPBACK:
         # whoever reaches the HTTP transport acts with this bridge's token: it must stay on this machine
         raise BridgeError(f"the HTTP transport binds loopback only (it carries the token's role); refusing {host!r}")
-    anyio.run(_serve, url, token, transport, host, port)
+    anyio.run(_serve, url, token, transport, host, port, toolsets)

@@ -3,11 +3,17 @@
 The document is generated from the REST route table, and routes carry ``x-mcp-tool`` (name and honest
 hints) and ``x-required-role``. So a tool is a live route by construction: the bridge cannot offer
 something the server does not serve, and it offers only what the token's role may call.
+
+Agent clients have hard limits (some send only the first 40 tools, some reject a result over 25,000
+tokens, and definitions eat context), so a tool's schema carries only the ``$defs`` it reaches, tools are
+grouped in toolsets by noun (a default set, others on request) and every result is capped with a hint
+naming the argument that pages or narrows it.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +21,14 @@ from urllib.parse import quote
 
 ROLE_RANK = {"viewer": 0, "operator": 1, "admin": 2}
 _REF = re.compile(r"#/components/schemas/")
+_REF_NAME = re.compile(r'"\$ref": "#/components/schemas/([^"]+)"')
+#: toolsets (route tags) an agent gets unless it asks: the everyday nouns; audit, sandbox and
+#: tokens are on request (``--toolsets audit,sandbox`` or ``all``)
+DEFAULT_TOOLSETS = ("system", "operations", "backups", "clusters", "instance_groups", "nodes", "features", "storage",
+                    "training", "inference")
+#: query arguments that page or narrow a list, named in the hint of a result that was cut
+PAGING_ARGS = ("before", "before_id", "limit", "status", "kind", "target", "actor", "action", "cluster")
+RESULT_CHAR_CAP = 64_000  # about 16,000 tokens at ~4 characters a token
 
 
 @dataclass(frozen=True)
@@ -33,6 +47,17 @@ class ToolSpec:
     query_params: tuple[str, ...] = ()
     body_params: tuple[str, ...] = ()
     output_schema: dict[str, Any] | None = field(default=None)
+    toolset: str = "system"
+    answers_operation: bool = False
+    open_world: bool = False
+
+    def definition_size(self) -> int:
+        """Characters of the definition a client receives (name, title, description, schema, hints)."""
+        return len(json.dumps({"name": self.name, "title": self.title, "description": self.description,
+                               "inputSchema": self.input_schema,
+                               "annotations": {"readOnlyHint": self.read_only, "destructiveHint": self.destructive,
+                                               "idempotentHint": self.idempotent,
+                                               "openWorldHint": self.open_world}}))
 
 
 def _rewrite_refs(node: Any) -> Any:
@@ -42,6 +67,27 @@ def _rewrite_refs(node: Any) -> Any:
     if isinstance(node, list):
         return [_rewrite_refs(v) for v in node]
     return node
+
+
+def _reachable(node: Any, components: dict[str, Any]) -> dict[str, Any]:
+    """The component schemas ``node`` refers to, directly or through each other."""
+    found: dict[str, Any] = {}
+    todo = _REF_NAME.findall(json.dumps(node))
+    while todo:
+        name = todo.pop()
+        if name in found or name not in components:
+            continue
+        found[name] = components[name]
+        todo += _REF_NAME.findall(json.dumps(components[name]))
+    return found
+
+
+def _answers(op: dict[str, Any], model: str) -> bool:
+    for response in op.get("responses", {}).values():
+        schema = response.get("content", {}).get("application/json", {}).get("schema", {})
+        if schema.get("$ref", "").endswith(f"/{model}"):
+            return True
+    return False
 
 
 def _resolve(schema: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
@@ -87,22 +133,68 @@ def tool_specs(document: dict[str, Any], role: str) -> list[ToolSpec]:
                                             "additionalProperties": False}
             if required:
                 input_schema["required"] = required
+            reached = _reachable(input_schema, components)
             input_schema = _rewrite_refs(input_schema)
-            if "$defs" not in input_schema and "#/$defs/" in str(input_schema):
-                input_schema["$defs"] = _rewrite_refs(copy.deepcopy(components))
+            if reached:
+                input_schema["$defs"] = _rewrite_refs(copy.deepcopy(reached))
             description = op.get("description") or op.get("summary", "")
-            if not meta.get("readOnlyHint", True):
+            answers_operation = _answers(op, "Accepted")
+            if answers_operation:
                 description += (" Mutating: the result names the operation id; follow it with "
                                 "operations_get (use its wait argument to long-poll).")
+            elif not meta.get("readOnlyHint", True):
+                description += " Takes effect at once: the result is the new state (no operation to follow)."
             specs.append(ToolSpec(
                 name=meta["name"], title=meta.get("title", meta["name"]), description=description,
                 method=method.upper(), path=path, role=op.get("x-required-role", "admin"),
                 input_schema=input_schema, read_only=bool(meta.get("readOnlyHint")),
                 destructive=bool(meta.get("destructiveHint")), idempotent=bool(meta.get("idempotentHint")),
                 path_params=tuple(path_params), query_params=tuple(query_params),
-                body_params=tuple(body_params),
+                body_params=tuple(body_params), toolset=(op.get("tags") or ["system"])[0],
+                answers_operation=answers_operation, open_world=bool(meta.get("openWorldHint", False)),
             ))
     return sorted(specs, key=lambda s: s.name)
+
+
+def select_toolsets(specs: list[ToolSpec], wanted: str | None) -> list[ToolSpec]:
+    """``None``: the default toolsets; ``all``; or names separated by commas (unknown names are refused)."""
+    if wanted is None:
+        return [s for s in specs if s.toolset in DEFAULT_TOOLSETS]
+    names = {n.strip() for n in wanted.split(",") if n.strip()}
+    if "all" in names:
+        return list(specs)
+    known = {s.toolset for s in specs}
+    unknown = sorted(names - known - set(DEFAULT_TOOLSETS))
+    if unknown:
+        raise ValueError(f"unknown toolset(s) {unknown}; this role has {sorted(known)} (or 'all')")
+    return [s for s in specs if s.toolset in names]
+
+
+def cap_result(spec: ToolSpec, payload: Any, cap: int = RESULT_CHAR_CAP) -> tuple[str, Any]:
+    """The result as text (and structured content) of at most about ``cap`` characters: a list keeps its
+    first items and says how to read on; anything else is cut with the same hint."""
+    text = json.dumps(payload)
+    if len(text) <= cap:
+        return text, payload
+    hint_args = [a for a in PAGING_ARGS if a in spec.query_params]
+    how = (f"narrow or page it with {', '.join(hint_args)}" if hint_args
+           else "ask for less (narrower arguments)")
+    if isinstance(payload, list):
+        low, high = 0, len(payload)
+        while low < high:  # the most leading items that fit
+            mid = (low + high + 1) // 2
+            if len(json.dumps(payload[:mid])) <= cap - 500:
+                low = mid
+            else:
+                high = mid - 1
+        page = "before" if "before" in hint_args else ("before_id" if "before_id" in hint_args else None)
+        if page:
+            how = f"pass {page}=<the last item's id> for the next page, or narrow it with {', '.join(hint_args)}"
+        note = {"truncated": True, "returned": low, "total": len(payload), "continue": how}
+        structured = {"items": payload[:low], **note}
+        return json.dumps(structured), structured
+    note = {"truncated": True, "characters": len(text), "continue": how}
+    return json.dumps({"partial": text[: cap - 500], **note}), note
 
 
 @dataclass(frozen=True)
