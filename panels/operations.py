@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import html
 import operator
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -74,6 +75,9 @@ class OperationsState(param.Parameterized):
         self.principal = principal
         # asked again at every action, so a token revoked while the page is open acts no more
         self._current_principal = current_principal or (lambda: principal)
+        # outside a served session events arrive on the bus's thread while an action may finish on the
+        # caller's: the derived flags are read and written under one lock, so the last derive sees both
+        self._derive_lock = threading.RLock()
         self.reload()
         self._derive()
 
@@ -120,6 +124,10 @@ class OperationsState(param.Parameterized):
 
     @param.depends("operations", "selected", "busy", watch=True)
     def _derive(self) -> None:
+        with self._derive_lock:
+            self._derive_locked()
+
+    def _derive_locked(self) -> None:
         op = next((o for o in self.operations if o.id == self.selected), None)
         may = self.principal.allows(Role.OPERATOR) and not self.busy and op is not None
         with param.edit_constant(self):

@@ -188,6 +188,7 @@ def test_events_publish_every_transition(engine: Engine, services: Services, clo
     services.bus.subscribe(seen.append, topic="operation")
     op = submit(engine)
     engine.run_until_idle(op.id)
+    assert services.bus.drain()
     statuses = [e.data["status"] for e in seen]
     assert statuses[0] == "pending" and "running" in statuses and statuses[-1] == "waiting"
     versions = [e.data["version"] for e in seen]

@@ -25,6 +25,7 @@ VIEWER = Principal("vic", Role.VIEWER, "t-view", "ui")
 
 def submit(engine: Engine, name: str) -> OperationView:
     view, created = engine.submit("thing.create", ThingRequest(name=name), OPERATOR.via("rest"))
+    engine.bus.drain()  # delivery is off the publisher's thread
     assert created
     return view
 
@@ -32,6 +33,7 @@ def submit(engine: Engine, name: str) -> OperationView:
 def failed_op(engine: Engine, world: World, name: str = "f") -> OperationView:
     world.update(faults=["permanent"])
     view = engine.run_until_idle(submit(engine, name).id)
+    engine.bus.drain()  # delivery is off the publisher's thread
     assert view.status == Status.FAILED
     return view
 
@@ -51,6 +53,7 @@ def rows(pane: OperationsPane) -> dict[str, str]:
 
 def test_operations_pane_renders_alone_with_the_list(services: Services, engine: Engine) -> None:
     op = submit(engine, "a")
+    services.bus.drain()  # delivery is off the publisher's thread
     pane = OperationsPane(engine=engine, bus=services.bus, principal=VIEWER)
     root = pn.panel(pane).get_root()
     assert tabulator_column(root, "operations-table", "id") == [op.id]
@@ -70,15 +73,18 @@ def test_list_follows_the_bus_in_place(services: Services, engine: Engine, clock
     assert pane.state.operations == []
 
     a = submit(engine, "a")
+    services.bus.drain()  # delivery is off the publisher's thread
     assert rows(pane) == {a.id: "pending"}
     assert pane.state.selected == a.id  # the first operation to appear is shown
     engine.run_until_idle(a.id)
+    services.bus.drain()  # delivery is off the publisher's thread
     assert rows(pane) == {a.id: "waiting"}
     assert tabulator_column(root, "operations-table", "status") == ["waiting"]  # the model followed
     assert tabulator_column(root, "op-stages", "phase")[0] == "waiting"
 
     clock.advance(10)
     engine.run_until_idle(a.id)
+    services.bus.drain()  # delivery is off the publisher's thread
     assert rows(pane) == {a.id: "succeeded"}
     assert tabulator_column(root, "operations-table", "status") == ["succeeded"]
     assert tabulator_column(root, "op-stages", "status") == ["succeeded", "succeeded"]
@@ -88,20 +94,26 @@ def test_list_follows_the_bus_in_place(services: Services, engine: Engine, clock
 def test_events_alone_update_the_pane(services: Services, engine: Engine) -> None:
     """The pane takes the view an event carries; an older version never overwrites a newer one."""
     a = submit(engine, "a")
+    services.bus.drain()  # delivery is off the publisher's thread
     pane = OperationsPane(engine=engine, bus=services.bus, principal=VIEWER)
     newer = a.model_copy(update={"status": Status.WAITING, "version": a.version + 5})
     services.bus.publish(Event("operation", "updated", newer.model_dump(mode="json")))
+    services.bus.drain()  # delivery is off the publisher's thread
     assert rows(pane) == {a.id: "waiting"}  # the database still says pending: this came from the event
     services.bus.publish(Event("operation", "updated", a.model_dump(mode="json")))
+    services.bus.drain()  # delivery is off the publisher's thread
     assert rows(pane) == {a.id: "waiting"}
     services.bus.publish(Event("operation", "updated", {"not": "an operation"}))
+    services.bus.drain()  # delivery is off the publisher's thread
     assert rows(pane) == {a.id: "waiting"}
 
 
 def test_selection_is_kept_by_id_when_rows_move(services: Services, engine: Engine, clock: FakeClock) -> None:
     a = submit(engine, "a")
+    services.bus.drain()  # delivery is off the publisher's thread
     clock.advance(1)
     b = submit(engine, "b")
+    services.bus.drain()  # delivery is off the publisher's thread
     pane = OperationsPane(engine=engine, bus=services.bus, principal=VIEWER)
     root = pn.panel(pane).get_root()
     assert list(pane.table.value["id"]) == [b.id, a.id]  # newest first
@@ -114,10 +126,12 @@ def test_selection_is_kept_by_id_when_rows_move(services: Services, engine: Engi
 
     clock.advance(1)
     c = submit(engine, "c")  # lands on top: a moves from row 1 to row 2
+    services.bus.drain()  # delivery is off the publisher's thread
     assert list(pane.table.value["id"]) == [c.id, b.id, a.id]
     assert pane.table.selection == [2]
     assert pane.state.selected == a.id
     engine.run_until_idle(a.id)
+    services.bus.drain()  # delivery is off the publisher's thread
     assert pane.table.selection == [2] and pane.state.current is not None
     assert pane.state.current.status == Status.WAITING
     assert tabulator_column(root, "op-stages", "phase")[0] == "waiting"
@@ -125,16 +139,22 @@ def test_selection_is_kept_by_id_when_rows_move(services: Services, engine: Engi
 
 def test_status_filter_lists_and_follows(services: Services, engine: Engine, clock: FakeClock) -> None:
     a = submit(engine, "a")
+    services.bus.drain()  # delivery is off the publisher's thread
     b = submit(engine, "b")
+    services.bus.drain()  # delivery is off the publisher's thread
     engine.run_until_idle(b.id)
+    services.bus.drain()  # delivery is off the publisher's thread
     clock.advance(10)
     engine.run_until_idle(b.id)
+    services.bus.drain()  # delivery is off the publisher's thread
     pane = OperationsPane(engine=engine, bus=services.bus, principal=VIEWER)
     pane.state.status_filter = "active"
     assert rows(pane) == {a.id: "pending"}
     engine.run_until_idle(a.id)
+    services.bus.drain()  # delivery is off the publisher's thread
     clock.advance(10)
     engine.run_until_idle(a.id)  # succeeds, so it leaves the active list
+    services.bus.drain()  # delivery is off the publisher's thread
     assert rows(pane) == {}
     pane.state.status_filter = "succeeded"
     assert set(rows(pane)) == {a.id, b.id}
@@ -142,6 +162,7 @@ def test_status_filter_lists_and_follows(services: Services, engine: Engine, clo
 
 def test_operator_retries_and_cancels_through_the_pane(services: Services, engine: Engine, world: World) -> None:
     op = failed_op(engine, world)
+    services.bus.drain()  # delivery is off the publisher's thread
     pane = OperationsPane(engine=engine, bus=services.bus, principal=OPERATOR)
     pn.panel(pane).get_root()
     assert pane.state.selected == op.id
@@ -149,6 +170,7 @@ def test_operator_retries_and_cancels_through_the_pane(services: Services, engin
     assert not pane.retry_button.disabled and not pane.cancel_button.disabled
 
     asyncio.run(pane.state.retry())
+    services.bus.drain()  # delivery is off the publisher's thread
     assert "retry of" in pane.state.message and "requested" in pane.state.message
     assert rows(pane) == {op.id: "pending"}  # arrived as an event
     assert not pane.state.can_retry and pane.retry_button.disabled and not pane.cancel_button.disabled
@@ -156,6 +178,7 @@ def test_operator_retries_and_cancels_through_the_pane(services: Services, engin
     assert [(r.actor, r.face, r.outcome) for r in retry_rows] == [("olga", "ui", "accepted")]
 
     asyncio.run(pane.state.cancel())
+    services.bus.drain()  # delivery is off the publisher's thread
     assert rows(pane) == {op.id: "cancelled"}
     assert engine.get(op.id).status == Status.CANCELLED
     assert pane.retry_button.disabled and pane.cancel_button.disabled
@@ -165,6 +188,7 @@ def test_operator_retries_and_cancels_through_the_pane(services: Services, engin
 def test_viewer_is_refused_by_the_service_not_only_the_button(services: Services, engine: Engine,
                                                               world: World) -> None:
     op = failed_op(engine, world)
+    services.bus.drain()  # delivery is off the publisher's thread
     pane = OperationsPane(engine=engine, bus=services.bus, principal=VIEWER)
     pn.panel(pane).get_root()
     assert pane.state.current is not None and pane.state.current.id == op.id
@@ -177,10 +201,12 @@ def test_viewer_is_refused_by_the_service_not_only_the_button(services: Services
 
     before = engine.get(op.id)
     asyncio.run(pane.state.retry())
+    services.bus.drain()  # delivery is off the publisher's thread
     assert "forbidden" in pane.state.message and "operator" in pane.state.message
     # a click that gets past a disabled button (a crafted websocket message) meets the same check
     pane.state.message = ""
     pane.cancel_button.clicks += 1
+    services.bus.drain()  # delivery is off the publisher's thread
     assert "forbidden" in pane.state.message
     after = engine.get(op.id)
     assert (after.status, after.version) == (before.status, before.version) == (Status.FAILED, before.version)
@@ -190,12 +216,16 @@ def test_viewer_is_refused_by_the_service_not_only_the_button(services: Services
 
 def test_conflicting_cancel_shows_the_service_error(services: Services, engine: Engine, clock: FakeClock) -> None:
     a = submit(engine, "a")
+    services.bus.drain()  # delivery is off the publisher's thread
     pane = OperationsPane(engine=engine, bus=services.bus, principal=OPERATOR)
     engine.run_until_idle(a.id)
+    services.bus.drain()  # delivery is off the publisher's thread
     clock.advance(10)
     engine.run_until_idle(a.id)
+    services.bus.drain()  # delivery is off the publisher's thread
     assert not pane.state.can_cancel  # succeeded: nothing to cancel
     asyncio.run(pane.state.cancel())
+    services.bus.drain()  # delivery is off the publisher's thread
     assert "conflict" in pane.state.message
     assert engine.get(a.id).status == Status.SUCCEEDED
 
@@ -207,6 +237,7 @@ def test_pane_stops_listening_when_closed(services: Services, engine: Engine) ->
     pane._live.close()
     assert services.bus.subscriber_count() == before
     submit(engine, "a")
+    services.bus.drain()  # delivery is off the publisher's thread
     assert pane.state.operations == []
 
 
@@ -215,11 +246,13 @@ def test_audit_pane_follows_the_bus_and_filters(services: Services, engine: Engi
     root = pn.panel(pane).get_root()
     assert pane.state.entries == []
     op = failed_op(engine, world)
+    services.bus.drain()  # delivery is off the publisher's thread
     actions = tabulator_column(root, "audit-table", "action")
     assert actions == ["thing.create", "thing.create"]  # accepted, then failed: newest first
     assert tabulator_column(root, "audit-table", "outcome") == ["failed", "accepted"]
 
     asyncio.run(OperationsPane(engine=engine, bus=services.bus, principal=OPERATOR).state.retry())
+    services.bus.drain()  # delivery is off the publisher's thread
     assert tabulator_column(root, "audit-table", "action")[0] == "operation.retry"
     assert tabulator_column(root, "audit-table", "operation")[0] == op.id
 
@@ -252,6 +285,7 @@ def test_a_token_revoked_while_the_page_is_open_acts_no_more(services: Services,
     from services.errors import Unauthorized
 
     op = failed_op(engine, world)
+    services.bus.drain()  # delivery is off the publisher's thread
     created = services.tokens.create(TokenCreate(name="ops-ui", role=Role.OPERATOR), created_by="test")
     principal = services.tokens.principal(created.id, "ui")
     pane = OperationsPane(engine=engine, bus=services.bus, principal=principal,
@@ -259,6 +293,7 @@ def test_a_token_revoked_while_the_page_is_open_acts_no_more(services: Services,
     pn.panel(pane).get_root()
     services.tokens.revoke(created.id, Principal("root", Role.ADMIN, "other", "rest"))
     asyncio.run(pane.state.retry())
+    services.bus.drain()  # delivery is off the publisher's thread
     assert f"refused ({Unauthorized.code})" in pane.state.message
     assert engine.get(op.id).status == Status.FAILED
 
@@ -267,6 +302,7 @@ def test_operation_text_is_escaped_not_rendered_as_html(services: Services, engi
     from panels.operations import header_markdown
 
     op = failed_op(engine, world)
+    services.bus.drain()  # delivery is off the publisher's thread
     hostile = op.model_copy(update={"error": {"message": "<img src=x onerror=alert(1)>"}, "actor": "<b>eve</b>"})
     text = header_markdown(hostile)
     assert "<img" not in text and "<b>" not in text

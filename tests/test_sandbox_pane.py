@@ -40,11 +40,13 @@ def test_admin_injects_and_clears_and_every_pane_follows(control: SandboxControl
     pane.state.target = "service=eks, operation=ListClusters"
     pane.state.count = 3
     asyncio.run(pane.state.inject())
+    services.bus.drain()  # delivery is off the publisher's thread
     assert pane.state.message == "injected"
     assert [(f["kind"], f["remaining"]) for f in watcher.state.faults] == [("throttle", 3)]  # via the bus
     assert list(watcher.table.value["target"]) == ["operation=ListClusters, service=eks"]
     assert services.audit.list(AuditQuery(action="sandbox.fault.inject"))[0].face == "ui"
     asyncio.run(pane.state.clear_all())
+    services.bus.drain()  # delivery is off the publisher's thread
     assert watcher.state.faults == [] and control.faults() == []
 
 
@@ -54,6 +56,7 @@ def test_viewer_and_bad_targets_are_refused_by_the_control(control: SandboxContr
     viewer.state.kind = "quota_exhausted"
     viewer.state.target = "instance_type=ml.p5.48xlarge"
     asyncio.run(viewer.state.inject())
+    services.bus.drain()  # delivery is off the publisher's thread
     assert viewer.state.message.startswith("refused (forbidden)") and control.faults() == []
     admin = SandboxPane(control=control, bus=services.bus, principal=ADMIN)
     admin.state.kind = "node_unhealthy"
@@ -63,15 +66,18 @@ def test_viewer_and_bad_targets_are_refused_by_the_control(control: SandboxContr
     admin.state.kind = "node_unhealthy"
     admin.state.target = ""
     asyncio.run(admin.state.inject())
+    services.bus.drain()  # delivery is off the publisher's thread
     assert admin.state.message == ("node_unhealthy needs a target with cluster, node: for example "
                                    "cluster=hp-eks, node=i-0123456789abcdef0") and control.faults() == []
     admin.state.target = "cluster=hp, node=i-0123456789abcdef0, color=red"
     asyncio.run(admin.state.inject())
+    services.bus.drain()  # delivery is off the publisher's thread
     assert "refused (invalid)" in admin.state.message and "color" in admin.state.message
     assert viewer.role_hint.visible and "needs the admin role" in viewer.role_hint.object
     assert not admin.role_hint.visible
     admin.state.target = "cluster"
     asyncio.run(admin.state.inject())
+    services.bus.drain()  # delivery is off the publisher's thread
     assert "key=value" in admin.state.message
 
 
@@ -93,6 +99,7 @@ def test_a_revoked_admin_token_cannot_inject_from_an_open_page(control: SandboxC
     pane.state.kind = "quota_exhausted"
     pane.state.target = "instance_type=ml.p5.48xlarge"
     asyncio.run(pane.state.inject())
+    services.bus.drain()  # delivery is off the publisher's thread
     assert pane.state.message.startswith("refused (unauthorized)") and control.faults() == []
 
 
@@ -100,6 +107,7 @@ def test_the_kubeconfig_list_follows_new_clusters(control: SandboxControl, servi
     pane = SandboxPane(control=control, bus=services.bus, principal=VIEWER)
     assert "No clusters yet" in info_markdown(pane.state.info)
     control.sandbox.emulator.ensure_cluster("late")  # what an EKS create does in the AWS world
+    services.bus.drain()  # delivery is off the publisher's thread
     text = info_markdown(pane.state.info)
     assert "`late`" in text and "No clusters yet" not in text
     path = pane.state.info.kubeconfigs["late"]

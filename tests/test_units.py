@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from services.errors import Conflict, Forbidden, Invalid, NotFound, Permanent, T
 from services.events import Event, EventBus
 from services.models import RequestModel, parse
 from services.settings import Settings
+from tests.support import wait_for
 
 
 class Inner(RequestModel):
@@ -110,9 +112,45 @@ def test_event_bus_isolates_failing_subscribers() -> None:
     bus.subscribe(lambda e: got.append("all:" + e.kind))
     bus.publish(Event("operation", "updated"))
     bus.publish(Event("node", "changed"))
-    assert got == ["updated", "all:updated", "all:changed"]
+    assert bus.drain()
+    assert sorted(got) == ["all:changed", "all:updated", "updated"]
     unsubscribe()
     bus.publish(Event("operation", "again"))
+    assert bus.drain()
     assert got[-1] == "all:again" and bus.subscriber_count() == 2
+
+
+def test_a_blocked_subscriber_delays_no_publisher_and_counts_what_it_drops() -> None:
+    bus = EventBus()
+    release = threading.Event()
+    got: list[int] = []
+    blocked = bus.subscribe(lambda _e: release.wait(60), topic="operation", bound=5)
+    bus.subscribe(lambda e: got.append(e.data["n"]), topic="operation")
+    published = threading.Event()
+
+    def publisher() -> None:  # an engine worker
+        for n in range(50):
+            bus.publish(Event("operation", "updated", {"n": n}))
+        published.set()
+
+    threading.Thread(target=publisher).start()
+    assert published.wait(30), "publishing never waits for a blocked subscriber"
+    wait_for(lambda: len(got) == 50, timeout=30, message="the other subscriber gets every event")
+    assert got == list(range(50))
+    assert blocked.dropped == 50 - 5 and blocked.stats().pending == 5
+    release.set()
+    assert bus.drain()
+    assert blocked.delivered == 5
+
+
+def test_subscriptions_filter_by_data_fields() -> None:
+    bus = EventBus()
+    mine: list[str] = []
+    bus.subscribe(lambda e: mine.append(e.data["id"]), topic="operation", where={"id": "op-1"})
+    for op in ("op-1", "op-2", "op-1"):
+        bus.publish(Event("operation", "updated", {"id": op}))
+    bus.publish(Event("node", "changed", {"id": "op-1"}))
+    assert bus.drain()
+    assert mine == ["op-1", "op-1"]
 
 
