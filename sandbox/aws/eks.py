@@ -2,7 +2,7 @@
 cluster, node groups, add-ons that install what they install, access entries and pod identity.
 
 moto's EKS makes clusters ``ACTIVE`` at once with a fake endpoint, a non-PEM certificate and no
-``accessConfig``, and has no add-ons, access entries or pod identity at all (sandbox-findings A.3), so this
+``accessConfig``, and has no add-ons, access entries or pod identity at all, so this
 simulator owns the whole EKS cluster API. A cluster is ``CREATING`` for ~10 simulated minutes, then
 ``ACTIVE`` with ``endpoint = <kube_base_url>/k8s/clusters/<name>`` (a new emulator cluster), a PEM CA and an
 OIDC issuer; ``DELETING`` takes ~5 minutes and removes the emulator cluster. An add-on that becomes

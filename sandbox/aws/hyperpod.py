@@ -1,11 +1,11 @@
 """The sandbox's SageMaker HyperPod: the cluster, node and training-plan APIs moto lacks or stubs.
 
 Moto stores a HyperPod cluster as InService at once, drops most fields, invents node ids and has no
-update, batch node, software, event or training-plan calls (``shared/reference/sandbox-findings.md``
-A.1). This simulator owns those operations for the sandbox front: handlers check what AWS checks
-semantically (the front has already validated enums, patterns and ranges against the botocore model),
-store every request field, answer in the model's output shapes, and record intent; all status changes
-then happen in :meth:`HyperPodSimulator.tick` (see :mod:`.hyperpod_lifecycle`). HyperPod nodes of
+update, batch node, software, event or training-plan calls. This simulator owns those operations for the
+sandbox front: handlers check what AWS checks semantically (the front has already validated enums,
+patterns and ranges against the botocore model), store every request field, answer in the model's
+output shapes, and record intent; all status changes then happen in :meth:`HyperPodSimulator.tick`
+(see :mod:`.hyperpod_lifecycle`). HyperPod nodes of
 EKS-orchestrated clusters are Kubernetes Nodes in the emulator cluster that ``eks_lookup`` names.
 Handlers never sleep and never change a status that AWS changes asynchronously.
 """
