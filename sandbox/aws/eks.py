@@ -87,6 +87,11 @@ class EksSimulator(AccessOperations):
     def load_state(self, state: dict[str, Any]) -> None:
         self._clusters = dict(state.get("clusters", {}))
 
+    def version_of(self, name: str) -> str | None:
+        """The Kubernetes version of the EKS cluster ``name`` (None: no such cluster)."""
+        rec = self._clusters.get(name)
+        return str(rec["cluster"]["version"]) if rec is not None else None
+
     def active_cluster(self, arn: str) -> str | None:
         """The emulator cluster behind an EKS cluster ARN, if that cluster exists and is ACTIVE
         (what HyperPod's CreateCluster checks about its orchestrator)."""
