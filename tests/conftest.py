@@ -32,8 +32,9 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def services(tmp_path: Path, clock: FakeClock) -> Iterator[Services]:
-    """In-process services on a temp data dir with a fake clock; the engine is not started."""
-    svc = build_services(Settings(data_dir=tmp_path / "data", workers=2), clock=clock)
+    """In-process services on a temp data dir with a fake clock, in sandbox mode whatever credentials the
+    machine has; the engine is not started."""
+    svc = build_services(Settings(data_dir=tmp_path / "data", workers=2, sandbox=True), clock=clock)
     yield svc
     svc.stop()
 

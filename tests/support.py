@@ -1,4 +1,5 @@
-"""Test helpers: a real `instantstart serve` subprocess on a free loopback port, and HTTP shortcuts."""
+"""Test helpers: a real `instantstart serve` subprocess on a free loopback port, HTTP shortcuts, and
+:func:`wait_until`, the one way tests wait for something to happen (never a bare sleep)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,40 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx2
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN_RE = re.compile(r"\b(ist_[0-9a-f]{8}_[A-Za-z0-9_-]+)")
+# The sandbox-mode switch and the AWS credential sources a subprocess server must not inherit: tests say
+# which mode they want instead of depending on what this machine has configured.
+AWS_ENV_PREFIXES = ("AWS_", "INSTANTSTART_")
+T = TypeVar("T")
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 30, message: str = "the condition",
+               interval: float = 0.05) -> T:
+    """Poll ``predicate`` until it returns a truthy value (returned), failing after ``timeout`` seconds with
+    ``message``; exceptions from the predicate count as "not yet" and the last one is reported."""
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as exc:  # "not yet"; reported if it never succeeds
+            last = exc
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{message} did not happen within {timeout}s"
+                                 + (f" (last error: {last!r})" if last is not None else ""))
+        time.sleep(interval)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without AWS credentials/endpoints and InstantStart settings, plus ``extra``."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith(AWS_ENV_PREFIXES)}, **extra}
 
 
 def free_port() -> int:
@@ -64,6 +93,8 @@ class LiveServer:
 
 
 def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> LiveServer:
+    """``instantstart serve`` in sandbox mode (explicitly, whatever credentials this machine has: the
+    server gets no AWS_* or inherited INSTANTSTART_* variables) on free loopback ports; ``env`` adds to it."""
     port = free_port()
     log_path = data_dir.parent / f"serve-{port}.log"
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -71,8 +102,9 @@ def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None, 
     proc = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "serve", "--data-dir", str(data_dir), "--port", str(port), *args],
         cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "INSTANTSTART_SANDBOX_KUBE_PORT": str(free_port()),
-             "INSTANTSTART_SANDBOX_AWS_PORT": str(free_port()), **(env or {})},
+        env=clean_env(**{"PYTHONUNBUFFERED": "1", "INSTANTSTART_SANDBOX": "true",
+                         "INSTANTSTART_SANDBOX_KUBE_PORT": str(free_port()),
+                         "INSTANTSTART_SANDBOX_AWS_PORT": str(free_port()), **(env or {})}),
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout

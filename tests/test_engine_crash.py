@@ -6,13 +6,12 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.kinds import World
-from tests.support import ROOT
+from tests.support import ROOT, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -34,16 +33,6 @@ def op_row(data: Path) -> sqlite3.Row | None:
         conn.close()
 
 
-def until(predicate: object, timeout: float = 30.0) -> None:
-    assert callable(predicate)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
-
-
 def kill(proc: subprocess.Popen[str]) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
@@ -54,7 +43,8 @@ def finish(data: Path) -> None:
     (data / "unblock").touch()
     proc = spawn(data)
     try:
-        until(lambda: (row := op_row(data)) is not None and row["status"] == "succeeded")
+        wait_until(lambda: (row := op_row(data)) is not None and row["status"] == "succeeded", 30,
+                   "the resumed operation succeeding")
     finally:
         proc.terminate()
         proc.wait(10)
@@ -65,8 +55,10 @@ def test_sigkill_while_waiting_resumes_without_acting_again(tmp_path: Path) -> N
     (data / "unblock").touch()
     proc = spawn(data, "submit", "alpha")
     try:
-        until(lambda: (row := op_row(data)) is not None and row["phase"] == "waiting" and row["acted"] == 1)
-        time.sleep(0.2)  # a few polls go by
+        wait_until(lambda: (row := op_row(data)) is not None and row["phase"] == "waiting" and row["acted"] == 1,
+                   30, "the stage acting once and waiting")
+        polls = World(data / "world.json").load()["polls"]
+        wait_until(lambda: World(data / "world.json").load()["polls"] >= polls + 3, 30, "three more polls")
     finally:
         kill(proc)
     assert World(data / "world.json").acts == 1
@@ -81,7 +73,8 @@ def test_sigkill_in_the_middle_of_act_observes_instead_of_acting_again(tmp_path:
     proc = spawn(data, "submit", "beta")
     try:
         # the side effect happened, the process hangs inside act(): phase is 'acting', acted still 0
-        until(lambda: World(data / "world.json").acts == 1 if (data / "world.json").exists() else False)
+        wait_until(lambda: (data / "world.json").exists() and World(data / "world.json").acts == 1, 30,
+                   "the side effect")
         row = op_row(data)
         assert row is not None and row["phase"] == "acting" and row["acted"] == 0
     finally:

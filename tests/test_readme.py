@@ -4,8 +4,8 @@ default data directory), no INSTANTSTART_* settings, default ports, a private se
 Each ``bash``/``python`` block carries a marker comment on the line above it: ``readme-test: run`` (one
 bash script; its exports carry on to the next block, as in one terminal), ``background`` (a server: started
 and awaited through its runtime file), ``python``, or ``skip: <why>``. A block without a marker fails this
-test, so a new README command cannot escape it. Without the ``aws`` CLI only its lines are skipped, with a
-message.
+test, so a new README command cannot escape it. Without the ``aws`` CLI only the lines that start with
+``aws`` are skipped, each with a message.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -56,9 +57,8 @@ def test_readme_commands_run_in_order(tmp_path: Path) -> None:
     env = fresh_env(home)
     exports = tmp_path / "exports.sh"
     exports.write_text("")
-    no_aws = "" if shutil.which("aws") else (
-        "aws() { echo \"readme test: skipped 'aws $*': the aws CLI is not installed\" >&2; }\n")
-    if no_aws:
+    has_aws = shutil.which("aws") is not None
+    if not has_aws:
         print("readme test: the aws CLI is not installed; its README lines are skipped")
     servers: list[subprocess.Popen[str]] = []
     try:
@@ -81,8 +81,10 @@ def test_readme_commands_run_in_order(tmp_path: Path) -> None:
                 out = subprocess.run([str(work / ".venv" / "bin" / "python"), "-c", body], cwd=work, env=env,
                                      capture_output=True, text=True, timeout=300)
             else:
-                script = (f"set -euo pipefail\n{no_aws}source {exports}\n{body}\n"
-                          f"export -p > {exports}.next\n")
+                if not has_aws:  # only the lines that start with aws (and what they chain with &&)
+                    body = "\n".join(f"echo {shlex.quote('readme test: skipped, no aws CLI: ' + line)} >&2"
+                                     if line.startswith("aws ") else line for line in body.splitlines())
+                script = f"set -euo pipefail\nsource {exports}\n{body}\nexport -p > {exports}.next\n"
                 out = subprocess.run(["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True,
                                      timeout=600)
                 if out.returncode == 0:

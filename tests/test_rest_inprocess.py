@@ -36,7 +36,7 @@ class App:
 
 @pytest.fixture
 def app(tmp_path: Path) -> Iterator[App]:
-    services = build_services(Settings(data_dir=tmp_path / "data", workers=2))
+    services = build_services(Settings(data_dir=tmp_path / "data", workers=2, sandbox=True))
     world = World(tmp_path / "world.json")
     release = tmp_path / "release"
     services.engine.register(thing_kind(world, poll_seconds=0.05, release=release))

@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from services.aws import AwsClients
 from services.clock import Clock
 from services.kube import KubeClients
 from services.settings import Settings
-from tests.support import ROOT, LiveServer, free_port, start_server
+from tests.support import ROOT, LiveServer, free_port, start_server, wait_until
 
 pytestmark = pytest.mark.slow
 HEALTH = "sagemaker.amazonaws.com/node-health-status"
@@ -47,14 +46,13 @@ def settings_for(live: LiveServer, env: dict[str, str]) -> Settings:
 
 
 def until(read: Callable[[], Any], ok: Callable[[Any], bool], timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
+    """``read()`` once ``ok`` holds for it (waited on with :func:`tests.support.wait_until`)."""
+    def check() -> list[Any]:
         value = read()
-        if ok(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached in {timeout}s: {value!r}")
-        time.sleep(0.1)
+        assert ok(value), f"last seen: {value!r}"  # reported by wait_until if it never holds
+        return [value]
+
+    return wait_until(check, timeout, "reaching the expected state")[0]
 
 
 def test_eks_then_hyperpod_nodes_in_kubectl_and_recovery(sandbox: tuple[LiveServer, dict[str, str]],

@@ -2,7 +2,7 @@
 cluster, node groups, add-ons that install what they install, access entries and pod identity.
 
 moto's EKS makes clusters ``ACTIVE`` at once with a fake endpoint, a non-PEM certificate and no
-``accessConfig``, and has no add-ons, access entries or pod identity at all (sandbox-findings A.3), so this
+``accessConfig``, and has no add-ons, access entries or pod identity at all, so this
 simulator owns the whole EKS cluster API. A cluster is ``CREATING`` for ~10 simulated minutes, then
 ``ACTIVE`` with ``endpoint = <kube_base_url>/k8s/clusters/<name>`` (a new emulator cluster), a PEM CA and an
 OIDC issuer; ``DELETING`` takes ~5 minutes and removes the emulator cluster. An add-on that becomes
@@ -86,6 +86,11 @@ class EksSimulator(AccessOperations):
 
     def load_state(self, state: dict[str, Any]) -> None:
         self._clusters = dict(state.get("clusters", {}))
+
+    def version_of(self, name: str) -> str | None:
+        """The Kubernetes version of the EKS cluster ``name`` (None: no such cluster)."""
+        rec = self._clusters.get(name)
+        return str(rec["cluster"]["version"]) if rec is not None else None
 
     def active_cluster(self, arn: str) -> str | None:
         """The emulator cluster behind an EKS cluster ARN, if that cluster exists and is ACTIVE

@@ -1,7 +1,7 @@
 """The EKS add-on catalog and what an add-on does to its cluster, split from ``eks.py`` to keep both short.
 
-Versions are realistic (``aws-facts.md`` §3 and the public EKS add-on catalogue of 2026): the HyperPod
-add-ons with their eksbuild versions, the base networking add-ons, cert-manager, CSI drivers and
+Versions are realistic (the HyperPod add-on documentation and the public EKS add-on catalogue of
+2026): the HyperPod add-ons with their eksbuild versions, the base networking add-ons, cert-manager, CSI drivers and
 metrics-server. An add-on that becomes ACTIVE installs the CRDs of its ``sandbox.kube.components``, its
 namespace and a controller Deployment labelled ``eks.amazonaws.com/addon``, with server-side apply under
 the field manager ``eks``, so re-installing is a no-op.

@@ -4,6 +4,11 @@ A token is ``k8s-aws-v1.`` + base64url(a presigned STS ``GetCallerIdentity`` URL
 an ``x-k8s-aws-id: <cluster>`` header. EKS forwards the URL to STS with that header; the sandbox knows the
 signing secret of its own fake credentials, so it recomputes the SigV4 query signature instead: a token
 made for one cluster is refused by another, and tokens older than 15 minutes are refused.
+
+Like EKS's authenticator, tokens presigned for AWS's own STS hostnames (``sts.amazonaws.com`` and
+``sts.<region>.amazonaws.com`` of the signing region) are accepted: that is what ``aws eks get-token``
+makes from a kubeconfig written by ``aws eks update-kubeconfig``, whose exec command carries no endpoint
+URL. Nothing is sent to STS; only the signature, made with the sandbox's secret, decides.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ def verify_eks_token(token: str, cluster: str, secrets: Mapping[str, str], *, ho
     """True when ``token`` is a fresh presigned GetCallerIdentity for ``cluster`` signed by a known key.
 
     ``secrets`` maps access key ids to secret keys (the sandbox's credentials); ``hosts`` are the STS
-    endpoints (``host[:port]``) a token may be presigned for.
+    endpoints (``host[:port]``) a token may be presigned for besides AWS's own.
     """
     if not token.startswith(PREFIX):
         return False
@@ -43,8 +48,6 @@ def verify_eks_token(token: str, cluster: str, secrets: Mapping[str, str], *, ho
     except (ValueError, UnicodeDecodeError):
         return False
     parts = urlsplit(url)
-    if parts.netloc not in hosts:
-        return False
     params = dict(parse_qsl(parts.query, keep_blank_values=True))
     if params.get("Action") != "GetCallerIdentity" or params.get("X-Amz-Algorithm") != "AWS4-HMAC-SHA256":
         return False
@@ -57,6 +60,8 @@ def verify_eks_token(token: str, cluster: str, secrets: Mapping[str, str], *, ho
     except (KeyError, ValueError):
         return False
     if service != "sts" or terminal != "aws4_request" or not 0 <= now() - stamp <= MAX_AGE:
+        return False
+    if parts.netloc not in hosts and parts.netloc not in {"sts.amazonaws.com", f"sts.{region}.amazonaws.com"}:
         return False
     secret = secrets.get(access_key)
     if secret is None:

@@ -1,11 +1,11 @@
 """The sandbox's SageMaker HyperPod: the cluster, node and training-plan APIs moto lacks or stubs.
 
 Moto stores a HyperPod cluster as InService at once, drops most fields, invents node ids and has no
-update, batch node, software, event or training-plan calls (``shared/reference/sandbox-findings.md``
-A.1). This simulator owns those operations for the sandbox front: handlers check what AWS checks
-semantically (the front has already validated enums, patterns and ranges against the botocore model),
-store every request field, answer in the model's output shapes, and record intent; all status changes
-then happen in :meth:`HyperPodSimulator.tick` (see :mod:`.hyperpod_lifecycle`). HyperPod nodes of
+update, batch node, software, event or training-plan calls. This simulator owns those operations for the
+sandbox front: handlers check what AWS checks semantically (the front has already validated enums,
+patterns and ranges against the botocore model), store every request field, answer in the model's
+output shapes, and record intent; all status changes then happen in :meth:`HyperPodSimulator.tick`
+(see :mod:`.hyperpod_lifecycle`). HyperPod nodes of
 EKS-orchestrated clusters are Kubernetes Nodes in the emulator cluster that ``eks_lookup`` names.
 Handlers never sleep and never change a status that AWS changes asynchronously.
 """
@@ -20,7 +20,7 @@ from sandbox.kube.emulator import Emulator
 
 from . import hyperpod_node_ops as node_ops
 from .base import AwsError, Call, FaultRegistry, SimClock
-from .hyperpod_lifecycle import DELETE, SETUP, Lifecycle, ZoneOf, default_zone_of
+from .hyperpod_lifecycle import DELETE, SETUP, Lifecycle, PlacementOf, default_placement_of
 from .hyperpod_nodes import KubeNodes
 from .hyperpod_plans import TrainingPlans, _epoch
 from .hyperpod_state import LAUNCH, RUN, ClusterRec, GroupRec, Ids, cluster_from_dict, cluster_to_dict, page
@@ -47,7 +47,8 @@ class HyperPodSimulator:
     def __init__(self, clock: SimClock, faults: FaultRegistry, kube: Emulator | None,
                  eks_lookup: Callable[[str], str | None], quota: Callable[[str], int] | None = None, *,
                  account: str = "123456789012", region: str = "us-west-2", seed: str = "instantstart",
-                 zone_of: ZoneOf | None = None) -> None:
+                 placement_of: PlacementOf | None = None,
+                 eks_version: Callable[[str], str | None] | None = None) -> None:
         self.clock = clock
         self.faults = faults
         self.eks_lookup = eks_lookup
@@ -57,8 +58,12 @@ class HyperPodSimulator:
         self.ids = Ids(seed)
         self.clusters: dict[str, ClusterRec] = {}
         self.plans = TrainingPlans(account, region, self._plan_in_use)
-        self.life = Lifecycle(faults, KubeNodes(kube, region), self.ids, region, zone_of or default_zone_of(region))
+        self.life = Lifecycle(faults, KubeNodes(kube, region, eks_version), self.ids, region,
+                              placement_of or default_placement_of(region), self._ips_in_use)
         self._lock = threading.RLock()
+
+    def _ips_in_use(self, subnet: str) -> set[str]:
+        return {n.ip for c in self.clusters.values() for n in c.nodes if n.subnet == subnet and n.ip}
 
     # --- SimulatedService ------------------------------------------------------------------------------
 

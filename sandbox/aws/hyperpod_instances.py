@@ -2,8 +2,8 @@
 
 HyperPod Nodes in the emulator must advertise the capacity a real node of that type has, because the
 product sizes jobs and quotas from ``nvidia.com/gpu``, ``aws.amazon.com/neurondevice`` and
-``vpc.amazonaws.com/efa``. The table is the HyperPod SDK's ``INSTANCE_RESOURCES`` (copied from
-``shared/reference/derived/hyperpod-instance-types.json``); types the SDK does not list (Graviton, AMD,
+``vpc.amazonaws.com/efa``. The table is the HyperPod SDK's ``INSTANCE_RESOURCES`` (aws/sagemaker-hyperpod-cli
+``src/sagemaker/hyperpod/training/constants.py`` @ 011ca927); types the SDK does not list (Graviton, AMD,
 g4dn, g7) get vCPUs from the size suffix and memory from the family, with no accelerators unless known.
 Never guess for a type outside the API's ``ClusterInstanceType`` enum: the front rejects those first.
 """

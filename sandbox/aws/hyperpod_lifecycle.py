@@ -12,12 +12,17 @@ Faults come from the shared :class:`~sandbox.aws.base.FaultRegistry`: ``insuffic
 ``Replace``) is a one-shot event that flips the node's health label the way the health monitoring agent
 does. Recovery is automatic only with ``NodeRecovery=Automatic``; otherwise the node waits for
 BatchRebootClusterNodes/BatchReplaceClusterNodes.
+
+A node launches into one of its subnets (round robin), in that subnet's availability zone, with a private
+IP from the subnet's CIDR block that no other node in the subnet holds (AWS keeps the first four
+addresses and the last); a full subnet fails the launch like missing capacity does.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .base import FaultRegistry
@@ -44,28 +49,43 @@ EVENTS_KEPT = 5000  # per cluster, oldest dropped first
 CAPACITY_RETRY = 300.0  # Continuous provisioning retries a launch that found no capacity
 
 CAPACITY_MESSAGE = "We currently do not have sufficient capacity for the requested instance type(s). Please try again."
-ZoneOf = Callable[[str], tuple[str, str]]  # subnet id -> (availability zone, zone id)
 
 
-def default_zone_of(region: str) -> ZoneOf:
+@dataclass(frozen=True)
+class Placement:
+    """Where a node in a subnet lands: the subnet's zone and IPv4 CIDR block (``None``: EC2 knows no such
+    subnet, so there is no block to respect)."""
+
+    zone: str
+    zone_id: str
+    cidr: str | None = None
+
+
+PlacementOf = Callable[[str], Placement]  # subnet id -> placement
+InUse = Callable[[str], set[str]]  # subnet id -> private IPs its nodes hold
+
+
+def default_placement_of(region: str) -> PlacementOf:
     """Subnet -> AZ without EC2: a stable spread over the region's first three zones."""
     parts = region.split("-")
     prefix = parts[0] + parts[1][0] + parts[-1] if len(parts) >= 3 else region
 
-    def zone_of(subnet: str) -> tuple[str, str]:
+    def placement_of(subnet: str) -> Placement:
         index = sum(subnet.encode()) % 3 if subnet else 0
-        return f"{region}{'abc'[index]}", f"{prefix}-az{index + 1}"
+        return Placement(f"{region}{'abc'[index]}", f"{prefix}-az{index + 1}")
 
-    return zone_of
+    return placement_of
 
 
 class Lifecycle:
-    def __init__(self, faults: FaultRegistry, kube: KubeNodes, ids: Ids, region: str, zone_of: ZoneOf) -> None:
+    def __init__(self, faults: FaultRegistry, kube: KubeNodes, ids: Ids, region: str, placement_of: PlacementOf,
+                 in_use: InUse) -> None:
         self.faults = faults
         self.kube = kube
         self.ids = ids
         self.region = region
-        self.zone_of = zone_of
+        self.placement_of = placement_of
+        self.in_use = in_use
 
     # --- events -----------------------------------------------------------------------------------------
 
@@ -203,13 +223,20 @@ class Lifecycle:
         vpc = g.spec.get("OverrideVpcConfig") or c.config.get("VpcConfig") or {}
         subnets: list[str] = vpc.get("Subnets") or [""]
         subnet = subnets[len([n for n in c.nodes if n.instance_id]) % len(subnets)]
-        zone, zone_id = self.zone_of(subnet)
+        placement = self.placement_of(subnet)
+        zone, zone_id = placement.zone, placement.zone_id
         fault = self.faults.take("insufficient_capacity", instance_type=node.instance_type, availability_zone=zone)
         if fault is not None:
             self._capacity_failure(c, g, node, t, zone)
             return
         node.instance_id = self.ids.instance_id()
-        node.ip = self.ids.ip()
+        ip = self.ids.ip() if placement.cidr is None else self.ids.ip_in(placement.cidr, self.in_use(subnet))
+        if ip is None:
+            node.instance_id = None
+            self._capacity_failure(c, g, node, t, zone, f"There are not enough free addresses in subnet {subnet} "
+                                                        f"({placement.cidr}) to launch {node.instance_type}.")
+            return
+        node.ip = ip
         node.zone, node.zone_id, node.subnet = zone, zone_id, subnet
         node.launch_time = t
         node.phase, node.due, node.message = BOOT, t + BOOT_SECONDS, ""
@@ -219,8 +246,9 @@ class Lifecycle:
                    metadata={"Instance": {"NodeLogicalId": node.logical_id,
                                           "CustomerEni": f"eni-{node.instance_id[2:]}"}})
 
-    def _capacity_failure(self, c: ClusterRec, g: GroupRec, node: NodeRec, t: float, zone: str) -> None:
-        detail = f"{CAPACITY_MESSAGE} ({node.instance_type} in {zone})"
+    def _capacity_failure(self, c: ClusterRec, g: GroupRec, node: NodeRec, t: float, zone: str,
+                          detail: str | None = None) -> None:
+        detail = detail or f"{CAPACITY_MESSAGE} ({node.instance_type} in {zone})"
         if c.continuous:
             node.message = detail
             node.due = t + CAPACITY_RETRY

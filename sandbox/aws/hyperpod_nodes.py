@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +25,7 @@ from sandbox.kube.cluster import Cluster, WriteOptions
 from sandbox.kube.emulator import Emulator
 from sandbox.kube.errors import ApiError
 
+from .eks import DEFAULT_VERSION
 from .hyperpod_instances import instance_resources
 from .hyperpod_state import DHC, REBOOT, RUN, SHUTDOWN, UPDATE, ClusterRec, GroupRec, NodeRec
 
@@ -38,7 +40,10 @@ UNSCHEDULABLE = "Unschedulable"
 PENDING_REBOOT = "UnschedulablePendingReboot"
 PENDING_REPLACEMENT = "UnschedulablePendingReplacement"
 MANAGER = "sagemaker-hyperpod"
-KUBELET_VERSION = "v1.32.3-eks-473151a"
+def kubelet_version(eks_version: str) -> str:
+    """The kubelet an EKS-optimised AMI for Kubernetes ``eks_version`` ships: ``v<minor>.<patch>-eks-<build>``."""
+    build = hashlib.sha256(eks_version.encode()).hexdigest()[:7]
+    return f"v{eks_version}.0-eks-{build}"
 
 
 def node_name(instance_id: str) -> str:
@@ -81,9 +86,11 @@ def _kube_config(group: GroupRec) -> tuple[dict[str, str], list[dict[str, str]]]
 class KubeNodes:
     """Writes and reads the Kubernetes Node of each HyperPod node; a no-op without an emulator."""
 
-    def __init__(self, emulator: Emulator | None, region: str) -> None:
+    def __init__(self, emulator: Emulator | None, region: str,
+                 eks_version: Callable[[str], str | None] | None = None) -> None:
         self.emulator = emulator
         self.region = region
+        self.eks_version = eks_version  # emulator cluster (= EKS cluster name) -> its Kubernetes version
 
     def _cluster(self, rec: ClusterRec) -> Cluster | None:
         if self.emulator is None or rec.kube_cluster is None:
@@ -115,7 +122,7 @@ class KubeNodes:
         except ApiError:
             existing = None
         labels, annotations, taints, unschedulable = self._metadata(rec, group, node)
-        status = self._status(node, now, existing)
+        status = self._status(rec, node, now, existing)
         if existing is None:
             body = {"apiVersion": "v1", "kind": "Node",
                     "metadata": {"name": name, "labels": labels, "annotations": annotations},
@@ -190,7 +197,7 @@ class KubeNodes:
             taints.append({"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"})
         return labels, annotations, taints, unschedulable
 
-    def _status(self, node: NodeRec, now: float, existing: dict[str, Any] | None) -> dict[str, Any]:
+    def _status(self, rec: ClusterRec, node: NodeRec, now: float, existing: dict[str, Any] | None) -> dict[str, Any]:
         capacity, allocatable = _capacity(node.instance_type)
         ready = "True" if node.phase in (RUN, DHC) else "Unknown"
         stamp = _iso(now)
@@ -217,6 +224,8 @@ class KubeNodes:
         ident = hashlib.sha256(node.instance_id.encode()).hexdigest()
         res = instance_resources(node.instance_type)
         hostname = dns_hostname(node.ip, self.region)
+        version = (self.eks_version(rec.kube_cluster) if self.eks_version and rec.kube_cluster else None) \
+            or DEFAULT_VERSION
         return {
             "capacity": capacity, "allocatable": allocatable, "conditions": conditions,
             "addresses": [{"type": "InternalIP", "address": node.ip}, {"type": "InternalDNS", "address": hostname},
@@ -226,6 +235,6 @@ class KubeNodes:
                                                            f"{ident[16:20]}-{ident[20:32]}",
                          "containerRuntimeVersion": "containerd://1.7.27", "kernelVersion": "5.10.238-234.956.amzn2."
                          + ("aarch64" if res.arch == "arm64" else "x86_64"),
-                         "kubeProxyVersion": "", "kubeletVersion": KUBELET_VERSION, "machineID": ident[:32],
+                         "kubeProxyVersion": "", "kubeletVersion": kubelet_version(version), "machineID": ident[:32],
                          "operatingSystem": "linux", "osImage": "Amazon Linux 2", "systemUUID": ident[32:64]},
         }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import ipaddress
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -157,8 +158,22 @@ class Ids:
         return f"{group}-{self._hex('logical')[:12]}"
 
     def ip(self) -> str:
+        """An address for a node whose subnet EC2 does not know (no CIDR block to draw from)."""
         n = self.counter = self.counter + 1
         return f"10.1.{(n // 250) % 250}.{n % 250 + 4}"
+
+    def ip_in(self, cidr: str, taken: set[str]) -> str | None:
+        """A free private IP of ``cidr`` (``None``: none left). AWS reserves the network address, the next
+        three and the broadcast address; the search starts at a counter-driven offset, as AWS's choice
+        looks arbitrary."""
+        net = ipaddress.IPv4Network(cidr, strict=False)
+        first, size = int(net.network_address) + 4, net.num_addresses - 5
+        n = self.counter = self.counter + 1
+        for k in range(max(size, 0)):
+            ip = str(ipaddress.IPv4Address(first + (n + k) % size))
+            if ip not in taken:
+                return ip
+        return None
 
 
 def cluster_to_dict(cluster: ClusterRec) -> dict[str, Any]:

@@ -35,6 +35,16 @@ TIMEOUT_SECONDS = 120
 _READ_PREFIXES = ("Describe", "List", "Get", "Head")
 
 
+@dataclass(frozen=True)
+class Subnet:
+    """What EC2 says about a subnet: its VPC, IPv4 CIDR block and availability zone (name and id)."""
+
+    vpc: str
+    cidr: str
+    zone: str
+    zone_id: str
+
+
 @dataclass
 class Forwarded:
     """moto's answer to one forwarded request: status and headers now, the body read in chunks."""
@@ -187,9 +197,20 @@ class MotoBackend:
         finally:
             forwarded.close()
 
-    def subnet_vpc(self, subnet_id: str, region: str) -> str | None:
-        """The VPC of a moto subnet (``None`` if there is none): a read, so it is not logged."""
+    def subnet(self, subnet_id: str, region: str) -> Subnet | None:
+        """A moto subnet's VPC, CIDR and zone (``None`` if there is none): a read, so it is not logged."""
         text = self._ec2_query({"Action": "DescribeSubnets", "Version": "2016-11-15", "SubnetId.1": subnet_id},
                                region)
-        match = re.search(r"<vpcId>(vpc-[0-9a-f]+)</vpcId>", text)
-        return match.group(1) if match else None
+
+        def tag(name: str) -> str:
+            match = re.search(rf"<{name}>([^<]+)</{name}>", text)
+            return match.group(1) if match else ""
+
+        if not re.fullmatch(r"vpc-[0-9a-f]+", tag("vpcId")):
+            return None
+        return Subnet(tag("vpcId"), tag("cidrBlock"), tag("availabilityZone"), tag("availabilityZoneId"))
+
+    def subnet_vpc(self, subnet_id: str, region: str) -> str | None:
+        """The VPC of a moto subnet (``None`` if there is none)."""
+        found = self.subnet(subnet_id, region)
+        return found.vpc if found is not None else None

@@ -12,6 +12,10 @@ order. State survives restarts in two ways, because moto has no persistence of i
   recreates the same resources with the same ids (see :mod:`.moto_backend`);
 * the simulated time is saved too (``clock.json``), so a sped-up clock never goes back after a restart.
 
+There is one clock: the world hands its clock to the Kubernetes emulator it drives, so an EKS cluster's
+``createdAt``, a HyperPod node's ``LaunchTime`` and the matching Node's ``creationTimestamp`` and age all
+tell the same simulated time.
+
 moto's state is global to the process, so only one world may run in a process at a time.
 """
 
@@ -34,6 +38,7 @@ if TYPE_CHECKING:
     from .eks import EksSimulator
     from .fsx import FsxSimulator
     from .hyperpod import HyperPodSimulator
+    from .hyperpod_lifecycle import Placement
     from .quotas import QuotasSimulator
 
 _log = logging.getLogger("sandbox.aws.world")
@@ -80,6 +85,8 @@ class AwsWorld:
         self.account = account
         self.faults = FaultRegistry()
         self.kube = kube
+        if kube is not None:
+            kube.use_clock(self.clock.now)
         self.moto = MotoBackend(self.state_dir / "moto-requests.jsonl" if self.state_dir else None, moto_seed,
                                 region=region, account=account)
         self.front = AwsFront(self.moto, self.faults, account=account, region=region)
@@ -94,7 +101,9 @@ class AwsWorld:
         self.fsx: FsxSimulator = FsxSimulator(self.clock, region=region, account=account,
                                               subnet_vpc=self._subnet_vpc)
         self.hyperpod: HyperPodSimulator = HyperPodSimulator(self.clock, self.faults, kube, self.eks.active_cluster,
-                                                             self.quotas.limit, account=account, region=region)
+                                                             self.quotas.limit, account=account, region=region,
+                                                             placement_of=self._placement_of,
+                                                             eks_version=self.eks.version_of)
         for simulator in (self.quotas, self.eks, self.fsx, self.hyperpod):
             self.register(simulator)
 
@@ -111,6 +120,16 @@ class AwsWorld:
 
     def _subnet_vpc(self, subnet_id: str) -> str | None:
         return self.moto.subnet_vpc(subnet_id, self.region)
+
+    def _placement_of(self, subnet_id: str) -> Placement:
+        """A HyperPod node's zone and CIDR block from its EC2 subnet (moto's), else a stable made-up zone."""
+        from .hyperpod_lifecycle import Placement, default_placement_of
+
+        made_up = default_placement_of(self.region)(subnet_id)
+        found = self.moto.subnet(subnet_id, self.region) if subnet_id else None
+        if found is None or not found.cidr:
+            return made_up
+        return Placement(found.zone or made_up.zone, found.zone_id or made_up.zone_id, found.cidr)
 
     def _state_path(self, service: str) -> Path | None:
         return self.state_dir / f"{service}.json" if self.state_dir is not None else None

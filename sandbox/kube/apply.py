@@ -27,8 +27,9 @@ _SYSTEM_META = {"name", "namespace", "resourceVersion", "uid", "creationTimestam
                 "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"}
 
 
-def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def now_iso(now: float) -> str:
+    """``now`` (epoch seconds, the cluster's clock) as a Kubernetes timestamp."""
+    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def field_paths(obj: Any, skip_status: bool = False) -> set[Path]:
@@ -130,14 +131,14 @@ def managers(obj: dict[str, Any]) -> list[dict[str, Any]]:
     return list(obj.get("metadata", {}).get("managedFields") or [])
 
 
-def record_update(obj: dict[str, Any], manager: str, changed: Any, skip_status: bool) -> None:
-    """Record that ``manager`` wrote the fields in ``changed`` with a non-apply operation."""
+def record_update(obj: dict[str, Any], manager: str, changed: Any, skip_status: bool, now: str) -> None:
+    """Record that ``manager`` wrote the fields in ``changed`` with a non-apply operation at ``now``."""
     paths = field_paths(changed, skip_status)
-    _set_entry(obj, manager, "Update", paths, obj.get("apiVersion", ""), merge=True)
+    _set_entry(obj, manager, "Update", paths, obj.get("apiVersion", ""), merge=True, now=now)
 
 
 def _set_entry(obj: dict[str, Any], manager: str, operation: str, paths: set[Path], api_version: str,
-               merge: bool) -> None:
+               merge: bool, now: str) -> None:
     entries = managers(obj)
     existing = next((e for e in entries if e.get("manager") == manager and e.get("operation") == operation
                      and not e.get("subresource")), None)
@@ -154,7 +155,7 @@ def _set_entry(obj: dict[str, Any], manager: str, operation: str, paths: set[Pat
             "manager": manager,
             "operation": operation,
             "apiVersion": api_version,
-            "time": now_iso(),
+            "time": now,
             "fieldsType": "FieldsV1",
             "fieldsV1": to_fields_v1(paths),
         })
@@ -162,14 +163,14 @@ def _set_entry(obj: dict[str, Any], manager: str, operation: str, paths: set[Pat
 
 
 def server_side_apply(live: dict[str, Any] | None, applied: dict[str, Any], manager: str, force: bool,
-                      skip_status: bool, describe: str) -> dict[str, Any]:
-    """The object after ``manager`` applies ``applied`` to ``live`` (None: create)."""
+                      skip_status: bool, describe: str, now: str) -> dict[str, Any]:
+    """The object after ``manager`` applies ``applied`` to ``live`` (None: create) at ``now``."""
     new_paths = field_paths(applied, skip_status)
     if skip_status:
         applied = {k: v for k, v in applied.items() if k != "status"}
     if live is None:
         obj: dict[str, Any] = json.loads(json.dumps(applied))
-        _set_entry(obj, manager, "Apply", new_paths, applied.get("apiVersion", ""), merge=False)
+        _set_entry(obj, manager, "Apply", new_paths, applied.get("apiVersion", ""), merge=False, now=now)
         return obj
     conflicts = []
     for entry in managers(live):
@@ -199,5 +200,5 @@ def server_side_apply(live: dict[str, Any] | None, applied: dict[str, Any], mana
     assert isinstance(obj, dict)
     for path in sorted(previous - new_paths - others, key=len, reverse=True):
         _delete(obj, path)
-    _set_entry(obj, manager, "Apply", new_paths, applied.get("apiVersion", ""), merge=False)
+    _set_entry(obj, manager, "Apply", new_paths, applied.get("apiVersion", ""), merge=False, now=now)
     return obj

@@ -19,6 +19,7 @@ import binascii
 import json
 import random
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,8 +83,11 @@ class ListResult:
 
 class Cluster:
     def __init__(self, name: str, *, history: int = 20_000, builtin_validator: BuiltinValidator | None = None,
-                 custom_validator: CustomValidator | None = None) -> None:
+                 custom_validator: CustomValidator | None = None, clock: Callable[[], float] = time.time) -> None:
         self.name = name
+        # What time it is in this cluster (epoch seconds): wall time, or the sandbox's simulated clock, so
+        # that Kubernetes timestamps and ages agree with the AWS side's.
+        self.clock = clock
         self.store = Store(history)
         self.logs = PodLogs()
         self._builtin = builtin_validator or BuiltinValidator()
@@ -97,6 +101,9 @@ class Cluster:
         # Bumped after every change to the served types: anything derived from resource_types() (the
         # OpenAPI documents) is current only if the generation it was built at is still this one.
         self.types_generation = 0
+
+    def now_iso(self) -> str:
+        return now_iso(self.clock())
 
     def bootstrap(self) -> None:
         """Create the namespaces every cluster has (skipped when state was restored)."""
@@ -229,13 +236,13 @@ class Cluster:
             if meta.get("resourceVersion"):
                 raise bad_request("resourceVersion should not be set on objects to be created")
             meta["uid"] = str(uuid.uuid4())
-            meta["creationTimestamp"] = now_iso()
+            meta["creationTimestamp"] = self.now_iso()
             meta["generation"] = 1
             meta.pop("deletionTimestamp", None)
             self._reset_status_on_create(rt, obj)
             self._default(rt, loc, obj, None)
             if opts.manager:
-                record_update(obj, opts.manager, body, rt.status)
+                record_update(obj, opts.manager, body, rt.status, self.now_iso())
             return self._commit(rt, loc, obj, None, opts, created=True)
 
     def replace(self, rt: ResourceType, namespace: str | None, name: str, body: Obj,
@@ -262,7 +269,7 @@ class Cluster:
                 raise conflict(rt.plural, rt.group, name, "the object has been modified; please apply your "
                                "changes to the latest version and try again")
             if opts.manager:
-                record_update(new, opts.manager, body, rt.status and subresource != "status")
+                record_update(new, opts.manager, body, rt.status and subresource != "status", self.now_iso())
             return self._update(rt, loc, old, new, opts, subresource)
 
     def patch(self, rt: ResourceType, namespace: str | None, name: str, patch_type: str, body: Any,
@@ -287,7 +294,7 @@ class Cluster:
             new = clone(new)
             if opts.manager:
                 record_update(new, opts.manager, body if isinstance(body, dict) else {},
-                              rt.status and subresource != "status")
+                              rt.status and subresource != "status", self.now_iso())
             return self._update(rt, loc, old, new, opts, subresource)
 
     def _apply(self, rt: ResourceType, namespace: str | None, name: str, loc: Loc, old: Obj | None, body: Any,
@@ -307,11 +314,13 @@ class Cluster:
         if old is None:
             if subresource:
                 raise not_found(rt.plural, rt.group, name)
-            obj = server_side_apply(None, applied, opts.manager, opts.force, skip_status, describe)
+            obj = server_side_apply(None, applied, opts.manager, opts.force, skip_status, describe,
+                                    self.now_iso())
             result = self.create(rt, namespace, {k: v for k, v in obj.items()}, WriteOptions(
                 manager="", validation=opts.validation, dry_run=opts.dry_run))
             return result
-        new = server_side_apply(self.out(rt, old), applied, opts.manager, opts.force, skip_status, describe)
+        new = server_side_apply(self.out(rt, old), applied, opts.manager, opts.force, skip_status, describe,
+                                    self.now_iso())
         return self._update(rt, loc, old, new, opts, subresource)
 
     def _update(self, rt: ResourceType, loc: Loc, old: Obj, new: Obj, opts: WriteOptions,
@@ -373,7 +382,7 @@ class Cluster:
             meta.pop("resourceVersion", None)
         warnings = self._validate(rt, obj, opts.validation)
         if rt.key == CRD_KEY:
-            _prepare_crd(obj)
+            _prepare_crd(obj, self.now_iso())
         if rt.key == NAMESPACE_KEY and created:
             obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
             obj["status"] = {"phase": "Active"}
@@ -494,7 +503,7 @@ class Cluster:
             jsonpath_set(obj, rt.scale.spec_replicas, replicas)
             opts = opts or WriteOptions()
             if opts.manager:
-                record_update(obj, opts.manager, {"spec": {"replicas": replicas}}, False)
+                record_update(obj, opts.manager, {"spec": {"replicas": replicas}}, False, self.now_iso())
             self._update(rt, loc, old, obj, opts, "")
             return self.get_scale(rt, namespace, name)
 
@@ -512,12 +521,11 @@ def _spec_of(obj: Obj, rt: ResourceType) -> Obj:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
 
 
-def _prepare_crd(crd: Obj) -> None:
+def _prepare_crd(crd: Obj, now: str) -> None:
     spec = crd.get("spec") or {}
     names = spec.get("names") or {}
     names.setdefault("singular", str(names.get("kind", "")).lower())
     names.setdefault("listKind", f"{names.get('kind', '')}List")
-    now = now_iso()
     crd["status"] = {
         "acceptedNames": names,
         "storedVersions": [v["name"] for v in spec.get("versions", []) if v.get("storage")],

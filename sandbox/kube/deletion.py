@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .apply import now_iso
 from .errors import ApiError, conflict, not_found
 from .resources import CRD_KEY, NAMESPACE_KEY, POD_KEY, ResourceType
 from .store import Key, Loc, Obj
@@ -99,7 +98,7 @@ def _mark(cluster: Cluster, rt: ResourceType, loc: Loc, obj: Obj, finalizers: li
     if meta.get("deletionTimestamp") and list(meta.get("finalizers") or []) == finalizers:
         return obj
     new_meta = {**meta, "finalizers": finalizers, "deletionGracePeriodSeconds": 0}
-    new_meta.setdefault("deletionTimestamp", now_iso())
+    new_meta.setdefault("deletionTimestamp", cluster.now_iso())
     return cluster.store.put(rt.key, loc, {**obj, "metadata": new_meta}, "MODIFIED")
 
 
@@ -181,7 +180,7 @@ def _check_foreground(cluster: Cluster, uid: str) -> None:
 def _delete_namespace(cluster: Cluster, rt: ResourceType, loc: Loc, obj: Obj) -> tuple[Obj, bool]:
     name = loc[1]
     if not obj["metadata"].get("deletionTimestamp"):
-        meta = {**obj["metadata"], "deletionTimestamp": now_iso(), "deletionGracePeriodSeconds": 0}
+        meta = {**obj["metadata"], "deletionTimestamp": cluster.now_iso(), "deletionGracePeriodSeconds": 0}
         obj = cluster.store.put(rt.key, loc, {**obj, "metadata": meta, "status": {"phase": "Terminating"}},
                                 "MODIFIED")
     for key in list(cluster.store.objects):

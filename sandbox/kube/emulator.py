@@ -50,11 +50,15 @@ class Emulator:
     (``kube/kubeconfig-<cluster>.yaml``) live; ``None`` keeps everything in memory.
     ``token``: when set, requests must carry ``Authorization: Bearer <token>``, or a bearer token that
     ``accept`` (called with the cluster name and the token) approves, e.g. an EKS-style presigned token.
+    ``clock``: the time every cluster tells (epoch seconds): wall time unless the sandbox's AWS world hands
+    the emulator its simulated clock (:meth:`use_clock`), so Kubernetes and AWS timestamps agree.
     """
 
     def __init__(self, data_dir: Path | None = None, *, token: str | None = None, history: int = 20_000,
-                 debounce: float = 0.2, accept: Callable[[str, str], bool] | None = None) -> None:
+                 debounce: float = 0.2, accept: Callable[[str, str], bool] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.data_dir = Path(data_dir) / "kube" if data_dir is not None else None
+        self._clock = clock
         self.token = token
         self._accept = accept
         self.clusters: dict[str, Cluster] = {}
@@ -77,6 +81,13 @@ class Emulator:
                 cluster.restored()
                 self._persister.attach(cluster)
 
+    def now(self) -> float:
+        return self._clock()
+
+    def use_clock(self, clock: Callable[[], float]) -> None:
+        """Tell time by ``clock`` from now on, in every cluster (existing and new)."""
+        self._clock = clock
+
     def authorized(self, cluster: str, authorization: str) -> bool:
         """Whether an ``Authorization`` header may use ``cluster``."""
         if self.token is None:
@@ -92,7 +103,7 @@ class Emulator:
 
     def _new_cluster(self, name: str) -> Cluster:
         cluster = Cluster(name, history=self._history, builtin_validator=self._builtin,
-                          custom_validator=self._custom)
+                          custom_validator=self._custom, clock=self.now)
         cluster.on_types_changed.append(lambda: self._forget_openapi(name))
         self.clusters[name] = cluster
         return cluster
@@ -140,7 +151,7 @@ class Emulator:
 
     def append_log(self, cluster: str, namespace: str, pod: str, container: str, line: str,
                    ts: float | None = None) -> None:
-        self.clusters[cluster].logs.append((namespace, pod, container), line, time.time() if ts is None else ts)
+        self.clusters[cluster].logs.append((namespace, pod, container), line, self.now() if ts is None else ts)
 
     def restart_container(self, cluster: str, namespace: str, pod: str, container: str) -> None:
         self.clusters[cluster].logs.restart((namespace, pod, container))

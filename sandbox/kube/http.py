@@ -272,7 +272,8 @@ class KubeHandler(RequestHandler):
             self._send(200, cluster.get_scale(rt, namespace, name))
         elif name:
             obj = cluster.get(rt, namespace, name)
-            self._send(200, self._render(rt, [obj], str(obj["metadata"].get("resourceVersion", "")), single=True))
+            self._send(200, self._render(rt, [obj], str(obj["metadata"].get("resourceVersion", "")), cluster.clock(),
+                                         single=True))
         elif self._bool("watch"):
             await self._watch(cluster, rt, namespace)
         else:
@@ -282,8 +283,8 @@ class KubeHandler(RequestHandler):
                                   limit=int(limit) if limit.isdigit() else 0,
                                   continue_token=self._arg("continue"))
             if self._accept_table():
-                self._send(200, tables.table(rt, result.items, result.resource_version, result.continue_token,
-                                             self._arg("includeObject", "Metadata")))
+                self._send(200, tables.table(rt, result.items, cluster.clock(), result.resource_version,
+                                             result.continue_token, self._arg("includeObject", "Metadata")))
                 return
             meta: dict[str, Any] = {"resourceVersion": result.resource_version}
             if result.continue_token:
@@ -294,9 +295,10 @@ class KubeHandler(RequestHandler):
             api_version = "meta.k8s.io/v1" if self._accept_partial() else rt.api_version
             self._send(200, {"kind": kind, "apiVersion": api_version, "metadata": meta, "items": items})
 
-    def _render(self, rt: ResourceType, objs: list[dict[str, Any]], rv: str, single: bool = False) -> Any:
+    def _render(self, rt: ResourceType, objs: list[dict[str, Any]], rv: str, now: float,
+                single: bool = False) -> Any:
         if self._accept_table():
-            return tables.table(rt, objs, rv, include_object=self._arg("includeObject", "Metadata"))
+            return tables.table(rt, objs, now, rv, include_object=self._arg("includeObject", "Metadata"))
         if single and self._accept_partial():
             return _partial(objs[0])
         return objs[0] if single else objs
@@ -429,7 +431,7 @@ class KubeHandler(RequestHandler):
         try:
             await self._start_stream("application/json")
             for obj in initial:
-                await self._emit("ADDED", cluster.out(rt, obj), rt, table, first)
+                await self._emit("ADDED", cluster.out(rt, obj), rt, table, first, cluster.clock())
                 first = False
             last_rv = start_rv
             for event in backlog:
@@ -480,11 +482,12 @@ class KubeHandler(RequestHandler):
             kind = "DELETED"
         else:
             return first
-        await self._emit(kind, cluster.out(rt, event.obj), rt, table, first)
+        await self._emit(kind, cluster.out(rt, event.obj), rt, table, first, cluster.clock())
         return False
 
-    async def _emit(self, kind: str, obj: dict[str, Any], rt: ResourceType, table: bool, first: bool) -> None:
-        payload = tables.table(rt, [obj], obj["metadata"].get("resourceVersion", ""),
+    async def _emit(self, kind: str, obj: dict[str, Any], rt: ResourceType, table: bool, first: bool,
+                    now: float) -> None:
+        payload = tables.table(rt, [obj], now, obj["metadata"].get("resourceVersion", ""),
                                include_object=self._arg("includeObject", "Metadata"), with_headers=first) \
             if table else obj
         self.write(json.dumps({"type": kind, "object": payload}, separators=(",", ":")) + "\n")
@@ -510,7 +513,7 @@ class KubeHandler(RequestHandler):
         key = (pod["metadata"]["namespace"], name, container)
         since: float | None = None
         if self._arg("sinceSeconds").isdigit():
-            since = time.time() - int(self._arg("sinceSeconds"))
+            since = cluster.clock() - int(self._arg("sinceSeconds"))
         tail_arg = self._arg("tailLines")
         tail = int(tail_arg) if tail_arg.lstrip("-").isdigit() and int(tail_arg) >= 0 else None
         timestamps = self._bool("timestamps")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,6 +50,14 @@ def human_duration(seconds: float) -> str:
     return f"{h // (24 * 365)}y"
 
 
+# The cluster's "now" while :func:`table` renders rows (ages are computed server-side, as the API server does).
+_NOW: ContextVar[float] = ContextVar("table_now")
+
+
+def _now() -> datetime:
+    return datetime.fromtimestamp(_NOW.get(), UTC)
+
+
 def age_of(timestamp: str | None) -> str:
     if not timestamp:
         return "<unknown>"
@@ -56,7 +65,7 @@ def age_of(timestamp: str | None) -> str:
         then = datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     except ValueError:
         return "<unknown>"
-    return human_duration((datetime.now(UTC) - then).total_seconds())
+    return human_duration((_now() - then).total_seconds())
 
 
 def _get(obj: Any, *path: str, default: Any = None) -> Any:
@@ -162,7 +171,7 @@ def _job_duration(o: dict[str, Any]) -> str:
     fmt = "%Y-%m-%dT%H:%M:%SZ"
     try:
         begin = datetime.strptime(start, fmt).replace(tzinfo=UTC)
-        finish = datetime.strptime(end, fmt).replace(tzinfo=UTC) if end else datetime.now(UTC)
+        finish = datetime.strptime(end, fmt).replace(tzinfo=UTC) if end else _now()
     except ValueError:
         return ""
     return human_duration((finish - begin).total_seconds())
@@ -315,8 +324,18 @@ def _partial(obj: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
 
 
-def table(rt: ResourceType, objs: list[dict[str, Any]], resource_version: str = "", continue_token: str = "",
-          include_object: str = "Metadata", with_headers: bool = True) -> dict[str, Any]:
+def table(rt: ResourceType, objs: list[dict[str, Any]], now: float, resource_version: str = "",
+          continue_token: str = "", include_object: str = "Metadata", with_headers: bool = True) -> dict[str, Any]:
+    """``objs`` as a ``meta.k8s.io/v1`` Table; ages are relative to ``now`` (the cluster's clock)."""
+    reset = _NOW.set(now)
+    try:
+        return _table(rt, objs, resource_version, continue_token, include_object, with_headers)
+    finally:
+        _NOW.reset(reset)
+
+
+def _table(rt: ResourceType, objs: list[dict[str, Any]], resource_version: str, continue_token: str,
+           include_object: str, with_headers: bool) -> dict[str, Any]:
     cols = columns_for(rt)
     rows = []
     for obj in objs:

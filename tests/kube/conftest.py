@@ -20,8 +20,6 @@ from kubernetes import client, config
 
 from sandbox.kube import BackgroundServer, Emulator
 
-REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO / ".." / "shared"
 _counter = itertools.count()
 
 

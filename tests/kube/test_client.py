@@ -7,12 +7,13 @@ import http.client
 import json
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import pytest
-from kubernetes import client, watch
+from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
@@ -110,20 +111,21 @@ def test_watch_stream_filters_and_times_out(api: client.ApiClient) -> None:
     core.create_namespaced_config_map("default", _cm("before", app="ctl"))
 
     def writer() -> None:
-        time.sleep(0.3)
         core.create_namespaced_config_map("default", _cm("w1", app="ctl"))
         core.patch_namespaced_config_map("w1", "default", {"data": {"k": "2"}})
         core.create_namespaced_config_map("default", _cm("other", app="nope"))
         core.delete_namespaced_config_map("w1", "default")
 
     thread = threading.Thread(target=writer)
-    thread.start()
-    started = time.monotonic()
-    seen = [(e["type"], e["object"].metadata.name) for e in watch.Watch().stream(
-        core.list_namespaced_config_map, "default", label_selector="app=ctl", timeout_seconds=2)]
+    seen: list[tuple[str, str]] = []
+    # The stream ends by itself when the server's timeoutSeconds passes (else this loop would never end).
+    for event in watch.Watch().stream(core.list_namespaced_config_map, "default", label_selector="app=ctl",
+                                      timeout_seconds=2):
+        seen.append((event["type"], event["object"].metadata.name))
+        if len(seen) == 1:  # the watch is established (its initial ADDED arrived): now write
+            thread.start()
     thread.join()
     assert seen == [("ADDED", "before"), ("ADDED", "w1"), ("MODIFIED", "w1"), ("DELETED", "w1")]
-    assert 1.5 < time.monotonic() - started < 5
 
 
 def test_watch_from_resource_version_and_410(api: client.ApiClient, kube_server: KubeServer,
@@ -169,12 +171,14 @@ def test_pod_logs_eviction_and_scale(api: client.ApiClient, kube_server: KubeSer
     assert "line 0" in core.read_namespaced_pod_log("p", "default", previous=True)
 
     def later() -> None:
-        time.sleep(0.2)
         emu.append_log(cluster_name, "default", "p", "main", "streamed")
         emu.end_log(cluster_name, "default", "p", "main")
 
-    threading.Thread(target=later).start()
-    followed = list(watch.Watch().stream(core.read_namespaced_pod_log, "p", "default"))
+    followed: list[str] = []
+    for line in watch.Watch().stream(core.read_namespaced_pod_log, "p", "default"):
+        followed.append(line)
+        if len(followed) == 1:  # following (the existing line arrived): now the container writes and ends
+            threading.Thread(target=later).start()
     assert followed == ["fresh", "streamed"]
 
     core.create_namespaced_pod_eviction("p", "default", {"apiVersion": "policy/v1", "kind": "Eviction",
@@ -264,3 +268,41 @@ def test_state_survives_restart(tmp_path: Path) -> None:
     finally:
         second.close()
     assert (tmp_path / "kube" / "requests.jsonl").exists()
+
+
+def test_every_timestamp_and_age_comes_from_the_emulators_clock(tmp_path: Path) -> None:
+    """One clock: given the sandbox's simulated time, objects, managed fields, ages and logs all tell it."""
+    now = [1_767_225_600.0]  # 2026-01-01T00:00:00Z, far from the wall clock
+    emulator = Emulator(clock=lambda: now[0])
+    emulator.ensure_cluster("sim")
+    server = BackgroundServer(emulator).start()
+    api = config.new_client_from_config(str(emulator.write_kubeconfig("sim", server.base_url, tmp_path / "kc")))
+    try:
+        core = client.CoreV1Api(api)
+        made = core.create_namespaced_config_map("default", _cm("x"), field_manager="tester")
+        start = datetime(2026, 1, 1, tzinfo=UTC)
+        assert made.metadata.creation_timestamp == start and made.metadata.managed_fields[0].time == start
+        now[0] += 7200
+        url = urlparse(server.base_url)
+        conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=10)
+        conn.request("GET", "/k8s/clusters/sim/api/v1/namespaces/default/configmaps/x",
+                     headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
+        table = json.loads(conn.getresponse().read())
+        conn.close()
+        ages = [cell for column, cell in zip(table["columnDefinitions"], table["rows"][0]["cells"], strict=True)
+                if column["name"] == "Age"]
+        assert ages == ["120m"]
+        core.create_namespaced_pod("default", {"metadata": {"name": "p"},
+                                               "spec": {"containers": [{"name": "main", "image": "busybox"}]}})
+        emulator.append_log("sim", "default", "p", "main", "old", ts=now[0] - 3600)
+        emulator.append_log("sim", "default", "p", "main", "new")
+        assert core.read_namespaced_pod_log("p", "default", since_seconds=60) == "new\n"
+        assert core.read_namespaced_pod_log("p", "default", timestamps=True, tail_lines=1).startswith(
+            "2026-01-01T02:00:00.")
+        emulator.use_clock(lambda: now[0] + 86_400)  # handed another clock: existing clusters follow it
+        core.create_namespace({"metadata": {"name": "doomed"}})
+        deleted = core.delete_namespace("doomed", _preload_content=False)
+        assert json.loads(deleted.data)["metadata"]["deletionTimestamp"] == "2026-01-02T02:00:00Z"
+    finally:
+        api.close()
+        server.stop()

@@ -1,5 +1,5 @@
-"""Validation against the real CRDs bundled in sandbox/kube/crds, with the sample manifests collected in
-``shared/reference/examples`` as positive and negative fixtures (see shared/reference/README.md).
+"""Validation against the real CRDs bundled in sandbox/kube/crds, with upstream sample manifests copied to
+``tests/data/examples`` (sources in its SOURCES.md) as positive and negative fixtures.
 
 One difference from the README's offline check: the API server applies schema defaults *before* it
 validates, so ``v1_deepseek_model15b.yaml``'s missing ``model.acceptEula`` (which has ``default: false``)
@@ -8,6 +8,8 @@ is not an error here, exactly as on a real cluster; its unknown ``server.*AutoSc
 
 from __future__ import annotations
 
+import hashlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,19 +17,37 @@ import pytest
 import yaml
 
 from sandbox.kube import COMPONENTS, ApiError, Cluster, WriteOptions, install_component_crds, load_component_crds
+from sandbox.kube.components import CRD_DIR
 
-from .conftest import SHARED, Kubectl, KubeServer
+from .conftest import Kubectl, KubeServer
 
-EXAMPLES = SHARED / "reference" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "examples"
 
 
 def _example(relative: str) -> dict[str, Any]:
-    path = EXAMPLES / relative
-    if not path.is_file():
-        pytest.fail(f"missing fixture {path}: the shared reference folder must sit beside the repository")
-    doc = yaml.safe_load(path.read_text())
+    doc = yaml.safe_load((EXAMPLES / relative).read_text())
     assert isinstance(doc, dict)
     return doc
+
+
+def _source_rows(folder: Path) -> dict[str, tuple[int, str]]:
+    """``file -> (bytes, sha256 prefix)`` from the copied-files table of ``folder/SOURCES.md``."""
+    rows: dict[str, tuple[int, str]] = {}
+    for line in (folder / "SOURCES.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 9 and re.fullmatch(r"`[^`]+`", cells[0]) and cells[7].isdigit():
+            rows[cells[0].strip("`")] = (int(cells[7]), cells[8].rstrip("…"))
+    return rows
+
+
+@pytest.mark.parametrize("folder", [EXAMPLES, CRD_DIR], ids=["examples", "crds"])
+def test_every_copied_file_matches_its_source_row(folder: Path) -> None:
+    rows = _source_rows(folder)
+    files = {str(p.relative_to(folder)) for p in folder.rglob("*.yaml") if "RECONSTRUCTED" not in p.name}
+    assert files and set(rows) == files
+    for name, (size, sha_prefix) in rows.items():
+        data = (folder / name).read_bytes()
+        assert (len(data), hashlib.sha256(data).hexdigest()[:len(sha_prefix)]) == (size, sha_prefix), name
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-import time
 from pathlib import Path
+
+from tests.support import wait_until
 
 from .conftest import Kubectl, KubeServer
 
@@ -129,14 +130,24 @@ def _background(kubectl_binary: str, kubeconfig: Path, cache: Path, *args: str) 
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def _lists_of(kube_server: KubeServer, cluster: str, plural: str) -> int:
+    """How many list (not watch) requests for ``plural`` the cluster has answered."""
+    return len([r for r in kube_server.emulator.requests_for(cluster, "GET")
+                if r.path.endswith(f"/{plural}") and "watch" not in r.query])
+
+
 def test_wait_for_condition_and_jsonpath(kubectl: Kubectl, kubectl_binary: str, kubeconfig_path: Path,
-                                         tmp_path: Path) -> None:
+                                         tmp_path: Path, kube_server: KubeServer, cluster_name: str) -> None:
     kubectl("apply", "-f", "-", stdin=DEPLOYMENT)
+    listed = _lists_of(kube_server, cluster_name, "deployments")
     cond = _background(kubectl_binary, kubeconfig_path, tmp_path / "c1", "wait", "deploy/web",
                        "--for=condition=Available", "--timeout=20s")
     path = _background(kubectl_binary, kubeconfig_path, tmp_path / "c2", "wait", "deploy/web",
                        "--for=jsonpath={.status.readyReplicas}=1", "--timeout=20s")
-    time.sleep(1.0)
+    # Both found the condition unmet in their list and watch from its resourceVersion: the change must
+    # reach them through the watch.
+    wait_until(lambda: _lists_of(kube_server, cluster_name, "deployments") >= listed + 2, 20,
+               "both kubectl wait listing the deployment")
     available = {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"}
     kubectl("patch", "deploy", "web", "--subresource=status", "--type=merge", "-p",
             json.dumps({"status": {"readyReplicas": 1, "conditions": [available]}}))
@@ -153,12 +164,11 @@ def test_get_watch_shows_live_changes(kubectl: Kubectl, kubectl_binary: str, kub
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")) if proc.stdout else None)
     reader.start()
-    time.sleep(1.0)
+    # The list is printed (the watch then starts from its resourceVersion, so nothing after it is missed)
+    wait_until(lambda: any("first" in line for line in lines), 20, "kubectl printing the initial list")
     kubectl("create", "-f", "-", stdin=_cm("second"))
     kubectl("delete", "cm", "second")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not any("DELETED" in line for line in lines):
-        time.sleep(0.1)
+    wait_until(lambda: any("DELETED" in line for line in lines), 20, "kubectl printing the DELETED event")
     proc.terminate()
     reader.join(5)
     events = [line.split()[:2] for line in lines[1:]]
@@ -175,12 +185,14 @@ def test_logs_and_follow(kubectl: Kubectl, kubectl_binary: str, kubeconfig_path:
     assert kubectl("logs", "trainer").stdout == "step 0\nstep 1\nstep 2\n"
     assert kubectl("logs", "trainer", "--tail=1").stdout == "step 2\n"
     follow = _background(kubectl_binary, kubeconfig_path, tmp_path / "f", "logs", "-f", "trainer")
-    time.sleep(1.0)
+    assert follow.stdout is not None
+    streamed = [follow.stdout.readline() for _ in range(3)]  # following: the existing lines arrived
+    assert streamed == ["step 0\n", "step 1\n", "step 2\n"]
     emu.append_log(cluster_name, "default", "trainer", "main", "step 3")
     emu.end_log(cluster_name, "default", "trainer", "main")
     out, err = follow.communicate(timeout=15)
     assert follow.returncode == 0, err
-    assert out == "step 0\nstep 1\nstep 2\nstep 3\n"
+    assert out == "step 3\n"
 
 
 def test_generators_and_delete_namespace(kubectl: Kubectl) -> None:

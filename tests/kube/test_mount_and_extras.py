@@ -7,12 +7,12 @@ import http.client
 import json
 import socket
 import threading
-import time
 from typing import Any
 
 from kubernetes import client, watch
 
 from sandbox.kube import Emulator
+from tests.support import wait_until
 
 from .conftest import KubeServer
 
@@ -41,14 +41,8 @@ def test_mounted_in_panel_server_with_token() -> None:
     server = pn.serve({"/app": lambda: pn.pane.Markdown("hi")}, port=port, address="127.0.0.1", show=False,
                       threaded=True, start=True, extra_patterns=emulator.url_patterns())
     try:
-        deadline = time.monotonic() + 15
-        status, body = 0, None
-        while time.monotonic() < deadline:
-            try:
-                status, body = _get(port, "/k8s/clusters/eks-a/version", {"Authorization": "Bearer s3cret"})
-                break
-            except OSError:
-                time.sleep(0.1)
+        status, body = wait_until(lambda: _get(port, "/k8s/clusters/eks-a/version", {"Authorization": "Bearer s3cret"}),
+                                  15, "the Panel server answering")
         assert status == 200 and body["minor"] == "31"
         status, body = _get(port, "/k8s/clusters/eks-a/api/v1/namespaces")
         assert status == 401 and body["reason"] == "Unauthorized"
@@ -78,14 +72,16 @@ def test_watch_reports_objects_leaving_and_entering_the_selector(api: client.Api
     core.create_namespaced_config_map("default", {"metadata": {"name": "m", "labels": {"team": "a"}}})
 
     def relabel() -> None:
-        time.sleep(0.3)
         core.patch_namespaced_config_map("m", "default", {"metadata": {"labels": {"team": "b"}}})
         core.patch_namespaced_config_map("m", "default", {"metadata": {"labels": {"team": "a"}}})
 
+    seen: list[str] = []
     thread = threading.Thread(target=relabel)
-    thread.start()
-    seen = [e["type"] for e in watch.Watch().stream(core.list_namespaced_config_map, "default",
-                                                      label_selector="team=a", timeout_seconds=1)]
+    for event in watch.Watch().stream(core.list_namespaced_config_map, "default", label_selector="team=a",
+                                      timeout_seconds=3):
+        seen.append(event["type"])
+        if len(seen) == 1:  # the watch is established (its initial ADDED arrived): now change the label
+            thread.start()
     thread.join()
     assert seen == ["ADDED", "DELETED", "ADDED"]
 

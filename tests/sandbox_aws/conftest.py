@@ -53,6 +53,9 @@ def shared_world(kube: BackgroundServer, kube_ca: bytes) -> Iterator[AwsWorld]:
 
 @pytest.fixture
 def world(shared_world: AwsWorld) -> Iterator[AwsWorld]:
+    # A world tells its emulator what time it is; worlds of their own (new_world) take the shared emulator
+    # over, so give its clock back to the shared world.
+    shared_world.kube.use_clock(shared_world.clock.now)  # type: ignore[union-attr]
     yield shared_world
     shared_world.faults.clear()
 

@@ -12,6 +12,7 @@ import pytest
 
 from sandbox.aws.base import AwsError, Call, FaultRegistry, ManualClock
 from sandbox.aws.hyperpod import HyperPodSimulator
+from sandbox.aws.hyperpod_state import Ids
 from sandbox.kube.emulator import Emulator
 
 ACCOUNT = "123456789012"
@@ -401,3 +402,14 @@ def test_persistence_round_trip() -> None:
     w.advance(1300)
     all_ids = [n["InstanceId"] for c in ("hp", "hp2") for n in w.nodes(c)]
     assert len(all_ids) == len(set(all_ids)) == 3
+
+
+def test_node_addresses_come_from_the_subnet_block_and_run_out() -> None:
+    ids = Ids("seed")
+    taken: set[str] = set()
+    for _ in range(11):  # a /28 holds 16 addresses; AWS keeps .0-.3 and .15
+        ip = ids.ip_in("10.9.8.16/28", taken)
+        assert ip is not None and ip not in taken
+        taken.add(ip)
+    assert taken == {f"10.9.8.{n}" for n in range(20, 31)}
+    assert ids.ip_in("10.9.8.16/28", taken) is None

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from sandbox.aws import AwsWorld, RealClock
 from sandbox.aws.eks import CLUSTER_CREATE_SECONDS
 from sandbox.kube import BackgroundServer
 from tests.sandbox_aws.conftest import ROLE, make_client, new_world, subnets
+from tests.support import wait_until
 
 
 def test_state_survives_a_restart(kube: BackgroundServer, tmp_path: Path) -> None:
@@ -53,10 +53,8 @@ def test_ticker_moves_a_sped_up_clock(kube: BackgroundServer) -> None:
         eks = make_client(world, "eks")
         eks.create_cluster(name="ticked", roleArn=ROLE, resourcesVpcConfig={"subnetIds": subnets(make_client(
             world, "ec2"))})
-        deadline = time.monotonic() + 5
-        while eks.describe_cluster(name="ticked")["cluster"]["status"] != "ACTIVE":
-            assert time.monotonic() < deadline, "the ticker did not move the cluster to ACTIVE"
-            time.sleep(0.05)
+        wait_until(lambda: eks.describe_cluster(name="ticked")["cluster"]["status"] == "ACTIVE", 30,
+                   "the ticker moving the cluster to ACTIVE")
         info = world.info()
         assert info["aws_endpoint_url"] == world.endpoint_url and info["account_id"] == "123456789012"
         assert "CreateCluster" in info["simulated"]["eks"]
