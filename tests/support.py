@@ -123,11 +123,3 @@ def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None, 
     match = TOKEN_RE.search(log_path.read_text())
     return LiveServer(url, data_dir, match.group(1) if match else "", proc, log_path)
 
-
-def wait_for(condition: Callable[[], object], *, timeout: float, message: str, interval: float = 0.1) -> None:
-    """Wait until ``condition()`` is truthy; fail naming ``message`` after a generous ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {message}")
-        time.sleep(interval)

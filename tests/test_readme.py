@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT, wait_for
+from tests.support import ROOT, wait_until
 
 pytestmark = pytest.mark.slow
 BLOCK = re.compile(r"(?:<!-- readme-test: (?P<marker>[^>]*?) -->\n)?```(?P<lang>bash|python)\n(?P<body>.*?)```",
@@ -71,7 +71,7 @@ def test_readme_commands_run_in_order(tmp_path: Path) -> None:
                 servers.append(subprocess.Popen(["bash", "-c", body], cwd=work, env=env, stdout=log,
                                                 stderr=subprocess.STDOUT, text=True, start_new_session=True))
                 runtime_file = home / ".local" / "share" / "instantstart" / "runtime.json"
-                wait_for(lambda f=runtime_file: f.exists() or servers[-1].poll() is not None,  # type: ignore[misc]
+                wait_until(lambda f=runtime_file: f.exists() or servers[-1].poll() is not None,  # type: ignore[misc]
                          timeout=120, message=f"the server of {where}")
                 assert servers[-1].poll() is None, (tmp_path / f"server-{index}.log").read_text()
                 runtime = json.loads(runtime_file.read_text())

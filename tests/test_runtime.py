@@ -17,7 +17,7 @@ import pytest
 from app.sandbox import SANDBOX_ACCESS_KEY, sandbox_mode
 from sandbox.kube import Emulator
 from services.settings import Settings
-from tests.support import ROOT, wait_for
+from tests.support import ROOT, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ def start(data: Path, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
     log = open(data.parent / f"{data.name}.log", "w")  # noqa: SIM115 - the process owns it
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--data-dir", str(data), *args], cwd=ROOT,
                             env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
-    wait_for(lambda: (data / "runtime.json").exists() or proc.poll() is not None, timeout=90,
+    wait_until(lambda: (data / "runtime.json").exists() or proc.poll() is not None, timeout=90,
              message=f"serve on {data}")
     assert proc.poll() is None, (data.parent / f"{data.name}.log").read_text()
     return proc

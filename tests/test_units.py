@@ -14,7 +14,7 @@ from services.errors import Conflict, Forbidden, Invalid, NotFound, Permanent, T
 from services.events import Event, EventBus
 from services.models import RequestModel, parse
 from services.settings import Settings
-from tests.support import wait_for
+from tests.support import wait_until
 
 
 class Inner(RequestModel):
@@ -135,7 +135,7 @@ def test_a_blocked_subscriber_delays_no_publisher_and_counts_what_it_drops() -> 
 
     threading.Thread(target=publisher).start()
     assert published.wait(30), "publishing never waits for a blocked subscriber"
-    wait_for(lambda: len(got) == 50, timeout=30, message="the other subscriber gets every event")
+    wait_until(lambda: len(got) == 50, timeout=30, message="the other subscriber gets every event")
     assert got == list(range(50))
     assert blocked.dropped == 50 - 5 and blocked.stats().pending == 5
     release.set()
