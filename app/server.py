@@ -21,7 +21,8 @@ import tornado.web
 from bokeh.server.auth_provider import AuthProvider
 
 from app.bootstrap import Services
-from app.rest import SESSION_COOKIE, allowed_origins, rest_patterns
+from app.edge import edge_patterns, guard_application, http_server_limits
+from app.rest import SESSION_COOKIE, NotFoundHandler, allowed_origins, rest_patterns
 from app.routes import ROUTES
 from app.sandbox import Sandbox, sandbox_enabled
 from app.sandbox_api import SandboxControl, sandbox_routes
@@ -275,6 +276,13 @@ def make_dashboard(services: Services, pages: list[Page] = PAGES) -> Callable[[]
     return dashboard
 
 
+def run_guarded(server: Any) -> None:
+    """Start Panel's (Bokeh's) server with every handler guarded (see app/edge.py), until interrupted."""
+    guard_application(server._tornado)
+    server.start()
+    server.io_loop.start()
+
+
 def serve(services: Services, *, show_token: Callable[[str], None] | None = None,
           say: Callable[[str], None] = log.info) -> None:
     """Start everything on one port and block until interrupted; ``say`` prints start-up facts."""
@@ -304,20 +312,22 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
         kwargs: dict[str, Any] = {}
         if not settings.dev_no_auth:
             kwargs["auth_provider"] = make_auth_provider(services)
-        pn.serve(
+        server = pn.serve(
             {"/": make_dashboard(services, pages)},
             port=settings.port,
             address=settings.host,
             websocket_origin=origins,
             show=False,
-            start=True,
+            start=False,
             title="InstantStart",
             verbose=False,
-            extra_patterns=rest_patterns(services, routes),
+            extra_patterns=[*rest_patterns(services, routes), *edge_patterns(NotFoundHandler)],
             cookie_secret=cookie_secret(settings.data_dir),
             use_xheaders=settings.trust_proxy_headers,
+            http_server_kwargs=http_server_limits(),
             **kwargs,
         )
+        run_guarded(server)
     finally:
         if world is not None:
             world.stop()
