@@ -285,3 +285,13 @@ def test_readme_lists_every_error_code() -> None:
     readme = (ROOT / "README.md").read_text()
     missing = [code for code in ERROR_CODES if f"`{code}`" not in readme]
     assert not missing, f"README's error-code list lacks {missing}"
+
+
+def test_the_sign_in_form_takes_at_most_4_kib(server: LiveServer) -> None:
+    sock = _raw(server, "POST /login HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 5000", b"t" * 5000)
+    with sock:
+        status, _, _ = _read_response(sock)
+        assert status == 400
+        assert _closed_by_server(sock)
+    _alive(server)
