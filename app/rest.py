@@ -164,6 +164,16 @@ def _declared_length(request: tornado.httputil.HTTPServerRequest) -> int | None:
         return 0  # Tornado itself refuses a malformed Content-Length before any handler runs
 
 
+def write_http_error(handler: tornado.web.RequestHandler, status_code: int, allow: str) -> None:
+    """An error Tornado raised itself (unsupported method, a handler's bug) in the one envelope: ``internal``
+    for a 500, ``method_not_allowed`` with ``Allow``, ``http_error`` for any other refusal."""
+    code = {405: "method_not_allowed"}.get(status_code, "internal" if status_code >= 500 else "http_error")
+    handler.set_header("Content-Type", "application/json")
+    if status_code == 405:
+        handler.set_header("Allow", allow)
+    handler.finish(json.dumps({"error": {"code": code, "message": handler._reason, "details": None}}))
+
+
 @tornado.web.stream_request_body
 class ApiHandler(tornado.web.RequestHandler):
     """Serves every route of one path; the route table decides method, role and models.
@@ -188,10 +198,7 @@ class ApiHandler(tornado.web.RequestHandler):
         self.set_header("X-Content-Type-Options", "nosniff")
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        code = {405: "method_not_allowed"}.get(status_code, "internal" if status_code >= 500 else "http_error")
-        if status_code == 405:
-            self.set_header("Allow", ", ".join(sorted(self.routes)))
-        self.finish(json.dumps({"error": {"code": code, "message": self._reason, "details": None}}))
+        write_http_error(self, status_code, allow=", ".join(sorted(self.routes)))
 
     async def prepare(self) -> None:
         try:
@@ -315,11 +322,7 @@ class OpenApiHandler(tornado.web.RequestHandler):
         self.finish(json.dumps(self.document))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        self.set_header("Content-Type", "application/json")
-        if status_code == 405:
-            self.set_header("Allow", "GET")
-        code = {405: "method_not_allowed"}.get(status_code, "internal" if status_code >= 500 else "http_error")
-        self.finish(json.dumps({"error": {"code": code, "message": self._reason, "details": None}}))
+        write_http_error(self, status_code, allow="GET")
 
 
 class EventsSocket(tornado.websocket.WebSocketHandler):

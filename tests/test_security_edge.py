@@ -237,6 +237,9 @@ def test_405_comes_after_authentication_and_names_the_allowed_methods(server: Li
     assert r.json()["error"]["code"] == "method_not_allowed"
     r = httpx2.request("HEAD", server.url + "/api/v1/backups", headers=server.headers(), timeout=10)
     assert r.status_code == 405 and r.headers["Allow"] == "GET, POST"
+    r = httpx2.post(server.url + "/api/v1/openapi.json", timeout=10)  # the public document: no token needed
+    assert r.status_code == 405 and r.headers["Allow"] == "GET"
+    assert r.json()["error"]["code"] == "method_not_allowed"
 
 
 def test_api_paths_in_other_spellings_get_the_json_404(server: LiveServer) -> None:
