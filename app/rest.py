@@ -164,6 +164,14 @@ def _declared_length(request: tornado.httputil.HTTPServerRequest) -> int | None:
         return 0  # Tornado itself refuses a malformed Content-Length before any handler runs
 
 
+class EveryMethod(tuple[str, ...]):
+    """``SUPPORTED_METHODS`` that admits any method, so an unusual one (``TRACE``, ``FOO``) reaches
+    ``prepare()`` and is refused there, after authentication, like any other method a path lacks."""
+
+    def __contains__(self, method: object) -> bool:
+        return True
+
+
 def write_http_error(handler: tornado.web.RequestHandler, status_code: int, allow: str) -> None:
     """An error Tornado raised itself (unsupported method, a handler's bug) in the one envelope: ``internal``
     for a 500, ``method_not_allowed`` with ``Allow``, ``http_error`` for any other refusal."""
@@ -182,6 +190,8 @@ class ApiHandler(tornado.web.RequestHandler):
     ``prepare()``, before one byte of the body is read; a refusal then closes the connection, and the
     body is never read. A chunked body is counted as it arrives and refused (413) past the limit.
     """
+
+    SUPPORTED_METHODS = EveryMethod(tornado.web.RequestHandler.SUPPORTED_METHODS)
 
     def initialize(self, services: Services, routes: dict[str, Route]) -> None:
         self.services = services
@@ -303,6 +313,8 @@ class ApiHandler(tornado.web.RequestHandler):
 @tornado.web.stream_request_body
 class NotFoundHandler(tornado.web.RequestHandler):
     """The JSON 404 for any other path under /api (in any spelling); a body sent along is never read."""
+
+    SUPPORTED_METHODS = EveryMethod(tornado.web.RequestHandler.SUPPORTED_METHODS)
 
     async def prepare(self) -> None:
         self.set_status(404)

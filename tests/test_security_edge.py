@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,9 @@ from urllib.parse import urlsplit
 import httpx2
 import pytest
 import tornado.web
+from panel.io.server import ComponentResourceHandler
 
-from app.edge import guard_application
+from app.edge import AllowlistedComponents, guard_application
 from services.errors import ERROR_CODES
 from tests.support import ROOT, LiveServer, free_port
 
@@ -80,10 +82,13 @@ def test_component_urls_import_nothing_and_cannot_stop_the_server(server: LiveSe
     assert "unrecognized arguments" not in log
 
 
-def test_a_base_exception_in_any_handler_is_a_500_not_an_exit(caplog: pytest.LogCaptureFixture) -> None:
-    class Exits(tornado.web.RequestHandler):
-        def get(self, kind: str) -> None:
-            raise {"exit": SystemExit(2), "interrupt": KeyboardInterrupt()}[kind]
+def test_a_base_exception_in_any_handler_is_a_500_not_an_exit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """The second line of defence, through Panel's own (not allowlisted) component handler: a module that
+    raises SystemExit or KeyboardInterrupt on import answers 500 and the loop keeps serving."""
+    (tmp_path / "exits_on_import.py").write_text("raise SystemExit(3)\n")
+    (tmp_path / "interrupts_on_import.py").write_text("raise KeyboardInterrupt\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
 
     class Fine(tornado.web.RequestHandler):
         def get(self) -> None:
@@ -96,7 +101,8 @@ def test_a_base_exception_in_any_handler_is_a_500_not_an_exit(caplog: pytest.Log
 
     def run() -> None:
         asyncio.set_event_loop(loop)
-        app = tornado.web.Application([(r"/boom/(\w+)", Exits), (r"/fine", Fine)])
+        app = tornado.web.Application([(r"/panel/components/(.*)", ComponentResourceHandler, {}),
+                                       (r"/ours/components/(.*)", AllowlistedComponents, {}), (r"/fine", Fine)])
         guard_application(app)
         app.listen(port, "127.0.0.1")
         started.set()
@@ -106,11 +112,14 @@ def test_a_base_exception_in_any_handler_is_a_500_not_an_exit(caplog: pytest.Log
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     assert started.wait(10)
+    base = f"http://127.0.0.1:{port}"
     try:
-        for kind in ("exit", "interrupt", "exit"):
-            r = httpx2.get(f"http://127.0.0.1:{port}/boom/{kind}", timeout=10)
+        for module in ("exits_on_import", "interrupts_on_import", "exits_on_import"):
+            assert httpx2.get(f"{base}/ours/components/{module}/x/y/z", timeout=10).status_code == 404
+            assert module not in sys.modules
+            r = httpx2.get(f"{base}/panel/components/{module}/x/y/z", timeout=10)
             assert r.status_code == 500
-            assert httpx2.get(f"http://127.0.0.1:{port}/fine", timeout=10).text == "fine"
+            assert httpx2.get(f"{base}/fine", timeout=10).text == "fine"
         assert not stopped.is_set()
         assert "answered 500, the server keeps running" in caplog.text
     finally:
@@ -235,6 +244,11 @@ def test_405_comes_after_authentication_and_names_the_allowed_methods(server: Li
     assert r.status_code == 405
     assert r.headers["Allow"] == "GET"
     assert r.json()["error"]["code"] == "method_not_allowed"
+    for method in ("TRACE", "FOO"):  # methods Tornado does not know are refused after authentication too
+        assert httpx2.request(method, server.url + "/api/v1/whoami", timeout=10).status_code == 401
+        r = httpx2.request(method, server.url + "/api/v1/whoami", headers=server.headers(), timeout=10)
+        assert r.status_code == 405 and r.headers["Allow"] == "GET", method
+        assert httpx2.request(method, server.url + "/api/v1/nothing", timeout=10).status_code == 404
     r = httpx2.request("HEAD", server.url + "/api/v1/backups", headers=server.headers(), timeout=10)
     assert r.status_code == 405 and r.headers["Allow"] == "GET, POST"
     r = httpx2.post(server.url + "/api/v1/openapi.json", timeout=10)  # the public document: no token needed
