@@ -9,7 +9,9 @@
   it, a header block over :data:`HEADER_LIMIT` is answered 431 with the JSON error envelope.
 - Unknown paths under ``/api`` in any spelling (``//api/...``, ``/API/V1/...``) get the JSON 404 envelope.
 
-This module must never import a module named by a request, nor swallow a cancellation.
+This module must never import a module named by a request, nor swallow a cancellation. The guard wraps
+``RequestHandler._execute`` (Tornado 6, as pinned); tests/test_security_edge.py proves it through Panel's
+own component handler, so a Tornado change that bypasses it fails there.
 """
 
 from __future__ import annotations
