@@ -99,8 +99,9 @@ def test_schemathesis_finds_nothing(throwaway: Throwaway, role: str, tmp_path: P
          "--workers", "1", "--exclude-operation-id", "sandbox_faults_inject",
          "--header", f"Authorization: Bearer {throwaway.tokens[role]}",
          "--report", "ndjson", "--report-ndjson-path", str(report), "--no-color", "--request-timeout", "30"],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
-        env={**os.environ, "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks"},
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,  # its cache stays out of the checkout
+        env={**os.environ, "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks",
+             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
     )
     assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-2000:]
     requests: dict[str, int] = {}
