@@ -18,17 +18,25 @@ import typing
 from typing import Any
 from urllib.parse import urlsplit
 
+import tornado.httputil
 import tornado.ioloop
 import tornado.web
 import tornado.websocket
 from pydantic import BaseModel
-from pydantic.json_schema import models_json_schema
 
 from app.bootstrap import Services
-from app.routes import ROUTES, Call, ErrorEnvelope, Reply, Route, check_routes
-from services import __version__
+from app.openapi import SQLITE_MAX, SQLITE_MIN, openapi_document
+from app.routes import ROUTES, Call, Reply, Route, check_routes
 from services.auth import Principal, Role
-from services.errors import Forbidden, Invalid, NotFound, ServiceError, Unauthorized
+from services.errors import (
+    Forbidden,
+    Invalid,
+    MethodNotAllowed,
+    NotFound,
+    ServiceError,
+    TooLarge,
+    Unauthorized,
+)
 from services.events import Event
 from services.models import RequestModel, parse
 from services.settings import LOOPBACK_HOSTS, Settings
@@ -78,7 +86,8 @@ def _guard_ambient(handler: tornado.web.RequestHandler, services: Services) -> N
         return
     if not _origin_allowed(request.headers.get("Origin"), services.settings):
         raise Forbidden(f"cross-origin request from {request.headers.get('Origin')!r} refused")
-    if request.body and request.headers.get("Content-Type", "").split(";")[0].strip() != "application/json":
+    if _declared_length(request) != 0 and \
+            request.headers.get("Content-Type", "").split(";")[0].strip() != "application/json":
         raise Invalid("request bodies must be JSON: send Content-Type: application/json")
 
 
@@ -108,25 +117,90 @@ def _is_list(annotation: Any) -> bool:
     return any(_is_list(a) for a in typing.get_args(annotation))
 
 
+def _is_int(annotation: Any) -> bool:
+    if annotation is int:
+        return True
+    return any(_is_int(a) for a in typing.get_args(annotation))
+
+
 def query_dict(model: type[RequestModel], arguments: dict[str, list[bytes]]) -> dict[str, Any]:
-    """Query arguments to a dict for ``model``: list fields accept repeats and commas."""
+    """Query arguments to a dict for ``model``: list fields accept repeats and commas; an empty value
+    (``?before=``) means the field was not given, for every field alike."""
     out: dict[str, Any] = {}
+    too_big: list[dict[str, Any]] = []
     for key, raw in arguments.items():
-        values = [v.decode() for v in raw]
+        values = [v.decode() for v in raw if v.strip()]
+        if not values:
+            continue
         field = model.model_fields.get(key)
         if field is not None and _is_list(field.annotation):
             out[key] = [part for v in values for part in v.split(",") if part]
-        else:
-            out[key] = values[-1]
+            continue
+        out[key] = values[-1]
+        if field is not None and _is_int(field.annotation) and _outside_sqlite(values[-1]):
+            too_big.append({"field": key, "message": f"must be between {SQLITE_MIN} and {SQLITE_MAX}",
+                            "type": "int_range"})
+    if too_big:
+        raise Invalid(f"invalid {model.__name__}: " + "; ".join(f"{e['field']}: {e['message']}" for e in too_big),
+                      details={"fields": too_big})
     return out
 
 
+def _outside_sqlite(value: str) -> bool:
+    try:
+        number = int(value.strip())
+    except ValueError:
+        return False  # not an integer at all: the model says so
+    return not SQLITE_MIN <= number <= SQLITE_MAX
+
+
+def _declared_length(request: tornado.httputil.HTTPServerRequest) -> int | None:
+    """The body length the client declared, ``None`` for a chunked body (its length is unknown)."""
+    if "chunked" in request.headers.get("Transfer-Encoding", "").lower():
+        return None
+    try:
+        return int(request.headers.get("Content-Length", "0"))
+    except ValueError:
+        return 0  # Tornado itself refuses a malformed Content-Length before any handler runs
+
+
+class EveryMethod(tuple[str, ...]):
+    """``SUPPORTED_METHODS`` that admits any method, so an unusual one (``TRACE``, ``FOO``) reaches
+    ``prepare()`` and is refused there, after authentication, like any other method a path lacks."""
+
+    def __contains__(self, method: object) -> bool:
+        return True
+
+
+def write_http_error(handler: tornado.web.RequestHandler, status_code: int, allow: str) -> None:
+    """An error Tornado raised itself (unsupported method, a handler's bug) in the one envelope: ``internal``
+    for a 500, ``method_not_allowed`` with ``Allow``, ``http_error`` for any other refusal."""
+    code = {405: "method_not_allowed"}.get(status_code, "internal" if status_code >= 500 else "http_error")
+    handler.set_header("Content-Type", "application/json")
+    if status_code == 405:
+        handler.set_header("Allow", allow)
+    handler.finish(json.dumps({"error": {"code": code, "message": handler._reason, "details": None}}))
+
+
+@tornado.web.stream_request_body
 class ApiHandler(tornado.web.RequestHandler):
-    """Serves every route of one path; the route table decides method, role and models."""
+    """Serves every route of one path; the route table decides method, role and models.
+
+    The body is streamed, so the caller is authenticated, authorized and its declared size checked in
+    ``prepare()``, before one byte of the body is read; a refusal then closes the connection, and the
+    body is never read. A chunked body is counted as it arrives and refused (413) past the limit.
+    """
+
+    SUPPORTED_METHODS = EveryMethod(tornado.web.RequestHandler.SUPPORTED_METHODS)
 
     def initialize(self, services: Services, routes: dict[str, Route]) -> None:
         self.services = services
         self.routes = routes
+        self.limit = services.settings.api_max_body_bytes
+        self.route: Route | None = None
+        self.principal: Principal | None = None
+        self.chunks: list[bytes] = []
+        self.received = 0
 
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", "application/json")
@@ -134,46 +208,71 @@ class ApiHandler(tornado.web.RequestHandler):
         self.set_header("X-Content-Type-Options", "nosniff")
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        body = {"error": {"code": "internal" if status_code >= 500 else "http_error",
-                          "message": self._reason, "details": None}}
-        self.finish(json.dumps(body))
+        write_http_error(self, status_code, allow=", ".join(sorted(self.routes)))
+
+    async def prepare(self) -> None:
+        try:
+            await self._admit()
+        except ServiceError as exc:
+            await self._refuse(exc, close=_declared_length(self.request) != 0)  # the body stays unread
+
+    async def _admit(self) -> None:
+        method = self.request.method or "GET"
+        route = self.routes.get(method)
+        loop = asyncio.get_running_loop()
+        if route is not None and route.path in ("/healthz", "/readyz"):
+            principal = DEV_PRINCIPAL
+        else:
+            principal = await loop.run_in_executor(None, authenticate, self, self.services)
+            self.principal = principal
+            if principal.face == "ui" and method != "GET":
+                try:
+                    self.check_xsrf_cookie()
+                except tornado.web.HTTPError:
+                    raise Forbidden("missing or wrong XSRF token for a dashboard session: send the _xsrf "
+                                    "cookie's value in the X-XSRFToken header") from None
+        if route is None:  # after authentication: an anonymous caller learns nothing about the routes
+            allowed = ", ".join(sorted(self.routes))
+            self.set_header("Allow", allowed)
+            raise MethodNotAllowed(f"{method} is not allowed here; use {allowed}")
+        self.route = route
+        principal.require(route.role)
+        declared = _declared_length(self.request)
+        if declared is not None and declared > self.limit:
+            raise TooLarge(f"request body of {declared} bytes is over the limit of {self.limit} bytes "
+                           "(setting api_max_body_bytes)")
+        # a chunked body is counted in data_received; Tornado's own cap would answer a bare 400 instead
+        self.request.connection.set_max_body_size(self.limit if declared is not None else 2**62)
+
+    async def _refuse(self, exc: ServiceError, close: bool) -> None:
+        if self.principal is not None and self.route is not None and not self.route.read_only \
+                and exc.http_status == 403:
+            record = functools.partial(self.services.audit.record, self.principal, self.route.name,
+                                       self.request.path, {}, "denied", detail=exc.message)
+            await asyncio.get_running_loop().run_in_executor(None, record)
+        await self._send_error(exc.http_status, exc.code, exc.message, exc.details)
+        if close:
+            self.request.connection.close()  # the rest of the body is never read
+
+    async def data_received(self, chunk: bytes) -> None:
+        if self._finished:
+            return
+        self.received += len(chunk)
+        if self.received > self.limit:
+            await self._refuse(TooLarge(f"request body is over the limit of {self.limit} bytes "
+                                        "(setting api_max_body_bytes)"), close=True)
+            return
+        self.chunks.append(chunk)
 
     async def get(self, **path: str) -> None:
-        await self._dispatch("GET", path)
+        await self._dispatch(path)
 
-    async def post(self, **path: str) -> None:
-        await self._dispatch("POST", path)
+    post = delete = put = patch = get
 
-    async def delete(self, **path: str) -> None:
-        await self._dispatch("DELETE", path)
-
-    async def put(self, **path: str) -> None:
-        await self._dispatch("PUT", path)
-
-    async def patch(self, **path: str) -> None:
-        await self._dispatch("PATCH", path)
-
-    async def _dispatch(self, method: str, path: dict[str, str]) -> None:
-        route = self.routes.get(method)
-        principal: Principal | None = None
+    async def _dispatch(self, path: dict[str, str]) -> None:
+        route, principal = self.route, self.principal or DEV_PRINCIPAL
+        assert route is not None
         try:
-            if route is None:
-                self.set_header("Allow", ", ".join(sorted(self.routes)))
-                self._send_error(405, "method_not_allowed",
-                                 f"{method} is not allowed here; use {', '.join(sorted(self.routes))}")
-                return
-            if route.path in ("/healthz", "/readyz"):
-                principal = DEV_PRINCIPAL
-            else:
-                principal = await asyncio.get_running_loop().run_in_executor(
-                    None, authenticate, self, self.services)
-                if principal.face == "ui" and method != "GET":
-                    try:
-                        self.check_xsrf_cookie()
-                    except tornado.web.HTTPError:
-                        raise Forbidden("missing or wrong XSRF token for a dashboard session: send the _xsrf "
-                                        "cookie's value in the X-XSRFToken header") from None
-                principal.require(route.role)
             call = Call(services=self.services, principal=principal, path=path,
                         query=parse(route.query, query_dict(route.query, self.request.query_arguments))
                         if route.query else None,
@@ -187,11 +286,7 @@ class ApiHandler(tornado.web.RequestHandler):
                 reply = await asyncio.get_running_loop().run_in_executor(None, route.handler, call)
             assert isinstance(reply, Reply)
         except ServiceError as exc:
-            if principal is not None and route is not None and not route.read_only and exc.http_status == 403:
-                record = functools.partial(self.services.audit.record, principal, route.name, self.request.path,
-                                           {}, "denied", detail=exc.message)
-                await asyncio.get_running_loop().run_in_executor(None, record)
-            self._send_error(exc.http_status, exc.code, exc.message, exc.details)
+            await self._refuse(exc, close=False)
             return
         self.set_status(reply.status)
         for key, value in reply.headers.items():
@@ -199,26 +294,35 @@ class ApiHandler(tornado.web.RequestHandler):
         self.finish(to_json(reply.body))
 
     def _body(self) -> Any:
-        raw = self.request.body
+        raw = b"".join(self.chunks)
         if not raw:
             return {}
         try:
             return json.loads(raw)
+        except RecursionError:
+            raise Invalid("request body is nested too deeply") from None
         except ValueError as exc:
             raise Invalid(f"request body is not valid JSON: {exc}") from None
 
-    def _send_error(self, status: int, code: str, message: str, details: Any = None) -> None:
+    def _send_error(self, status: int, code: str, message: str, details: Any = None) -> Any:
         self.set_status(status)
-        self.finish(json.dumps({"error": {"code": code, "message": message, "details": details}},
-                               default=str))
+        return self.finish(json.dumps({"error": {"code": code, "message": message, "details": details}},
+                                      default=str))
 
 
+@tornado.web.stream_request_body
 class NotFoundHandler(tornado.web.RequestHandler):
-    def prepare(self) -> None:
+    """The JSON 404 for any other path under /api (in any spelling); a body sent along is never read."""
+
+    SUPPORTED_METHODS = EveryMethod(tornado.web.RequestHandler.SUPPORTED_METHODS)
+
+    async def prepare(self) -> None:
         self.set_status(404)
         self.set_header("Content-Type", "application/json")
         err = NotFound(f"no API route {self.request.method} {self.request.path}; see /api/v1/openapi.json")
-        self.finish(json.dumps(err.envelope()))
+        await self.finish(json.dumps(err.envelope()))
+        if _declared_length(self.request) != 0:
+            self.request.connection.close()
 
 
 class OpenApiHandler(tornado.web.RequestHandler):
@@ -228,6 +332,9 @@ class OpenApiHandler(tornado.web.RequestHandler):
     def get(self) -> None:
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(self.document))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        write_http_error(self, status_code, allow="GET")
 
 
 class EventsSocket(tornado.websocket.WebSocketHandler):
@@ -289,83 +396,6 @@ class EventsSocket(tornado.websocket.WebSocketHandler):
             self._unsubscribe()
         if self._recheck is not None:
             self._recheck.stop()
-
-
-# ----- OpenAPI 3.1 from the route table ------------------------------------------------------------------
-
-def _models(routes: list[Route]) -> list[type[BaseModel]]:
-    seen: list[type[BaseModel]] = [ErrorEnvelope]
-    for r in routes:
-        for model in (r.query, r.body, r.response):
-            if model is not None and model not in seen:
-                seen.append(model)
-    return seen
-
-
-def openapi_document(routes: list[Route] = ROUTES) -> dict[str, Any]:
-    """OpenAPI 3.1, generated from the routes and pydantic models; ``x-mcp-tool`` feeds the bridge."""
-    models = _models(routes)
-    keys = [(m, "validation" if issubclass(m, RequestModel) else "serialization") for m in models]
-    refs, defs = models_json_schema(keys, ref_template="#/components/schemas/{model}")  # type: ignore[arg-type]
-    schemas = defs.get("$defs", {})
-
-    def ref(model: type[BaseModel], request: bool) -> dict[str, Any]:
-        return dict(refs[(model, "validation" if request else "serialization")])
-
-    paths: dict[str, dict[str, Any]] = {}
-    for r in routes:
-        params: list[dict[str, Any]] = [
-            {"name": name, "in": "path", "required": True, "description": desc, "schema": {"type": "string"}}
-            for name, desc in r.path_params.items()
-        ]
-        if r.query is not None:
-            qschema = r.query.model_json_schema(ref_template="#/components/schemas/{model}")
-            for name, prop in qschema.get("properties", {}).items():
-                prop = dict(prop)
-                desc = prop.pop("description", "")
-                params.append({"name": name, "in": "query", "required": name in qschema.get("required", []),
-                               "description": desc, "schema": prop})
-        op: dict[str, Any] = {
-            "operationId": r.name,
-            "summary": r.summary,
-            "description": r.description or r.summary,
-            "tags": [r.tag],
-            "parameters": params,
-            "x-required-role": r.role.value,
-            "responses": {
-                str(r.status): {"description": "OK" if r.status < 300 else "accepted"},
-                "default": {"description": "error",
-                            "content": {"application/json": {"schema": ref(ErrorEnvelope, False)}}},
-            },
-        }
-        if r.response is not None:
-            schema = ref(r.response, False)
-            if r.many:
-                schema = {"type": "array", "items": schema}
-            op["responses"][str(r.status)]["content"] = {"application/json": {"schema": schema}}
-        if r.body is not None:
-            op["requestBody"] = {"required": True,
-                                 "content": {"application/json": {"schema": ref(r.body, True)}}}
-        if r.path.startswith("/api/"):
-            op["security"] = [{"bearer": []}, {"session": []}]
-        if r.mcp:
-            op["x-mcp-tool"] = {"name": r.name, "title": r.summary, "readOnlyHint": r.read_only,
-                                "destructiveHint": r.destructive, "idempotentHint": r.idempotent}
-        paths.setdefault(r.path, {})[r.method.lower()] = op
-    return {
-        "openapi": "3.1.0",
-        "info": {"title": "InstantStart", "version": __version__,
-                 "description": "Control plane for SageMaker HyperPod on EKS. Mutations answer 202 with an "
-                                "operation; follow it at its status_url (long-poll with ?wait=N)."},
-        "paths": paths,
-        "components": {
-            "schemas": schemas,
-            "securitySchemes": {
-                "bearer": {"type": "http", "scheme": "bearer", "description": "an API token (ist_...)"},
-                "session": {"type": "apiKey", "in": "cookie", "name": SESSION_COOKIE},
-            },
-        },
-    }
 
 
 def _pattern(path: str) -> str:

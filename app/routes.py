@@ -20,7 +20,7 @@ from services.audit import AuditEntry, AuditQuery
 from services.auth import Principal, Role, TokenCreate, TokenCreated, TokenInfo
 from services.backups import KIND as BACKUP_KIND
 from services.backups import BackupCreate, BackupInfo
-from services.errors import Invalid
+from services.errors import ERROR_CODES, Invalid
 from services.events import Event
 from services.models import RequestModel, ResponseModel
 from services.operations import STATUS_TOOL, OperationQuery, OperationView
@@ -105,7 +105,9 @@ class OperationUntilDone(RequestModel):
 
 
 class ErrorBody(BaseModel):
-    code: str
+    code: str = Field(..., description="internal: an unclassified failure (a bug, please report it); "
+                      "permanent: a classified failure that retrying will not fix; transient: retry later",
+                      json_schema_extra={"enum": list(ERROR_CODES)})
     message: str
     details: Any = None
 

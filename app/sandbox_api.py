@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from app.routes import Call, Reply, Route
 from app.sandbox import Sandbox
@@ -21,37 +21,91 @@ from services.models import RequestModel, ResponseModel, parse
 
 FaultKind = Literal["node_unhealthy", "insufficient_capacity", "addon_degraded", "quota_exhausted", "throttle"]
 
-# per kind: (target keys required, target keys allowed)
-FAULT_TARGETS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
-    "node_unhealthy": (frozenset({"cluster", "node"}), frozenset({"cluster", "node", "recovery"})),
-    "insufficient_capacity": (frozenset({"instance_type"}), frozenset({"instance_type", "availability_zone"})),
-    "addon_degraded": (frozenset({"cluster", "addon"}), frozenset({"cluster", "addon"})),
-    "quota_exhausted": (frozenset({"instance_type"}), frozenset({"instance_type"})),
-    "throttle": (frozenset({"service"}), frozenset({"service", "operation"})),
+
+class NodeUnhealthyTarget(RequestModel):
+    cluster: str = Field(..., min_length=1, description="HyperPod cluster name")
+    node: str = Field(..., min_length=1, description="instance id, e.g. i-0123456789abcdef0")
+    recovery: Literal["Reboot", "Replace"] | None = Field(None, description="what automatic recovery does "
+                                                          "(default Replace)")
+
+
+class InsufficientCapacityTarget(RequestModel):
+    instance_type: str = Field(..., min_length=1, description="e.g. ml.g5.8xlarge")
+    availability_zone: str | None = Field(None, description="only in this zone; default every zone")
+
+
+class AddonDegradedTarget(RequestModel):
+    cluster: str = Field(..., min_length=1, description="EKS cluster name")
+    addon: str = Field(..., min_length=1, description="EKS add-on name")
+
+
+class QuotaExhaustedTarget(RequestModel):
+    instance_type: str = Field(..., min_length=1, description="e.g. ml.p5.48xlarge")
+
+
+class ThrottleTarget(RequestModel):
+    service: str = Field(..., min_length=1, description="AWS service, e.g. sagemaker or eks")
+    operation: str | None = Field(None, description="only this API operation; default all of the service")
+
+
+FaultTarget = (NodeUnhealthyTarget | InsufficientCapacityTarget | AddonDegradedTarget | QuotaExhaustedTarget
+               | ThrottleTarget)
+TARGET_MODELS: dict[str, type[RequestModel]] = {
+    "node_unhealthy": NodeUnhealthyTarget,
+    "insufficient_capacity": InsufficientCapacityTarget,
+    "addon_degraded": AddonDegradedTarget,
+    "quota_exhausted": QuotaExhaustedTarget,
+    "throttle": ThrottleTarget,
 }
+# per kind: (target keys required, target keys allowed), from the models above
+FAULT_TARGETS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    kind: (frozenset(n for n, f in model.model_fields.items() if f.is_required()), frozenset(model.model_fields))
+    for kind, model in TARGET_MODELS.items()
+}
+
+
+def _per_kind_schema(schema: dict[str, Any]) -> None:
+    """State in the schema which target model goes with which kind (the bridge reads the plain properties)."""
+    schema["oneOf"] = [
+        {"properties": {"kind": {"const": kind}, "target": model.model_json_schema()}, "required": ["kind"]}
+        for kind, model in TARGET_MODELS.items()
+    ]
 
 
 class FaultInject(RequestModel):
     """Make the sandbox misbehave the way AWS and HyperPod do, to rehearse recovery."""
 
+    model_config = ConfigDict(json_schema_extra=_per_kind_schema)
+
     kind: FaultKind = Field(..., description="node_unhealthy (target cluster = HyperPod cluster name, node = "
                             "instance id, optional recovery = Reboot|Replace); insufficient_capacity (instance_type, "
                             "optional availability_zone); addon_degraded (cluster = EKS name, addon); "
                             "quota_exhausted (instance_type); throttle (service, optional operation)")
-    target: dict[str, str] = Field(default_factory=dict, description="what the fault applies to (see kind)")
+    target: FaultTarget = Field(..., description="what the fault applies to: the keys of the kind's target model")
     count: int | None = Field(None, ge=1, le=10_000,
                               description="throttle: how many calls fail; others: uses before it clears itself")
 
-    @model_validator(mode="after")
-    def _targets(self) -> FaultInject:
-        required, allowed = FAULT_TARGETS[self.kind]
-        missing = sorted(required - set(self.target))
-        unknown = sorted(set(self.target) - allowed)
+    @model_validator(mode="before")
+    @classmethod
+    def _target_of_kind(cls, data: Any) -> Any:
+        """Validate ``target`` against its kind's model (a plain union would accept another kind's keys)."""
+        if not isinstance(data, dict) or data.get("kind") not in TARGET_MODELS:
+            return data
+        target = data.get("target", {})
+        if not isinstance(target, dict):
+            return data  # the field's own validation says what is wrong
+        kind = str(data["kind"])
+        required, allowed = FAULT_TARGETS[kind]
+        missing = sorted(required - set(target))
+        unknown = sorted(set(target) - allowed)
         if missing or unknown:
-            raise ValueError(f"{self.kind} needs target keys {sorted(required)}"
+            raise ValueError(f"{kind} needs target keys {sorted(required)}"
                              + (f" (missing {missing})" if missing else "")
                              + (f"; unknown keys {unknown}, allowed {sorted(allowed)}" if unknown else ""))
-        return self
+        return {**data, "target": TARGET_MODELS[kind].model_validate(target)}
+
+    def target_keys(self) -> dict[str, str]:
+        return {k: str(v) for k, v in self.target.model_dump(exclude_none=True).items()}
 
 
 class FaultView(ResponseModel):
@@ -105,7 +159,7 @@ class SandboxControl:
     def inject(self, principal: Principal, request: FaultInject | dict[str, Any]) -> FaultView:
         self._admin(principal, "sandbox.fault.inject")
         body = request if isinstance(request, FaultInject) else parse(FaultInject, request)
-        fault = self.sandbox.world.faults.inject(body.kind, body.target, body.count)
+        fault = self.sandbox.world.faults.inject(body.kind, body.target_keys(), body.count)
         self.audit.record(principal, "sandbox.fault.inject", fault.id, body.model_dump(), "succeeded")
         self._changed()
         return FaultView(id=fault.id, kind=fault.kind, target=fault.target, remaining=fault.remaining)

@@ -23,7 +23,8 @@ import tornado.web
 from bokeh.server.auth_provider import AuthProvider
 
 from app.bootstrap import Services
-from app.rest import SESSION_COOKIE, allowed_origins, rest_patterns
+from app.edge import edge_patterns, guard_application, http_server_limits
+from app.rest import SESSION_COOKIE, NotFoundHandler, allowed_origins, rest_patterns
 from app.routes import ROUTES
 from app.runtime import RUNTIME_FILE, Runtime, remove_runtime, url_for, write_runtime
 from app.sandbox import Sandbox, sandbox_enabled
@@ -281,6 +282,15 @@ def make_dashboard(services: Services, pages: list[Page] = PAGES) -> Callable[[]
     return dashboard
 
 
+def run_guarded(server: Any, listening: Callable[[int], None]) -> None:
+    """Start Panel's (Bokeh's) server with every handler guarded (see app/edge.py), tell ``listening`` its
+    port, then serve until interrupted."""
+    guard_application(server._tornado)
+    server.start()
+    listening(server.port)
+    server.io_loop.start()
+
+
 def serve(services: Services, *, show_token: Callable[[str], None] | None = None,
           say: Callable[[str], None] = log.info, mode_reason: str = "") -> None:
     """Start everything on one port and block until interrupted; ``say`` prints start-up facts.
@@ -324,22 +334,24 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
             start=False,
             title="InstantStart",
             verbose=False,
-            extra_patterns=rest_patterns(services, routes),
+            extra_patterns=[*rest_patterns(services, routes), *edge_patterns(NotFoundHandler)],
             cookie_secret=cookie_secret(settings.data_dir),
             use_xheaders=settings.trust_proxy_headers,
+            http_server_kwargs=http_server_limits(),
             **kwargs,
         )
-        server.start()
-        write_runtime(Runtime(
-            pid=os.getpid(), url=url_for(settings.host, server.port), data_dir=str(settings.data_dir),
-            sandbox=world is not None, mode_reason=mode_reason,
-            aws_endpoint_url=world.world.endpoint_url if world else None,
-            kube_url=world.kube_server.base_url if world else None,
-            ports={"port": server.port, "sandbox_aws_port": settings.sandbox_aws_port,
-                   "sandbox_kube_port": settings.sandbox_kube_port},
-            started_at=time.time()))
-        say(f"listening on {url_for(settings.host, server.port)} (runtime file {settings.data_dir / RUNTIME_FILE})")
-        server.io_loop.start()
+        def listening(port: int) -> None:
+            write_runtime(Runtime(
+                pid=os.getpid(), url=url_for(settings.host, port), data_dir=str(settings.data_dir),
+                sandbox=world is not None, mode_reason=mode_reason,
+                aws_endpoint_url=world.world.endpoint_url if world else None,
+                kube_url=world.kube_server.base_url if world else None,
+                ports={"port": port, "sandbox_aws_port": settings.sandbox_aws_port,
+                       "sandbox_kube_port": settings.sandbox_kube_port},
+                started_at=time.time()))
+            say(f"listening on {url_for(settings.host, port)} (runtime file {settings.data_dir / RUNTIME_FILE})")
+
+        run_guarded(server, listening)
     finally:
         remove_runtime(settings.data_dir)
         if world is not None:

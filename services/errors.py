@@ -11,7 +11,11 @@ from typing import Any
 
 
 class ServiceError(Exception):
-    """Base of every error the backend reports to a caller."""
+    """Base of every error the backend reports to a caller.
+
+    Raised as is (code ``internal``, 500) it means an unclassified failure: a bug to report. A failure that
+    is understood but cannot be fixed by retrying is :class:`Permanent` instead.
+    """
 
     code: str = "internal"
     http_status: int = 500
@@ -75,6 +79,35 @@ class Permanent(ServiceError):
 
     code = "permanent"
     http_status = 500
+
+
+class MethodNotAllowed(ServiceError):
+    """The path exists, the method does not (the answer carries ``Allow``)."""
+
+    code = "method_not_allowed"
+    http_status = 405
+
+
+class TooLarge(ServiceError):
+    """The request body is over the server's limit; it was not read."""
+
+    code = "too_large"
+    http_status = 413
+
+
+class HeadersTooLarge(ServiceError):
+    """The request's header block is over the server's limit."""
+
+    code = "headers_too_large"
+    http_status = 431
+
+
+# Every ``error.code`` a face can answer: the classes above, plus ``http_error`` for a refusal the web server
+# makes before any of our code runs (a malformed request), with the HTTP status it chose.
+ERROR_CODES: tuple[str, ...] = (
+    "invalid", "unauthorized", "forbidden", "not_found", "conflict", "transient", "permanent", "internal",
+    "method_not_allowed", "too_large", "headers_too_large", "http_error",
+)
 
 
 _AWS_CODES: dict[str, type[ServiceError]] = {

@@ -57,6 +57,8 @@ class Settings(BaseSettings):
     allowed_origins: list[str] = Field(
         default_factory=list, description="extra host:port values browsers may open WebSockets from"
     )
+    api_max_body_bytes: int = Field(1024 * 1024, ge=1024, le=64 * 1024 * 1024,
+                                    description="largest REST request body; larger ones get 413 unread")
 
     @field_validator("data_dir", mode="after")
     @classmethod
