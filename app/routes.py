@@ -162,6 +162,8 @@ async def _watch(call: Call, timeout: float, done: Callable[[OperationView, Oper
         if event.data.get("id") == op_id:
             loop.call_soon_threadsafe(wake.set)
 
+    if timeout > 0:  # a long-poll holds one of its principal's few slots while it waits
+        call.services.longpolls.acquire(call.principal)
     unsubscribe = call.services.bus.subscribe(on_event, topic="operation")
     try:
         deadline = loop.time() + timeout
@@ -180,6 +182,8 @@ async def _watch(call: Call, timeout: float, done: Callable[[OperationView, Oper
         return Reply(current)
     finally:
         unsubscribe()
+        if timeout > 0:
+            call.services.longpolls.release(call.principal)
 
 
 async def _operations_get(call: Call) -> Reply:
