@@ -279,7 +279,8 @@ ROUTES: list[Route] = [
                       "stays, tagged with the operation id."),
     Route("GET", "/api/v1/audit", "audit_list", "Audit log", Role.VIEWER, _audit_list, query=AuditQuery,
           response=AuditEntry, many=True, tag="audit",
-          description="Who did what through which face (ui, rest, mcp), newest first."),
+          description="Who did what through which face (ui: dashboard session, api: bearer token, cli, system), "
+                      "with the client each caller claimed to be (e.g. mcp), newest first."),
     Route("GET", "/api/v1/tokens", "tokens_list", "List API tokens", Role.ADMIN, _tokens_list,
           response=TokenInfo, many=True, tag="tokens", mcp=False),
     Route("POST", "/api/v1/tokens", "tokens_create", "Create an API token", Role.ADMIN, _tokens_create,

@@ -77,8 +77,8 @@ DASHBOARD_CSP = ("default-src 'self'; script-src 'self' blob: 'unsafe-inline' 'u
                  "connect-src 'self'; worker-src 'self' blob:; object-src 'none'; base-uri 'self'; "
                  "form-action 'self'; frame-ancestors 'none'")
 #: the sign-in page runs no script at all
-LOGIN_CSP = ("default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; object-src 'none'; "
-             "base-uri 'self'; frame-ancestors 'none'")
+LOGIN_CSP = ("default-src 'none'; script-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
+             "object-src 'none'; base-uri 'self'; frame-ancestors 'none'")
 HSTS = "max-age=31536000"
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,14 +55,14 @@ class Backups:
     def path_for(self, ctx: StageContext) -> Path:
         return self.directory / f"state-{ctx.request['label']}-{ctx.operation_id}.sqlite"
 
-    def files(self) -> list[tuple[float, Path]]:
-        """(mtime, path) of every backup, newest first."""
+    def files(self) -> list[tuple[int, Path]]:
+        """(mtime in ns, path) of every backup, newest first (the snapshot makes mtimes strictly increase)."""
         if not self.directory.is_dir():
             return []
         found = []
         for path in self.directory.glob(PATTERN):
             try:
-                found.append((path.stat().st_mtime, path))
+                found.append((path.stat().st_mtime_ns, path))
             except FileNotFoundError:  # pruned meanwhile
                 continue
         return sorted(found, key=lambda item: (item[0], item[1].name), reverse=True)
@@ -73,7 +74,7 @@ class Backups:
                 size = path.stat().st_size
             except FileNotFoundError:
                 continue
-            out.append(BackupInfo(name=path.name, size_bytes=size, created_at=iso(mtime) or ""))
+            out.append(BackupInfo(name=path.name, size_bytes=size, created_at=iso(mtime / 1e9) or ""))
         return out
 
     def get(self, name: str) -> BackupInfo:
@@ -123,6 +124,11 @@ class Snapshot(Stage):
         partial.unlink(missing_ok=True)
         self.backups.db.backup_to(partial)
         os.chmod(partial, 0o600)
+        # Retention prunes by age: give the copy a time later than every other backup's, since the file
+        # system's timestamps can be coarser than the time between two backups
+        newest = max((mtime for mtime, _ in self.backups.files()), default=0)
+        stamp = max(time.time_ns(), newest + 1000)
+        os.utime(partial, ns=(stamp, stamp))
         with open(partial, "rb") as handle:
             os.fsync(handle.fileno())
         partial.rename(final)

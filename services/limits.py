@@ -45,3 +45,8 @@ class Slots:
                 self._held[key] = held
             else:
                 self._held.pop(key, None)
+
+    def held(self, principal: Principal) -> int:
+        """How many this principal holds now."""
+        with self._lock:
+            return self._held.get(principal.scope, 0)
