@@ -365,7 +365,8 @@ class EventsSocket(tornado.websocket.WebSocketHandler):
         loop = asyncio.get_running_loop()
         try:
             if principal.session is not None:
-                await loop.run_in_executor(None, self.services.sessions.principal, principal.session, "ui")
+                check = functools.partial(self.services.sessions.principal, principal.session, "ui", touch=False)
+                await loop.run_in_executor(None, check)
             else:
                 await loop.run_in_executor(None, self.services.tokens.principal, principal.token_id, "api")
         except Unauthorized:

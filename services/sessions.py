@@ -61,8 +61,9 @@ class SessionStore:
             conn.execute("DELETE FROM sessions WHERE expires_at < ?", (now - self.lifetime,))
         return session
 
-    def principal(self, session_id: str, face: str = "ui") -> Principal:
-        """The principal of a live session (its token still active); refreshes its idle clock."""
+    def principal(self, session_id: str, face: str = "ui", *, touch: bool = True) -> Principal:
+        """The principal of a live session (its token still active); a request (``touch``) refreshes its idle
+        clock, a background re-check does not."""
         now = self.clock.now()
         row = self.db.query_one("SELECT * FROM sessions WHERE id_hash=?", (_hash(session_id),))
         if row is None or row["ended_at"] is not None:
@@ -73,7 +74,7 @@ class SessionStore:
             self._end(row["id_hash"], ended, now)
             raise Unauthorized(f"this session has ended ({ended}); sign in again")
         principal = self.tokens.principal(row["token_id"], face)
-        if now - row["last_seen_at"] > self.idle_timeout * self.TOUCH_FRACTION:
+        if touch and now - row["last_seen_at"] > self.idle_timeout * self.TOUCH_FRACTION:
             with self.db.tx() as conn:
                 conn.execute("UPDATE sessions SET last_seen_at=? WHERE id_hash=? AND ended_at IS NULL",
                              (now, row["id_hash"]))
