@@ -94,6 +94,8 @@ def test_a_cookie_copied_before_logout_opens_nothing_afterwards(live: LiveServer
     assert session.get("/api/v1/whoami").json()["face"] == "ui"
     assert session.post("/api/v1/backups", {"label": "before-logout"}).status_code == 202
     assert session.get("/").status_code == 200
+    ws = websocket.create_connection(_events(live), cookie=f"instantstart_session={session.cookie}",
+                                     origin=f"http://{session.host}", timeout=30)
 
     out = httpx2.get(live.url + "/logout", headers=session.headers(), follow_redirects=False, timeout=30)
     assert out.status_code == 302 and out.headers["Location"] == "/login"
@@ -104,6 +106,10 @@ def test_a_cookie_copied_before_logout_opens_nothing_afterwards(live: LiveServer
     page = session.get("/")
     assert page.status_code == 302 and "login" in page.headers["Location"]
     assert [row["outcome"] for row in audit(live, action="session.logout")] == ["succeeded"]
+    with pytest.raises(websocket.WebSocketConnectionClosedException):
+        while True:  # events may come first; the periodic re-check closes the ended session's socket
+            ws.recv()
+    ws.close()
 
 
 # ----- defect 9: the XSRF token is the session's own -------------------------------------------------------
