@@ -8,6 +8,7 @@ read-then-write never races another writer. Schema changes are numbered migratio
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -15,6 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 MIGRATIONS: list[str] = [
     """
@@ -135,8 +138,13 @@ class Database:
         with 0600 covers them; files an older version left 0644 are tightened here."""
         os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
         for suffix in ("", "-wal", "-shm"):
+            name = f"{self.path}{suffix}"
             with suppress(FileNotFoundError):
-                os.chmod(f"{self.path}{suffix}", 0o600)
+                if os.stat(name).st_mode & 0o077:
+                    try:
+                        os.chmod(name, 0o600)
+                    except PermissionError:  # another user's file: say so, the directory still guards it
+                        log.warning("%s is readable by others and not ours to chmod; run chmod 600 on it", name)
 
     def connection(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)

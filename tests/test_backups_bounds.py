@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -202,3 +203,13 @@ def test_long_polls_per_principal_are_bounded(tmp_path: Path, clock: FakeClock, 
         asyncio.run(main())
     finally:
         svc.stop()
+
+
+# ----- defect 9: the audit pane shows the client's claim as a claim ------------------------------------------------
+
+def test_the_audit_pane_shows_face_and_client_claim_apart(services: Services) -> None:
+    from panels.audit import audit_frame
+
+    services.audit.record(replace(OPERATOR, face="api", client="mcp"), "backup.create", "state-db", {}, "accepted")
+    frame = audit_frame(services.audit.list(AuditQuery(client="mcp")))
+    assert frame[["face", "client claim"]].values.tolist() == [["api", "mcp"]]
