@@ -19,7 +19,7 @@ LABEL org.opencontainers.image.title="instantstart" \
       org.opencontainers.image.licenses="Apache-2.0"
 RUN groupadd --system --gid 10001 app \
     && useradd --system --uid 10001 --gid app --home-dir /home/app --create-home app \
-    && mkdir -p /data && chown app:app /data
+    && mkdir -p /data && chown app:app /data && chmod 0700 /data
 COPY --from=build /opt/venv /opt/venv
 COPY skills /opt/instantstart/skills
 ENV PATH=/opt/venv/bin:$PATH \

@@ -14,7 +14,9 @@ from services.clock import Clock
 from services.db import Database
 from services.events import EventBus
 from services.kube import KubeClients
+from services.limits import Slots
 from services.operations import Engine
+from services.sessions import SessionStore, SignInThrottle
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,10 @@ class Services:
     aws: AwsClients
     kube: KubeClients
     backups: Backups
+    sessions: SessionStore
+    signin: SignInThrottle
+    websockets: Slots
+    longpolls: Slots
 
     def start(self) -> None:
         self.engine.start()
@@ -53,12 +59,18 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
         aws = AwsClients(settings.region, aws_endpoint(settings), session=aws_session(settings))
     else:
         aws = AwsClients(settings.region, settings.aws_endpoint_url)
-    backups = Backups(db, data / "backups")
+    backups = Backups(db, data / "backups", keep=settings.backup_keep, reserve_bytes=settings.backup_reserve_bytes)
     engine.register(backups.kind())
     kube = KubeClients(aws, clock, ca_dir=data / "ca")
     if sandboxed:
         register_clusters(settings, kube, stored_clusters(settings))
+    tokens = TokenStore(db, clock)
     return Services(
-        settings=settings, clock=clock, db=db, bus=bus, audit=audit, tokens=TokenStore(db, clock),
+        settings=settings, clock=clock, db=db, bus=bus, audit=audit, tokens=tokens,
         engine=engine, aws=aws, kube=kube, backups=backups,
+        sessions=SessionStore(db, clock, tokens, lifetime=settings.session_lifetime,
+                              idle_timeout=settings.session_idle_timeout),
+        signin=SignInThrottle(clock, base=settings.signin_delay_base, cap=settings.signin_delay_max),
+        websockets=Slots("event WebSockets", settings.ws_per_principal),
+        longpolls=Slots("long-polls", settings.longpolls_per_principal),
     )

@@ -92,14 +92,14 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
+    from mcp_bridge.credentials import bridge_token
     from mcp_bridge.server import BridgeError, run_bridge
 
     url = args.url or os.environ.get("INSTANTSTART_URL") or "http://127.0.0.1:3099"
-    token = args.token or os.environ.get("INSTANTSTART_TOKEN")
-    if not token:
-        print("the MCP bridge needs a token: --token or INSTANTSTART_TOKEN", file=sys.stderr)
-        return 2
     try:
+        token, warnings = bridge_token(args.token, args.token_file, dict(os.environ))
+        for warning in warnings:
+            print(warning, file=sys.stderr)
         run_bridge(url, token, transport=args.transport, host=args.host, port=args.port, toolsets=args.toolsets)
     except BridgeError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -134,7 +134,8 @@ def parser() -> argparse.ArgumentParser:
     mcp = sub.add_parser("mcp", help="run the MCP bridge (tools call the REST API)")
     mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     mcp.add_argument("--url", help="REST base URL (INSTANTSTART_URL, default http://127.0.0.1:3099)")
-    mcp.add_argument("--token", help="API token (INSTANTSTART_TOKEN)")
+    mcp.add_argument("--token-file", help="file holding the API token (or set INSTANTSTART_TOKEN)")
+    mcp.add_argument("--token", help="API token; visible to other users in ps: prefer --token-file")
     mcp.add_argument("--host", default="127.0.0.1", help="bind address for --transport http")
     mcp.add_argument("--port", type=int, default=3100, help="port for --transport http")
     mcp.add_argument("--toolsets", help="tool groups by noun, comma separated, or 'all' (default: the everyday "

@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from app.bootstrap import Services
 from app.openapi import SQLITE_MAX, SQLITE_MIN, openapi_document
 from app.routes import ROUTES, Call, Reply, Route, check_routes
-from services.auth import Principal, Role
+from services.auth import Principal, Role, token_id_of
 from services.errors import (
     Forbidden,
     Invalid,
@@ -44,9 +44,13 @@ from services.settings import LOOPBACK_HOSTS, Settings
 log = logging.getLogger(__name__)
 
 SESSION_COOKIE = "instantstart_session"
+#: the session's own XSRF token, readable by the dashboard's pages; cookie-authenticated changes echo it
+#: in the X-XSRFToken header
+XSRF_COOKIE = "instantstart_xsrf"
+XSRF_HEADERS = ("X-XSRFToken", "X-CSRFToken")
 FACE_HEADER = "X-InstantStart-Face"
-CLIENT_FACES = frozenset({"rest", "mcp"})
-DEV_PRINCIPAL = Principal("dev", Role.ADMIN, None, "rest")
+CLIENT_CLAIM = re.compile(r"^[a-z0-9][a-z0-9._-]{0,31}$")
+DEV_PRINCIPAL = Principal("dev", Role.ADMIN, None, "api")
 TOKEN_RECHECK_SECONDS = 5
 
 
@@ -71,8 +75,15 @@ def allowed_origins(settings: Settings) -> set[str]:
         settings.allowed_origins)
 
 
-def _origin_allowed(origin: str | None, settings: Settings) -> bool:
-    return origin is None or urlsplit(origin).netloc in allowed_origins(settings)
+def _origin_allowed(origin: str | None, settings: Settings, protocol: str = "http") -> bool:
+    """A browser page of ours: an http(s) origin (https when the request came over https) at an allowed
+    ``host:port``. ``evil://127.0.0.1:3099`` or ``null`` are not pages of ours."""
+    if origin is None:
+        return True
+    parts = urlsplit(origin)
+    if parts.scheme not in ("http", "https") or (protocol == "https" and parts.scheme != "https"):
+        return False
+    return parts.netloc in allowed_origins(settings)
 
 
 def _guard_ambient(handler: tornado.web.RequestHandler, services: Services) -> None:
@@ -84,31 +95,97 @@ def _guard_ambient(handler: tornado.web.RequestHandler, services: Services) -> N
         raise Forbidden(f"dev mode answers loopback names only, not Host {request.host_name!r}")
     if request.method in ("GET", "HEAD"):
         return
-    if not _origin_allowed(request.headers.get("Origin"), services.settings):
+    if not _origin_allowed(request.headers.get("Origin"), services.settings, request.protocol):
         raise Forbidden(f"cross-origin request from {request.headers.get('Origin')!r} refused")
     if _declared_length(request) != 0 and \
             request.headers.get("Content-Type", "").split(";")[0].strip() != "application/json":
         raise Invalid("request bodies must be JSON: send Content-Type: application/json")
 
 
-def authenticate(handler: tornado.web.RequestHandler, services: Services) -> Principal:
-    """Bearer token, else the dashboard's session cookie, else (dev mode on loopback) a dev admin."""
+def client_claim(handler: tornado.web.RequestHandler) -> str:
+    """What the caller says it is (``X-InstantStart-Face``), as a short safe label; a claim, never a face."""
+    value = handler.request.headers.get(FACE_HEADER, "").strip().lower()
+    return value if CLIENT_CLAIM.match(value) else ("other" if value else "")
+
+
+def _bearer(handler: tornado.web.RequestHandler) -> str | None:
     header = handler.request.headers.get("Authorization", "")
-    if header:
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise Unauthorized("Authorization must be 'Bearer <token>'")
-        face = handler.request.headers.get(FACE_HEADER, "rest")
-        return services.tokens.authenticate(token.strip(), face if face in CLIENT_FACES else "rest")
-    cookie = handler.get_signed_cookie(SESSION_COOKIE, max_age_days=1)
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("Authorization must be 'Bearer <token>'")
+    return token.strip()
+
+
+def authenticate(handler: tornado.web.RequestHandler, services: Services) -> Principal:
+    """Bearer token, else the dashboard's session cookie, else (dev mode on loopback) a dev admin.
+
+    A session's changes must carry that session's own XSRF token (never a value the client chose)."""
+    token = _bearer(handler)
+    if token is not None:
+        return services.tokens.authenticate(token, "api", client_claim(handler))
+    cookie = handler.get_signed_cookie(SESSION_COOKIE, max_age_days=services.settings.session_lifetime / 86_400)
     if cookie:
         _guard_ambient(handler, services)
-        return services.tokens.principal(cookie.decode(), "ui")
+        principal = services.sessions.principal(cookie.decode(), "ui")
+        if handler.request.method not in ("GET", "HEAD"):
+            presented = next((handler.request.headers[h] for h in XSRF_HEADERS if h in handler.request.headers),
+                             None)
+            if principal.session is None or not services.sessions.check_xsrf(principal.session, presented):
+                raise Forbidden(f"missing or wrong XSRF token for a dashboard session: send the {XSRF_COOKIE} "
+                                "cookie's value in the X-XSRFToken header")
+        return principal
     if services.settings.dev_no_auth:
         _guard_ambient(handler, services)
         return DEV_PRINCIPAL
     raise Unauthorized("no credentials: send 'Authorization: Bearer <token>' (make one with "
                        "'instantstart token create --role viewer')")
+
+
+async def sign_in(services: Services, token: str, address: str, *, face: str, client: str, action: str,
+                  target: str) -> Principal:
+    """Check a presented token under the sign-in throttle: a delayed answer (never a lockout) after
+    failures of this (client address, token id), and an audit row for each failure."""
+    loop = asyncio.get_running_loop()
+    token_id = token_id_of(token) or "malformed"
+    delay = services.signin.admit(address, token_id)
+    if delay > 0:
+        await asyncio.sleep(delay)
+    try:
+        principal = await loop.run_in_executor(None, services.tokens.authenticate, token, face, client)
+    except Unauthorized as exc:
+        services.signin.failed(address, token_id)
+        record = functools.partial(services.audit.record_refusal, action, target,
+                                   f"{exc.message} (token id {token_id}, client {address})", face=face,
+                                   client=client)
+        await loop.run_in_executor(None, record)
+        raise
+    services.signin.succeeded(address, token_id)
+    return principal
+
+
+async def authenticate_request(handler: tornado.web.RequestHandler, services: Services) -> Principal:
+    """:func:`authenticate` off the loop; a presented bearer token goes through :func:`sign_in`."""
+    token = _bearer(handler)
+    if token is not None:
+        return await sign_in(services, token, handler.request.remote_ip or "", face="api",
+                             client=client_claim(handler), action="token.authenticate",
+                             target=handler.request.path)
+    return await asyncio.get_running_loop().run_in_executor(None, authenticate, handler, services)
+
+
+async def audit_refusal(handler: tornado.web.RequestHandler, services: Services, principal: Principal | None,
+                        action: str, exc: ServiceError) -> None:
+    """Every 403 is recorded, by its principal when it got that far, else by its transport."""
+    if principal is not None:
+        record = functools.partial(services.audit.record, principal, action, handler.request.path, {}, "denied",
+                                   detail=exc.message)
+    else:
+        face = "ui" if handler.get_cookie(SESSION_COOKIE) else "api"
+        record = functools.partial(services.audit.record_refusal, action, handler.request.path, exc.message,
+                                   face=face, client=client_claim(handler))
+    await asyncio.get_running_loop().run_in_executor(None, record)
 
 
 def _is_list(annotation: Any) -> bool:
@@ -219,18 +296,11 @@ class ApiHandler(tornado.web.RequestHandler):
     async def _admit(self) -> None:
         method = self.request.method or "GET"
         route = self.routes.get(method)
-        loop = asyncio.get_running_loop()
         if route is not None and route.path in ("/healthz", "/readyz"):
             principal = DEV_PRINCIPAL
-        else:
-            principal = await loop.run_in_executor(None, authenticate, self, self.services)
+        else:  # bearer tokens under the sign-in throttle; sessions with their own XSRF token
+            principal = await authenticate_request(self, self.services)
             self.principal = principal
-            if principal.face == "ui" and method != "GET":
-                try:
-                    self.check_xsrf_cookie()
-                except tornado.web.HTTPError:
-                    raise Forbidden("missing or wrong XSRF token for a dashboard session: send the _xsrf "
-                                    "cookie's value in the X-XSRFToken header") from None
         if route is None:  # after authentication: an anonymous caller learns nothing about the routes
             allowed = ", ".join(sorted(self.routes))
             self.set_header("Allow", allowed)
@@ -245,11 +315,9 @@ class ApiHandler(tornado.web.RequestHandler):
         self.request.connection.set_max_body_size(self.limit if declared is not None else 2**62)
 
     async def _refuse(self, exc: ServiceError, close: bool) -> None:
-        if self.principal is not None and self.route is not None and not self.route.read_only \
-                and exc.http_status == 403:
-            record = functools.partial(self.services.audit.record, self.principal, self.route.name,
-                                       self.request.path, {}, "denied", detail=exc.message)
-            await asyncio.get_running_loop().run_in_executor(None, record)
+        if exc.http_status == 403:  # every 403 is audited, by its principal when it got that far
+            route = self.route or self.routes.get(self.request.method or "GET")
+            await audit_refusal(self, self.services, self.principal, route.name if route else "api.request", exc)
         await self._send_error(exc.http_status, exc.code, exc.message, exc.details)
         if close:
             self.request.connection.close()  # the rest of the body is never read
@@ -338,33 +406,52 @@ class OpenApiHandler(tornado.web.RequestHandler):
 
 
 class EventsSocket(tornado.websocket.WebSocketHandler):
-    """Pushes every operation transition as ``{"topic", "kind", "data"}`` JSON (viewer role)."""
+    """Pushes every operation transition as ``{"topic", "kind", "data"}`` JSON (viewer role).
+
+    Bounded: at most ``ws_per_principal`` open sockets per token (past it: 429 with the envelope, before
+    the upgrade), and client messages of at most ``ws_max_message_bytes`` (past it: close 1009 "message
+    too big"). The socket only sends; what a client sends within the bound is ignored."""
 
     def initialize(self, services: Services) -> None:
         self.services = services
         self._unsubscribe: Any = None
         self._recheck: tornado.ioloop.PeriodicCallback | None = None
+        self._holds_slot = False
+        self._opened = False
+
+    @property
+    def max_message_size(self) -> int:
+        return self.services.settings.ws_max_message_bytes
 
     async def get(self, *args: Any, **kwargs: Any) -> None:
         try:
             # Browsers attach cookies to cross-site WebSocket upgrades: only our own pages may open one.
             origin = self.request.headers.get("Origin")
-            if not _origin_allowed(origin, self.services.settings):
-                raise Forbidden(f"WebSocket from origin {origin!r} refused; add it to allowed_origins")
-            self.principal = await asyncio.get_running_loop().run_in_executor(None, authenticate, self,
-                                                                              self.services)
+            if not _origin_allowed(origin, self.services.settings, self.request.protocol):
+                forbidden = Forbidden(f"WebSocket from origin {origin!r} refused; add it to allowed_origins")
+                await audit_refusal(self, self.services, None, "events.connect", forbidden)
+                raise forbidden
+            self.principal = await authenticate_request(self, self.services)
             self.principal.require(Role.VIEWER)
+            self.services.websockets.acquire(self.principal)
+            self._holds_slot = True
         except ServiceError as exc:
             self.set_status(exc.http_status)
             self.set_header("Content-Type", "application/json")
             self.finish(json.dumps(exc.envelope()))
             return
-        await super().get(*args, **kwargs)
+        try:
+            await super().get(*args, **kwargs)
+        finally:
+            if not self._opened:  # the upgrade failed: on_close will not run
+                self._release()
 
     def check_origin(self, origin: str) -> bool:
-        return _origin_allowed(origin, self.services.settings)  # already checked in get(), with an envelope
+        # already checked in get(), with an envelope
+        return _origin_allowed(origin, self.services.settings, self.request.protocol)
 
     def open(self, *args: str, **kwargs: str) -> None:
+        self._opened = True
         loop = asyncio.get_running_loop()
 
         def forward(event: Event) -> None:
@@ -373,15 +460,24 @@ class EventsSocket(tornado.websocket.WebSocketHandler):
         self._unsubscribe = self.services.bus.subscribe(forward)
         if self.principal.token_id is not None:
             # REST revocations close at once (a bus event); this catches revocations by other processes (CLI)
+            # and, for a dashboard session, its end (sign-out, idle, lifetime)
             self._recheck = tornado.ioloop.PeriodicCallback(self._check_token, TOKEN_RECHECK_SECONDS * 1000)
             self._recheck.start()
 
+    def on_message(self, message: str | bytes) -> None:
+        """Nothing to receive: the socket only sends (messages past the size bound close it)."""
+
     async def _check_token(self) -> None:
-        token_id = self.principal.token_id
+        principal = self.principal
+        loop = asyncio.get_running_loop()
         try:
-            await asyncio.get_running_loop().run_in_executor(None, self.services.tokens.principal, token_id, "rest")
+            if principal.session is not None:
+                check = functools.partial(self.services.sessions.principal, principal.session, "ui", touch=False)
+                await loop.run_in_executor(None, check)
+            else:
+                await loop.run_in_executor(None, self.services.tokens.principal, principal.token_id, "api")
         except Unauthorized:
-            self.close(1008, "token revoked")
+            self.close(1008, "session ended" if principal.session else "token revoked")
 
     def _send(self, event: Event) -> None:
         if self.ws_connection is None or self.ws_connection.is_closing():
@@ -391,11 +487,17 @@ class EventsSocket(tornado.websocket.WebSocketHandler):
             return
         self.write_message(json.dumps(event.to_json()))
 
+    def _release(self) -> None:
+        if self._holds_slot:
+            self._holds_slot = False
+            self.services.websockets.release(self.principal)
+
     def on_close(self) -> None:
         if self._unsubscribe is not None:
             self._unsubscribe()
         if self._recheck is not None:
             self._recheck.stop()
+        self._release()
 
 
 def _pattern(path: str) -> str:

@@ -164,6 +164,8 @@ async def _watch(call: Call, timeout: float, done: Callable[[OperationView, Oper
         if event.data.get("id") == op_id:
             loop.call_soon_threadsafe(wake.set)
 
+    if timeout > 0:  # a long-poll holds one of its principal's few slots while it waits
+        call.services.longpolls.acquire(call.principal)
     unsubscribe = call.services.bus.subscribe(on_event, topic="operation")
     try:
         deadline = loop.time() + timeout
@@ -182,6 +184,8 @@ async def _watch(call: Call, timeout: float, done: Callable[[OperationView, Oper
         return Reply(current)
     finally:
         unsubscribe()
+        if timeout > 0:
+            call.services.longpolls.release(call.principal)
 
 
 async def _operations_get(call: Call) -> Reply:
@@ -277,7 +281,8 @@ ROUTES: list[Route] = [
                       "stays, tagged with the operation id."),
     Route("GET", "/api/v1/audit", "audit_list", "Audit log", Role.VIEWER, _audit_list, query=AuditQuery,
           response=AuditEntry, many=True, tag="audit",
-          description="Who did what through which face (ui, rest, mcp), newest first."),
+          description="Who did what through which face (ui: dashboard session, api: bearer token, cli, system), "
+                      "with the client each caller claimed to be (e.g. mcp), newest first."),
     Route("GET", "/api/v1/tokens", "tokens_list", "List API tokens", Role.ADMIN, _tokens_list,
           response=TokenInfo, many=True, tag="tokens", mcp=False),
     Route("POST", "/api/v1/tokens", "tokens_create", "Create an API token", Role.ADMIN, _tokens_create,

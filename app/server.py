@@ -1,8 +1,10 @@
 """The server: Panel dashboard, REST API and WebSockets on one Tornado loop and one port.
 
 The dashboard authenticates with the same API tokens as REST: the login form exchanges a token for a
-signed, HttpOnly, SameSite=Strict session cookie carrying the token id (never the secret), so revoking
-the token ends the session. Forms and cookie-authenticated REST calls carry Tornado's XSRF token.
+server-side session (``services.sessions``) whose id travels in a signed, HttpOnly, SameSite=Strict cookie
+(never the token's secret). Signing out, idling past the idle timeout, the session's lifetime or revoking
+the token ends it. Cookie-authenticated REST changes carry the session's own XSRF token. Every response
+carries the security headers below (CSP, nosniff, Referrer-Policy, HSTS over HTTPS).
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import panel as pn
+import tornado.httputil
 import tornado.web
 from bokeh.server.auth_provider import AuthProvider
 
 from app.bootstrap import Services
 from app.edge import edge_patterns, guard_application, http_server_limits
-from app.rest import SESSION_COOKIE, NotFoundHandler, allowed_origins, rest_patterns
+from app.rest import SESSION_COOKIE, XSRF_COOKIE, NotFoundHandler, allowed_origins, rest_patterns, sign_in
 from app.routes import ROUTES
 from app.runtime import RUNTIME_FILE, Runtime, remove_runtime, url_for, write_runtime
 from app.sandbox import Sandbox, sandbox_enabled
@@ -70,6 +73,38 @@ LOGIN_PAGE = """<!doctype html>
 </form></body></html>"""
 
 
+#: the dashboard's policy: Bokeh and Panel render with inline scripts, load bundles through blob: URLs and
+#: compile code at run time (without 'unsafe-eval' the page stays blank), so scripts are limited to this
+#: origin plus those; nothing may frame the page, load plugins or rebase URLs
+DASHBOARD_CSP = ("default-src 'self'; script-src 'self' blob: 'unsafe-inline' 'unsafe-eval'; "
+                 "style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; font-src 'self' data:; "
+                 "connect-src 'self'; worker-src 'self' blob:; object-src 'none'; base-uri 'self'; "
+                 "form-action 'self'; frame-ancestors 'none'")
+#: the sign-in page runs no script at all
+LOGIN_CSP = ("default-src 'none'; script-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
+             "object-src 'none'; base-uri 'self'; frame-ancestors 'none'")
+HSTS = "max-age=31536000"
+
+
+class SecurityHeaders(tornado.web.OutputTransform):
+    """Adds the security headers to every response of the server (Panel's handlers and ours alike); a
+    handler that set its own Content-Security-Policy keeps it."""
+
+    def __init__(self, request: tornado.httputil.HTTPServerRequest) -> None:
+        super().__init__(request)
+        self.https = request.protocol == "https"
+
+    def transform_first_chunk(self, status_code: int, headers: tornado.httputil.HTTPHeaders, chunk: bytes,
+                              finishing: bool) -> tuple[int, tornado.httputil.HTTPHeaders, bytes]:
+        if "Content-Security-Policy" not in headers:
+            headers["Content-Security-Policy"] = DASHBOARD_CSP
+        headers["X-Content-Type-Options"] = "nosniff"
+        headers["Referrer-Policy"] = "same-origin"
+        if self.https:
+            headers["Strict-Transport-Security"] = HSTS
+        return status_code, headers, chunk
+
+
 def _is_secure(handler: tornado.web.RequestHandler) -> bool:
     # Browsers treat loopback as a secure context, so a Secure cookie works there over plain http too.
     return handler.request.protocol == "https" or handler.request.host_name.strip("[]") in LOOPBACK_HOSTS
@@ -84,6 +119,8 @@ def safe_next(target: str) -> str:
 
 
 def make_auth_provider(services: Services) -> AuthProvider:
+    max_age_days = services.settings.session_lifetime / 86_400
+
     class LoginHandler(tornado.web.RequestHandler):
         def get(self) -> None:
             self._page("")
@@ -103,33 +140,51 @@ def make_auth_provider(services: Services) -> AuthProvider:
             token = self.get_body_argument("token", "").strip()
             loop = asyncio.get_running_loop()
             try:
-                principal = await loop.run_in_executor(None, services.tokens.authenticate, token, "ui")
+                principal = await sign_in(services, token, self.request.remote_ip or "", face="ui", client="",
+                                          action="session.login", target="dashboard")
             except ServiceError as exc:
                 self.set_status(401)
                 self._page(exc.message)
                 return
-            self.set_signed_cookie(SESSION_COOKIE, principal.token_id or "", expires_days=1, httponly=True,
+            session = await loop.run_in_executor(None, services.sessions.open, principal)
+            self.set_signed_cookie(SESSION_COOKIE, session.id, expires_days=max_age_days, httponly=True,
                                    samesite="Strict", secure=True)
+            # readable by the dashboard's own pages, which echo it in X-XSRFToken for changes
+            self.set_cookie(XSRF_COOKIE, session.xsrf, expires_days=max_age_days, samesite="Strict", secure=True)
             await loop.run_in_executor(None, services.audit.record, principal, "session.login", "dashboard", {},
                                        "succeeded")
             self.redirect(safe_next(self.get_argument("next", "/")))
 
         def _page(self, error: str) -> None:
             self.set_header("Content-Type", "text/html; charset=utf-8")
+            self.set_header("Content-Security-Policy", LOGIN_CSP)
+            self.set_header("Cache-Control", "no-store")
             self.finish(LOGIN_PAGE.format(action=LOGIN_URL, xsrf=self.xsrf_form_html(),
                                           error=html.escape(error)))
 
     class LogoutHandler(tornado.web.RequestHandler):
-        def get(self) -> None:
+        async def get(self) -> None:
+            """End the session on the server, so a copy of its cookie opens nothing afterwards."""
+            raw = self.get_signed_cookie(SESSION_COOKIE, max_age_days=max_age_days)
+            if raw:
+                loop = asyncio.get_running_loop()
+                try:
+                    principal = await loop.run_in_executor(None, services.sessions.principal, raw.decode(), "ui")
+                except ServiceError:
+                    principal = None  # already ended: nothing to record
+                if principal is not None and await loop.run_in_executor(None, services.sessions.end, raw.decode()):
+                    await loop.run_in_executor(None, services.audit.record, principal, "session.logout",
+                                               "dashboard", {}, "succeeded")
             self.clear_cookie(SESSION_COOKIE)
+            self.clear_cookie(XSRF_COOKIE)
             self.redirect(LOGIN_URL)
 
     def get_user(handler: tornado.web.RequestHandler) -> str | None:
-        raw = handler.get_signed_cookie(SESSION_COOKIE, max_age_days=1)
+        raw = handler.get_signed_cookie(SESSION_COOKIE, max_age_days=max_age_days)
         if not raw:
             return None
         try:
-            return services.tokens.principal(raw.decode(), "ui").token_id
+            return services.sessions.principal(raw.decode(), "ui").token_id
         except ServiceError:
             return None
 
@@ -168,8 +223,11 @@ class Page:
 
 
 def current_principal(services: Services, principal: Principal) -> Callable[[], Principal] | None:
-    """For panes: the session's principal looked up again, so a revoked token stops acting at once."""
-    token_id = principal.token_id
+    """For panes: the session's principal looked up again, so an ended session or a revoked token stops
+    acting at once."""
+    session, token_id = principal.session, principal.token_id
+    if session is not None:
+        return lambda: services.sessions.principal(session, "ui")
     return (lambda: services.tokens.principal(token_id, "ui")) if token_id else None
 
 
@@ -204,7 +262,7 @@ def session_principal(services: Services, secret: str) -> Principal:
     """Who owns this dashboard session, read again from the signed session cookie.
 
     Bokeh hands the cookies of the request that opened the session to the session; the auth provider
-    already checked them, and the token id is looked up once more here so a revoked token opens nothing.
+    already checked them, and the session is looked up once more here so an ended one opens nothing.
     (``pn.state.user`` would read Panel's own ``user``/``is_guest`` cookies, which this server never sets.)
     """
     from tornado.web import decode_signed_value
@@ -214,11 +272,11 @@ def session_principal(services: Services, secret: str) -> Principal:
     if services.settings.dev_no_auth:
         return Principal("dev", Role.ADMIN, None, "ui")
     raw = pn.state.cookies.get(SESSION_COOKIE)
-    token_id = decode_signed_value(secret, SESSION_COOKIE, raw,
-                                   max_age_days=1) if raw else None
-    if not token_id:
+    session = decode_signed_value(secret, SESSION_COOKIE, raw,
+                                  max_age_days=services.settings.session_lifetime / 86_400) if raw else None
+    if not session:
         raise Unauthorized("no valid dashboard session; sign in again")
-    return services.tokens.principal(token_id.decode(), "ui")
+    return services.sessions.principal(session.decode(), "ui")
 
 
 def sandbox_page(control: SandboxControl) -> Callable[[Services, Principal], Any]:
@@ -338,8 +396,10 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
             cookie_secret=cookie_secret(settings.data_dir),
             use_xheaders=settings.trust_proxy_headers,
             http_server_kwargs=http_server_limits(),
+            transforms=[SecurityHeaders],
             **kwargs,
         )
+
         def listening(port: int) -> None:
             write_runtime(Runtime(
                 pid=os.getpid(), url=url_for(settings.host, port), data_dir=str(settings.data_dir),

@@ -1,5 +1,8 @@
 """Audit pane: who did what through which face, newest first, live from the event bus.
 
+"face" is the transport the server saw (ui, api, cli, system); "client claim" is what the caller said it
+was (e.g. mcp), shown as the claim it is.
+
 Every audited change of an operation also publishes an operation event, so that event is the cue to
 read the log again. In a served session the read runs in an executor (the loop never waits on SQLite)
 and the table's value is replaced in place; the widgets are made once.
@@ -20,8 +23,8 @@ from services.audit import AuditEntry, AuditLog, AuditQuery
 from services.events import Event, EventBus
 from services.operations import iso
 
-FACES = ["all", "ui", "rest", "mcp", "cli", "system"]
-COLUMNS = ["time", "actor", "role", "face", "action", "target", "outcome", "operation", "detail"]
+FACES = ["all", "ui", "api", "cli", "system"]
+COLUMNS = ["time", "actor", "role", "face", "client claim", "action", "target", "outcome", "operation", "detail"]
 LIMIT = 200
 
 
@@ -53,7 +56,8 @@ class AuditState(param.Parameterized):
 
 def audit_frame(entries: list[AuditEntry]) -> pd.DataFrame:
     return pd.DataFrame(
-        [{"time": iso(e.ts), "actor": e.actor, "role": e.role, "face": e.face, "action": e.action,
+        [{"time": iso(e.ts), "actor": e.actor, "role": e.role, "face": e.face, "client claim": e.client,
+          "action": e.action,
           "target": e.target, "outcome": e.outcome, "operation": e.operation_id or "", "detail": e.detail}
          for e in entries],
         columns=COLUMNS)

@@ -21,7 +21,7 @@ from services.backups import KIND, BackupCreate, BackupInfo, Backups
 from services.errors import ServiceError
 from services.events import Event, EventBus
 from services.models import parse
-from services.operations import Engine, iso
+from services.operations import Engine
 
 
 class BackupsState(param.Parameterized):
@@ -53,7 +53,7 @@ class BackupsState(param.Parameterized):
 
 
 def backups_frame(backups: list[BackupInfo]) -> pd.DataFrame:
-    return pd.DataFrame([{"name": b.name, "size (KiB)": round(b.size_bytes / 1024, 1), "created": iso(b.created_at)}
+    return pd.DataFrame([{"name": b.name, "size (KiB)": round(b.size_bytes / 1024, 1), "created": b.created_at}
                          for b in backups], columns=["name", "size (KiB)", "created"])
 
 

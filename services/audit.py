@@ -1,5 +1,9 @@
 """The audit log: who did what, through which face, and how it ended.
 
+``face`` is the transport the server saw (``ui`` dashboard session, ``api`` bearer token, ``cli``,
+``system``); ``client`` is what the caller claimed to be (``X-InstantStart-Face``, e.g. ``mcp``), kept as a
+claim. Refused requests (failed sign-ins, 403s) are recorded too, by whoever they could be traced to.
+
 Rows are append-only. Request bodies are stored as validated models dump them, so ``SecretStr`` fields are
 already masked; nothing here ever sees a secret in clear.
 """
@@ -21,7 +25,10 @@ class AuditEntry(ResponseModel):
     ts: float
     actor: str
     role: str
-    face: str
+    face: str = Field(..., description="the transport the server saw: ui (dashboard session), api (bearer token), "
+                                        "cli or system; older rows may say rest or mcp")
+    client: str = Field("", description="what the caller claimed to be (X-InstantStart-Face), e.g. mcp; "
+                                        "a claim, not verified")
     action: str
     target: str
     request: Any
@@ -35,7 +42,8 @@ class AuditQuery(RequestModel):
 
     actor: str | None = Field(None, description="only rows by this token name")
     action: str | None = Field(None, description="only this action, e.g. 'backup.create' or 'token.create'")
-    face: str | None = Field(None, description="ui, rest, mcp or system")
+    face: str | None = Field(None, description="ui, api, cli or system")
+    client: str | None = Field(None, description="only rows whose caller claimed to be this client, e.g. mcp")
     operation_id: str | None = Field(None, description="only rows about this operation")
     before_id: int | None = Field(None, ge=1, description="page: rows with an id below this")
     limit: int = Field(50, ge=1, le=500, description="at most this many rows")
@@ -58,10 +66,18 @@ class AuditLog:
         conn: Any = None,
     ) -> None:
         """Append a row; pass ``conn`` to make it part of the caller's transaction."""
-        row = (self.clock.now(), principal.name, principal.role.value, principal.face, action, target,
-               dumps(request), outcome, operation_id, detail)
-        sql = ("INSERT INTO audit(ts, actor, role, face, action, target, request, outcome, operation_id, detail)"
-               " VALUES (?,?,?,?,?,?,?,?,?,?)")
+        self._insert((self.clock.now(), principal.name, principal.role.value, principal.face, principal.client,
+                      action, target, dumps(request), outcome, operation_id, detail), conn)
+
+    def record_refusal(self, action: str, target: str, detail: str, *, face: str, client: str = "",
+                       actor: str = "anonymous", role: str = "none") -> None:
+        """A refused request whose caller is not (or not yet) a principal: a failed sign-in, a bad origin."""
+        self._insert((self.clock.now(), actor, role, face, client, action, target, dumps({}), "denied", None,
+                      detail), None)
+
+    def _insert(self, row: tuple[Any, ...], conn: Any) -> None:
+        sql = ("INSERT INTO audit(ts, actor, role, face, client, action, target, request, outcome, operation_id,"
+               " detail) VALUES (?,?,?,?,?,?,?,?,?,?,?)")
         if conn is not None:
             conn.execute(sql, row)
         else:
@@ -70,7 +86,7 @@ class AuditLog:
 
     def list(self, query: AuditQuery) -> list[AuditEntry]:
         where, params = [], []
-        for column in ("actor", "action", "face", "operation_id"):
+        for column in ("actor", "action", "face", "client", "operation_id"):
             value = getattr(query, column)
             if value is not None:
                 where.append(f"{column}=?")
@@ -83,7 +99,7 @@ class AuditLog:
         params.append(query.limit)
         return [
             AuditEntry(id=r["id"], ts=r["ts"], actor=r["actor"], role=r["role"], face=r["face"],
-                       action=r["action"], target=r["target"], request=loads(r["request"]),
+                       client=r["client"], action=r["action"], target=r["target"], request=loads(r["request"]),
                        outcome=r["outcome"], operation_id=r["operation_id"], detail=r["detail"])
             for r in self.db.query(sql, params)
         ]

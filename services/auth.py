@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -34,12 +35,23 @@ class Role(StrEnum):
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling, through which face. ``name`` goes into the audit log."""
+    """Who is calling, through which face. ``name`` goes into the audit log.
+
+    ``face`` is the transport the server saw (``ui``: a dashboard session, ``api``: a bearer token, ``cli``,
+    ``system``); ``client`` is what the caller says it is (the ``X-InstantStart-Face`` header, e.g. ``mcp``),
+    recorded as a claim and never trusted. ``session`` is the dashboard session id, when there is one."""
 
     name: str
     role: Role
     token_id: str | None = None
-    face: str = "rest"
+    face: str = "api"
+    client: str = ""
+    session: str | None = field(default=None, repr=False)
+
+    @property
+    def scope(self) -> str:
+        """What idempotency keys are scoped to: the token, else the name (dev mode, CLI, system)."""
+        return f"token:{self.token_id}" if self.token_id else f"name:{self.name}"
 
     def allows(self, role: Role) -> bool:
         return self.role.rank >= role.rank
@@ -52,7 +64,7 @@ class Principal:
             )
 
     def via(self, face: str) -> Principal:
-        return Principal(self.name, self.role, self.token_id, face)
+        return replace(self, face=face)
 
 
 SYSTEM = Principal("system", Role.ADMIN, None, "system")
@@ -82,6 +94,20 @@ class TokenCreated(TokenInfo):
 
 def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+#: one answer for every token that does not sign in, so the answer never tells which token ids exist
+INVALID_TOKEN = "unknown token: check that it was copied whole; a revoked token is refused the same way"
+_NO_HASH = _hash("ist_00000000_no-such-token")
+TOKEN_ID = re.compile(r"^[0-9a-f]{8}$")
+
+
+def token_id_of(token: str) -> str | None:
+    """The id part of ``ist_<id>_<secret>`` when it is well formed (safe to log and audit), else None."""
+    parts = token.split("_", 2)
+    if len(parts) == 3 and parts[0] == "ist" and TOKEN_ID.match(parts[1]):
+        return parts[1]
+    return None
 
 
 class TokenStore:
@@ -120,23 +146,24 @@ class TokenStore:
             name = f"admin-{secrets.token_hex(3)}" if taken else "admin"
             return self._insert(conn, name, Role.ADMIN, "first-start").token
 
-    def authenticate(self, token: str, face: str = "rest") -> Principal:
-        parts = token.split("_", 2)
-        if len(parts) != 3 or parts[0] != "ist":
+    def authenticate(self, token: str, face: str = "api", client: str = "") -> Principal:
+        """The principal of a presented token. Unknown and revoked tokens get the same answer after the
+        same work (one row read, one hash comparison), so neither the message nor the time tells them apart."""
+        token_id = token_id_of(token)
+        if token_id is None:
             raise Unauthorized("malformed token; expected 'ist_<id>_<secret>'")
-        row = self.db.query_one("SELECT * FROM tokens WHERE id=?", (parts[1],))
-        if row is None or not hmac.compare_digest(row["hash"], _hash(token)):
-            raise Unauthorized("unknown token")
-        if row["revoked_at"] is not None:
-            raise Unauthorized("this token was revoked")
+        row = self.db.query_one("SELECT * FROM tokens WHERE id=?", (token_id,))
+        matches = hmac.compare_digest(row["hash"] if row is not None else _NO_HASH, _hash(token))
+        if row is None or not matches or row["revoked_at"] is not None:
+            raise Unauthorized(INVALID_TOKEN)
         now = self.clock.now()
         if row["last_used_at"] is None or now - row["last_used_at"] > self.TOUCH_INTERVAL:
             with self.db.tx() as conn:
                 conn.execute("UPDATE tokens SET last_used_at=? WHERE id=?", (now, row["id"]))
-        return Principal(row["name"], Role(row["role"]), row["id"], face)
+        return Principal(row["name"], Role(row["role"]), row["id"], face, client)
 
     def principal(self, token_id: str, face: str) -> Principal:
-        """The principal behind a token id (dashboard sessions carry the id in a signed cookie)."""
+        """The principal behind an active token id (a dashboard session's token)."""
         row = self.db.query_one("SELECT * FROM tokens WHERE id=? AND revoked_at IS NULL", (token_id,))
         if row is None:
             raise Unauthorized("session token is unknown or revoked; log in again")

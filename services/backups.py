@@ -2,25 +2,34 @@
 
 The state database holds every operation, the audit trail and the token hashes; losing it loses the
 history of what was done to the clusters. ``backup.create`` takes a consistent online copy with SQLite's
-backup API (safe while the server writes), then verifies it with ``PRAGMA integrity_check``. The copy
-is written to a temporary name and renamed, so a file under its final name is always complete.
+backup API (safe while the server writes), then verifies it with ``PRAGMA integrity_check``, then prunes
+the oldest backups beyond the retention count. The copy is written to a temporary name and renamed, so a
+file under its final name is always complete, and it is a single file (rollback journal, no -wal/-shm).
+
+Backups must not fill the disk: a request is refused before any operation row when free space is below
+twice the database's size (plus the configured reserve), and a request that arrives while a backup runs
+joins that backup instead of starting another copy.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
 from services.db import Database
-from services.errors import NotFound, Permanent
+from services.errors import Conflict, NotFound, Permanent
 from services.models import RequestModel, ResponseModel
+from services.operation_views import iso
 from services.operations import Observed, OperationKind, Stage, StageContext
 
 KIND = "backup.create"
+PATTERN = "state-*.sqlite"
 
 
 class BackupCreate(RequestModel):
@@ -33,23 +42,40 @@ class BackupCreate(RequestModel):
 class BackupInfo(ResponseModel):
     name: str
     size_bytes: int
-    created_at: float
+    created_at: str = Field(..., description="when the backup was written (ISO 8601, UTC)")
 
 
 class Backups:
-    def __init__(self, db: Database, directory: Path) -> None:
+    def __init__(self, db: Database, directory: Path, *, keep: int = 10, reserve_bytes: int = 0) -> None:
         self.db = db
         self.directory = directory
+        self.keep = keep
+        self.reserve_bytes = reserve_bytes
 
     def path_for(self, ctx: StageContext) -> Path:
         return self.directory / f"state-{ctx.request['label']}-{ctx.operation_id}.sqlite"
 
-    def list(self) -> list[BackupInfo]:
+    def files(self) -> list[tuple[int, Path]]:
+        """(mtime in ns, path) of every backup, newest first (the snapshot makes mtimes strictly increase)."""
         if not self.directory.is_dir():
             return []
-        out = [BackupInfo(name=p.name, size_bytes=p.stat().st_size, created_at=p.stat().st_mtime)
-               for p in self.directory.glob("state-*.sqlite")]
-        return sorted(out, key=lambda b: b.created_at, reverse=True)
+        found = []
+        for path in self.directory.glob(PATTERN):
+            try:
+                found.append((path.stat().st_mtime_ns, path))
+            except FileNotFoundError:  # pruned meanwhile
+                continue
+        return sorted(found, key=lambda item: (item[0], item[1].name), reverse=True)
+
+    def list(self) -> list[BackupInfo]:
+        out = []
+        for mtime, path in self.files():
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                continue
+            out.append(BackupInfo(name=path.name, size_bytes=size, created_at=iso(mtime / 1e9) or ""))
+        return out
 
     def get(self, name: str) -> BackupInfo:
         for backup in self.list():
@@ -57,13 +83,28 @@ class Backups:
                 return backup
         raise NotFound(f"no backup named {name!r}")
 
+    def check_space(self, _request: Any = None) -> None:
+        """Refuse a backup the disk cannot take: free space below twice the database's size (+ reserve)."""
+        where = self.directory if self.directory.is_dir() else self.directory.parent
+        free = shutil.disk_usage(where).free
+        size = self.db.size_bytes()
+        needed = 2 * size + self.reserve_bytes
+        if free < needed:
+            reserve = f" plus the {self.reserve_bytes}-byte reserve" if self.reserve_bytes else ""
+            raise Conflict(
+                f"not enough free space for a backup: {free} bytes free in {where}, {needed} needed (twice the "
+                f"state database's {size} bytes{reserve}); delete old backups or free disk space",
+                details={"free_bytes": free, "needed_bytes": needed, "database_bytes": size})
+
     def kind(self) -> OperationKind:
         return OperationKind(
             name=KIND,
             request_model=BackupCreate,
-            stages=(Snapshot(self), Verify(self)),
+            stages=(Snapshot(self), Verify(self), Prune(self)),
             target=lambda request: "state-db",
-            description="online copy of the state database, then an integrity check",
+            description="online copy of the state database, an integrity check, then pruning of old backups",
+            precheck=self.check_space,
+            coalesce=True,
         )
 
 
@@ -83,6 +124,11 @@ class Snapshot(Stage):
         partial.unlink(missing_ok=True)
         self.backups.db.backup_to(partial)
         os.chmod(partial, 0o600)
+        # Retention prunes by age: give the copy a time later than every other backup's, since the file
+        # system's timestamps can be coarser than the time between two backups
+        newest = max((mtime for mtime, _ in self.backups.files()), default=0)
+        stamp = max(time.time_ns(), newest + 1000)
+        os.utime(partial, ns=(stamp, stamp))
         with open(partial, "rb") as handle:
             os.fsync(handle.fileno())
         partial.rename(final)
@@ -94,14 +140,16 @@ class Snapshot(Stage):
 
 class Verify(Stage):
     name = "verify"
+    read_only = True
 
     def __init__(self, backups: Backups) -> None:
         self.backups = backups
 
     def observe(self, ctx: StageContext) -> Observed:
-        # Reading is the whole stage: it is done as soon as it has looked.
+        # Reading is the whole stage: it is done as soon as it has looked. Read-only and immutable: the
+        # copy is a single file, and opening it this way writes nothing beside it.
         path = self.backups.path_for(ctx)
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
         try:
             verdict = conn.execute("PRAGMA integrity_check").fetchone()[0]
             operations = conn.execute("SELECT COUNT(*) FROM operations").fetchone()[0]
@@ -115,3 +163,31 @@ class Verify(Stage):
     def result(self, ctx: StageContext) -> dict[str, Any]:
         return {"integrity": "ok", "operations": ctx.data.get("operations", 0)}
 
+    def report(self, ctx: StageContext) -> str:
+        return f"integrity check passed; the copy holds {ctx.data.get('operations', 0)} operations"
+
+
+class Prune(Stage):
+    """Keep the newest ``keep`` backups (this one among them); delete the rest, oldest first."""
+
+    name = "prune"
+
+    def __init__(self, backups: Backups) -> None:
+        self.backups = backups
+
+    def _surplus(self, ctx: StageContext) -> list[Path]:
+        own = self.backups.path_for(ctx)
+        others = [path for _, path in self.backups.files() if path != own]
+        return others[max(0, self.backups.keep - 1):]  # newest first: what lies past the retention count
+
+    def observe(self, ctx: StageContext) -> Observed:
+        return Observed.ABSENT if self._surplus(ctx) else Observed.DONE
+
+    def act(self, ctx: StageContext) -> None:
+        removed = ctx.data.setdefault("removed", [])
+        for path in reversed(self._surplus(ctx)):  # oldest first
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+
+    def result(self, ctx: StageContext) -> dict[str, Any]:
+        return {"kept": min(len(self.backups.files()), self.backups.keep), "removed": ctx.data.get("removed", [])}

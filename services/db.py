@@ -8,12 +8,16 @@ read-then-write never races another writer. Schema changes are numbered migratio
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 MIGRATIONS: list[str] = [
     """
@@ -89,6 +93,23 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE stages ADD COLUMN transients INTEGER NOT NULL DEFAULT 0;
     """,
+    # 4: server-side dashboard sessions (ended by sign-out, idle time, lifetime or revocation); the client's
+    # own claim of what it is (X-InstantStart-Face), kept apart from the face the server saw
+    """
+    CREATE TABLE sessions (
+        id_hash TEXT PRIMARY KEY,
+        token_id TEXT NOT NULL,
+        xsrf_hash TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        last_seen_at REAL NOT NULL,
+        expires_at REAL NOT NULL,
+        ended_at REAL,
+        end_reason TEXT
+    );
+    CREATE INDEX sessions_token ON sessions(token_id);
+    ALTER TABLE audit ADD COLUMN client TEXT NOT NULL DEFAULT '';
+    ALTER TABLE operations ADD COLUMN client TEXT NOT NULL DEFAULT '';
+    """,
 ]
 
 
@@ -107,7 +128,23 @@ class Database:
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._private_files()
         self._migrate()
+
+    def _private_files(self) -> None:
+        """The database and its WAL/SHM files are 0600: token hashes and the audit trail are in them.
+
+        SQLite creates ``-wal`` and ``-shm`` with the database file's mode, so making the database first
+        with 0600 covers them; files an older version left 0644 are tightened here."""
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+        for suffix in ("", "-wal", "-shm"):
+            name = f"{self.path}{suffix}"
+            with suppress(FileNotFoundError):
+                if os.stat(name).st_mode & 0o077:
+                    try:
+                        os.chmod(name, 0o600)
+                    except PermissionError:  # another user's file: say so, the directory still guards it
+                        log.warning("%s is readable by others and not ours to chmod; run chmod 600 on it", name)
 
     def connection(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -157,12 +194,25 @@ class Database:
                 conn.execute(f"PRAGMA user_version={number}")
 
     def backup_to(self, dest: Path) -> None:
-        """A consistent online copy (SQLite's backup API), safe while others write."""
-        target = sqlite3.connect(dest)
+        """A consistent online copy (SQLite's backup API), safe while others write.
+
+        The copy is a single self-contained file: the page copy carries WAL mode over, so the copy is
+        switched to a rollback journal before it is closed (opening it later leaves no -wal/-shm beside it)."""
+        os.close(os.open(dest, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600))
+        target = sqlite3.connect(dest, isolation_level=None)
         try:
             self.connection().backup(target)
+            target.execute("PRAGMA journal_mode=DELETE")
         finally:
             target.close()
+
+    def size_bytes(self) -> int:
+        """The database's size on disk, with its write-ahead log."""
+        total = 0
+        for suffix in ("", "-wal"):
+            with suppress(FileNotFoundError):
+                total += os.stat(f"{self.path}{suffix}").st_size
+        return total
 
     def close(self) -> None:
         with self._lock:

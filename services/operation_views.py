@@ -63,8 +63,9 @@ class StageView(ResponseModel):
     name: str
     status: str
     phase: str
-    attempts: int
-    acted: bool
+    attempts: int = Field(..., description="times the stage acted, or, for a read-only stage, ran its check")
+    acted: bool = Field(..., description="whether the stage changed anything")
+    read_only: bool = Field(False, description="a check: it looks and reports, never changes anything")
     started_at: str | None = None
     finished_at: str | None = None
     message: str = ""
@@ -79,7 +80,9 @@ class OperationView(ResponseModel):
     target: str
     status: Status
     actor: str
-    face: str
+    face: str = Field(..., description="the transport the server saw: ui (dashboard), api (bearer token), cli, "
+                                       "system")
+    client: str = Field("", description="what the caller claimed to be (X-InstantStart-Face), e.g. mcp")
     created_at: str
     updated_at: str
     version: int

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import builtins
 import fcntl
-import hashlib
 import logging
 import os
 import threading
@@ -33,6 +32,7 @@ from services.audit import AuditLog
 from services.auth import Principal, Role
 from services.clock import Clock
 from services.db import Database, dumps, loads
+from services.dedupe import existing_operation, request_fingerprint, scoped_idempotency_key
 from services.errors import Conflict, Invalid, NotFound, Permanent, ServiceError, Transient
 from services.events import Event, EventBus
 from services.models import RequestModel
@@ -108,38 +108,27 @@ class Engine:
         if idempotency_key is not None and not 1 <= len(idempotency_key) <= 200:
             raise Invalid("Idempotency-Key must be 1 to 200 characters")
         target = kind.target(request)
+        if kind.precheck is not None:
+            kind.precheck(request)  # refusals come before any row is written
         normalized = request.model_dump(mode="json")
-        fingerprint = hashlib.sha256(dumps([kind_name, target, normalized]).encode()).hexdigest()
+        fingerprint = request_fingerprint(kind_name, target, normalized, principal)
+        scoped_key = scoped_idempotency_key(idempotency_key, principal)
         now = self.clock.now()
         with self.db.tx() as conn:
-            if idempotency_key is not None:
-                row = conn.execute("SELECT id, fingerprint FROM operations WHERE idempotency_key=?",
-                                   (idempotency_key,)).fetchone()
-                if row is not None:
-                    if row["fingerprint"] != fingerprint:
-                        raise Conflict("this Idempotency-Key was already used for a different request",
-                                       details={"operation_id": row["id"]})
-                    existing = row["id"]
-                else:
-                    existing = None
-            else:
-                row = conn.execute(
-                    "SELECT id FROM operations WHERE fingerprint=? AND status IN (?,?,?) "
-                    "ORDER BY created_at DESC LIMIT 1", (fingerprint, *[s.value for s in ACTIVE])).fetchone()
-                existing = row["id"] if row else None
+            existing, outcome = existing_operation(conn, kind, target, fingerprint, scoped_key)
             if existing is not None:
-                self.audit.record(principal, kind_name, target, normalized, "deduplicated", existing, conn=conn)
+                self.audit.record(principal, kind_name, target, normalized, outcome, existing, conn=conn)
             else:
                 op_id = f"op-{uuid.uuid4().hex[:16]}"
                 conditions = set_condition([], now, "Accepted", "True", "Validated", "request accepted")
                 conditions = set_condition(conditions, now, "Succeeded", "Unknown", "Pending")
                 conn.execute(
                     "INSERT INTO operations(id, kind, target, status, request, fingerprint, idempotency_key,"
-                    " actor, role, face, created_at, updated_at, due_at, conditions)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " actor, role, face, client, created_at, updated_at, due_at, conditions)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (op_id, kind_name, target, Status.PENDING.value, dumps(normalized), fingerprint,
-                     idempotency_key, principal.name, principal.role.value, principal.face, now, now, now,
-                     dumps(conditions)))
+                     scoped_key, principal.name, principal.role.value, principal.face, principal.client, now,
+                     now, now, dumps(conditions)))
                 for idx, stage in enumerate(kind.stages):
                     conn.execute("INSERT INTO stages(operation_id, idx, name, status, phase) VALUES (?,?,?,?,?)",
                                  (op_id, idx, stage.name, "pending", "observe"))
@@ -200,16 +189,19 @@ class Engine:
         return {r["status"]: r["n"] for r in rows}
 
     def _view(self, row: Any, stages: builtins.list[Any]) -> OperationView:
+        kind = self.kinds.get(row["kind"])
+        kind_stages = {s.name: s.read_only for s in kind.stages} if kind is not None else {}
         return OperationView(
             id=row["id"], kind=row["kind"], target=row["target"], status=Status(row["status"]),
-            actor=row["actor"], face=row["face"], created_at=iso(row["created_at"]) or "",
+            actor=row["actor"], face=row["face"], client=row["client"], created_at=iso(row["created_at"]) or "",
             updated_at=iso(row["updated_at"]) or "", version=row["version"], due_at=iso(row["due_at"]),
             cancel_requested=bool(row["cancel_requested"]), request=loads(row["request"]),
             conditions=[Condition(**c) for c in loads(row["conditions"])],
             result=loads(row["result"]), error=loads(row["error"]),
             status_url=f"/api/v1/operations/{row['id']}",
             stages=[StageView(name=s["name"], status=s["status"], phase=s["phase"], attempts=s["attempts"],
-                              acted=bool(s["acted"]), started_at=iso(s["started_at"]),
+                              acted=bool(s["acted"]), read_only=kind_stages.get(s["name"], False),
+                              started_at=iso(s["started_at"]),
                               finished_at=iso(s["finished_at"]), message=s["message"],
                               result=loads(s["result"])) for s in stages])
 
@@ -453,10 +445,15 @@ class Engine:
         if phase in ("observe", "acting"):
             seen = stage.observe(ctx)
             if seen is Observed.DONE:
+                if stage.read_only:  # its observation is its work: say what it checked
+                    message = stage.report(ctx) or "checked"
+                elif phase == "observe" and not srow["acted"]:
+                    message = "already in the desired state"
+                else:
+                    message = "done"
                 self._save_stage(op_id, idx, ctx, status="succeeded", phase="done",
-                                 result=checked_result(stage, stage.result(ctx)),
-                                 message="already in the desired state"
-                                 if phase == "observe" and not srow["acted"] else "done")
+                                 attempts=srow["attempts"] + 1 if stage.read_only else None,
+                                 result=checked_result(stage, stage.result(ctx)), message=message)
                 return None
             if seen is Observed.ABSENT:
                 # the phase is on disk before the side effect, so a crash here is seen on resume
@@ -564,7 +561,7 @@ class Engine:
         self._publish(self.get(op_id))
 
     def _audit_end(self, conn: Any, row: Any, outcome: str, detail: str) -> None:
-        who = Principal(row["actor"], Role(row["role"]), None, row["face"])
+        who = Principal(row["actor"], Role(row["role"]), None, row["face"], row["client"])
         self.audit.record(who, row["kind"], row["target"], loads(row["request"]), outcome, row["id"],
                           detail=detail, conn=conn)
 

@@ -59,6 +59,24 @@ class Settings(BaseSettings):
     )
     api_max_body_bytes: int = Field(1024 * 1024, ge=1024, le=64 * 1024 * 1024,
                                     description="largest REST request body; larger ones get 413 unread")
+    backup_keep: int = Field(10, ge=1, le=10_000, description="backups kept in backups/; older ones are pruned")
+    backup_reserve_bytes: int = Field(
+        0, ge=0, description="free space to keep beyond twice the database's size before a backup is refused"
+    )
+    session_lifetime: float = Field(86_400, ge=60, le=30 * 86_400,
+                                    description="seconds a dashboard session lasts at most after sign-in")
+    session_idle_timeout: float = Field(7_200, ge=60, le=30 * 86_400,
+                                        description="seconds without a request after which a session ends")
+    signin_delay_base: float = Field(0.5, ge=0, le=60,
+                                     description="seconds of delay after the first failed sign-in of a "
+                                                 "(client address, token id); doubles with each further failure")
+    signin_delay_max: float = Field(30, ge=0, le=600, description="the sign-in delay never grows past this")
+    ws_max_message_bytes: int = Field(4096, ge=64, le=16 * 1024 * 1024,
+                                      description="largest message a client may send on /api/v1/events")
+    ws_per_principal: int = Field(8, ge=1, le=1000,
+                                  description="open /api/v1/events WebSockets per token (or session)")
+    longpolls_per_principal: int = Field(8, ge=1, le=1000,
+                                         description="concurrent long-polls (wait/timeout > 0) per token")
 
     @field_validator("data_dir", mode="after")
     @classmethod

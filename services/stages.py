@@ -56,11 +56,17 @@ class StageContext:
 
 
 class Stage(abc.ABC):
-    """Base stage: ``observe`` is required; read-only stages never act; ``poll`` defaults to done."""
+    """Base stage: ``observe`` is required; read-only stages never act; ``poll`` defaults to done.
+
+    A *read-only* stage (``read_only = True``: a check, a verification) does its work in ``observe`` and
+    answers DONE; its run counts as an attempt and :meth:`report` says what it found, so it never reads
+    as "already in the desired state, nothing done"."""
 
     name: str = "stage"
     #: transient failures tolerated in a row before the stage fails
     max_transient: int = 20
+    #: the stage only looks (its observation is the work); it never acts
+    read_only: bool = False
 
     @abc.abstractmethod
     def observe(self, ctx: StageContext) -> Observed: ...
@@ -75,6 +81,10 @@ class Stage(abc.ABC):
         """The stage's output once done (what later stages and the operation's result see)."""
         return {}
 
+    def report(self, ctx: StageContext) -> str:
+        """For a read-only stage: one line on what it checked and found (the stage's message)."""
+        return ""
+
 
 @dataclass(frozen=True)
 class OperationKind:
@@ -87,7 +97,10 @@ class OperationKind:
     description: str = ""
     #: the least role that may start it: admin for destructive kinds (delete cluster, replace nodes)
     role: Role = Role.OPERATOR
-
+    #: synchronous refusals (raise Invalid/Conflict) checked before any operation row is written
+    precheck: Callable[[Any], None] | None = None
+    #: while one operation of this kind on a target is active, new requests for that target join it
+    coalesce: bool = False
 
 
 def checked_result(stage: Stage, result: Any) -> dict[str, Any]:

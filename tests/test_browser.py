@@ -57,6 +57,9 @@ def test_sign_in_and_watch_a_backup_arrive(own_server: LiveServer, tmp_path: Pat
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.on("request", lambda r: components.append(r.url) if "/components/" in r.url else None)
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            # every Content-Security-Policy violation becomes a console error, which the checks below refuse
+            page.add_init_script("document.addEventListener('securitypolicyviolation', e => console.error("
+                                 "`CSP violation: ${e.violatedDirective} ${e.blockedURI}`))")
 
             # not signed in: the dashboard sends us to the login page
             page.goto(server.url + "/")

@@ -46,7 +46,7 @@ def test_token_create_prints_the_token_last_and_it_works(server: LiveServer) -> 
     token = out.stdout.strip().splitlines()[-1]
     assert TOKEN_RE.fullmatch(token)
     assert server.get("/api/v1/whoami", token=token).json() == {
-        "name": "cli-made", "role": "viewer", "face": "rest", "token_id": token.split("_")[1],
+        "name": "cli-made", "role": "viewer", "face": "api", "token_id": token.split("_")[1],
         "allowed_roles": ["viewer"]}
     listed = cli("token", "list", "--data-dir", str(server.data_dir)).stdout
     assert "cli-made" in listed and token not in listed

@@ -97,7 +97,7 @@ def test_http_transport_mutation_names_operation_and_status_tool(server: LiveSer
     body = created.structured_content
     assert body["status_tool"] == "operations_get"
     assert body["operation"]["id"].startswith("op-")
-    assert body["operation"]["face"] == "mcp"
+    assert body["operation"]["face"] == "api" and body["operation"]["client"] == "mcp"  # transport, claim
     assert done.structured_content["id"] == body["operation"]["id"]
     assert done.structured_content["status"] == "succeeded"
     assert bad.is_error is True

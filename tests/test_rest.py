@@ -34,7 +34,7 @@ def test_no_token_is_401_viewer_mutation_is_403_operator_is_accepted(server: Liv
     r = httpx2.get(server.url + "/api/v1/operations", headers={"Authorization": "Basic abc"})
     assert r.status_code == 401
     r = server.get("/api/v1/operations", token="ist_deadbeef_nope")
-    assert r.status_code == 401 and error(r)["message"] == "unknown token"
+    assert r.status_code == 401 and str(error(r)["message"]).startswith("unknown token")
 
     viewer = server.make_token("viewer", "rest-viewer")
     assert server.get("/api/v1/operations", token=viewer).status_code == 200
@@ -152,13 +152,14 @@ def test_dashboard_session_cookie_needs_xsrf_for_mutations(server: LiveServer) -
     cookie = next(c for c in client.cookies.jar if c.name == "instantstart_session")
     assert cookie.has_nonstandard_attr("HttpOnly") and cookie.secure
     # httpx keeps Secure cookies for https; browsers also send them to loopback, so send it by hand
+    xsrf_token = next(c for c in client.cookies.jar if c.name == "instantstart_xsrf").value  # the session's own
     session = {"Cookie": f"instantstart_session={cookie.value}; _xsrf={client.cookies['_xsrf']}"}
     who = httpx2.get(server.url + "/api/v1/whoami", headers=session).json()
     assert who["face"] == "ui" and who["role"] == "admin"
     r = httpx2.post(server.url + "/api/v1/backups", json={"label": "from-ui"}, headers=session)
     assert r.status_code == 403 and "XSRF" in error(r)["message"]  # type: ignore[operator]
     r = httpx2.post(server.url + "/api/v1/backups", json={"label": "from-ui"},
-                    headers={**session, "X-XSRFToken": client.cookies["_xsrf"]})
+                    headers={**session, "X-XSRFToken": xsrf_token})
     assert r.status_code == 202 and r.json()["operation"]["face"] == "ui"
     # a wrong token on the form is refused with a message, and no cookie
     fresh = httpx2.Client(base_url=server.url, timeout=10)

@@ -97,8 +97,10 @@ def test_cookie_sessions_refuse_cross_origin_and_non_json_changes(server: LiveSe
     plain = httpx2.post(server.url + "/api/v1/backups", content=b'{"label": "x"}',
                         headers={**headers, "Content-Type": "text/plain"})
     assert plain.status_code == 422
+    bound = re.search(r"instantstart_xsrf=([^;]+)", r.headers["set-cookie"])  # the session's own XSRF token
+    assert bound
     same = httpx2.post(server.url + "/api/v1/backups", json={"label": "x"},
-                       headers={**headers, "Origin": f"http://{host}"})
+                       headers={**headers, "X-XSRFToken": bound.group(1), "Origin": f"http://{host}"})
     assert same.status_code == 202, same.text
 
 
