@@ -9,10 +9,14 @@ from app.sandbox import aws_endpoint, aws_session, register_clusters, sandbox_en
 from services.audit import AuditLog
 from services.auth import TokenStore
 from services.aws import AwsClients
+from services.awscache import AwsCache
 from services.backups import Backups
 from services.clock import Clock
+from services.clusters import Clusters
+from services.clusters.registry import ClusterRegistry
 from services.db import Database
 from services.events import EventBus
+from services.informers import Informers
 from services.kube import KubeClients
 from services.limits import Slots
 from services.operations import Engine
@@ -38,12 +42,15 @@ class Services:
     signin: SignInThrottle
     websockets: Slots
     longpolls: Slots
+    informers: Informers
+    clusters: Clusters
 
     def start(self) -> None:
         self.engine.start()
 
     def stop(self) -> None:
         self.engine.stop()
+        self.informers.stop()
         self.db.close()
 
 
@@ -64,6 +71,12 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
     kube = KubeClients(aws, clock, ca_dir=data / "ca")
     if sandboxed:
         register_clusters(settings, kube, stored_clusters(settings))
+    registry = ClusterRegistry(db, clock, kube)
+    registry.load()  # after the sandbox's kubeconfigs: a registered cluster is reached as EKS, as in AWS
+    informers = Informers(kube, bus)
+    clusters = Clusters(settings, clock, aws, registry, informers, AwsCache(clock), engine, audit, bus)
+    for kind in clusters.kinds():
+        engine.register(kind)
     tokens = TokenStore(db, clock)
     return Services(
         settings=settings, clock=clock, db=db, bus=bus, audit=audit, tokens=tokens,
@@ -73,4 +86,5 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
         signin=SignInThrottle(clock, base=settings.signin_delay_base, cap=settings.signin_delay_max),
         websockets=Slots("event WebSockets", settings.ws_per_principal),
         longpolls=Slots("long-polls", settings.longpolls_per_principal),
+        informers=informers, clusters=clusters,
     )

@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 
-from app import cli_sandbox
+from app import cli_clusters, cli_sandbox
 from app.cli_support import RestFailed, data_dir_flags, located, rest, rest_flags, settings_from
 from app.runtime import Ambiguous, PortTaken, claim_ports
 from services import __version__
@@ -84,8 +84,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         where = located(args)
         services = build_services(where.settings)
         try:
-            summary = summarize(services.engine, services.kube.clusters())
+            registered = services.clusters.list_clusters(SYSTEM.via("cli"), wait=10)  # a one-off read
+            summary = summarize(services.engine, services.kube.clusters(), registered)
         finally:
+            services.informers.stop()
             services.db.close()
     print(summary.model_dump_json(indent=2) if args.json else render_text(summary))
     return 0
@@ -148,6 +150,7 @@ def parser() -> argparse.ArgumentParser:
     status.set_defaults(func=cmd_status)
 
     cli_sandbox.add_parsers(sub)
+    cli_clusters.add_parsers(sub)
 
     token = sub.add_parser("token", help="manage API tokens (needs write access to the data dir)")
     tsub = token.add_subparsers(dest="token_command", required=True)

@@ -514,7 +514,8 @@ def rest_patterns(services: Services, routes: list[Route] = ROUTES) -> list[tupl
         (r"/api/v1/openapi\.json$", OpenApiHandler, {"document": openapi_document(routes)}),
         (r"/api/v1/events$", EventsSocket, {"services": services}),
     ]
-    for path, methods in by_path.items():
+    # literal paths before parameterised ones: POST /clusters/import is not GET /clusters/{cluster}
+    for path, methods in sorted(by_path.items(), key=lambda item: item[0].count("{")):
         patterns.append((_pattern(path), ApiHandler, {"services": services, "routes": methods}))
     patterns.append((r"/api/.*", NotFoundHandler))
     return patterns

@@ -9,89 +9,23 @@ except the async ones, which only await.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from app.bootstrap import Services
+from app.api import clusters as clusters_api
+from app.api.base import Call, Reply, Route, accepted
 from services.audit import AuditEntry, AuditQuery
-from services.auth import Principal, Role, TokenCreate, TokenCreated, TokenInfo
+from services.auth import Role, TokenCreate, TokenCreated, TokenInfo
 from services.backups import KIND as BACKUP_KIND
 from services.backups import BackupCreate, BackupInfo
 from services.errors import ERROR_CODES, Invalid
 from services.events import Event
-from services.models import RequestModel, ResponseModel
+from services.models import RequestModel
 from services.operations import STATUS_TOOL, OperationQuery, OperationView
+from services.replies import Accepted, Health, Whoami
 from services.status import StatusSummary, summarize
-
-
-@dataclass
-class Call:
-    """One parsed request as a handler sees it."""
-
-    services: Services
-    principal: Principal
-    path: dict[str, str]
-    query: Any
-    body: Any
-    idempotency_key: str | None = None
-
-
-@dataclass
-class Reply:
-    body: Any
-    status: int = 200
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-Handler = Callable[[Call], Reply | Awaitable[Reply]]
-
-
-@dataclass(frozen=True)
-class Route:
-    method: str
-    path: str
-    name: str
-    summary: str
-    role: Role
-    handler: Handler
-    description: str = ""
-    query: type[RequestModel] | None = None
-    body: type[RequestModel] | None = None
-    response: type[BaseModel] | None = None
-    path_params: dict[str, str] = field(default_factory=dict)
-    read_only: bool = True
-    destructive: bool = False
-    idempotent: bool = True
-    status: int = 200
-    many: bool = False
-    tag: str = "system"
-    mcp: bool = True
-
-
-class Accepted(ResponseModel):
-    """The answer to every mutation: the operation it started (or the one this request already made)."""
-
-    operation: OperationView
-    created: bool = Field(..., description="false when an identical request already made this operation")
-    status_url: str
-    status_tool: str = Field(STATUS_TOOL, description="the MCP tool that reports this operation's progress")
-    message: str
-
-
-class Whoami(ResponseModel):
-    name: str
-    role: Role
-    face: str
-    token_id: str | None = None
-    allowed_roles: list[Role] = Field(..., description="roles whose routes this principal may call")
-
-
-class Health(ResponseModel):
-    status: str
-    checks: dict[str, str] = Field(default_factory=dict)
 
 
 class OperationWait(RequestModel):
@@ -116,16 +50,6 @@ class ErrorEnvelope(BaseModel):
     error: ErrorBody
 
 
-def accepted(view: OperationView, created: bool) -> Reply:
-    note = "started" if created else "already requested; this is the existing operation"
-    return Reply(
-        Accepted(operation=view, created=created, status_url=view.status_url,
-                 message=f"{view.kind} {note}; follow it with {STATUS_TOOL}(id='{view.id}') "
-                         f"or GET {view.status_url}?wait=30"),
-        status=202, headers={"Location": view.status_url},
-    )
-
-
 # ----- handlers ------------------------------------------------------------------------------------------
 
 def _healthz(call: Call) -> Reply:
@@ -146,7 +70,8 @@ def _whoami(call: Call) -> Reply:
 
 
 def _status(call: Call) -> Reply:
-    return Reply(summarize(call.services.engine, call.services.kube.clusters()))
+    registered = call.services.clusters.list_clusters(call.principal, wait=0)  # never waits on a cluster
+    return Reply(summarize(call.services.engine, call.services.kube.clusters(), registered))
 
 
 def _operations_list(call: Call) -> Reply:
@@ -298,6 +223,7 @@ ROUTES: list[Route] = [
           status=202, tag="backups",
           description="Start a backup.create operation: an online copy of the state database (operations, "
                       "audit, token hashes) into the data directory, then an integrity check."),
+    *clusters_api.ROUTES,
 ]
 
 

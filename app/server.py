@@ -238,6 +238,13 @@ def _operations_page(services: Services, principal: Principal) -> Any:
                           current_principal=current_principal(services, principal))
 
 
+def _clusters_page(services: Services, principal: Principal) -> Any:
+    from panels.clusters import ClustersPane
+
+    return ClustersPane(clusters=services.clusters, bus=services.bus, principal=principal,
+                        current_principal=current_principal(services, principal))
+
+
 def _audit_page(services: Services, principal: Principal) -> Any:
     from panels.audit import AuditPane
 
@@ -253,6 +260,7 @@ def _backups_page(services: Services, principal: Principal) -> Any:
 
 PAGES: list[Page] = [
     Page("operations", "Operations", Role.VIEWER, _operations_page),
+    Page("clusters", "Clusters", Role.VIEWER, _clusters_page),
     Page("audit", "Audit", Role.VIEWER, _audit_page),
     Page("backups", "Backups", Role.ADMIN, _backups_page),  # listing backups is admin-only, as in REST
 ]

@@ -50,6 +50,16 @@ class SeedFailed(Exception):
     """A step could not be done; the message says which and why."""
 
 
+def iam_principal(caller_arn: str) -> str:
+    """The IAM principal an EKS access entry names for an STS caller ARN (sessions map to their role)."""
+    parts = caller_arn.split(":", 5)
+    if len(parts) == 6 and parts[2] == "sts":
+        kind, _, rest = parts[5].partition("/")
+        name = rest.split("/", 1)[0] if kind == "assumed-role" else rest
+        return f"arn:{parts[1]}:iam::{parts[4]}:{'role' if kind == 'assumed-role' else kind}/{name}"
+    return caller_arn
+
+
 def _trust(service: str) -> str:
     return json.dumps({"Version": "2012-10-17", "Statement": [
         {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}]})
@@ -72,6 +82,7 @@ class Seeder:
                                "AmazonSageMakerClusterInstanceRolePolicy")
         bucket = self._bucket(s3, f"sagemaker-{req.name}-lifecycle-{account}")
         eks_arn = self._eks(eks, req, cluster_role, public, sg)
+        self._creator_access(eks, req.name, self._client("sts").get_caller_identity()["Arn"])
         hp_arn = self._hyperpod(sagemaker, req, eks_arn, exec_role, bucket, private, sg)
         nodes = self._nodes(sagemaker, req)
         return Seeded(eks_arn, hp_arn, vpc_id, nodes, list(self.created))
@@ -152,6 +163,17 @@ class Seeder:
         self._wait(req, f"EKS cluster {req.name}", lambda: eks.describe_cluster(name=req.name)["cluster"]["status"],
                    "ACTIVE", {"FAILED", "DELETING"})
         return str(cluster["arn"])
+
+    def _creator_access(self, eks: Any, name: str, caller_arn: str) -> None:
+        """The access entry EKS gives the cluster's creator (bootstrapClusterCreatorAdminPermissions): made for
+        the caller's IAM principal when missing (an assumed-role session is named by its role)."""
+        principal = iam_principal(caller_arn)
+        if principal in eks.list_access_entries(clusterName=name).get("accessEntries", []):
+            return
+        eks.create_access_entry(clusterName=name, principalArn=principal)
+        eks.associate_access_policy(clusterName=name, principalArn=principal, accessScope={"type": "cluster"},
+                                    policyArn="arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy")
+        self._made(f"EKS access entry for {principal} (cluster admin, as for the cluster's creator)")
 
     def _hyperpod(self, sagemaker: Any, req: SeedRequest, eks_arn: str, role: str, bucket: str, subnet: str,
                   sg: str) -> str:

@@ -110,6 +110,20 @@ MIGRATIONS: list[str] = [
     ALTER TABLE audit ADD COLUMN client TEXT NOT NULL DEFAULT '';
     ALTER TABLE operations ADD COLUMN client TEXT NOT NULL DEFAULT '';
     """,
+    # 5: the cluster registry (services/clusters/registry.py)
+    """
+    CREATE TABLE clusters (
+        name TEXT PRIMARY KEY,
+        region TEXT NOT NULL,
+        eks_name TEXT NOT NULL,
+        eks_arn TEXT NOT NULL,
+        hyperpod_name TEXT,
+        hyperpod_arn TEXT,
+        ownership TEXT NOT NULL CHECK (ownership IN ('managed', 'imported')),
+        created_at REAL NOT NULL,
+        created_by TEXT NOT NULL
+    );
+    """,
 ]
 
 

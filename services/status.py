@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from services import __version__
+from services.clusters.models import ClusterSummary
 from services.models import ResponseModel
 from services.operations import Engine, OperationQuery, OperationView, Status
 
@@ -15,15 +16,18 @@ class StatusSummary(ResponseModel):
     active: list[OperationView] = Field(..., description="pending, running and waiting operations")
     recent_failures: list[OperationView] = Field(..., description="the latest failed operations")
     clusters: list[str] = Field(default_factory=list, description="Kubernetes clusters this server knows")
+    registered: list[ClusterSummary] = Field(
+        default_factory=list, description="registered clusters with node health (from the caches)")
 
 
-def summarize(engine: Engine, clusters: list[str]) -> StatusSummary:
+def summarize(engine: Engine, clusters: list[str], registered: list[ClusterSummary] | None = None) -> StatusSummary:
     return StatusSummary(
         version=__version__,
         operations=engine.counts(),
         active=engine.list(OperationQuery(active=True, limit=20)),
         recent_failures=engine.list(OperationQuery(status=[Status.FAILED], limit=5)),
         clusters=clusters,
+        registered=registered or [],
     )
 
 
@@ -42,5 +46,16 @@ def render_text(summary: StatusSummary) -> str:
         for op in summary.recent_failures:
             message = (op.error or {}).get("message", "")
             lines.append(f"  {op.id} {op.kind} {op.target}: {message}")
-    lines.append("clusters: " + (", ".join(summary.clusters) if summary.clusters else "none registered"))
+    if summary.registered:
+        lines.append("clusters:")
+        for c in summary.registered:
+            health = ", ".join(f"{k} {v}" for k, v in sorted(c.health.items())) or "no nodes read yet"
+            problem = f" [{c.error}]" if c.error else ""
+            lines.append(f"  {c.name} ({c.ownership.value}) EKS {c.eks_status or '?'}, HyperPod "
+                         f"{c.hyperpod_status or '-'}: {c.nodes} nodes: {health}{problem}")
+    others = [name for name in summary.clusters if name not in {c.name for c in summary.registered}]
+    if others or not summary.registered:
+        label = "kubeconfigs (not imported)" if summary.registered or others else "clusters"
+        none = "none registered (instantstart sandbox seed, then POST /api/v1/clusters/import)"
+        lines.append(f"{label}: " + (", ".join(others) if others else none))
     return "\n".join(lines)

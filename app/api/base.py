@@ -1,0 +1,70 @@
+"""What every route module builds on: the parsed call a handler sees, its reply, the route record, and the
+202 answer of a mutation."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from app.bootstrap import Services
+from services.auth import Principal, Role
+from services.models import RequestModel
+from services.operations import STATUS_TOOL, OperationView
+from services.replies import Accepted
+
+
+@dataclass
+class Call:
+    """One parsed request as a handler sees it."""
+
+    services: Services
+    principal: Principal
+    path: dict[str, str]
+    query: Any
+    body: Any
+    idempotency_key: str | None = None
+
+
+@dataclass
+class Reply:
+    body: Any
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+Handler = Callable[[Call], Reply | Awaitable[Reply]]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    name: str
+    summary: str
+    role: Role
+    handler: Handler
+    description: str = ""
+    query: type[RequestModel] | None = None
+    body: type[RequestModel] | None = None
+    response: type[BaseModel] | None = None
+    path_params: dict[str, str] = field(default_factory=dict)
+    read_only: bool = True
+    destructive: bool = False
+    idempotent: bool = True
+    status: int = 200
+    many: bool = False
+    tag: str = "system"
+    mcp: bool = True
+
+
+def accepted(view: OperationView, created: bool) -> Reply:
+    note = "started" if created else "already requested; this is the existing operation"
+    return Reply(
+        Accepted(operation=view, created=created, status_url=view.status_url,
+                 message=f"{view.kind} {note}; follow it with {STATUS_TOOL}(id='{view.id}') "
+                         f"or GET {view.status_url}?wait=30"),
+        status=202, headers={"Location": view.status_url},
+    )

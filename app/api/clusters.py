@@ -1,0 +1,55 @@
+"""REST routes of the clusters noun: each handler is one call of a verb in ``services/clusters``."""
+
+from __future__ import annotations
+
+from app.api.base import Call, Reply, Route, accepted
+from services.auth import Role
+from services.clusters.models import ClusterDetail, ClusterImport, ClusterQuery, ClusterRecord, ClusterSummary
+from services.replies import Accepted
+
+CLUSTER = {"cluster": "name the cluster is registered under (clusters_list)"}
+
+
+def _list(call: Call) -> Reply:
+    return Reply(call.services.clusters.list_clusters(call.principal, refresh=call.query.refresh))
+
+
+def _get(call: Call) -> Reply:
+    return Reply(call.services.clusters.describe_cluster(call.principal, call.path["cluster"],
+                                                         refresh=call.query.refresh))
+
+
+def _import(call: Call) -> Reply:
+    view, created = call.services.clusters.import_cluster(call.principal, call.body, call.idempotency_key)
+    return accepted(view, created)
+
+
+def _forget(call: Call) -> Reply:
+    return Reply(call.services.clusters.forget_cluster(call.principal, call.path["cluster"]))
+
+
+ROUTES: list[Route] = [
+    Route("GET", "/api/v1/clusters", "clusters_list", "List registered clusters with their health", Role.VIEWER,
+          _list, query=ClusterQuery, response=ClusterSummary, many=True, tag="clusters",
+          description="Every cluster this control plane knows (imported or created here): EKS and HyperPod "
+                      "status and node counts per health state, from short-lived caches (refresh=true reads "
+                      "again)."),
+    Route("GET", "/api/v1/clusters/{cluster}", "clusters_get", "One cluster: groups, nodes, health", Role.VIEWER,
+          _get, query=ClusterQuery, response=ClusterDetail, path_params=CLUSTER, tag="clusters",
+          description="EKS status and version, HyperPod status and node recovery, instance groups with "
+                      "current/target counts, and nodes by instance group with their health label, Ready, "
+                      "GPU/EFA capacity, allocatable resources and pod count, from the watch-backed cache "
+                      "(cache_age_seconds says how fresh)."),
+    Route("POST", "/api/v1/clusters/import", "clusters_import", "Import an existing EKS/HyperPod cluster",
+          Role.OPERATOR, _import, body=ClusterImport, response=Accepted, read_only=False,
+          status=202, tag="clusters",
+          description="Register an existing EKS cluster (and the HyperPod cluster on it) without changing it. "
+                      "Refused at once when the EKS cluster is missing or not ACTIVE, when the HyperPod "
+                      "cluster is not orchestrated by it, or when this control plane's identity has no EKS "
+                      "access entry (the message says how to add one)."),
+    Route("DELETE", "/api/v1/clusters/{cluster}/registration", "clusters_forget",
+          "Forget an imported cluster (it is not touched)", Role.OPERATOR, _forget, response=ClusterRecord,
+          path_params=CLUSTER, read_only=False, tag="clusters",
+          description="Remove an imported cluster from this control plane's registry; nothing in AWS or "
+                      "Kubernetes changes. Refused while the cluster has active operations."),
+]

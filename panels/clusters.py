@@ -1,0 +1,195 @@
+"""Clusters pane: the registered clusters, an import form, and one cluster's overview with its nodes coloured
+by health, updated live from the informers' watch events (topic ``kube``) — no polling.
+
+The pane holds no rules: it calls the clusters noun's verbs (``services/clusters``), in a worker thread when
+served, so the event loop never waits on AWS or Kubernetes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+import panel as pn
+import param
+
+from panels.live import LiveRefresh
+from panels.tables import ReadOnlyTable, role_hint
+from services.auth import Principal, Role
+from services.clusters import Clusters
+from services.clusters.models import ClusterDetail, ClusterImport, ClusterSummary
+from services.errors import ServiceError
+from services.events import Event, EventBus
+
+LIST_COLUMNS = ["name", "ownership", "eks", "hyperpod", "nodes", "health"]
+GROUP_COLUMNS = ["group", "type", "current", "target", "status"]
+COLOURS = {"Schedulable": "#1a7f37", "Ready": "#1a7f37", "NotReady": "#6e7781",
+           "UnschedulablePendingReboot": "#bf8700", "UnschedulablePendingReplacement": "#cf222e",
+           "Unschedulable": "#cf222e"}
+
+
+def clusters_frame(clusters: list[ClusterSummary]) -> pd.DataFrame:
+    rows = [{"name": c.name, "ownership": c.ownership.value, "eks": c.eks_status or "", "hyperpod":
+             c.hyperpod_status or "", "nodes": c.nodes,
+             "health": ", ".join(f"{k} {v}" for k, v in sorted(c.health.items()))} for c in clusters]
+    return pd.DataFrame(rows, columns=LIST_COLUMNS)
+
+
+def groups_frame(detail: ClusterDetail | None) -> pd.DataFrame:
+    rows = [] if detail is None else [
+        {"group": g.name, "type": g.instance_type, "current": g.current_count, "target": g.target_count,
+         "status": g.status} for g in detail.instance_groups]
+    return pd.DataFrame(rows, columns=GROUP_COLUMNS)
+
+
+def overview_html(detail: ClusterDetail | None) -> str:
+    """The cluster's header and its nodes as chips coloured by health (names escaped: they come from the
+    cluster)."""
+    if detail is None:
+        return "<p>Select a cluster to see its nodes.</p>"
+    esc = html.escape
+    parts = [f"<h3>{esc(detail.name)}</h3><p>EKS <b>{esc(detail.eks_status or '?')}</b> "
+             f"(Kubernetes {esc(detail.kubernetes_version or '?')}) · HyperPod <b>{esc(detail.hyperpod_status or '-')}"
+             f"</b> · node recovery {esc(detail.node_recovery or '-')}</p>"]
+    if detail.error:
+        parts.append(f"<p class='cluster-error'>{esc(detail.error)}</p>")
+    for group, nodes in sorted(detail.nodes_by_group.items()):
+        chips = "".join(
+            f"<span class='node-chip' data-health='{esc(n.health or '')}' title='{esc(n.name)}: "
+            f"{esc(n.health or ('Ready' if n.ready else 'NotReady'))}, {n.pods} pods, {n.gpus} GPU' "
+            f"style='display:inline-block;margin:2px;padding:2px 6px;border-radius:4px;color:white;"
+            f"background:{COLOURS.get(n.health or ('Ready' if n.ready else 'NotReady'), '#6e7781')}'>"
+            f"{esc(n.name)}</span>" for n in nodes)
+        parts.append(f"<p><b>{esc(group or 'outside instance groups')}</b> ({len(nodes)})<br>{chips}</p>")
+    if not detail.nodes_by_group:
+        parts.append("<p>No nodes yet.</p>")
+    return "".join(parts)
+
+
+class ClustersState(param.Parameterized):
+    clusters = param.List(default=[], item_type=ClusterSummary, doc="registered clusters")
+    selected = param.String(default="", doc="the cluster whose overview is shown")
+    detail = param.ClassSelector(class_=ClusterDetail, default=None, allow_None=True)
+    eks_cluster = param.String(default="", doc="EKS cluster to import")
+    hyperpod_cluster = param.String(default="", doc="its HyperPod cluster (optional)")
+    message = param.String(default="")
+    busy = param.Boolean(default=False)
+
+    def __init__(self, clusters: Clusters, principal: Principal,
+                 current_principal: Callable[[], Principal] | None = None, **params: Any) -> None:
+        super().__init__(**params)
+        self.service = clusters
+        self.principal = principal
+        self._current_principal = current_principal or (lambda: principal)
+
+    def reload(self) -> None:
+        """Read the list (and the selected cluster) synchronously: notebooks, tests, first render."""
+        self.clusters = self.service.list_clusters(self.principal, wait=0)
+        if not self.selected and self.clusters:
+            self.selected = self.clusters[0].name
+        self.read_detail()
+
+    def read_detail(self) -> None:
+        try:
+            self.detail = (self.service.describe_cluster(self.principal, self.selected, wait=2)
+                           if self.selected else None)
+        except ServiceError as exc:
+            self.detail, self.message = None, f"{exc.code}: {exc.message}"
+
+    async def refresh(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.reload)
+
+    async def import_cluster(self) -> None:
+        self.busy = True
+        try:
+            request = ClusterImport(eks_cluster=self.eks_cluster.strip(),
+                                    hyperpod_cluster=self.hyperpod_cluster.strip() or None)
+
+            def run() -> Any:
+                return self.service.import_cluster(self._current_principal(), request)
+
+            view, _created = await asyncio.get_running_loop().run_in_executor(None, run)
+            self.message = f"import of {request.eks_cluster} started: {view.id}"
+        except ServiceError as exc:
+            self.message = f"refused ({exc.code}): {exc.message}"
+        except ValueError as exc:  # the request model's own validation
+            self.message = f"refused (invalid): {exc}"
+        finally:
+            self.busy = False
+
+
+class ClustersPane(pn.viewable.Viewer):
+    def __init__(self, clusters: Clusters, bus: EventBus, principal: Principal,
+                 current_principal: Callable[[], Principal] | None = None, **params: Any) -> None:
+        super().__init__(**params)
+        self.state = ClustersState(clusters, principal, current_principal)
+        self.state.reload()
+        self.table = ReadOnlyTable(clusters_frame(self.state.clusters), selectable=1, sizing_mode="stretch_width",
+                                   css_classes=["clusters-table"],
+                                   empty="No clusters yet: import one below ('instantstart sandbox seed' makes a "
+                                         "ready one in the sandbox).")
+        self.groups = ReadOnlyTable(groups_frame(self.state.detail), sizing_mode="stretch_width",
+                                    css_classes=["cluster-groups"], empty="No HyperPod instance groups.")
+        self.overview = pn.pane.HTML(overview_html(self.state.detail), sizing_mode="stretch_width",
+                                     css_classes=["cluster-overview"])
+        operator = principal.allows(Role.OPERATOR)
+        self.import_button = pn.widgets.Button(label="Import", color="primary", disabled=not operator,
+                                               css_classes=["cluster-import"], loading=self.state.param.busy)
+        if not operator:
+            self.import_button.description = "needs the operator role"
+        self.import_button.on_click(self._import)
+        self.role_hint = role_hint(principal, Role.OPERATOR, "Importing a cluster")
+        self.table.param.watch(self._on_selection, "selection")
+        self.state.param.watch(lambda e: setattr(self.table, "value", clusters_frame(e.new)), "clusters")
+        self.state.param.watch(self._on_detail, "detail")
+        self._kube = LiveRefresh(bus, "kube", self._on_kube)
+        self._ops = LiveRefresh(bus, "operation", self._on_operation)
+
+    def _on_detail(self, event: param.parameterized.Event) -> None:
+        self.groups.value = groups_frame(event.new)
+        self.overview.object = overview_html(event.new)
+
+    def _on_selection(self, event: param.parameterized.Event) -> None:
+        if event.new and event.new[0] < len(self.state.clusters):
+            self.state.selected = self.state.clusters[event.new[0]].name
+            self._refresh()
+
+    def _on_kube(self, events: list[Event]) -> None:
+        if any(e.data.get("cluster") == self.state.selected for e in events):
+            self._refresh()
+
+    def _on_operation(self, events: list[Event]) -> None:
+        if any(str(e.data.get("kind", "")).startswith("cluster.") and e.data.get("status") == "succeeded"
+               for e in events):
+            self._refresh()
+
+    def _refresh(self) -> None:
+        if self._kube.in_session:
+            pn.state.execute(self.state.refresh)
+        else:
+            self.state.reload()
+
+    async def _import(self, _event: Any) -> None:
+        await self.state.import_cluster()
+
+    def __panel__(self) -> pn.viewable.Viewable:
+        state = self.state
+        return pn.Column(
+            pn.pane.Markdown("## Clusters"),
+            self.table,
+            pn.Row(pn.widgets.TextInput.from_param(state.param.eks_cluster, name="EKS cluster", width=220,
+                                                   placeholder="hp-eks", css_classes=["import-eks"]),
+                   pn.widgets.TextInput.from_param(state.param.hyperpod_cluster, name="HyperPod cluster",
+                                                   width=220, placeholder="hp-eks (optional)",
+                                                   css_classes=["import-hyperpod"]),
+                   self.import_button),
+            self.role_hint,
+            pn.pane.Markdown(state.param.message, css_classes=["cluster-message"]),
+            self.overview,
+            pn.pane.Markdown("**Instance groups**"),
+            self.groups,
+            sizing_mode="stretch_width",
+        )

@@ -1,0 +1,126 @@
+"""The ``clusters`` noun: its verbs are the only entry points for every face.
+
+Reads (``list_clusters``, ``describe_cluster``) answer from the AWS TTL cache and the informers. Mutations
+(``import_cluster``, ``forget_cluster``) precheck synchronously — bad input is a 422/409 before any
+operation row exists — then submit an operation (``cluster.import``) or, for forgetting a registration,
+which touches nothing outside this control plane, change the registry at once. Imported clusters are
+never mutated beyond what a user asks, and never deleted.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from services.audit import AuditLog
+from services.auth import Principal, Role
+from services.aws import AwsClients
+from services.awscache import AwsCache
+from services.clock import Clock
+from services.clusters.checks import check_import
+from services.clusters.models import ClusterDetail, ClusterImport, ClusterRecord, ClusterSummary, Ownership
+from services.clusters.reads import FIRST_SYNC_SECONDS, ClusterReader
+from services.clusters.registry import ClusterRegistry
+from services.clusters.stages import Connect, Register
+from services.errors import Conflict
+from services.events import Event, EventBus
+from services.informers import Informers
+from services.models import RequestModel
+from services.operations import Engine, OperationQuery, OperationView
+from services.settings import Settings
+from services.stages import OperationKind
+
+IMPORT_KIND = "cluster.import"
+
+
+class ClusterImportPlan(RequestModel):
+    """What ``cluster.import`` carries out: the request with the facts its precheck established."""
+
+    name: str
+    region: str
+    eks_cluster: str
+    eks_arn: str
+    hyperpod_cluster: str | None = None
+    hyperpod_arn: str | None = None
+    requested_by: str = Field(..., description="who asked (the registry's created_by)")
+
+
+def cluster_target(name: str) -> str:
+    return f"cluster/{name}"
+
+
+class Clusters:
+    """Verbs of the clusters noun (the service object the composition root builds once)."""
+
+    def __init__(self, settings: Settings, clock: Clock, aws: AwsClients, registry: ClusterRegistry,
+                 informers: Informers, cache: AwsCache, engine: Engine, audit: AuditLog, bus: EventBus) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.aws = aws
+        self.registry = registry
+        self.informers = informers
+        self.cache = cache
+        self.engine = engine
+        self.audit = audit
+        self.bus = bus
+        self.reader = ClusterReader(aws, cache, informers)
+
+    def kinds(self) -> list[OperationKind]:
+        return [OperationKind(IMPORT_KIND, ClusterImportPlan, (Register(self.registry), Connect(self.informers)),
+                              target=lambda plan: cluster_target(plan.name), role=Role.OPERATOR,
+                              description="register an existing EKS (+ HyperPod) cluster and connect to it")]
+
+    # ----- reads -------------------------------------------------------------------------------------
+
+    def list_clusters(self, principal: Principal, refresh: bool = False,
+                      wait: float = FIRST_SYNC_SECONDS) -> list[ClusterSummary]:
+        """Every registered cluster; ``wait``: how long a cluster not yet read may take (status uses 0)."""
+        principal.require(Role.VIEWER)
+        fields = set(ClusterSummary.model_fields)
+        return [ClusterSummary(**self.reader.detail(r, refresh, wait).model_dump(include=fields))
+                for r in self.registry.list()]
+
+    def describe_cluster(self, principal: Principal, name: str, refresh: bool = False,
+                         wait: float = FIRST_SYNC_SECONDS) -> ClusterDetail:
+        principal.require(Role.VIEWER)
+        return self.reader.detail(self.registry.get(name), refresh, wait)
+
+    def records(self, principal: Principal) -> list[ClusterRecord]:
+        principal.require(Role.VIEWER)
+        return self.registry.list()
+
+    # ----- mutations ---------------------------------------------------------------------------------
+
+    def import_cluster(self, principal: Principal, request: ClusterImport,
+                       idempotency_key: str | None = None) -> tuple[OperationView, bool]:
+        """Precheck (EKS ACTIVE, HyperPod on it, our access entry), then submit ``cluster.import``."""
+        principal.require(Role.OPERATOR)
+        name = request.name or request.eks_cluster
+        region = request.region or self.settings.region
+        known = self.registry.find(name)
+        facts = check_import(self.aws, name=name, region=region, eks_name=request.eks_cluster,
+                             hyperpod_name=request.hyperpod_cluster,
+                             registered_arn=known.eks_arn if known else None)
+        plan = ClusterImportPlan(name=facts.name, region=facts.region, eks_cluster=facts.eks_name,
+                                 eks_arn=facts.eks_arn, hyperpod_cluster=facts.hyperpod_name,
+                                 hyperpod_arn=facts.hyperpod_arn, requested_by=principal.name)
+        self.cache.invalidate(region, request.eks_cluster)
+        return self.engine.submit(IMPORT_KIND, plan, principal, idempotency_key)
+
+    def forget_cluster(self, principal: Principal, name: str) -> ClusterRecord:
+        """Forget an imported cluster's registration; the cluster itself is not touched."""
+        principal.require(Role.OPERATOR)
+        record = self.registry.get(name)
+        if record.ownership is not Ownership.IMPORTED:
+            raise Conflict(f"{name} was created by this control plane: delete it, or keep it registered")
+        active = [op for op in self.engine.list(OperationQuery(active=True, limit=200))
+                  if op.target == cluster_target(name) or op.target.startswith(cluster_target(name) + "/")]
+        if active:
+            raise Conflict(f"{name} has active operations ({', '.join(op.id for op in active)}); wait for them or "
+                           "cancel them first (operations_get / operations_cancel)",
+                           details={"operations": [op.id for op in active], "status_tool": "operations_get"})
+        self.registry.remove(name)
+        self.informers.forget(name)
+        self.cache.invalidate(record.region, record.eks_name)
+        self.audit.record(principal, "cluster.forget", cluster_target(name), {"name": name}, "succeeded")
+        self.bus.publish(Event("cluster", "forgotten", {"cluster": name}))
+        return record

@@ -1,0 +1,99 @@
+"""What ``GET /api/v1/clusters[/{cluster}]`` answers: AWS facts from the TTL cache, Kubernetes facts from
+the informers' memory. A part that cannot be read is reported in ``error``, never as a failed read of the
+whole list."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from services.aws import AwsClients
+from services.awscache import AwsCache
+from services.clusters.models import (
+    GROUP_LABEL,
+    HEALTH_LABEL,
+    ClusterDetail,
+    ClusterRecord,
+    InstanceGroupView,
+    NodeView,
+)
+from services.errors import ServiceError, from_aws
+from services.informers import Informers
+
+FIRST_SYNC_SECONDS = 20.0  # the first read of a cluster waits this long for its first list
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(str(value or 0))
+    except ValueError:
+        return 0
+
+
+def node_view(node: dict[str, Any], pods: int) -> NodeView:
+    labels = node["metadata"].get("labels") or {}
+    status = node.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    capacity = status.get("capacity") or {}
+    return NodeView(name=node["metadata"]["name"], instance_group=labels.get(GROUP_LABEL),
+                    instance_type=labels.get("node.kubernetes.io/instance-type"), health=labels.get(HEALTH_LABEL),
+                    ready=ready, gpus=_int(capacity.get("nvidia.com/gpu")),
+                    efa=_int(capacity.get("vpc.amazonaws.com/efa")),
+                    allocatable={k: str(v) for k, v in (status.get("allocatable") or {}).items()}, pods=pods)
+
+
+class ClusterReader:
+    def __init__(self, aws: AwsClients, cache: AwsCache, informers: Informers) -> None:
+        self.aws = aws
+        self.cache = cache
+        self.informers = informers
+
+    def _aws(self, service: str, operation: str, region: str, resource: str, refresh: bool, **params: Any) -> Any:
+        def load() -> Any:
+            try:
+                return getattr(self.aws.client(service, region), operation)(**params)
+            except Exception as exc:
+                raise from_aws(exc) from exc
+
+        return self.cache.get((service, operation, region, resource), load, refresh=refresh)[0]
+
+    def detail(self, record: ClusterRecord, refresh: bool = False, wait: float = FIRST_SYNC_SECONDS) -> ClusterDetail:
+        detail = ClusterDetail(name=record.name, ownership=record.ownership, region=record.region,
+                               eks_name=record.eks_name, hyperpod_name=record.hyperpod_name)
+        errors: list[str] = []
+        try:
+            eks = self._aws("eks", "describe_cluster", record.region, record.eks_name, refresh,
+                            name=record.eks_name)["cluster"]
+            detail.eks_status, detail.kubernetes_version = eks.get("status"), eks.get("version")
+        except ServiceError as exc:
+            errors.append(f"EKS: {exc.message}")
+        if record.hyperpod_name:
+            try:
+                hp = self._aws("sagemaker", "describe_cluster", record.region, record.hyperpod_name, refresh,
+                               ClusterName=record.hyperpod_name)
+                detail.hyperpod_status, detail.node_recovery = hp.get("ClusterStatus"), hp.get("NodeRecovery")
+                detail.instance_groups = [
+                    InstanceGroupView(name=g["InstanceGroupName"], instance_type=g.get("InstanceType", ""),
+                                      current_count=g.get("CurrentCount", 0), target_count=g.get("TargetCount", 0),
+                                      status=g.get("Status", "")) for g in hp.get("InstanceGroups", [])]
+            except ServiceError as exc:
+                errors.append(f"HyperPod: {exc.message}")
+        nodes, pods = self.informers.get(record.name, "nodes"), self.informers.get(record.name, "pods")
+        if refresh:
+            nodes.resync(wait)
+            pods.resync(wait)
+        if nodes.wait_synced(wait):
+            pods.wait_synced(wait)
+            per_node = Counter(p["spec"].get("nodeName") for p in pods.items()
+                               if p["status"].get("phase") not in ("Succeeded", "Failed"))
+            views = sorted((node_view(n, per_node.get(n["metadata"]["name"], 0)) for n in nodes.items()),
+                           key=lambda v: v.name)
+            for view in views:
+                detail.nodes_by_group.setdefault(view.instance_group or "", []).append(view)
+            detail.nodes = len(views)
+            detail.health = dict(Counter(v.health or ("Ready" if v.ready else "NotReady") for v in views))
+            detail.cache_age_seconds = nodes.age()
+        else:
+            errors.append(f"Kubernetes: the node list has not arrived ({nodes.error or 'still listing'})")
+        detail.error = "; ".join(errors) or None
+        return detail

@@ -1,0 +1,75 @@
+"""The cluster registry: the clusters this control plane knows, persisted in the state database.
+
+Kubernetes clients are rebuilt from it at every start, the same way with and without the sandbox: each
+cluster is an EKS source (endpoint and CA from DescribeCluster, an STS-presigned token), so an operation
+resumed after a restart finds its cluster's client.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sqlite3
+
+from services.clock import Clock
+from services.clusters.models import ClusterRecord, Ownership
+from services.db import Database
+from services.errors import Conflict, NotFound
+from services.kube import KubeClients
+
+
+def _iso(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _record(row: sqlite3.Row) -> ClusterRecord:
+    return ClusterRecord(name=row["name"], region=row["region"], eks_name=row["eks_name"], eks_arn=row["eks_arn"],
+                         hyperpod_name=row["hyperpod_name"], hyperpod_arn=row["hyperpod_arn"],
+                         ownership=Ownership(row["ownership"]), created_at=_iso(row["created_at"]),
+                         created_by=row["created_by"])
+
+
+class ClusterRegistry:
+    def __init__(self, db: Database, clock: Clock, kube: KubeClients) -> None:
+        self.db = db
+        self.clock = clock
+        self.kube = kube
+
+    def load(self) -> list[ClusterRecord]:
+        """Register every known cluster with the Kubernetes client factory (at start-up)."""
+        records = self.list()
+        for record in records:
+            self.kube.register_eks(record.name, record.eks_name, record.region)
+        return records
+
+    def list(self) -> list[ClusterRecord]:
+        return [_record(r) for r in self.db.query("SELECT * FROM clusters ORDER BY name")]
+
+    def find(self, name: str) -> ClusterRecord | None:
+        row = self.db.query_one("SELECT * FROM clusters WHERE name = ?", (name,))
+        return _record(row) if row is not None else None
+
+    def get(self, name: str) -> ClusterRecord:
+        record = self.find(name)
+        if record is None:
+            known = ", ".join(r.name for r in self.list()) or "none yet (POST /api/v1/clusters/import)"
+            raise NotFound(f"no cluster named {name!r} is registered; known: {known}")
+        return record
+
+    def add(self, record: ClusterRecord, created_at: float) -> ClusterRecord:
+        with self.db.tx() as conn:
+            row = conn.execute("SELECT eks_arn FROM clusters WHERE name = ?", (record.name,)).fetchone()
+            if row is not None and row["eks_arn"] != record.eks_arn:
+                raise Conflict(f"the name {record.name!r} is registered for {row['eks_arn']} already")
+            if row is None:
+                conn.execute(
+                    "INSERT INTO clusters (name, region, eks_name, eks_arn, hyperpod_name, hyperpod_arn, ownership,"
+                    " created_at, created_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (record.name, record.region, record.eks_name, record.eks_arn, record.hyperpod_name,
+                     record.hyperpod_arn, record.ownership.value, created_at, record.created_by))
+        self.kube.register_eks(record.name, record.eks_name, record.region)
+        return self.get(record.name)
+
+    def remove(self, name: str) -> None:
+        with self.db.tx() as conn:
+            conn.execute("DELETE FROM clusters WHERE name = ?", (name,))
+        self.kube.forget(name)

@@ -1,0 +1,265 @@
+"""Watch-backed caches of Kubernetes objects: one informer per (cluster, kind), started on first read.
+
+An informer lists (in pages), then watches from the list's resourceVersion with bookmarks, resumes from
+the last version it saw, and lists again when the server answers 410 Gone. Each watch connection asks
+the client factory for its cluster's client, so an EKS token is fresh at every reconnect (connections
+last at most ``WATCH_SECONDS``). Reads are answered from memory with the cache's age; every change is
+published on the bus (topic ``kube``) with the cluster, the resource and the object's name.
+
+Memory: objects are slimmed to the fields the product reads (a node ~2 KB, a pod ~0.3 KB, an event
+~0.5 KB), so a 1,000-node cluster with 50,000 pods costs about 20 MB.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from services.events import Event, EventBus
+from services.kube import KubeClients
+
+log = logging.getLogger(__name__)
+
+WATCH_SECONDS = 60
+PAGE = 500
+RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+def _meta(obj: dict[str, Any], *, labels: bool = True) -> dict[str, Any]:
+    meta = obj.get("metadata") or {}
+    out = {k: meta.get(k) for k in ("name", "namespace", "resourceVersion", "creationTimestamp") if meta.get(k)}
+    if labels:
+        out["labels"] = meta.get("labels") or {}
+    return out
+
+
+def slim_node(obj: dict[str, Any]) -> dict[str, Any]:
+    status = obj.get("status") or {}
+    return {"metadata": _meta(obj), "spec": {k: v for k, v in (obj.get("spec") or {}).items()
+                                             if k in ("taints", "providerID", "unschedulable")},
+            "status": {k: status.get(k) for k in ("capacity", "allocatable", "conditions", "addresses",
+                                                  "nodeInfo") if k in status}}
+
+
+def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    return {"metadata": _meta(obj), "spec": {"nodeName": spec.get("nodeName")},
+            "status": {"phase": status.get("phase")}}
+
+
+def slim_event(obj: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": _meta(obj, labels=False),
+            **{k: obj.get(k) for k in ("type", "reason", "message", "involvedObject", "lastTimestamp", "count")}}
+
+
+@dataclass(frozen=True)
+class Kind:
+    resource: str
+    list_call: Callable[[k8s.CoreV1Api], Callable[..., Any]]
+    slim: Callable[[dict[str, Any]], dict[str, Any]]
+
+
+KINDS: dict[str, Kind] = {
+    "nodes": Kind("nodes", lambda api: api.list_node, slim_node),
+    "pods": Kind("pods", lambda api: api.list_pod_for_all_namespaces, slim_pod),
+    "events": Kind("events", lambda api: api.list_event_for_all_namespaces, slim_event),
+}
+
+
+def _key(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or ''}/{meta.get('name')}"
+
+
+class Informer:
+    """One kind of one cluster, in memory; ``items()`` never blocks on the network."""
+
+    def __init__(self, kube: KubeClients, bus: EventBus, cluster: str, kind: Kind) -> None:
+        self.kube = kube
+        self.bus = bus
+        self.cluster = cluster
+        self.kind = kind
+        self.synced = threading.Event()
+        self.lists = 0  # full lists made (the first, and one per 410 or resync)
+        self.error: str | None = None
+        self._objects: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._relist = threading.Event()
+        self._synced_at: float | None = None
+        self._resp: Any = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"informer-{cluster}-{kind.resource}")
+        self._thread.start()
+
+    # ----- reads -------------------------------------------------------------------------------------
+
+    def items(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._objects.values())
+
+    def age(self) -> float | None:
+        """Seconds since the cache last matched the server (a list or a watch event), None before the first."""
+        with self._lock:
+            return None if self._synced_at is None else max(0.0, time.monotonic() - self._synced_at)
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self.synced.wait(timeout)
+
+    def resync(self, timeout: float) -> bool:
+        """List again now (``refresh``); True once the new list is in."""
+        before = self.lists
+        self._relist.set()
+        self._interrupt()
+        deadline = time.monotonic() + timeout
+        while self.lists == before and time.monotonic() < deadline and not self._stop.is_set():
+            self._stop.wait(0.02)
+        return self.lists > before
+
+    def stop(self, timeout: float = 0.0) -> None:
+        self._stop.set()
+        self._interrupt()
+        if timeout:
+            self._thread.join(timeout)
+
+    def _interrupt(self) -> None:
+        """End a watch connection that is blocked reading (its loop then sees the stop or relist)."""
+        resp = self._resp
+        if resp is not None:
+            resp.shutdown()  # urllib3's thread-safe way to end a read blocked in another thread
+
+    # ----- the loop ----------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        version: str | None = None
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                api = k8s.CoreV1Api(self.kube.api_client(self.cluster))
+                if version is None or self._relist.is_set():
+                    self._relist.clear()
+                    version = self._list(api)
+                version = self._follow(api, version)
+                failures = 0
+            except ApiException as exc:
+                if exc.status == 410:
+                    version = None  # too old: list again
+                    continue
+                failures = self._failed(f"Kubernetes {exc.status} {exc.reason}", failures)
+            except Exception as exc:  # the network, a token, a cluster that went away: retry, slower each time
+                failures = self._failed(f"{type(exc).__name__}: {exc}", failures)
+
+    def _failed(self, message: str, failures: int) -> int:
+        if self._stop.is_set():  # ended on purpose: say nothing (the process may be exiting)
+            return failures
+        self.error = message
+        log.warning("informer %s/%s: %s", self.cluster, self.kind.resource, message)
+        self._stop.wait(RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)])
+        return failures + 1
+
+    def _list(self, api: k8s.CoreV1Api) -> str:
+        objects: dict[str, dict[str, Any]] = {}
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": PAGE, "_preload_content": False}
+            if token:
+                kwargs["_continue"] = token
+            page = json.loads(self.kind.list_call(api)(**kwargs).data)
+            for item in page.get("items", []):
+                slim = self.kind.slim(item)
+                objects[_key(slim)] = slim
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                break
+        with self._lock:
+            self._objects = objects
+            self._synced_at = time.monotonic()
+        self.lists += 1
+        self.error = None
+        self.synced.set()
+        self.bus.publish(Event("kube", "synced", {"cluster": self.cluster, "resource": self.kind.resource,
+                                                  "count": len(objects)}))
+        return str(page.get("metadata", {}).get("resourceVersion") or "0")
+
+    def _follow(self, api: k8s.CoreV1Api, version: str) -> str | None:
+        """Watch from ``version`` until the server ends the connection; the version to resume from (None:
+        list again). Raw JSON lines: the client's ``Watch(deserialize=False)`` breaks on ERROR events."""
+        resp = self.kind.list_call(api)(watch=True, resource_version=version, allow_watch_bookmarks=True,
+                                        timeout_seconds=WATCH_SECONDS, _request_timeout=WATCH_SECONDS + 30,
+                                        _preload_content=False)
+        self._resp = resp
+        try:
+            if resp.status == 410:
+                return None
+            if not 200 <= resp.status <= 299:
+                raise ApiException(status=resp.status, reason=resp.reason)
+            for line in iter_resp_lines(resp):  # type: ignore[no-untyped-call]
+                if self._stop.is_set() or self._relist.is_set():
+                    return None if self._relist.is_set() else version
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        return None
+                    raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                if kind == "BOOKMARK":
+                    continue
+                self._apply(str(kind), self.kind.slim(obj))
+        finally:
+            self._resp = None
+            resp.close()
+            resp.release_conn()
+        return None if self._relist.is_set() else version
+
+    def _apply(self, kind: str, slim: dict[str, Any]) -> None:
+        with self._lock:
+            if kind == "DELETED":
+                self._objects.pop(_key(slim), None)
+            else:
+                self._objects[_key(slim)] = slim
+            self._synced_at = time.monotonic()
+        self.bus.publish(Event("kube", kind.lower(), {"cluster": self.cluster, "resource": self.kind.resource,
+                                                      "name": slim["metadata"].get("name")}))
+
+
+class Informers:
+    """Every informer of this server: started on first read, stopped when their cluster is forgotten."""
+
+    def __init__(self, kube: KubeClients, bus: EventBus) -> None:
+        self.kube = kube
+        self.bus = bus
+        self._informers: dict[tuple[str, str], Informer] = {}
+        self._lock = threading.Lock()
+
+    def get(self, cluster: str, resource: str) -> Informer:
+        key = (cluster, resource)
+        with self._lock:
+            informer = self._informers.get(key)
+            if informer is None:
+                informer = self._informers[key] = Informer(self.kube, self.bus, cluster, KINDS[resource])
+        return informer
+
+    def forget(self, cluster: str) -> None:
+        with self._lock:
+            gone = [self._informers.pop(key) for key in list(self._informers) if key[0] == cluster]
+        for informer in gone:
+            informer.stop()
+
+    def stop(self) -> None:
+        """Stop every informer and wait briefly for their threads, so none writes a log line while the
+        process exits."""
+        with self._lock:
+            gone, self._informers = list(self._informers.values()), {}
+        for informer in gone:
+            informer.stop()
+        for informer in gone:
+            informer.stop(timeout=5)

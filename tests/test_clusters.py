@@ -1,0 +1,216 @@
+"""Cluster import and live read against a real server in sandbox mode: a cluster made by `sandbox seed`
+(as a user's own would be) is refused while our identity has no EKS access entry, imported once it has
+one, read from the caches (nodes by instance group with their health, updated by watch events), and
+forgotten without being touched."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx2
+import pytest
+
+from app.sandbox import SANDBOX_ACCESS_KEY
+from services.clusters.checks import ADMIN_POLICY, access_entry_principal
+from tests.support import ROOT, LiveServer, clean_env, free_port, start_server, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, dict[str, str]]]:
+    aws_port = free_port()
+    env = {"INSTANTSTART_SANDBOX_SPEED": "3000", "INSTANTSTART_SANDBOX_AWS_PORT": str(aws_port),
+           "INSTANTSTART_SANDBOX_KUBE_PORT": str(free_port())}
+    live = start_server(tmp_path_factory.mktemp("clusters") / "data", env=env)
+    seed = subprocess.run([sys.executable, "-m", "app.cli", "sandbox", "seed", "--name", "hp-eks", "--nodes", "2",
+                           "--data-dir", str(live.data_dir)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert seed.returncode == 0, seed.stderr
+    yield live, {"endpoint": f"http://127.0.0.1:{aws_port}",
+                 "secret": (live.data_dir / "sandbox" / "aws-secret-key").read_text().strip()}
+    live.stop()
+
+
+def aws(world: dict[str, str], service: str) -> Any:
+    return boto3.client(service, endpoint_url=world["endpoint"], region_name="us-west-2",
+                        aws_access_key_id=SANDBOX_ACCESS_KEY, aws_secret_access_key=world["secret"])
+
+
+def imports(live: LiveServer) -> list[dict[str, Any]]:
+    return list(live.get("/api/v1/operations?kind=cluster.import").json())
+
+
+def test_import_is_refused_with_the_reason_before_any_operation(seeded: tuple[LiveServer, dict[str, str]]) -> None:
+    live, world = seeded
+    eks = aws(world, "eks")
+    principal = access_entry_principal(aws(world, "sts").get_caller_identity()["Arn"])
+    assert principal in eks.list_access_entries(clusterName="hp-eks")["accessEntries"], "seed grants its creator"
+    eks.delete_access_entry(clusterName="hp-eks", principalArn=principal)  # a cluster someone else made
+    missing = live.post("/api/v1/clusters/import", {"eks_cluster": "nope"})
+    assert missing.status_code == 422, missing.text
+    assert "no EKS cluster named 'nope'" in missing.json()["error"]["message"]
+    assert missing.json()["error"]["details"]["eks_clusters"] == ["hp-eks"]
+    wrong_hp = live.post("/api/v1/clusters/import", {"eks_cluster": "hp-eks", "hyperpod_cluster": "other"})
+    assert wrong_hp.status_code == 422 and "clusters there: hp-eks" in wrong_hp.json()["error"]["message"]
+    no_entry = live.post("/api/v1/clusters/import", {"eks_cluster": "hp-eks", "hyperpod_cluster": "hp-eks"})
+    assert no_entry.status_code == 422, no_entry.text
+    error = no_entry.json()["error"]
+    assert "has no access entry on EKS cluster hp-eks" in error["message"]
+    assert "aws eks create-access-entry --cluster-name hp-eks" in error["message"]
+    assert imports(live) == [], "a refused import leaves no operation behind"
+
+
+def test_import_read_live_and_forget(seeded: tuple[LiveServer, dict[str, str]]) -> None:
+    live, world = seeded
+    eks = aws(world, "eks")
+    principal = access_entry_principal(aws(world, "sts").get_caller_identity()["Arn"])
+    if principal not in eks.list_access_entries(clusterName="hp-eks")["accessEntries"]:
+        eks.create_access_entry(clusterName="hp-eks", principalArn=principal)  # what the refusal told us to do
+        eks.associate_access_policy(clusterName="hp-eks", principalArn=principal, policyArn=ADMIN_POLICY,
+                                    accessScope={"type": "cluster"})
+
+    made = live.post("/api/v1/clusters/import", {"eks_cluster": "hp-eks", "hyperpod_cluster": "hp-eks"})
+    assert made.status_code == 202, made.text
+    op = made.json()["operation"]
+    done = live.get(f"/api/v1/operations/{op['id']}/wait?timeout=60").json()
+    assert done["status"] == "succeeded", done
+    assert [s["name"] for s in done["stages"]] == ["register", "connect"]
+    again = live.post("/api/v1/clusters/import", {"eks_cluster": "hp-eks", "hyperpod_cluster": "hp-eks"})
+    assert again.status_code == 202
+    second = live.get(f"/api/v1/operations/{again.json()['operation']['id']}/wait?timeout=60").json()
+    assert second["status"] == "succeeded" and second["stages"][0]["acted"] is False, "registered once"
+
+    listed = live.get("/api/v1/clusters").json()
+    assert [(c["name"], c["ownership"], c["eks_status"], c["hyperpod_status"], c["nodes"]) for c in listed] == \
+        [("hp-eks", "imported", "ACTIVE", "InService", 2)]
+    assert listed[0]["health"] == {"Schedulable": 2}
+    detail = live.get("/api/v1/clusters/hp-eks").json()
+    assert detail["node_recovery"] == "Automatic" and detail["kubernetes_version"]
+    assert [(g["name"], g["current_count"], g["target_count"]) for g in detail["instance_groups"]] == \
+        [("workers", 2, 2)]
+    workers = detail["nodes_by_group"]["workers"]
+    assert len(workers) == 2 and all(n["ready"] and n["health"] == "Schedulable" for n in workers)
+    assert workers[0]["gpus"] == 1 and workers[0]["instance_type"] == "ml.g5.8xlarge"
+    assert detail["cache_age_seconds"] is not None
+
+    # a node fault reaches the read through the watch, with no refresh asked
+    node = workers[0]["name"].removeprefix("hyperpod-")
+    fault = live.post("/api/v1/sandbox/faults", {"kind": "node_unhealthy", "target": {"cluster": "hp-eks",
+                                                                                     "node": node}})
+    assert fault.status_code == 201, fault.text
+
+    def unhealthy() -> bool:
+        nodes = live.get("/api/v1/clusters/hp-eks").json()["nodes_by_group"].get("workers", [])
+        return any(n["health"] not in (None, "Schedulable") for n in nodes)
+
+    wait_until(unhealthy, 60, "the node fault to show in the cluster read")
+
+    status = live.get("/api/v1/status").json()
+    assert "hp-eks" in status["clusters"]
+
+
+    out = subprocess.run([sys.executable, "-m", "app.cli", "status", "--data-dir", str(live.data_dir)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "hp-eks (imported) EKS ACTIVE, HyperPod InService: 2 nodes:" in out.stdout, out.stdout
+
+
+def test_viewers_read_but_cannot_import(seeded: tuple[LiveServer, dict[str, str]]) -> None:
+    live, _ = seeded
+    viewer = live.make_token("viewer")
+    assert live.get("/api/v1/clusters", token=viewer).status_code == 200
+    refused = live.post("/api/v1/clusters/import", {"eks_cluster": "hp-eks"}, token=viewer)
+    assert refused.status_code == 403
+
+
+def test_the_dashboard_shows_a_node_fault_live_and_imports(seeded: tuple[LiveServer, dict[str, str]],
+                                                           tmp_path: Path) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.test_browser import CHROMIUM, FLAGS
+
+    live, _ = seeded
+    errors: list[str] = []
+    with sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=CHROMIUM,
+                                                   headless=True, args=FLAGS, viewport={"width": 1280, "height": 900})
+        try:
+            page = ctx.new_page()
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(live.url + "/login")
+            page.fill("#token", live.admin_token)
+            page.click("#login")
+            expect(page.locator(".whoami")).to_contain_text("Signed in", timeout=30_000)
+            page.goto(live.url + "/?page=clusters")
+            table = page.locator(".clusters-table")
+            expect(table).to_contain_text("hp-eks", timeout=30_000)
+            chips = page.locator(".cluster-overview .node-chip")
+            expect(chips).to_have_count(2, timeout=30_000)
+            node = chips.first.inner_text().removeprefix("hyperpod-")
+            made = live.post("/api/v1/sandbox/faults", {"kind": "node_unhealthy",
+                                                        "target": {"cluster": "hp-eks", "node": node}})
+            assert made.status_code == 201, made.text
+            # pushed by the node watch: no reload, no click
+            expect(page.locator(".cluster-overview .node-chip:not([data-health='Schedulable'])")).not_to_have_count(
+                0, timeout=60_000)
+
+            # forget, then import again through the form
+            gone = httpx2.delete(f"{live.url}/api/v1/clusters/hp-eks/registration", headers=live.headers(),
+                                 timeout=30)
+            assert gone.status_code == 200, gone.text
+            page.reload()
+            expect(table).to_contain_text("No clusters yet", timeout=30_000)
+            page.locator(".import-eks input").fill("hp-eks")
+            page.locator(".import-hyperpod input").fill("hp-eks")
+            page.locator(".cluster-import button").click()
+            expect(page.locator(".cluster-message")).to_contain_text("import of hp-eks started", timeout=30_000)
+            expect(table).to_contain_text("imported", timeout=60_000)
+        finally:
+            ctx.close()
+    assert not errors, errors
+    assert next(op["face"] for op in imports(live)) == "ui", "the newest import came from the dashboard"
+
+
+def test_an_agent_imports_and_reads_through_mcp(seeded: tuple[LiveServer, dict[str, str]]) -> None:
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    live, _ = seeded
+    params = StdioServerParameters(command=sys.executable, args=["-m", "app.cli", "mcp", "--url", live.url],
+                                   env={**clean_env(), "INSTANTSTART_TOKEN": live.admin_token}, cwd=str(ROOT))
+
+    async def main() -> tuple[Any, Any, Any, Any]:
+        async with Client(params) as client:
+            tools = {t.name for t in (await client.list_tools()).tools}
+            forgot = await client.call_tool("clusters_forget", {"cluster": "hp-eks"})
+            made = await client.call_tool("clusters_import", {"eks_cluster": "hp-eks", "hyperpod_cluster": "hp-eks"})
+            op_id = made.structured_content["operation"]["id"]
+            await client.call_tool("operations_wait", {"id": op_id, "timeout": 60})
+            got = await client.call_tool("clusters_get", {"cluster": "hp-eks"})
+            return tools, forgot, made, got
+
+    tools, forgot, made, got = anyio.run(main)
+    assert {"clusters_list", "clusters_get", "clusters_import", "clusters_forget"} <= tools
+    assert forgot.is_error is False and made.is_error is False
+    assert made.structured_content["status_tool"] == "operations_get"
+    detail = got.structured_content
+    assert detail["name"] == "hp-eks" and sum(len(v) for v in detail["nodes_by_group"].values()) == 2
+
+
+def test_forget_leaves_the_cluster_untouched(seeded: tuple[LiveServer, dict[str, str]]) -> None:
+    live, world = seeded
+    eks = aws(world, "eks")
+    forgotten = httpx2.delete(f"{live.url}/api/v1/clusters/hp-eks/registration", headers=live.headers(),
+                              timeout=30)
+    assert forgotten.status_code == 200, forgotten.text
+    assert live.get("/api/v1/clusters").json() == []
+    assert eks.describe_cluster(name="hp-eks")["cluster"]["status"] == "ACTIVE", "forgetting touches nothing"
+    gone = live.get("/api/v1/clusters/hp-eks")
+    assert gone.status_code == 404 and "none yet" in gone.json()["error"]["message"]
+    audit = live.get("/api/v1/audit?action=cluster.forget").json()
+    assert audit and audit[0]["outcome"] == "succeeded"
