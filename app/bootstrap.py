@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from app.sandbox import aws_endpoint, aws_session, register_clusters, sandbox_enabled, stored_clusters
+from app.sandbox import aws_endpoint, aws_session, register_written_kubeconfigs, sandbox_enabled, stored_clusters
 from services.audit import AuditLog
 from services.auth import TokenStore
 from services.aws import AwsClients
@@ -70,7 +70,7 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
     engine.register(backups.kind())
     kube = KubeClients(aws, clock, ca_dir=data / "ca")
     if sandboxed:
-        register_clusters(settings, kube, stored_clusters(settings))
+        register_written_kubeconfigs(settings, kube, stored_clusters(settings))  # serve's Sandbox writes them
     registry = ClusterRegistry(db, clock, kube)
     registry.load()  # after the sandbox's kubeconfigs: a registered cluster is reached as EKS, as in AWS
     informers = Informers(kube, bus)

@@ -11,7 +11,7 @@ import os
 import sys
 
 from app import cli_clusters, cli_sandbox
-from app.cli_support import RestFailed, data_dir_flags, located, rest, rest_flags, settings_from
+from app.cli_support import RestFailed, data_dir_flags, located, rest, rest_flags, server_url, settings_from
 from app.runtime import Ambiguous, PortTaken, claim_ports
 from services import __version__
 from services.auth import SYSTEM, Role, TokenCreate
@@ -97,12 +97,13 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from mcp_bridge.credentials import bridge_token
     from mcp_bridge.server import BridgeError, run_bridge
 
-    url = args.url or os.environ.get("INSTANTSTART_URL") or "http://127.0.0.1:3099"
     try:
+        url = server_url(args)  # --url, INSTANTSTART_URL, else the running server's (never a guessed port)
         token, warnings = bridge_token(args.token, args.token_file, dict(os.environ))
         for warning in warnings:
             print(warning, file=sys.stderr)
-        run_bridge(url, token, transport=args.transport, host=args.host, port=args.port, toolsets=args.toolsets)
+        run_bridge(url, token, transport=args.transport, host=args.host, port=args.bridge_port,
+                   toolsets=args.toolsets)
     except BridgeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -135,11 +136,13 @@ def parser() -> argparse.ArgumentParser:
 
     mcp = sub.add_parser("mcp", help="run the MCP bridge (tools call the REST API)")
     mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio")
-    mcp.add_argument("--url", help="REST base URL (INSTANTSTART_URL, default http://127.0.0.1:3099)")
+    mcp.add_argument("--url", help="REST base URL (INSTANTSTART_URL; default: the running server's, from its "
+                                   "runtime file)")
     mcp.add_argument("--token-file", help="file holding the API token (or set INSTANTSTART_TOKEN)")
     mcp.add_argument("--token", help="API token; visible to other users in ps: prefer --token-file")
     mcp.add_argument("--host", default="127.0.0.1", help="bind address for --transport http")
-    mcp.add_argument("--port", type=int, default=3100, help="port for --transport http")
+    mcp.add_argument("--port", dest="bridge_port", type=int, default=3100, help="port for --transport http")
+    data_dir_flags(mcp)
     mcp.add_argument("--toolsets", help="tool groups by noun, comma separated, or 'all' (default: the everyday "
                                         "nouns; audit, sandbox and tokens on request)")
     mcp.set_defaults(func=cmd_mcp)

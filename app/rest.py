@@ -38,6 +38,7 @@ from services.errors import (
     Unauthorized,
 )
 from services.events import Event
+from services.limits import TooManyRequests
 from services.models import RequestModel, parse
 from services.settings import LOOPBACK_HOSTS, Settings
 
@@ -145,21 +146,25 @@ def authenticate(handler: tornado.web.RequestHandler, services: Services) -> Pri
 
 async def sign_in(services: Services, token: str, address: str, *, face: str, client: str, action: str,
                   target: str) -> Principal:
-    """Check a presented token under the sign-in throttle: a delayed answer (never a lockout) after
-    failures of this (client address, token id), and an audit row for each failure."""
+    """Check a presented token: a correct one is admitted at once; a failure is audited and answered only
+    after the sign-in throttle's delay for this (client address, token id) — never a lockout."""
     loop = asyncio.get_running_loop()
     token_id = token_id_of(token) or "malformed"
-    delay = services.signin.admit(address, token_id)
-    if delay > 0:
-        await asyncio.sleep(delay)
     try:
         principal = await loop.run_in_executor(None, services.tokens.authenticate, token, face, client)
     except Unauthorized as exc:
-        services.signin.failed(address, token_id)
+        delay = services.signin.failed(address, token_id)
         record = functools.partial(services.audit.record_refusal, action, target,
                                    f"{exc.message} (token id {token_id}, client {address})", face=face,
                                    client=client)
         await loop.run_in_executor(None, record)
+        if delay is None:
+            raise TooManyRequests(f"too many failed sign-ins for token id {token_id} from {address} are waiting; "
+                                  "try again later") from None
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            services.signin.answered(address, token_id)
         raise
     services.signin.succeeded(address, token_id)
     return principal

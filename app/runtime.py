@@ -39,6 +39,7 @@ class Runtime:
     kube_url: str | None = None
     ports: dict[str, int] = field(default_factory=dict)
     started_at: float = 0.0
+    region: str = ""
 
     @property
     def alive(self) -> bool:
@@ -162,6 +163,10 @@ def claim_ports(settings: Settings, sandboxed: bool) -> tuple[Settings, list[str
     for name in fields:
         value = int(getattr(settings, name))
         host = settings.host if name == "port" else "127.0.0.1"
+        if value == 0 and name != "port":  # the sandbox's URLs are written before it binds: pick one now
+            value = free_port(host)
+            while value in chosen.values():
+                value = free_port(host)
         if (value != 0 and value in chosen.values()) or not port_free(value, host):
             env = f"INSTANTSTART_{name.upper()}"
             if name in settings.model_fields_set:
@@ -222,5 +227,7 @@ def locate(settings: Settings) -> Location:
         update: dict[str, Any] = {name: port for name, port in runtime.ports.items()
                                   if name in _PORT_FLAGS and name not in settings.model_fields_set}
         update["sandbox"] = runtime.sandbox if settings.sandbox is None else settings.sandbox
+        if runtime.region and "region" not in settings.model_fields_set:
+            update["region"] = runtime.region  # sandbox env and seed act in the server's region
         settings = settings.model_copy(update=update)
     return Location(settings, runtime, how)

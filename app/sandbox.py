@@ -145,6 +145,15 @@ def describe(settings: Settings, clusters: list[str], *, write: bool = True) -> 
     }
 
 
+def register_written_kubeconfigs(settings: Settings, kube: KubeClients, names: list[str]) -> None:
+    """Register the kubeconfigs the running (or last) server wrote, without writing any: a CLI command or
+    a notebook must not rewrite them with its own idea of the ports."""
+    for name in names:
+        path = kubeconfig_path(settings, name)
+        if path.exists():
+            kube.register_kubeconfig(name, path)
+
+
 def register_clusters(settings: Settings, kube: KubeClients, names: list[str]) -> None:
     """Write a kubeconfig per emulated cluster and register it with the client factory."""
     for name in names:

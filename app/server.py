@@ -143,7 +143,7 @@ def make_auth_provider(services: Services) -> AuthProvider:
                 principal = await sign_in(services, token, self.request.remote_ip or "", face="ui", client="",
                                           action="session.login", target="dashboard")
             except ServiceError as exc:
-                self.set_status(401)
+                self.set_status(exc.http_status)  # 401, or 429 when too many failures of this token wait
                 self._page(exc.message)
                 return
             session = await loop.run_in_executor(None, services.sessions.open, principal)
@@ -416,7 +416,7 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
                 kube_url=world.kube_server.base_url if world else None,
                 ports={"port": port, "sandbox_aws_port": settings.sandbox_aws_port,
                        "sandbox_kube_port": settings.sandbox_kube_port},
-                started_at=time.time()))
+                started_at=time.time(), region=settings.region))
             say(f"listening on {url_for(settings.host, port)} (runtime file {settings.data_dir / RUNTIME_FILE})")
 
         run_guarded(server, listening)

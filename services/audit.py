@@ -49,6 +49,14 @@ class AuditQuery(RequestModel):
     limit: int = Field(50, ge=1, le=500, description="at most this many rows")
 
 
+TARGET_MAX = 300
+DETAIL_MAX = 1_000
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
+
 class AuditLog:
     def __init__(self, db: Database, clock: Clock) -> None:
         self.db = db
@@ -76,6 +84,8 @@ class AuditLog:
                       detail), None)
 
     def _insert(self, row: tuple[Any, ...], conn: Any) -> None:
+        # anonymous callers choose the path (target) and parts of the detail: bound what one row can cost
+        row = (*row[:6], _clip(row[6], TARGET_MAX), *row[7:10], _clip(row[10], DETAIL_MAX))
         sql = ("INSERT INTO audit(ts, actor, role, face, client, action, target, request, outcome, operation_id,"
                " detail) VALUES (?,?,?,?,?,?,?,?,?,?,?)")
         if conn is not None:

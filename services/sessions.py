@@ -103,15 +103,21 @@ class _Failures:
     count: int = 0
     next_at: float = 0.0
     last: float = 0.0
+    pending: int = 0
 
 
 class SignInThrottle:
-    """An exponential delay per (client address, token id): after n failures the next try waits
-    ``base * 2**(n-1)`` seconds (at most ``cap``). Tries that arrive together queue behind each other, so
-    parallel guesses are no faster than sequential ones. A success clears the key. Never a lockout: a
-    correct token is accepted once its wait is over."""
+    """An exponential delay on failed sign-ins per (client address, token id).
+
+    The token is checked first: a correct one is admitted at once, whatever failed before it (so knowing a
+    token id never locks its owner out; behind SSM port forwarding every client is 127.0.0.1). A failure
+    is answered only after its delay: after n failures ``base * 2**(n-1)`` seconds (at most ``cap``), and
+    failures that arrive together wait in turn, each behind the one before, so parallel guessing is no
+    faster than sequential. At most ``MAX_PENDING`` failures of one key wait at a time; more are refused
+    at once with 429. A success clears the key."""
 
     MAX_KEYS = 10_000
+    MAX_PENDING = 32
 
     def __init__(self, clock: Clock, *, base: float, cap: float) -> None:
         self.clock = clock
@@ -123,32 +129,33 @@ class SignInThrottle:
     def _step(self, count: int) -> float:
         return 0.0 if count == 0 else min(self.cap, self.base * 2 ** min(count - 1, 30))
 
-    def admit(self, address: str, token_id: str) -> float:
-        """Seconds this try must wait before it is looked at (0: at once)."""
-        now = self.clock.now()
-        with self._lock:
-            state = self._keys.get((address, token_id))
-            if state is None or state.count == 0 or now - state.last > 10 * max(self.cap, 1.0):
-                return 0.0
-            start = max(now, state.next_at)
-            state.next_at = start + self._step(state.count)  # the next try queues behind this one
-            return start - now
-
-    def failed(self, address: str, token_id: str) -> float:
-        """Record a failure; returns the delay the next try of this key will wait."""
+    def failed(self, address: str, token_id: str) -> float | None:
+        """Record a failure; the seconds to wait before answering it (queued behind the key's other
+        failures, each step at most ``cap``), or None when too many already wait (answer 429 at once)."""
         now = self.clock.now()
         with self._lock:
             key = (address, token_id)
             state = self._keys.pop(key, None) or _Failures()
-            if state.count and now - state.last > 10 * max(self.cap, 1.0):
+            if state.count and not state.pending and now - state.last > 10 * max(self.cap, 1.0):
                 state = _Failures()  # long quiet: start over
-            state.count += 1
-            state.last = now
-            state.next_at = max(state.next_at, now + self._step(state.count))
             self._keys[key] = state
             while len(self._keys) > self.MAX_KEYS:
                 self._keys.popitem(last=False)
-            return self._step(state.count)
+            if state.pending >= self.MAX_PENDING:
+                return None
+            state.count += 1
+            state.last = now
+            start = max(now, state.next_at)
+            state.next_at = start + self._step(state.count)
+            state.pending += 1
+            return state.next_at - now
+
+    def answered(self, address: str, token_id: str) -> None:
+        """A delayed failure has been answered (or its client went away)."""
+        with self._lock:
+            state = self._keys.get((address, token_id))
+            if state is not None and state.pending:
+                state.pending -= 1
 
     def succeeded(self, address: str, token_id: str) -> None:
         with self._lock:

@@ -45,8 +45,12 @@ def wait_until(predicate: Callable[[], T], timeout: float = 30, message: str = "
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """This process's environment without AWS credentials/endpoints and InstantStart settings, plus ``extra``."""
-    return {**{k: v for k, v in os.environ.items() if not k.startswith(AWS_ENV_PREFIXES)}, **extra}
+    """This process's environment without AWS credentials/endpoints and InstantStart settings, plus ``extra``.
+    The private server registry the suite set up (``INSTANTSTART_RUNTIME_DIR``, conftest) is kept, so test
+    servers never register in the user's own."""
+    kept = {k: v for k, v in os.environ.items()
+            if not k.startswith(AWS_ENV_PREFIXES) or k == "INSTANTSTART_RUNTIME_DIR"}
+    return {**kept, **extra}
 
 
 def free_port() -> int:

@@ -152,21 +152,25 @@ def test_sessions_end_when_idle_when_old_and_when_their_token_is_revoked(service
 
 # ----- defect 7: the sign-in delay doubles per (address, token id), never locks out ---------------------------------
 
-def test_sign_in_delay_doubles_queues_parallel_tries_and_never_locks_out(clock: FakeClock) -> None:
+def test_sign_in_delay_doubles_queues_parallel_failures_and_never_locks_out(clock: FakeClock) -> None:
     throttle = SignInThrottle(clock, base=0.5, cap=4)
-    assert throttle.admit("127.0.0.1", "abcd0123") == 0
     waits = []
-    for _ in range(6):
-        wait = throttle.admit("127.0.0.1", "abcd0123")
+    for _ in range(6):  # one failure after the other, each answered before the next
+        wait = throttle.failed("127.0.0.1", "abcd0123")
+        assert wait is not None
         waits.append(wait)
         clock.advance(wait)
-        throttle.failed("127.0.0.1", "abcd0123")
-    assert waits == [0, 0.5, 1, 2, 4, 4]  # capped, never refused
-    # tries arriving together wait in turn, each behind the one before
-    assert [throttle.admit("127.0.0.1", "abcd0123") for _ in range(3)] == [4, 8, 12]
-    assert throttle.admit("127.0.0.1", "ffff0000") == 0 and throttle.admit("10.0.0.9", "abcd0123") == 0
-    throttle.succeeded("127.0.0.1", "abcd0123")
-    assert throttle.admit("127.0.0.1", "abcd0123") == 0
+        throttle.answered("127.0.0.1", "abcd0123")
+    assert waits == [0.5, 1, 2, 4, 4, 4]  # doubling, capped
+    # failures arriving together wait in turn, each behind the one before
+    assert [throttle.failed("127.0.0.1", "abcd0123") for _ in range(3)] == [4, 8, 12]
+    assert throttle.failed("127.0.0.1", "ffff0000") == 0.5 and throttle.failed("10.0.0.9", "abcd0123") == 0.5
+    # past MAX_PENDING waiting failures of one key, more are refused at once (429), not queued for ever
+    for _ in range(SignInThrottle.MAX_PENDING - 3):
+        assert throttle.failed("127.0.0.1", "abcd0123") is not None
+    assert throttle.failed("127.0.0.1", "abcd0123") is None
+    throttle.succeeded("127.0.0.1", "abcd0123")  # the correct token is never held back: it clears the key
+    assert throttle.failed("127.0.0.1", "abcd0123") == 0.5
 
 
 # ----- defect 9: concurrent long-polls per principal --------------------------------------------------------------

@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import httpx2
@@ -17,7 +18,7 @@ import pytest
 from app.sandbox import SANDBOX_ACCESS_KEY, sandbox_mode
 from sandbox.kube import Emulator
 from services.settings import Settings
-from tests.support import ROOT, wait_until
+from tests.support import ROOT, LiveServer, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +53,7 @@ def stop(proc: subprocess.Popen[str]) -> None:
 
 
 def test_two_servers_with_default_flags_run_side_by_side(tmp_path: Path) -> None:
-    env = clean_env(tmp_path / "home", tmp_path / "registry")
+    env = {**clean_env(tmp_path / "home", tmp_path / "registry"), "INSTANTSTART_REGION": "eu-central-1"}
     first, second = tmp_path / "first", tmp_path / "second"
     for data in (first, second):
         made = Emulator(data / "sandbox")
@@ -90,9 +91,12 @@ def test_two_servers_with_default_flags_run_side_by_side(tmp_path: Path) -> None
         exports = cli(env, "sandbox", "env", "--data-dir", str(first)).stdout
         assert f"export AWS_ENDPOINT_URL={ra['aws_endpoint_url']}" in exports
         assert f"export AWS_ACCESS_KEY_ID={SANDBOX_ACCESS_KEY}" in exports
+        other_shell = {k: v for k, v in env.items() if k != "INSTANTSTART_REGION"}  # the CLI learns the region
+        assert "export AWS_REGION=eu-central-1" in cli(other_shell, "sandbox", "env", "--data-dir", str(first)).stdout
     finally:
         stop(a)
     assert not (first / "runtime.json").exists(), "a clean stop removes the runtime file"
+
     try:
         alone = cli(env, "status")  # the one server left is found without --data-dir
         assert alone.returncode == 0, alone.stderr
@@ -100,8 +104,15 @@ def test_two_servers_with_default_flags_run_side_by_side(tmp_path: Path) -> None
     finally:
         if b is not None:
             stop(b)
+    for data in (first, second):  # at least one of them was not on the default ports
+        written = (data / "kubeconfigs" / "demo.yaml").read_text()
+        assert cli(env, "token", "list", "--data-dir", str(data)).returncode == 0
+        assert cli(env, "status", "--data-dir", str(data)).returncode == 0
+        assert (data / "kubeconfigs" / "demo.yaml").read_text() == written, "read-only commands rewrite nothing"
     nothing = cli(env, "sandbox", "env")
     assert nothing.returncode == 1 and "no sandbox is running" in nothing.stderr
+    bridge = cli(env, "mcp")  # never a guessed port: a bridge would send its token there
+    assert bridge.returncode == 1 and "no running server found" in bridge.stderr
 
 
 @pytest.mark.parametrize("flag", ["--port", "--sandbox-aws-port", "--sandbox-kube-port"])
@@ -151,6 +162,8 @@ def test_seed_makes_a_ready_cluster_once_and_refuses_clearly(tmp_path: Path) -> 
     env = {**clean_env(tmp_path / "home", tmp_path / "registry"), "INSTANTSTART_SANDBOX_SPEED": "2000"}
     proc = start(tmp_path / "data", env, "--port", "0", "--sandbox-aws-port", "0", "--sandbox-kube-port", "0")
     try:
+        runtime = json.loads((tmp_path / "data" / "runtime.json").read_text())
+        assert 0 not in runtime["ports"].values() and not runtime["aws_endpoint_url"].endswith(":0"), runtime
         first = cli(env, "sandbox", "seed", "--name", "team-a", "--nodes", "3")
         assert first.returncode == 0, first.stderr
         assert first.stdout.startswith("seeded team-a:") and "3 nodes Running" in first.stdout
@@ -160,8 +173,16 @@ def test_seed_makes_a_ready_cluster_once_and_refuses_clearly(tmp_path: Path) -> 
         assert "created" not in again.stderr, "a second seed makes nothing"
         kubeconfig = cli(env, "kubeconfig", "team-a")
         assert kubeconfig.returncode == 0 and "team-a" in kubeconfig.stdout
+        assert f"127.0.0.1:{runtime['ports']['sandbox_kube_port']}/" in kubeconfig.stdout
         too_big = cli(env, "sandbox", "seed", "--name", "team-b", "--nodes", "9")
         assert too_big.returncode == 1
         assert "AWS refused CreateCluster: ResourceLimitExceeded" in too_big.stderr
     finally:
         stop(proc)
+
+
+def test_test_servers_register_only_in_the_suites_private_registry(server: LiveServer) -> None:
+    from app.runtime import running_servers
+
+    assert os.environ["INSTANTSTART_RUNTIME_DIR"].startswith(tempfile.gettempdir())
+    assert str(server.data_dir) in {r.data_dir for r in running_servers()}, "start_server keeps the registry"

@@ -23,7 +23,7 @@ import pytest
 import websocket
 from mcp import Client, StdioServerParameters
 
-from tests.support import ROOT, LiveServer, start_server
+from tests.support import ROOT, LiveServer, start_server, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -310,3 +310,43 @@ def test_websockets_per_principal_and_message_size_are_bounded(live: LiveServer)
         except websocket.WebSocketBadStatusException as exc:
             assert exc.status_code == 429 and time.monotonic() < deadline
             time.sleep(0.05)
+
+
+def test_failed_sign_ins_never_hold_back_the_real_token(tmp_path: Path) -> None:
+    """Wrong secrets for the admin's token id wait out their delay; the right secret, from the same
+    address, is answered at once (reviewer finding: it used to queue behind them for minutes)."""
+    import threading
+
+    server = start_server(tmp_path / "data", env={"INSTANTSTART_SIGNIN_DELAY_BASE": "20",
+                                                  "INSTANTSTART_SIGNIN_DELAY_MAX": "60"})
+    try:
+        token_id = server.admin_token.split("_")[1]
+        answered: list[int] = []
+
+        def guess(n: int) -> None:
+            try:
+                r = httpx2.get(server.url + "/api/v1/whoami", timeout=120,
+                               headers={"Authorization": f"Bearer ist_{token_id}_wrong{n}"})
+                answered.append(r.status_code)
+            except httpx2.HTTPError:
+                answered.append(0)
+
+        guesses = [threading.Thread(target=guess, args=(n,), daemon=True) for n in range(4)]
+        for t in guesses:
+            t.start()
+        wait_until(lambda: len(server.get("/api/v1/audit?action=token.authenticate").json()) >= 4, 60,
+                   "the four failures to be audited (all four checked and now waiting out their delay)")
+        assert server.get("/api/v1/whoami").status_code == 200
+        assert answered == [], "the right token was answered while every wrong one still waits (>= 20 s)"
+    finally:
+        server.stop()
+
+
+def test_an_anonymous_caller_cannot_grow_the_audit_log_by_long_paths(live: LiveServer) -> None:
+    before = len(live.get("/api/v1/audit?action=token.authenticate&limit=500").json())
+    r = httpx2.get(f"{live.url}/api/v1/operations/{'a' * 60_000}", timeout=30,
+                   headers={"Authorization": "Bearer ist_0badf00d_guess"})
+    assert r.status_code == 401
+    rows = live.get("/api/v1/audit?action=token.authenticate&limit=500").json()
+    assert len(rows) == before + 1
+    assert len(rows[0]["target"]) < 400 and rows[0]["target"].endswith("characters)")
