@@ -27,6 +27,7 @@ ERRORS: dict[int, str] = {
     409: "the target's state forbids it now (e.g. an active operation on it)",
     413: "the request body is over the limit (setting api_max_body_bytes); it was not read",
     422: "invalid query, body or Content-Type; details.fields lists each problem",
+    429: "too many at once: this token's event WebSockets or long-polls, or failed sign-ins waiting for its id",
     431: "request headers over 256 KiB",
     500: "internal (an unclassified bug: please report) or permanent (a classified failure)",
     503: "transient: retry later; readyz: not ready",
@@ -58,7 +59,7 @@ def error_statuses(r: Route) -> list[int]:
     statuses = {413, 422, 431, 500}
     if r.path in PUBLIC_PATHS:
         return sorted(statuses | ({503} if r.path == "/readyz" else set()))
-    statuses |= {401, 403, 503}
+    statuses |= {401, 403, 429, 503}
     if r.path_params:
         statuses.add(404)
     if not r.read_only:

@@ -35,10 +35,10 @@ from services.errors import (
     NotFound,
     ServiceError,
     TooLarge,
+    TooManyRequests,
     Unauthorized,
 )
 from services.events import Event
-from services.limits import TooManyRequests
 from services.models import RequestModel, parse
 from services.settings import LOOPBACK_HOSTS, Settings
 
@@ -119,13 +119,11 @@ def _bearer(handler: tornado.web.RequestHandler) -> str | None:
     return token.strip()
 
 
-def authenticate(handler: tornado.web.RequestHandler, services: Services) -> Principal:
-    """Bearer token, else the dashboard's session cookie, else (dev mode on loopback) a dev admin.
+def authenticate_ambient(handler: tornado.web.RequestHandler, services: Services) -> Principal:
+    """The credentials a browser sends by itself: the dashboard's session cookie, else (dev mode on
+    loopback) a dev admin. Bearer tokens never come here: :func:`sign_in` checks them under the throttle.
 
     A session's changes must carry that session's own XSRF token (never a value the client chose)."""
-    token = _bearer(handler)
-    if token is not None:
-        return services.tokens.authenticate(token, "api", client_claim(handler))
     cookie = handler.get_signed_cookie(SESSION_COOKIE, max_age_days=services.settings.session_lifetime / 86_400)
     if cookie:
         _guard_ambient(handler, services)
@@ -171,13 +169,13 @@ async def sign_in(services: Services, token: str, address: str, *, face: str, cl
 
 
 async def authenticate_request(handler: tornado.web.RequestHandler, services: Services) -> Principal:
-    """:func:`authenticate` off the loop; a presented bearer token goes through :func:`sign_in`."""
+    """Bearer tokens through :func:`sign_in` (the throttle), anything else through :func:`authenticate_ambient`."""
     token = _bearer(handler)
     if token is not None:
         return await sign_in(services, token, handler.request.remote_ip or "", face="api",
                              client=client_claim(handler), action="token.authenticate",
                              target=handler.request.path)
-    return await asyncio.get_running_loop().run_in_executor(None, authenticate, handler, services)
+    return await asyncio.get_running_loop().run_in_executor(None, authenticate_ambient, handler, services)
 
 
 async def audit_refusal(handler: tornado.web.RequestHandler, services: Services, principal: Principal | None,
@@ -323,6 +321,9 @@ class ApiHandler(tornado.web.RequestHandler):
         if exc.http_status == 403:  # every 403 is audited, by its principal when it got that far
             route = self.route or self.routes.get(self.request.method or "GET")
             await audit_refusal(self, self.services, self.principal, route.name if route else "api.request", exc)
+        stream = getattr(self.request.connection, "stream", None)
+        if stream is not None and stream.closed():  # the client left (e.g. during a sign-in delay)
+            return
         await self._send_error(exc.http_status, exc.code, exc.message, exc.details)
         if close:
             self.request.connection.close()  # the rest of the body is never read
@@ -417,12 +418,34 @@ class EventsSocket(tornado.websocket.WebSocketHandler):
     the upgrade), and client messages of at most ``ws_max_message_bytes`` (past it: close 1009 "message
     too big"). The socket only sends; what a client sends within the bound is ignored."""
 
+    SUPPORTED_METHODS = EveryMethod(tornado.web.RequestHandler.SUPPORTED_METHODS)
+
     def initialize(self, services: Services) -> None:
         self.services = services
         self._unsubscribe: Any = None
         self._recheck: tornado.ioloop.PeriodicCallback | None = None
         self._holds_slot = False
         self._opened = False
+
+    async def prepare(self) -> None:
+        """Any method but GET: authenticated first, then 405 with ``Allow: GET``, in the one envelope."""
+        if self.request.method == "GET":
+            return
+        try:
+            principal = await authenticate_request(self, self.services)
+            principal.require(Role.VIEWER)
+            self.set_header("Allow", "GET")
+            raise MethodNotAllowed(f"{self.request.method} is not allowed here; open a WebSocket with GET")
+        except ServiceError as exc:
+            self._refuse(exc)
+
+    def _refuse(self, exc: ServiceError) -> None:
+        self.set_status(exc.http_status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(exc.envelope()))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        write_http_error(self, status_code, allow="GET")
 
     @property
     def max_message_size(self) -> int:
@@ -438,12 +461,12 @@ class EventsSocket(tornado.websocket.WebSocketHandler):
                 raise forbidden
             self.principal = await authenticate_request(self, self.services)
             self.principal.require(Role.VIEWER)
+            if self.request.headers.get("Upgrade", "").lower() != "websocket":
+                raise Invalid("this is a WebSocket: send an Upgrade: websocket request")
             self.services.websockets.acquire(self.principal)
             self._holds_slot = True
         except ServiceError as exc:
-            self.set_status(exc.http_status)
-            self.set_header("Content-Type", "application/json")
-            self.finish(json.dumps(exc.envelope()))
+            self._refuse(exc)
             return
         try:
             await super().get(*args, **kwargs)

@@ -85,13 +85,11 @@ async def _watch(call: Call, timeout: float, done: Callable[[OperationView, Oper
     op_id = call.path["id"]
     wake = asyncio.Event()
 
-    def on_event(event: Event) -> None:
-        if event.data.get("id") == op_id:
-            loop.call_soon_threadsafe(wake.set)
-
-    if timeout > 0:  # a long-poll holds one of its principal's few slots while it waits
-        call.services.longpolls.acquire(call.principal)
-    unsubscribe = call.services.bus.subscribe(on_event, topic="operation")
+    if timeout <= 0:  # no wait: one read, no subscription
+        return Reply(await loop.run_in_executor(None, engine.get, op_id))
+    call.services.longpolls.acquire(call.principal)  # a long-poll holds one of its principal's few slots
+    unsubscribe = call.services.bus.subscribe(lambda _event: loop.call_soon_threadsafe(wake.set),
+                                              topic="operation", where={"id": op_id})
     try:
         deadline = loop.time() + timeout
         first = current = await loop.run_in_executor(None, engine.get, op_id)
@@ -109,8 +107,7 @@ async def _watch(call: Call, timeout: float, done: Callable[[OperationView, Oper
         return Reply(current)
     finally:
         unsubscribe()
-        if timeout > 0:
-            call.services.longpolls.release(call.principal)
+        call.services.longpolls.release(call.principal)
 
 
 async def _operations_get(call: Call) -> Reply:

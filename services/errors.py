@@ -104,9 +104,16 @@ class HeadersTooLarge(ServiceError):
 
 # Every ``error.code`` a face can answer: the classes above, plus ``http_error`` for a refusal the web server
 # makes before any of our code runs (a malformed request), with the HTTP status it chose.
+class TooManyRequests(ServiceError):
+    """A per-principal bound (event WebSockets, long-polls) or the sign-in throttle's queue is full."""
+
+    code = "too_many_requests"
+    http_status = 429
+
+
 ERROR_CODES: tuple[str, ...] = (
     "invalid", "unauthorized", "forbidden", "not_found", "conflict", "transient", "permanent", "internal",
-    "method_not_allowed", "too_large", "headers_too_large", "http_error",
+    "method_not_allowed", "too_large", "headers_too_large", "too_many_requests", "http_error",
 )
 
 

@@ -10,12 +10,7 @@ from __future__ import annotations
 import threading
 
 from services.auth import Principal
-from services.errors import ServiceError
-
-
-class TooManyRequests(ServiceError):
-    code = "too_many_requests"
-    http_status = 429
+from services.errors import TooManyRequests
 
 
 class Slots:

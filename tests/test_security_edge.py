@@ -312,3 +312,17 @@ def test_the_sign_in_form_takes_at_most_4_kib(server: LiveServer) -> None:
         assert status == 400
         assert _closed_by_server(sock)
     _alive(server)
+
+
+def test_the_events_socket_answers_in_the_envelope_after_authentication(server: LiveServer) -> None:
+    """Reviewer finding: POST/DELETE to /api/v1/events got Tornado's HTML 405 before authentication, and a
+    GET without an upgrade a plain-text 400."""
+    url = server.url + "/api/v1/events"
+    anonymous = httpx2.post(url, timeout=10)
+    assert anonymous.status_code == 401 and anonymous.json()["error"]["code"] == "unauthorized"
+    for method in ("POST", "DELETE", "FOO"):
+        r = httpx2.request(method, url, headers=server.headers(), timeout=10)
+        assert r.status_code == 405 and r.headers["Allow"] == "GET", (method, r.text)
+        assert r.json()["error"]["code"] == "method_not_allowed"
+    plain = httpx2.get(url, headers=server.headers(), timeout=10)
+    assert plain.status_code == 422 and "Upgrade: websocket" in plain.json()["error"]["message"]
