@@ -45,7 +45,7 @@ class World:
         return int(self.load()["acts"])
 
 
-class CreateThing(Stage):
+class CreateThing(Stage[ThingRequest]):
     """Creates a thing, which becomes ready after ``ready_polls`` polls (or once a release file exists)."""
 
     name = "create"
@@ -58,13 +58,13 @@ class CreateThing(Stage):
         self.release = release
         self.block_after_act = block_after_act
 
-    def observe(self, ctx: StageContext) -> Observed:
-        thing = self.world.load()["things"].get(ctx.request["name"])
+    def observe(self, ctx: StageContext[ThingRequest]) -> Observed:
+        thing = self.world.load()["things"].get(ctx.request.name)
         if thing is None:
             return Observed.ABSENT
         return Observed.DONE if thing["ready"] else Observed.IN_PROGRESS
 
-    def act(self, ctx: StageContext) -> None:
+    def act(self, ctx: StageContext[ThingRequest]) -> None:
         state = self.world.load()
         faults = list(state["faults"])
         if faults:
@@ -73,42 +73,45 @@ class CreateThing(Stage):
             if fault == "transient":
                 raise Transient("throttled", delay=5)
             raise Permanent("quota exhausted")
-        state["things"][ctx.request["name"]] = {"ready": False, "size": ctx.request["size"]}
+        state["things"][ctx.request.name] = {"ready": False, "size": ctx.request.size}
         state["acts"] += 1
         self.world.save(state)
         ctx.data["created_at_attempt"] = ctx.attempt
         if self.block_after_act is not None and not self.block_after_act.exists():
             time.sleep(3600)  # the crash test kills the process here, after the side effect
 
-    def poll(self, ctx: StageContext) -> Done | Wait:
+    def poll(self, ctx: StageContext[ThingRequest]) -> Done | Wait:
         state = self.world.load()
         state["polls"] += 1
         self.world.save(state)
         released = self.release.exists() if self.release is not None else state["polls"] >= self.ready_polls
         if not released:
-            return Wait(self.poll_seconds, f"{ctx.request['name']} is starting")
-        state["things"][ctx.request["name"]]["ready"] = True
+            return Wait(self.poll_seconds, f"{ctx.request.name} is starting")
+        state["things"][ctx.request.name]["ready"] = True
         self.world.save(state)
-        return Done({"thing": ctx.request["name"]})
+        return Done()
+
+    def result(self, ctx: StageContext[ThingRequest]) -> dict[str, Any]:
+        return {"thing": ctx.request.name}
 
 
-class Label(Stage):
+class Label(Stage[ThingRequest]):
     name = "label"
 
     def __init__(self, world: World) -> None:
         self.world = world
 
-    def observe(self, ctx: StageContext) -> Observed:
-        thing = self.world.load()["things"][ctx.request["name"]]
+    def observe(self, ctx: StageContext[ThingRequest]) -> Observed:
+        thing = self.world.load()["things"][ctx.request.name]
         return Observed.DONE if thing.get("label") else Observed.ABSENT
 
-    def act(self, ctx: StageContext) -> None:
+    def act(self, ctx: StageContext[ThingRequest]) -> None:
         state = self.world.load()
-        state["things"][ctx.request["name"]]["label"] = ctx.results["create"]["thing"]
+        state["things"][ctx.request.name]["label"] = ctx.results["create"]["thing"]
         self.world.save(state)
 
 
-def thing_kind(world: World, **create: Any) -> OperationKind:
+def thing_kind(world: World, **create: Any) -> OperationKind[ThingRequest]:
     return OperationKind(name="thing.create", request_model=ThingRequest,
                          stages=(CreateThing(world, **create), Label(world)),
                          target=lambda r: f"thing/{r.name}")
