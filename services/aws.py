@@ -7,7 +7,8 @@ Every client it hands out raises the backend's taxonomy (``services/errors.py``)
 nowhere else: a ``ClientError`` by its ``Error.Code``, a connection failure as ``Transient``. Anything else
 (a bug in our code or botocore's) passes through unclassified, and the engine fails the stage as
 ``internal`` instead of retrying it. :meth:`AwsClients.for_stages` hands out clients with botocore's own
-retries off (``max_attempts=1``): an operation stage's transient failure goes back to the engine, whose
+retries off (one attempt in all: botocore's ``total_max_attempts=1``; its ``max_attempts`` counts retries
+only): an operation stage's transient failure goes back to the engine, whose
 persisted, jittered backoff is the one that runs. Reads keep botocore's retries.
 """
 
@@ -119,14 +120,14 @@ class ClassifiedClient:
 
 class AwsClients:
     def __init__(self, region: str, endpoint_url: str | None = None, session: boto3.Session | None = None,
-                 max_attempts: int = 5) -> None:
+                 max_attempts: int = 6) -> None:
         self.region = region
         self.endpoint_url = endpoint_url
         self.session = session or boto3.Session()
         self.max_attempts = max_attempts
         self.config = Config(
             region_name=region,
-            retries={"mode": "standard", "max_attempts": max_attempts},
+            retries={"mode": "standard", "total_max_attempts": max_attempts},  # attempts, the first one included
             user_agent_extra=f"instantstart/{__version__}",
             connect_timeout=10,
             read_timeout=60,

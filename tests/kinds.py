@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import Field
 
+from services.aws import AwsClients
 from services.errors import Permanent, Transient
 from services.models import RequestModel
 from services.operations import Done, Observed, OperationKind, Stage, StageContext, Wait
@@ -115,3 +116,61 @@ def thing_kind(world: World, **create: Any) -> OperationKind[ThingRequest]:
     return OperationKind(name="thing.create", request_model=ThingRequest,
                          stages=(CreateThing(world, **create), Label(world)),
                          target=lambda r: f"thing/{r.name}")
+
+
+# ----- kinds that write through the sandbox's AWS endpoint (tests/test_engine_sandbox.py) ----------------------
+
+class TagRequest(RequestModel):
+    """Tag an EKS cluster, at the cluster's target or at one of its (instance) groups'."""
+
+    cluster: str = Field(..., pattern=r"^[a-z0-9-]+$")
+    group: str | None = Field(None, pattern=r"^[a-z0-9-]+$")
+    value: str = "on"
+    wait_for: str | None = Field(None, description="a tag key that must appear before the stage is done")
+    misread: bool = Field(False, description="read a key the DescribeCluster response does not have (a bug)")
+
+    @property
+    def key(self) -> str:
+        return f"group-{self.group}" if self.group else "cluster"
+
+
+def tag_target(request: TagRequest) -> str:
+    return f"cluster/{request.cluster}" + (f"/group/{request.group}" if request.group else "")
+
+
+class TagCluster(Stage[TagRequest]):
+    """Observe the cluster's tags, tag it with TagResource, then wait for ``wait_for`` if asked."""
+
+    name = "tag"
+
+    def __init__(self, aws: AwsClients) -> None:
+        self.eks = aws.for_stages().client("eks")
+
+    def _arn(self, ctx: StageContext[TagRequest]) -> str:
+        described = self.eks.describe_cluster(name=ctx.request.cluster)["cluster"]
+        if ctx.request.misread:
+            return str(described["noSuchField"])  # a KeyError on a response: a bug, never retried
+        return str(described["arn"])
+
+    def _tags(self, ctx: StageContext[TagRequest]) -> dict[str, str]:
+        return dict(self.eks.list_tags_for_resource(resourceArn=self._arn(ctx))["tags"])
+
+    def observe(self, ctx: StageContext[TagRequest]) -> Observed:
+        return Observed.DONE if self._tags(ctx).get(ctx.request.key) == ctx.request.value else Observed.ABSENT
+
+    def act(self, ctx: StageContext[TagRequest]) -> None:
+        self.eks.tag_resource(resourceArn=self._arn(ctx), tags={ctx.request.key: ctx.request.value})
+
+    def poll(self, ctx: StageContext[TagRequest]) -> Done | Wait:
+        if ctx.request.wait_for and ctx.request.wait_for not in self._tags(ctx):
+            return Wait(30, f"tag {ctx.request.wait_for} on EKS cluster {ctx.request.cluster}")
+        return Done()
+
+    def result(self, ctx: StageContext[TagRequest]) -> dict[str, Any]:
+        return {"tagged": {ctx.request.key: ctx.request.value}}
+
+
+def tag_kind(aws: AwsClients, deadline: float | None = 600) -> OperationKind[TagRequest]:
+    stage = TagCluster(aws)
+    stage.deadline = deadline
+    return OperationKind(name="test.eks.tag", request_model=TagRequest, stages=(stage,), target=tag_target)
