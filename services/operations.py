@@ -79,6 +79,25 @@ class Engine:
         self.metrics.track_operations(self.store.queue_depth, self.store.counts)
         self.metrics.track_bus(bus)
 
+    @property
+    def pace(self) -> float:
+        """The multiplier on every stage wait, backoff and deadline."""
+        return self.stepper.pace
+
+    @pace.setter
+    def pace(self, value: float) -> None:
+        if not value > 0:
+            raise ValueError("the engine's pace must be positive")
+        self.stepper.pace = self.store.pace = value
+
+    @property
+    def backoff(self) -> Backoff:
+        return self.stepper.backoff
+
+    @backoff.setter
+    def backoff(self, policy: Backoff) -> None:
+        self.stepper.backoff = policy
+
     # ----- registration and submission -------------------------------------------------------------
 
     def register(self, kind: OperationKind[Any]) -> None:
