@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import urllib3
 from botocore.signers import RequestSigner
@@ -49,14 +50,22 @@ class ClassifiedApiClient(k8s.ApiClient):
     """An ``ApiClient`` whose calls raise the taxonomy instead of ``ApiException`` and urllib3 errors."""
 
     def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-        action = f"{method} {url.split('?', 1)[0]}"
+        action = f"{method} {urlsplit(url).path}"
         try:
-            return super().call_api(method, url, *args, **kwargs)
+            response = super().call_api(method, url, *args, **kwargs)
         except ApiException as exc:
             raise from_kube(exc, action) from exc
         except urllib3.exceptions.HTTPError as exc:
             raise Transient(f"Kubernetes unreachable for {action}: {exc}", delay=2.0,
                             details={"exception": type(exc).__name__, "action": action}) from exc
+        if not 200 <= int(response.status) <= 299:  # classified here, where the request is still known
+            body = response.read()  # type: ignore[no-untyped-call]
+            text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+            try:
+                ApiException.from_response(http_resp=response, body=text, data=None)  # raises the status's subclass
+            except ApiException as exc:
+                raise from_kube(exc, action) from exc
+        return response
 
     def response_deserialize(self, *args: Any, **kwargs: Any) -> Any:
         try:
