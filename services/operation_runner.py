@@ -44,16 +44,23 @@ class Runner:
         self._pool: ThreadPoolExecutor | None = None
         self._scheduler: threading.Thread | None = None
 
+    def acquire_lock(self) -> None:
+        """Take the data-dir lock (once): the first step of start-up, before anything else touches the data."""
+        if self._lock_path is None or self._lock_fd is not None:
+            return
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DataDirLocked(f"another instantstart process is running on {self._lock_path.parent}") from None
+        self._lock_fd = fd
+
     def start(self) -> None:
-        """Take the data-dir lock, resume what a previous process left unfinished, start the workers."""
-        if self._lock_path is not None:
-            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                raise DataDirLocked(f"another instantstart process is running on {self._lock_path.parent}") from None
-            self._lock_fd = fd
+        """Take the data-dir lock (unless already held), resume what a previous process left unfinished, start
+        the workers. The composition root may take the lock first, bring up what resumed operations need (the
+        sandbox, the cluster registry), then call this."""
+        self.acquire_lock()
         self.resume()
         self._stop.clear()
         self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="op-worker")

@@ -209,6 +209,11 @@ class Engine:
 
     # ----- the workers -------------------------------------------------------------------------------
 
+    def acquire_lock(self) -> None:
+        """Take the data-directory lock now (``start`` takes it otherwise): lock, then sandbox and registry,
+        then ``start``, which resumes operations."""
+        self.runner.acquire_lock()
+
     def start(self) -> None:
         self.runner.start()
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import random
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app.bootstrap import Services
+from services.audit import AuditLog
 from services.clock import FakeClock
+from services.db import Database
 from services.errors import Conflict, Transient
-from services.events import Event
+from services.events import Event, EventBus
 from services.operation_views import (
     PHASE_TRANSITIONS,
     STAGE_TRANSITIONS,
@@ -23,6 +26,7 @@ from services.operation_views import (
 )
 from services.operations import (
     Backoff,
+    DataDirLocked,
     Done,
     Engine,
     Observed,
@@ -239,3 +243,26 @@ def test_metrics_render_stage_durations_queue_depth_and_bus_drops(engine: Engine
         assert dropped > 0 and f'instantstart_bus_dropped_events{{topic="operation"}} {float(dropped)}' in text
     finally:
         release.set()
+
+
+def test_the_data_dir_lock_can_be_taken_before_start_and_is_held_once(tmp_path: Path, clock: FakeClock) -> None:
+    db = Database(tmp_path / "state.db")
+
+    def make() -> Engine:
+        return Engine(db, EventBus(), AuditLog(db, clock), clock, workers=1, lock_path=tmp_path / "engine.lock")
+
+    first = make()
+    first.acquire_lock()  # start-up: lock first, then the sandbox and the registry, then start (resume)
+    with pytest.raises(DataDirLocked):
+        make().acquire_lock()
+    first.start()  # keeps the lock it holds
+    try:
+        assert first.running
+        with pytest.raises(DataDirLocked):
+            make().start()
+    finally:
+        first.stop()
+    second = make()
+    second.acquire_lock()  # released by stop
+    second.stop()
+    db.close()
