@@ -19,7 +19,7 @@ from services.events import EventBus
 from services.informers import Informers
 from services.kube import KubeClients
 from services.limits import Slots
-from services.operations import Engine
+from services.operations import Backoff, Engine
 from services.sessions import SessionStore, SignInThrottle
 from services.settings import Settings
 
@@ -60,8 +60,10 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
     db = Database(data / "state.db")
     bus = EventBus()
     audit = AuditLog(db, clock)
-    engine = Engine(db, bus, audit, clock, workers=settings.workers, lock_path=data / "engine.lock")
     sandboxed = sandbox_enabled(settings)
+    engine = Engine(db, bus, audit, clock, workers=settings.workers, lock_path=data / "engine.lock",
+                    pace=settings.pace(sandboxed),
+                    backoff=Backoff(settings.retry_backoff_base, settings.retry_backoff_max))
     if sandboxed and settings.aws_endpoint_url is None:
         aws = AwsClients(settings.region, aws_endpoint(settings), session=aws_session(settings))
     else:

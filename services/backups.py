@@ -52,8 +52,8 @@ class Backups:
         self.keep = keep
         self.reserve_bytes = reserve_bytes
 
-    def path_for(self, ctx: StageContext) -> Path:
-        return self.directory / f"state-{ctx.request['label']}-{ctx.operation_id}.sqlite"
+    def path_for(self, ctx: StageContext[BackupCreate]) -> Path:
+        return self.directory / f"state-{ctx.request.label}-{ctx.operation_id}.sqlite"
 
     def files(self) -> list[tuple[int, Path]]:
         """(mtime in ns, path) of every backup, newest first (the snapshot makes mtimes strictly increase)."""
@@ -96,7 +96,7 @@ class Backups:
                 f"state database's {size} bytes{reserve}); delete old backups or free disk space",
                 details={"free_bytes": free, "needed_bytes": needed, "database_bytes": size})
 
-    def kind(self) -> OperationKind:
+    def kind(self) -> OperationKind[BackupCreate]:
         return OperationKind(
             name=KIND,
             request_model=BackupCreate,
@@ -108,16 +108,16 @@ class Backups:
         )
 
 
-class Snapshot(Stage):
+class Snapshot(Stage[BackupCreate]):
     name = "snapshot"
 
     def __init__(self, backups: Backups) -> None:
         self.backups = backups
 
-    def observe(self, ctx: StageContext) -> Observed:
+    def observe(self, ctx: StageContext[BackupCreate]) -> Observed:
         return Observed.DONE if self.backups.path_for(ctx).exists() else Observed.ABSENT
 
-    def act(self, ctx: StageContext) -> None:
+    def act(self, ctx: StageContext[BackupCreate]) -> None:
         final = self.backups.path_for(ctx)
         final.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         partial = final.with_suffix(".partial")
@@ -133,19 +133,19 @@ class Snapshot(Stage):
             os.fsync(handle.fileno())
         partial.rename(final)
 
-    def result(self, ctx: StageContext) -> dict[str, Any]:
+    def result(self, ctx: StageContext[BackupCreate]) -> dict[str, Any]:
         path = self.backups.path_for(ctx)
         return {"name": path.name, "size_bytes": path.stat().st_size}
 
 
-class Verify(Stage):
+class Verify(Stage[BackupCreate]):
     name = "verify"
     read_only = True
 
     def __init__(self, backups: Backups) -> None:
         self.backups = backups
 
-    def observe(self, ctx: StageContext) -> Observed:
+    def observe(self, ctx: StageContext[BackupCreate]) -> Observed:
         # Reading is the whole stage: it is done as soon as it has looked. Read-only and immutable: the
         # copy is a single file, and opening it this way writes nothing beside it.
         path = self.backups.path_for(ctx)
@@ -160,14 +160,14 @@ class Verify(Stage):
         ctx.data["operations"] = operations
         return Observed.DONE
 
-    def result(self, ctx: StageContext) -> dict[str, Any]:
+    def result(self, ctx: StageContext[BackupCreate]) -> dict[str, Any]:
         return {"integrity": "ok", "operations": ctx.data.get("operations", 0)}
 
-    def report(self, ctx: StageContext) -> str:
+    def report(self, ctx: StageContext[BackupCreate]) -> str:
         return f"integrity check passed; the copy holds {ctx.data.get('operations', 0)} operations"
 
 
-class Prune(Stage):
+class Prune(Stage[BackupCreate]):
     """Keep the newest ``keep`` backups (this one among them); delete the rest, oldest first."""
 
     name = "prune"
@@ -175,19 +175,19 @@ class Prune(Stage):
     def __init__(self, backups: Backups) -> None:
         self.backups = backups
 
-    def _surplus(self, ctx: StageContext) -> list[Path]:
+    def _surplus(self, ctx: StageContext[BackupCreate]) -> list[Path]:
         own = self.backups.path_for(ctx)
         others = [path for _, path in self.backups.files() if path != own]
         return others[max(0, self.backups.keep - 1):]  # newest first: what lies past the retention count
 
-    def observe(self, ctx: StageContext) -> Observed:
+    def observe(self, ctx: StageContext[BackupCreate]) -> Observed:
         return Observed.ABSENT if self._surplus(ctx) else Observed.DONE
 
-    def act(self, ctx: StageContext) -> None:
+    def act(self, ctx: StageContext[BackupCreate]) -> None:
         removed = ctx.data.setdefault("removed", [])
         for path in reversed(self._surplus(ctx)):  # oldest first
             path.unlink(missing_ok=True)
             removed.append(path.name)
 
-    def result(self, ctx: StageContext) -> dict[str, Any]:
+    def result(self, ctx: StageContext[BackupCreate]) -> dict[str, Any]:
         return {"kept": min(len(self.backups.files()), self.backups.keep), "removed": ctx.data.get("removed", [])}

@@ -110,7 +110,12 @@ MIGRATIONS: list[str] = [
     ALTER TABLE audit ADD COLUMN client TEXT NOT NULL DEFAULT '';
     ALTER TABLE operations ADD COLUMN client TEXT NOT NULL DEFAULT '';
     """,
-    # 5: the cluster registry (services/clusters/registry.py)
+    # 5: what the engine's own backoff did for a stage: transient failures retried and the time backed off
+    """
+    ALTER TABLE stages ADD COLUMN retries INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE stages ADD COLUMN backoff REAL NOT NULL DEFAULT 0;
+    """,
+    # 6: the cluster registry (services/clusters/registry.py)
     """
     CREATE TABLE clusters (
         name TEXT PRIMARY KEY,

@@ -1,12 +1,16 @@
 """One error taxonomy for the whole backend, mapped once at each edge.
 
-Domain code raises these; adapters classify botocore and Kubernetes failures into them by error *code*
-and HTTP *status*, never by message text. Each face maps a :class:`ServiceError` to its own shape with
-:meth:`ServiceError.envelope` (REST body, MCP ``isError`` payload, dashboard notification).
+Domain code raises these; the adapters (``services/aws.py``, ``services/kube.py``) classify botocore and
+Kubernetes failures into them with :func:`classify_aws` and :func:`classify_kube`, by error *code* and HTTP
+*status*, never by message text and never at a call site. An exception that is none of these (a
+``KeyError`` on a response) is a bug: the engine fails the stage at once with code ``internal``. Each face
+maps a :class:`ServiceError` to its own shape with :meth:`ServiceError.envelope` (REST body, MCP
+``isError`` payload, dashboard notification).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -75,10 +79,17 @@ class Transient(ServiceError):
 
 
 class Permanent(ServiceError):
-    """A failure that retrying will not fix (a bug, an unsupported state, an AWS limit)."""
+    """A failure that retrying will not fix (an unsupported state, an AWS quota or limit)."""
 
     code = "permanent"
     http_status = 500
+
+
+class DeadlineExceeded(Permanent):
+    """A stage still waiting when its deadline passed; the message names the stage, what it waited for and
+    for how long."""
+
+    reason = "DeadlineExceeded"
 
 
 class MethodNotAllowed(ServiceError):
@@ -117,77 +128,89 @@ ERROR_CODES: tuple[str, ...] = (
 )
 
 
-_AWS_CODES: dict[str, type[ServiceError]] = {
-    # botocore Error.Code values, grouped by meaning
-    "ValidationException": Invalid,
-    "ValidationError": Invalid,
-    "InvalidParameterException": Invalid,
-    "InvalidParameterValue": Invalid,
-    "InvalidRequestException": Invalid,
-    "MalformedPolicyDocument": Invalid,
-    "ResourceNotFound": NotFound,
-    "ResourceNotFoundException": NotFound,
-    "NoSuchEntity": NotFound,
-    "NoSuchBucket": NotFound,
-    "NotFoundException": NotFound,
-    "ResourceInUse": Conflict,
-    "ResourceInUseException": Conflict,
-    "ConflictException": Conflict,
-    "EntityAlreadyExists": Conflict,
-    "AlreadyExistsException": Conflict,
-    "ResourceLimitExceeded": Permanent,
-    "ServiceQuotaExceededException": Permanent,
-    "LimitExceeded": Permanent,
-    "AccessDenied": Forbidden,
-    "AccessDeniedException": Forbidden,
-    "UnauthorizedOperation": Forbidden,
-    "Throttling": Transient,
-    "ThrottlingException": Transient,
-    "TooManyRequestsException": Transient,
-    "RequestLimitExceeded": Transient,
-    "ServiceUnavailable": Transient,
-    "ServiceUnavailableException": Transient,
-    "InternalFailure": Transient,
-    "InternalServerError": Transient,
-    "InsufficientInstanceCapacity": Transient,
-    "InsufficientCapacityException": Transient,
-}
+# botocore Error.Code values by meaning; prefixes and suffixes cover the families (InvalidParameterValue,
+# AccessDeniedException, InvalidVpcID.NotFound, ...). Checked in this order.
+_THROTTLING = frozenset({
+    "Throttling", "ThrottlingException", "ThrottledException", "TooManyRequestsException", "RequestLimitExceeded",
+    "RequestThrottled", "RequestThrottledException", "SlowDown", "ProvisionedThroughputExceededException",
+    "PriorRequestNotComplete", "EC2ThrottledException", "BandwidthLimitExceeded",
+})
+_SERVER_SIDE = frozenset({
+    "InternalFailure", "InternalError", "InternalServerError", "InternalServerException", "ServiceUnavailable",
+    "ServiceUnavailableException", "ServiceFailure", "RequestTimeout", "RequestTimeoutException",
+})
+_CAPACITY = frozenset({"InsufficientInstanceCapacity", "InsufficientCapacityException"})
+_NOT_FOUND = frozenset({"NoSuchEntity", "NotFoundException", "NotFound"})
+_CONFLICT = frozenset({"ConflictException", "EntityAlreadyExists", "AlreadyExistsException",
+                       "ResourceExistsException", "ResourceAlreadyExistsException"})
+_INVALID = frozenset({"ValidationException", "ValidationError", "InvalidRequestException", "InvalidInput",
+                      "MalformedPolicyDocument", "MissingParameter"})
+_FORBIDDEN = frozenset({"UnauthorizedOperation", "UnauthorizedException", "UnrecognizedClientException",
+                        "InvalidClientTokenId", "ExpiredToken", "ExpiredTokenException"})
+_QUOTA = frozenset({"ResourceLimitExceeded", "ServiceQuotaExceededException", "LimitExceeded",
+                    "LimitExceededException", "QuotaExceededException"})
+
+THROTTLE_DELAY = 1.0  # seconds before the first retry of a throttled call; the engine's backoff grows it
+SERVER_DELAY = 2.0
+CAPACITY_DELAY = 30.0
 
 
-def from_aws(exc: Exception) -> ServiceError:
-    """Classify a botocore ``ClientError`` (or connection failure) by its error code."""
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        err = response.get("Error", {})
-        code = str(err.get("Code", ""))
-        message = str(err.get("Message", "")) or code
-        status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-        cls = _AWS_CODES.get(code)
-        if cls is None:
-            cls = Transient if status >= 500 or status == 429 else Permanent
-        return cls(f"AWS {code}: {message}", details={"aws_code": code, "http_status": status})
-    # EndpointConnectionError, ReadTimeout and friends carry no response: the network, not the request
-    return Transient(f"AWS unreachable: {exc}", details={"exception": type(exc).__name__})
+def classify_aws(code: str, message: str, http_status: int, action: str) -> ServiceError:
+    """The taxonomy's reading of an AWS error response; ``action`` is ``service:Operation`` (IAM's spelling)."""
+    details = {"aws_code": code, "http_status": http_status, "action": action}
+    text = f"AWS {action}: {code}: {message or code}"
+    if code in _THROTTLING:
+        return Transient(f"AWS throttled {action} ({code}): {message}", delay=THROTTLE_DELAY, details=details)
+    if code in _SERVER_SIDE:
+        return Transient(text, delay=SERVER_DELAY, details=details)
+    if code in _CAPACITY:
+        return Transient(text, delay=CAPACITY_DELAY, details=details)
+    if code.startswith("AccessDenied") or code in _FORBIDDEN:
+        return Forbidden(f"AWS denied {action} ({code}): {message}; the caller's IAM policy must allow {action}",
+                         details=details)
+    if code.startswith(("ResourceNotFound", "NoSuch")) or code.endswith(".NotFound") or code in _NOT_FOUND:
+        return NotFound(text, details=details)
+    if code.startswith("ResourceInUse") or code in _CONFLICT:
+        return Conflict(text, details=details)
+    if code.startswith("InvalidParameter") or code in _INVALID:
+        return Invalid(text, details=details)
+    if code in _QUOTA:
+        return Permanent(text, details=details)  # AWS's own message says which quota and how to raise it
+    if http_status >= 500 or http_status == 429:
+        return Transient(text, delay=SERVER_DELAY, details=details)
+    return Permanent(text, details=details)
 
 
-_KUBE_STATUS: dict[int, type[ServiceError]] = {
-    400: Invalid,
-    401: Unauthorized,
-    403: Forbidden,
-    404: NotFound,
-    409: Conflict,
-    410: Conflict,
-    422: Invalid,
-    429: Transient,
-}
+def classify_kube(status: int, reason: str, body: Any, action: str = "", retry_after: float | None = None
+                  ) -> ServiceError:
+    """The taxonomy's reading of a Kubernetes API error by HTTP status (422 carries its field causes)."""
+    parsed = body if isinstance(body, dict) else _json_or_none(body)
+    server_message = str(parsed.get("message", "")) if isinstance(parsed, dict) else ""
+    details: dict[str, Any] = {"http_status": status, "reason": reason, "action": action or None}
+    where = f" {action}" if action else ""
+    text = f"Kubernetes{where} answered {status} {reason}".rstrip() + (f": {server_message}" if server_message else "")
+    if status == 422:
+        causes = (parsed.get("details") or {}).get("causes", []) if isinstance(parsed, dict) else []
+        details["causes"] = [{"field": c.get("field"), "reason": c.get("reason"), "message": c.get("message")}
+                             for c in causes if isinstance(c, dict)]
+        listed = "; ".join(f"{c['field'] or '?'}: {c['message'] or c['reason']}" for c in details["causes"])
+        return Invalid(f"Kubernetes{where} rejected the object: {listed or server_message or reason}",
+                       details=details)
+    if status == 429:
+        return Transient(text, delay=retry_after if retry_after is not None else THROTTLE_DELAY, details=details)
+    if status == 0 or status >= 500:
+        return Transient(text, delay=SERVER_DELAY, details=details)
+    cls: type[ServiceError] = {400: Invalid, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict,
+                               410: Conflict}.get(status, Permanent)
+    return cls(text, details=details)
 
 
-def from_kube(exc: Exception) -> ServiceError:
-    """Classify a ``kubernetes.client.ApiException`` by HTTP status (and its Status ``reason``)."""
-    status = int(getattr(exc, "status", 0) or 0)
-    reason = str(getattr(exc, "reason", "") or "")
-    body = getattr(exc, "body", None)
-    cls = _KUBE_STATUS.get(status)
-    if cls is None:
-        cls = Transient if status == 0 or status >= 500 else Permanent
-    return cls(f"Kubernetes {status} {reason}".strip(), details={"http_status": status, "body": body})
+def _json_or_none(body: Any) -> Any:
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if not isinstance(body, str):
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None

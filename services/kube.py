@@ -4,6 +4,9 @@ A cluster is known either by a kubeconfig file (any cluster, the sandbox include
 its endpoint and CA come from ``eks:DescribeCluster`` and its bearer token is an STS-presigned
 ``GetCallerIdentity`` URL, exactly what ``aws eks get-token`` prints, cached until shortly before it
 expires. No child processes, no ``kubernetes.config.load_*`` that would touch the process-wide default.
+
+Every ``ApiClient`` it hands out raises the backend's taxonomy: an ``ApiException`` classified by HTTP
+status (404, 409, 422 with its field causes, 429 and 5xx transient), a connection failure as ``Transient``.
 """
 
 from __future__ import annotations
@@ -15,18 +18,60 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import urllib3
 from botocore.signers import RequestSigner
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
 
 from services.aws import AwsClients
 from services.clock import Clock
-from services.errors import NotFound, from_aws
+from services.errors import NotFound, ServiceError, Transient, classify_kube
 
 TOKEN_LIFETIME = 15 * 60  # EKS accepts a presigned token for 15 minutes
 TOKEN_REFRESH_MARGIN = 60  # refresh this long before it would expire
 PRESIGN_EXPIRES = 60  # what aws-iam-authenticator and `aws eks get-token` sign with
+
+
+def from_kube(exc: ApiException, action: str = "") -> ServiceError:
+    """The taxonomy's reading of a Kubernetes ``ApiException`` (by status; a 429's Retry-After is kept)."""
+    headers = getattr(exc, "headers", None) or {}
+    retry_after: float | None = None
+    try:
+        retry_after = float(str(headers["Retry-After"])) if headers.get("Retry-After") else None
+    except (TypeError, ValueError):
+        retry_after = None
+    return classify_kube(int(exc.status or 0), str(exc.reason or ""), exc.body, action, retry_after)
+
+
+class ClassifiedApiClient(k8s.ApiClient):
+    """An ``ApiClient`` whose calls raise the taxonomy instead of ``ApiException`` and urllib3 errors."""
+
+    def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        action = f"{method} {urlsplit(url).path}"
+        try:
+            response = super().call_api(method, url, *args, **kwargs)
+        except ApiException as exc:
+            raise from_kube(exc, action) from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise Transient(f"Kubernetes unreachable for {action}: {exc}", delay=2.0,
+                            details={"exception": type(exc).__name__, "action": action}) from exc
+        if not 200 <= int(response.status) <= 299:  # classified here, where the request is still known
+            body = response.read()  # type: ignore[no-untyped-call]
+            text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+            try:
+                ApiException.from_response(http_resp=response, body=text, data=None)  # raises the status's subclass
+            except ApiException as exc:
+                raise from_kube(exc, action) from exc
+        return response
+
+    def response_deserialize(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().response_deserialize(*args, **kwargs)
+        except ApiException as exc:
+            raise from_kube(exc) from exc
 
 
 @dataclass(frozen=True)
@@ -115,14 +160,13 @@ class KubeClients:
 
     def _build(self, cluster: str, source: KubeconfigSource | EksSource, now: float) -> _Cached:
         if isinstance(source, KubeconfigSource):
-            api = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
-                config_file=str(source.path), context=source.context, persist_config=False)
-            return _Cached(api, None)
-        try:
-            described: dict[str, Any] = self.aws.client("eks", source.region).describe_cluster(
-                name=source.eks_name)["cluster"]
-        except Exception as exc:
-            raise from_aws(exc) from exc
+            loaded = k8s.Configuration()
+            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=str(source.path), context=source.context, client_configuration=loaded,
+                persist_config=False)
+            return _Cached(ClassifiedApiClient(loaded), None)
+        described: dict[str, Any] = self.aws.client("eks", source.region).describe_cluster(
+            name=source.eks_name)["cluster"]
         self.ca_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         ca_file = self.ca_dir / f"{cluster}.crt"
         ca_file.write_bytes(base64.b64decode(described["certificateAuthority"]["data"]))
@@ -132,4 +176,4 @@ class KubeClients:
         # kubernetes 37.x reads the bearer token from api_key["BearerToken"] (see Configuration.auth_settings)
         cfg.api_key = {"BearerToken": self._token_source(self.aws, source.eks_name, source.region)}
         cfg.api_key_prefix = {"BearerToken": "Bearer"}
-        return _Cached(k8s.ApiClient(cfg), now + TOKEN_LIFETIME)
+        return _Cached(ClassifiedApiClient(cfg), now + TOKEN_LIFETIME)

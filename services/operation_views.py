@@ -1,7 +1,9 @@
 """What an operation looks like to every face, and the rules its status follows.
 
-Statuses move only along :data:`TRANSITIONS` (Prefect's FROM -> TO idea); conditions are Kubernetes style,
-one per type, with a transition time that moves only when the status does.
+An operation's status moves only along :data:`TRANSITIONS`, a stage's status along
+:data:`STAGE_TRANSITIONS` and its phase along :data:`PHASE_TRANSITIONS` (Prefect's FROM -> TO idea): every
+edge the engine takes is in a table, with no double hops through a state it never was in. Conditions are
+Kubernetes style, one per type, with a transition time that moves only when the status does.
 """
 
 from __future__ import annotations
@@ -35,11 +37,13 @@ TERMINAL = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELLED})
 ACTIVE = frozenset({Status.PENDING, Status.RUNNING, Status.WAITING})
 
 TRANSITIONS: dict[Status, frozenset[Status]] = {
-    Status.PENDING: frozenset({Status.RUNNING, Status.CANCELLED}),
+    # FAILED: an operation whose kind is no longer registered, or that cannot be read, fails unclaimed
+    Status.PENDING: frozenset({Status.RUNNING, Status.CANCELLED, Status.FAILED}),
     Status.RUNNING: frozenset({Status.WAITING, Status.SUCCEEDED, Status.FAILED, Status.CANCELLED,
                                Status.PENDING}),  # PENDING: released by a crash, resumed at start-up
-    Status.WAITING: frozenset({Status.RUNNING, Status.CANCELLED}),
-    Status.FAILED: frozenset({Status.PENDING}),  # retry of the failed stage
+    Status.WAITING: frozenset({Status.RUNNING, Status.CANCELLED, Status.FAILED}),
+    Status.FAILED: frozenset({Status.PENDING,  # retry of the failed stage
+                              Status.CANCELLED}),  # a failed operation abandoned
     Status.SUCCEEDED: frozenset(),
     Status.CANCELLED: frozenset(),
 }
@@ -48,6 +52,52 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
 def check_transition(old: Status, new: Status) -> None:
     if new != old and new not in TRANSITIONS[old]:
         raise Conflict(f"operation cannot go from {old.value} to {new.value}")
+
+
+class StageStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+STAGE_TRANSITIONS: dict[StageStatus, frozenset[StageStatus]] = {
+    # FAILED from PENDING: a stage that cannot even start (its request no longer validates)
+    StageStatus.PENDING: frozenset({StageStatus.RUNNING, StageStatus.FAILED, StageStatus.CANCELLED}),
+    StageStatus.RUNNING: frozenset({StageStatus.SUCCEEDED, StageStatus.FAILED, StageStatus.CANCELLED}),
+    StageStatus.FAILED: frozenset({StageStatus.PENDING, StageStatus.CANCELLED}),  # retried, or abandoned
+    StageStatus.SUCCEEDED: frozenset(),
+    StageStatus.CANCELLED: frozenset(),
+}
+
+
+class Phase(StrEnum):
+    """Where a stage is in observe -> act -> poll; on disk *before* each side effect and each wait."""
+
+    OBSERVE = "observe"  # look first
+    ACTING = "acting"  # act() has been entered: after a crash, observe again, never act blindly
+    WAITING = "waiting"  # acted (or found in progress): poll until done
+    DONE = "done"
+
+
+PHASE_TRANSITIONS: dict[Phase, frozenset[Phase]] = {
+    Phase.OBSERVE: frozenset({Phase.ACTING, Phase.WAITING, Phase.DONE}),
+    # OBSERVE: a retry starts the failed stage over with a look; DONE: observed done after a crash in act()
+    Phase.ACTING: frozenset({Phase.WAITING, Phase.DONE, Phase.OBSERVE}),
+    Phase.WAITING: frozenset({Phase.DONE, Phase.OBSERVE}),
+    Phase.DONE: frozenset(),
+}
+
+
+def check_stage_transition(stage: str, old: StageStatus, new: StageStatus) -> None:
+    if new != old and new not in STAGE_TRANSITIONS[old]:
+        raise Conflict(f"stage {stage} cannot go from {old.value} to {new.value}")
+
+
+def check_phase_transition(stage: str, old: Phase, new: Phase) -> None:
+    if new != old and new not in PHASE_TRANSITIONS[old]:
+        raise Conflict(f"stage {stage} cannot move from phase {old.value} to {new.value}")
 
 
 
@@ -61,10 +111,13 @@ class Condition(ResponseModel):
 
 class StageView(ResponseModel):
     name: str
-    status: str
-    phase: str
+    status: StageStatus
+    phase: Phase
     attempts: int = Field(..., description="times the stage acted, or, for a read-only stage, ran its check")
     acted: bool = Field(..., description="whether the stage changed anything")
+    retries: int = Field(0, description="transient failures (throttling, 5xx, timeouts) the engine retried")
+    backoff_seconds: float = Field(0.0, description="time spent backing off before those retries")
+    deadline_seconds: float | None = Field(None, description="how long the stage may take before it fails")
     read_only: bool = Field(False, description="a check: it looks and reports, never changes anything")
     started_at: str | None = None
     finished_at: str | None = None

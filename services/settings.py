@@ -77,6 +77,14 @@ class Settings(BaseSettings):
                                   description="open /api/v1/events WebSockets per token (or session)")
     longpolls_per_principal: int = Field(8, ge=1, le=1000,
                                          description="concurrent long-polls (wait/timeout > 0) per token")
+    engine_pace: float | None = Field(
+        None, gt=0, le=100, description="multiplier on every operation stage's poll waits, retry backoff and "
+                                        "deadline; unset: 1 against AWS, 1/sandbox_speed in the sandbox")
+    retry_backoff_base: float = Field(1.0, gt=0, le=600,
+                                      description="seconds before the first retry of a transient stage failure "
+                                                  "(doubles per failure in a row, jittered)")
+    retry_backoff_max: float = Field(60.0, gt=0, le=3600,
+                                     description="the transient-failure backoff never grows past this (seconds)")
 
     @field_validator("data_dir", mode="after")
     @classmethod
@@ -112,6 +120,12 @@ class Settings(BaseSettings):
             raise Invalid(
                 f"--dev-no-auth serves without tokens and only binds loopback; refusing host {self.host!r}"
             )
+
+    def pace(self, sandboxed: bool) -> float:
+        """The engine's pace: the setting, else the sandbox's speed (a 10 s poll is 10 simulated seconds)."""
+        if self.engine_pace is not None:
+            return self.engine_pace
+        return 1.0 / self.sandbox_speed if sandboxed else 1.0
 
     def ensure_data_dir(self) -> Path:
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)

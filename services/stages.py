@@ -1,23 +1,31 @@
 """The stage contract every operation kind is written against.
 
 A stage **observes** actual state (DONE: nothing to do; IN_PROGRESS: already acted, go wait; ABSENT: act
-now), **acts** with deterministic names or client tokens, then **polls** until :class:`Done`. Stages never
-sleep and never loop: the engine (``services/operations.py``) persists their phase and schedules them.
+now), **acts** with deterministic names or client tokens, then **polls** until :class:`Done`. Its output,
+whichever way it finished, comes from one place: :meth:`Stage.result`. Stages see the kind's typed request
+model (``ctx.request``), never a dict. Stages never sleep, never loop and never retry: the engine
+(``services/operations.py``) persists their phase, schedules their waits, backs off on
+:class:`~services.errors.Transient` failures and fails a stage that waits past its :attr:`Stage.deadline`.
 """
 
 from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from services.auth import Role
 from services.clock import Clock
 from services.errors import Permanent
 from services.models import RequestModel
+
+R = TypeVar("R", bound=RequestModel)
+
+#: how long a stage may take, from its first step to done, unless it says otherwise
+DEFAULT_DEADLINE = 3600.0
 
 
 class Observed(Enum):
@@ -28,34 +36,34 @@ class Observed(Enum):
 
 @dataclass(frozen=True)
 class Done:
-    """The stage is finished; ``result`` is kept on the stage and visible to later stages."""
-
-    result: dict[str, Any] = field(default_factory=dict)
+    """The stage is finished (its output is :meth:`Stage.result`)."""
 
 
 @dataclass(frozen=True)
 class Wait:
-    """Not yet: look again in ``seconds``; ``message`` is shown on the operation meanwhile."""
+    """Not yet: look again in ``seconds``; ``message`` says what the stage waits for (shown meanwhile, and
+    named if the stage runs past its deadline)."""
 
     seconds: float
     message: str = ""
 
 
 @dataclass
-class StageContext:
-    """What a stage sees: its operation, its own persisted scratch ``data`` and earlier results."""
+class StageContext(Generic[R]):
+    """What a stage sees: its operation, the typed request, its own persisted scratch ``data`` and the
+    results of the stages before it."""
 
     operation_id: str
     kind: str
     target: str
-    request: dict[str, Any]
+    request: R
     data: dict[str, Any]
     results: dict[str, dict[str, Any]]
     clock: Clock
     attempt: int
 
 
-class Stage(abc.ABC):
+class Stage(abc.ABC, Generic[R]):
     """Base stage: ``observe`` is required; read-only stages never act; ``poll`` defaults to done.
 
     A *read-only* stage (``read_only = True``: a check, a verification) does its work in ``observe`` and
@@ -67,43 +75,61 @@ class Stage(abc.ABC):
     max_transient: int = 20
     #: the stage only looks (its observation is the work); it never acts
     read_only: bool = False
+    #: seconds from the stage's first step to done; past it a waiting stage fails naming what it waited for
+    #: (scaled by the engine's pace, like its waits). None: no limit
+    deadline: float | None = DEFAULT_DEADLINE
 
     @abc.abstractmethod
-    def observe(self, ctx: StageContext) -> Observed: ...
+    def observe(self, ctx: StageContext[R]) -> Observed: ...
 
-    def act(self, ctx: StageContext) -> None:
+    def act(self, ctx: StageContext[R]) -> None:
         raise Permanent(f"stage {self.name} only observes, yet its observation asked it to act")
 
-    def poll(self, ctx: StageContext) -> Done | Wait:
+    def poll(self, ctx: StageContext[R]) -> Done | Wait:
         return Done()
 
-    def result(self, ctx: StageContext) -> dict[str, Any]:
-        """The stage's output once done (what later stages and the operation's result see)."""
+    def result(self, ctx: StageContext[R]) -> dict[str, Any]:
+        """The stage's output once done, however it got there (later stages and the operation see it)."""
         return {}
 
-    def report(self, ctx: StageContext) -> str:
+    def report(self, ctx: StageContext[R]) -> str:
         """For a read-only stage: one line on what it checked and found (the stage's message)."""
         return ""
 
 
 @dataclass(frozen=True)
-class OperationKind:
+class OperationKind(Generic[R]):
     """A named recipe: the request model it accepts and the ordered stages that carry it out."""
 
     name: str
-    request_model: type[RequestModel]
-    stages: tuple[Stage, ...]
-    target: Callable[[Any], str]
+    request_model: type[R]
+    stages: tuple[Stage[R], ...]
+    target: Callable[[R], str]
     description: str = ""
     #: the least role that may start it: admin for destructive kinds (delete cluster, replace nodes)
     role: Role = Role.OPERATOR
     #: synchronous refusals (raise Invalid/Conflict) checked before any operation row is written
-    precheck: Callable[[Any], None] | None = None
+    precheck: Callable[[R], None] | None = None
     #: while one operation of this kind on a target is active, new requests for that target join it
     coalesce: bool = False
+    #: the names of the stages this request needs (in any order; run in the kind's order), decided once at
+    #: submit time and stored with the operation. None: every stage
+    plan: Callable[[R], Sequence[str]] | None = None
+
+    def stages_for(self, request: R) -> tuple[Stage[R], ...]:
+        if self.plan is None:
+            return self.stages
+        wanted = set(self.plan(request))
+        unknown = wanted - {s.name for s in self.stages}
+        if unknown:
+            raise Permanent(f"kind {self.name} planned stages it does not have: {sorted(unknown)}; this is a bug")
+        return tuple(s for s in self.stages if s.name in wanted)
+
+    def stage(self, name: str) -> Stage[R] | None:
+        return next((s for s in self.stages if s.name == name), None)
 
 
-def checked_result(stage: Stage, result: Any) -> dict[str, Any]:
+def checked_result(stage: Stage[Any], result: Any) -> dict[str, Any]:
     """A stage's result must be a JSON object; anything else would poison every later read."""
     if not isinstance(result, dict):
         raise Permanent(f"stage {stage.name} returned {type(result).__name__}, not a dict; this is a bug")
@@ -112,4 +138,3 @@ def checked_result(stage: Stage, result: Any) -> dict[str, Any]:
     except (TypeError, ValueError) as exc:
         raise Permanent(f"stage {stage.name} returned a result that is not JSON: {exc}; this is a bug") from None
     return result
-

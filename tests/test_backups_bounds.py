@@ -89,6 +89,22 @@ def test_a_backup_the_disk_cannot_take_is_refused_before_any_row(tmp_path: Path,
         svc.stop()
 
 
+def test_a_retry_of_an_accepted_backup_is_not_prechecked_again(tmp_path: Path, clock: FakeClock) -> None:
+    """Reviewer finding: with the disk filling up after a backup was accepted, its retry (same
+    Idempotency-Key) and a request joining it got 409 instead of the operation."""
+    svc = make(tmp_path, clock)
+    try:
+        first, created = svc.engine.submit(KIND, BackupCreate(label="a"), OPERATOR, "key-1")
+        assert created
+        svc.backups.reserve_bytes = 10**18  # the disk is full now
+        again, created = svc.engine.submit(KIND, BackupCreate(label="a"), OPERATOR, "key-1")
+        assert (again.id, created) == (first.id, False)
+        joined, created = svc.engine.submit(KIND, BackupCreate(label="b"), OPERATOR)
+        assert (joined.id, created) == (first.id, False), "joins the running backup"
+    finally:
+        svc.stop()
+
+
 # ----- issue 7: the verify stage reports what it did; ISO times ------------------------------------------------
 
 def test_the_read_only_verify_stage_reports_its_check(kept: Services) -> None:
@@ -115,8 +131,9 @@ def test_keys_explicit_and_derived_belong_to_their_principal(services: Services,
         services.engine.submit("thing.create", ThingRequest(name="b"), OPERATOR, idempotency_key="k1")
     theirs, created = services.engine.submit("thing.create", ThingRequest(name="b"), ADMIN, idempotency_key="k1")
     assert created and theirs.id != mine.id  # no 409, no operation id of the operator's
-    derived, created = services.engine.submit("thing.create", ThingRequest(name="a"), ADMIN)
-    assert created and derived.id != mine.id
+    with pytest.raises(Conflict) as busy:  # the same body from another principal joins nothing: its target is busy
+        services.engine.submit("thing.create", ThingRequest(name="a"), ADMIN)
+    assert busy.value.details["status_tool"] == "operations_get"
     same, created = services.engine.submit("thing.create", ThingRequest(name="a"), OPERATOR)
     assert same.id == mine.id and not created
 

@@ -132,8 +132,10 @@ def test_idempotency_key_and_derived_key(engine: Engine, clock: FakeClock) -> No
     # no key: an identical request while the first is active is the same operation...
     derived = submit(engine, "b")
     assert submit(engine, "b").id == derived.id
-    # ...a different request is not...
-    assert submit(engine, "b", size=3).id != derived.id
+    # ...a different request on the same target is refused while it is active, naming it...
+    with pytest.raises(Conflict) as busy:
+        submit(engine, "b", size=3)
+    assert busy.value.details["operation_id"] == derived.id and busy.value.details["status_tool"] == "operations_get"
     # ...and once it has ended, the same request makes a new one
     engine.run_until_idle(derived.id)
     clock.advance(10)

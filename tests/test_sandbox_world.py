@@ -23,6 +23,7 @@ from kubernetes import client as k8s
 from app.sandbox import aws_endpoint, aws_session
 from services.aws import AwsClients
 from services.clock import Clock
+from services.errors import Unauthorized
 from services.kube import KubeClients
 from services.settings import Settings
 from tests.support import ROOT, LiveServer, free_port, start_server, wait_until
@@ -107,9 +108,9 @@ def test_eks_then_hyperpod_nodes_in_kubectl_and_recovery(sandbox: tuple[LiveServ
                                       session=boto3.Session(aws_access_key_id="AKIAOTHER", aws_secret_access_key="x",
                                                             region_name="us-west-2")), Clock(), ca_dir=tmp_path / "ca2")
     bad_kube.register_eks("prod", "hp-eks")
-    with pytest.raises(k8s.ApiException) as refused:
+    with pytest.raises(Unauthorized) as refused:  # the adapter classifies the ApiException by status
         k8s.CoreV1Api(bad_kube.api_client("prod")).list_node()
-    assert refused.value.status == 401  # a token signed with other credentials
+    assert refused.value.details["http_status"] == 401  # a token signed with other credentials
 
     # a node fault over REST: labels flip, automatic recovery replaces the node
     viewer = live.make_token("viewer")

@@ -10,8 +10,10 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from kubernetes.client.exceptions import ApiException
 from pydantic import Field
 
-from services.errors import Conflict, Forbidden, Invalid, NotFound, Permanent, Transient, from_aws, from_kube
+from services.aws import from_aws
+from services.errors import Conflict, Forbidden, Invalid, NotFound, Permanent, Transient
 from services.events import Event, EventBus
+from services.kube import from_kube
 from services.models import RequestModel, parse
 from services.settings import Settings
 from tests.support import wait_until

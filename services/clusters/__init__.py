@@ -9,39 +9,31 @@ never mutated beyond what a user asks, and never deleted.
 
 from __future__ import annotations
 
-from pydantic import Field
-
 from services.audit import AuditLog
 from services.auth import Principal, Role
 from services.aws import AwsClients
 from services.awscache import AwsCache
 from services.clock import Clock
 from services.clusters.checks import check_import
-from services.clusters.models import ClusterDetail, ClusterImport, ClusterRecord, ClusterSummary, Ownership
+from services.clusters.models import (
+    ClusterDetail,
+    ClusterImport,
+    ClusterImportPlan,
+    ClusterRecord,
+    ClusterSummary,
+    Ownership,
+)
 from services.clusters.reads import FIRST_SYNC_SECONDS, ClusterReader
 from services.clusters.registry import ClusterRegistry
 from services.clusters.stages import Connect, Register
 from services.errors import Conflict
 from services.events import Event, EventBus
 from services.informers import Informers
-from services.models import RequestModel
 from services.operations import Engine, OperationQuery, OperationView
 from services.settings import Settings
 from services.stages import OperationKind
 
 IMPORT_KIND = "cluster.import"
-
-
-class ClusterImportPlan(RequestModel):
-    """What ``cluster.import`` carries out: the request with the facts its precheck established."""
-
-    name: str
-    region: str
-    eks_cluster: str
-    eks_arn: str
-    hyperpod_cluster: str | None = None
-    hyperpod_arn: str | None = None
-    requested_by: str = Field(..., description="who asked (the registry's created_by)")
 
 
 def cluster_target(name: str) -> str:
@@ -64,7 +56,7 @@ class Clusters:
         self.bus = bus
         self.reader = ClusterReader(aws, cache, informers)
 
-    def kinds(self) -> list[OperationKind]:
+    def kinds(self) -> list[OperationKind[ClusterImportPlan]]:
         return [OperationKind(IMPORT_KIND, ClusterImportPlan, (Register(self.registry), Connect(self.informers)),
                               target=lambda plan: cluster_target(plan.name), role=Role.OPERATOR,
                               description="register an existing EKS (+ HyperPod) cluster and connect to it")]

@@ -1,4 +1,5 @@
-"""Prechecks of the clusters noun: facts read from AWS, judged before any operation row exists.
+"""Prechecks of the clusters noun: facts read from AWS, judged before any operation row exists (the AWS
+clients raise the error taxonomy themselves, services/aws.py).
 
 A refusal names what is wrong and what would be right (the clusters that do exist, the command that adds
 a missing access entry), so a user or an agent can act on it without another round trip.
@@ -8,10 +9,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from services.aws import AwsClients
-from services.errors import Conflict, Invalid, NotFound, ServiceError, from_aws
+from services.errors import Conflict, Invalid, NotFound
 
 ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 _ASSUMED = re.compile(r"^arn:(?P<p>aws[\w-]*):sts::(?P<a>\d{12}):assumed-role/(?P<role>[^/]+)/[^/]+$")
@@ -41,22 +41,13 @@ def access_entry_principal(caller_arn: str) -> str:
     return caller_arn
 
 
-def _call(fn: Any, **kwargs: Any) -> Any:
-    try:
-        return fn(**kwargs)
-    except ServiceError:
-        raise
-    except Exception as exc:
-        raise from_aws(exc) from exc
-
-
 def check_import(aws: AwsClients, *, name: str, region: str, eks_name: str, hyperpod_name: str | None,
                  registered_arn: str | None) -> ImportFacts:
     eks = aws.client("eks", region)
     try:
-        cluster = _call(eks.describe_cluster, name=eks_name)["cluster"]
+        cluster = eks.describe_cluster(name=eks_name)["cluster"]
     except NotFound:
-        names = _call(eks.list_clusters).get("clusters", [])
+        names = eks.list_clusters().get("clusters", [])
         raise Invalid(f"no EKS cluster named {eks_name!r} in {region}; clusters there: "
                       f"{', '.join(names) or 'none'}", details={"eks_clusters": names}) from None
     if registered_arn is not None and registered_arn != cluster["arn"]:
@@ -67,9 +58,9 @@ def check_import(aws: AwsClients, *, name: str, region: str, eks_name: str, hype
     if hyperpod_name:
         sagemaker = aws.client("sagemaker", region)
         try:
-            described = _call(sagemaker.describe_cluster, ClusterName=hyperpod_name)
+            described = sagemaker.describe_cluster(ClusterName=hyperpod_name)
         except NotFound:
-            listed = _call(sagemaker.list_clusters).get("ClusterSummaries", [])
+            listed = sagemaker.list_clusters().get("ClusterSummaries", [])
             names = [c["ClusterName"] for c in listed]
             raise Invalid(f"no HyperPod cluster named {hyperpod_name!r} in {region}; clusters there: "
                           f"{', '.join(names) or 'none'}", details={"hyperpod_clusters": names}) from None
@@ -78,7 +69,7 @@ def check_import(aws: AwsClients, *, name: str, region: str, eks_name: str, hype
             raise Invalid(f"HyperPod cluster {hyperpod_name} is orchestrated by {orchestrator or 'Slurm'}, "
                           f"not by EKS cluster {eks_name}")
         hyperpod_arn = described["ClusterArn"]
-    caller = _call(aws.client("sts", region).get_caller_identity)["Arn"]
+    caller = aws.client("sts", region).get_caller_identity()["Arn"]
     principal = access_entry_principal(caller)
     mode = (cluster.get("accessConfig") or {}).get("authenticationMode", "CONFIG_MAP")
     if mode == "CONFIG_MAP":

@@ -90,3 +90,15 @@ class ClusterDetail(ClusterSummary):
     nodes_by_group: dict[str, list[NodeView]] = Field(
         default_factory=dict, description="nodes by instance group ('' for nodes outside HyperPod groups)")
     cache_age_seconds: float | None = Field(None, description="age of the Kubernetes cache this was read from")
+
+
+class ClusterImportPlan(RequestModel):
+    """What ``cluster.import`` carries out: the request with the facts its precheck established."""
+
+    name: str
+    region: str
+    eks_cluster: str
+    eks_arn: str
+    hyperpod_cluster: str | None = None
+    hyperpod_arn: str | None = None
+    requested_by: str = Field(..., description="who asked (the registry's created_by)")

@@ -17,7 +17,7 @@ from services.clusters.models import (
     InstanceGroupView,
     NodeView,
 )
-from services.errors import ServiceError, from_aws
+from services.errors import ServiceError
 from services.informers import Informers
 
 FIRST_SYNC_SECONDS = 20.0  # the first read of a cluster waits this long for its first list
@@ -49,11 +49,8 @@ class ClusterReader:
         self.informers = informers
 
     def _aws(self, service: str, operation: str, region: str, resource: str, refresh: bool, **params: Any) -> Any:
-        def load() -> Any:
-            try:
-                return getattr(self.aws.client(service, region), operation)(**params)
-            except Exception as exc:
-                raise from_aws(exc) from exc
+        def load() -> Any:  # the clients raise the error taxonomy themselves
+            return getattr(self.aws.client(service, region), operation)(**params)
 
         return self.cache.get((service, operation, region, resource), load, refresh=refresh)[0]
 

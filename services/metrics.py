@@ -1,0 +1,95 @@
+"""The engine's metrics in Prometheus text format (``prometheus_client``), for ``GET /metrics``.
+
+One :class:`Metrics` per process, built by the composition root and handed to whoever counts (no
+module-level registry: two services in one test process never share counts). Counters and histograms are
+updated where things happen; gauges that describe stored state (queue depth, operations by status, bus
+subscribers' drops) are read when scraped, so they are never stale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from services.events import EventBus
+
+STAGE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 1800, 3600, 7200)
+
+
+class _Gauges(Collector):
+    """Gauges computed at scrape time from a callback returning (labels, value) pairs."""
+
+    def __init__(self, name: str, documentation: str, labels: list[str],
+                 read: Callable[[], list[tuple[list[str], float]]]) -> None:
+        self.name, self.documentation, self.labels, self.read = name, documentation, labels, read
+
+    def describe(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(self.name, self.documentation, labels=self.labels)
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labels)
+        for labels, value in self.read():
+            family.add_metric(labels, value)
+        yield family
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._stage_seconds = Histogram(
+            "instantstart_stage_duration_seconds", "Time from a stage's first step to its end (engine clock)",
+            ["kind", "stage", "outcome"], buckets=STAGE_BUCKETS, registry=self.registry)
+        self._retries = Counter(
+            "instantstart_stage_retries", "Transient failures (throttling, 5xx, timeouts) the engine backed off "
+            "from and retried", ["kind", "stage"], registry=self.registry)
+        self._backoff = Counter(
+            "instantstart_stage_backoff_seconds", "Seconds of backoff the engine scheduled before retries",
+            ["kind", "stage"], registry=self.registry)
+        self._finished = Counter(
+            "instantstart_operations_finished", "Operations that ended, by outcome", ["kind", "outcome"],
+            registry=self.registry)
+
+    def stage_finished(self, kind: str, stage: str, outcome: str, seconds: float) -> None:
+        self._stage_seconds.labels(kind, stage, outcome).observe(max(0.0, seconds))
+
+    def stage_retried(self, kind: str, stage: str, backoff: float) -> None:
+        self._retries.labels(kind, stage).inc()
+        self._backoff.labels(kind, stage).inc(backoff)
+
+    def operation_finished(self, kind: str, outcome: str) -> None:
+        self._finished.labels(kind, outcome).inc()
+
+    def track_operations(self, depth: Callable[[], int], counts: Callable[[], dict[str, int]]) -> None:
+        """Queue depth (due, unclaimed operations) and operations by status, read at each scrape."""
+        self.registry.register(_Gauges("instantstart_operation_queue_depth",
+                                       "Operations due now that no worker has picked up yet", [],
+                                       lambda: [([], float(depth()))]))
+        self.registry.register(_Gauges("instantstart_operations", "Stored operations by status", ["status"],
+                                       lambda: [([status], float(n)) for status, n in sorted(counts().items())]))
+
+    def track_bus(self, bus: EventBus) -> None:
+        """Per topic, over the live subscriptions: events dropped for subscribers that fell behind, and
+        subscribers. A subscription's drops leave with it when it closes."""
+        def dropped() -> list[tuple[list[str], float]]:
+            by_topic: dict[str, int] = {}
+            for stat in bus.stats():
+                by_topic[stat.topic or "*"] = by_topic.get(stat.topic or "*", 0) + stat.dropped
+            return [([topic], float(n)) for topic, n in sorted(by_topic.items())]
+
+        def subscribers() -> list[tuple[list[str], float]]:
+            by_topic: dict[str, int] = {}
+            for stat in bus.stats():
+                by_topic[stat.topic or "*"] = by_topic.get(stat.topic or "*", 0) + 1
+            return [([topic], float(n)) for topic, n in sorted(by_topic.items())]
+
+        self.registry.register(_Gauges("instantstart_bus_dropped_events",
+                                       "Events dropped for live subscribers whose queue was full", ["topic"], dropped))
+        self.registry.register(_Gauges("instantstart_bus_subscribers", "Live event-bus subscriptions", ["topic"],
+                                       subscribers))
+
+    def render(self) -> str:
+        """Everything registered, in the Prometheus text exposition format."""
+        return generate_latest(self.registry).decode()
