@@ -19,6 +19,7 @@ from services.events import EventBus
 from services.informers import Informers
 from services.kube import KubeClients
 from services.limits import Slots
+from services.metrics import Metrics
 from services.operations import Backoff, Engine
 from services.sessions import SessionStore, SignInThrottle
 from services.settings import Settings
@@ -61,13 +62,15 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
     bus = EventBus()
     audit = AuditLog(db, clock)
     sandboxed = sandbox_enabled(settings)
+    metrics = Metrics()
     engine = Engine(db, bus, audit, clock, workers=settings.workers, lock_path=data / "engine.lock",
-                    pace=settings.pace(sandboxed),
+                    metrics=metrics, pace=settings.pace(sandboxed),
                     backoff=Backoff(settings.retry_backoff_base, settings.retry_backoff_max))
     if sandboxed and settings.aws_endpoint_url is None:
-        aws = AwsClients(settings.region, aws_endpoint(settings), session=aws_session(settings))
+        aws = AwsClients(settings.region, aws_endpoint(settings), session=aws_session(settings),
+                         on_call=metrics.aws_call)
     else:
-        aws = AwsClients(settings.region, settings.aws_endpoint_url)
+        aws = AwsClients(settings.region, settings.aws_endpoint_url, on_call=metrics.aws_call)
     backups = Backups(db, data / "backups", keep=settings.backup_keep, reserve_bytes=settings.backup_reserve_bytes)
     engine.register(backups.kind())
     kube = KubeClients(aws, clock, ca_dir=data / "ca")
@@ -75,7 +78,7 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
         register_written_kubeconfigs(settings, kube, stored_clusters(settings))  # serve's Sandbox writes them
     registry = ClusterRegistry(db, clock, kube)
     registry.load()  # after the sandbox's kubeconfigs: a registered cluster is reached as EKS, as in AWS
-    informers = Informers(kube, bus)
+    informers = Informers(kube, bus, on_list=metrics.informer_listed)
     clusters = Clusters(settings, clock, aws, registry, informers, AwsCache(clock), engine, audit, bus)
     for kind in clusters.kinds():
         engine.register(kind)

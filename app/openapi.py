@@ -117,7 +117,9 @@ def openapi_document(routes: list[Route] = ROUTES) -> dict[str, Any]:
             "x-required-role": r.role.value,
             "responses": responses,
         }
-        if r.response is not None:
+        if r.media_type != "application/json":
+            ok["content"] = {r.media_type.split(";")[0]: {"schema": {"type": "string"}}}
+        elif r.response is not None:
             schema = ref(r.response, False)
             if r.many:
                 schema = {"type": "array", "items": schema}

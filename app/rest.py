@@ -365,6 +365,10 @@ class ApiHandler(tornado.web.RequestHandler):
         self.set_status(reply.status)
         for key, value in reply.headers.items():
             self.set_header(key, value)
+        if self.route is not None and self.route.media_type != "application/json":
+            self.set_header("Content-Type", self.route.media_type)
+            self.finish(str(reply.body))
+            return
         self.finish(to_json(reply.body))
 
     def _body(self) -> Any:

@@ -74,6 +74,10 @@ def _status(call: Call) -> Reply:
     return Reply(summarize(call.services.engine, call.services.kube.clusters(), registered))
 
 
+def _metrics(call: Call) -> Reply:
+    return Reply(call.services.engine.metrics.render())
+
+
 def _operations_list(call: Call) -> Reply:
     return Reply(call.services.engine.list(call.query))
 
@@ -175,6 +179,11 @@ ROUTES: list[Route] = [
           _status, response=StatusSummary,
           description="Operation counts by status, active operations with their current stage, recent "
                       "failures and known clusters. A cheap first call to orient."),
+    Route("GET", "/metrics", "metrics", "Prometheus metrics", Role.VIEWER, _metrics, mcp=False,
+          media_type="text/plain; version=0.0.4; charset=utf-8",
+          description="Engine (stage durations, retries, backoff, queue depth, operations by status), event bus "
+                      "(subscribers, dropped events), AWS calls by service and operation, informer lists; "
+                      "Prometheus text format, viewer token."),
     Route("GET", "/api/v1/operations", "operations_list", "List operations", Role.VIEWER, _operations_list,
           query=OperationQuery, response=OperationView, many=True, tag="operations",
           description="Operations newest first, filterable by status, kind, target and actor."),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
@@ -119,10 +120,15 @@ class ClassifiedClient:
 
 
 class AwsClients:
+    """``calls`` counts every API call this factory's clients make, by (service, operation) — each page of a
+    paginated list once, retries by botocore not again — and ``on_call`` (metrics) hears of each."""
+
     def __init__(self, region: str, endpoint_url: str | None = None, session: boto3.Session | None = None,
-                 max_attempts: int = 6) -> None:
+                 max_attempts: int = 6, on_call: Callable[[str, str], None] | None = None) -> None:
         self.region = region
         self.endpoint_url = endpoint_url
+        self.calls: Counter[tuple[str, str]] = Counter()
+        self.on_call = on_call
         self.session = session or boto3.Session()
         self.max_attempts = max_attempts
         self.config = Config(
@@ -136,6 +142,13 @@ class AwsClients:
         self._lock = threading.Lock()
         self._for_stages: AwsClients | None = None
 
+    def _count(self, model: Any, **_: Any) -> None:
+        key = (str(model.service_model.service_name), str(model.name))
+        with self._lock:
+            self.calls[key] += 1
+        if self.on_call is not None:
+            self.on_call(*key)
+
     def client(self, service: str, region: str | None = None) -> Any:
         """A cached boto3 client for ``service`` in ``region`` (default: the configured region), raising the
         backend's error taxonomy."""
@@ -145,9 +158,17 @@ class AwsClients:
             if client is None:
                 raw = cast(Any, self.session).client(service, region_name=key[1], endpoint_url=self.endpoint_url,
                                                      config=self.config)
+                raw.meta.events.register("before-call", self._count)
                 client = ClassifiedClient(raw)
                 self._clients[key] = client
         return client
+
+    def _forward(self, service: str, operation: str) -> None:
+        """Calls the stage clients make count here too: one product, one tally."""
+        with self._lock:
+            self.calls[(service, operation)] += 1
+        if self.on_call is not None:
+            self.on_call(service, operation)
 
     def for_stages(self) -> AwsClients:
         """The same account, endpoint and region with botocore's retries off: for calls operation stages
@@ -156,5 +177,6 @@ class AwsClients:
             return self
         with self._lock:
             if self._for_stages is None:
-                self._for_stages = AwsClients(self.region, self.endpoint_url, self.session, max_attempts=1)
+                self._for_stages = AwsClients(self.region, self.endpoint_url, self.session, max_attempts=1,
+                                              on_call=self._forward)
             return self._for_stages

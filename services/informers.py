@@ -83,9 +83,11 @@ def _key(obj: dict[str, Any]) -> str:
 class Informer:
     """One kind of one cluster, in memory; ``items()`` never blocks on the network."""
 
-    def __init__(self, kube: KubeClients, bus: EventBus, cluster: str, kind: Kind) -> None:
+    def __init__(self, kube: KubeClients, bus: EventBus, cluster: str, kind: Kind,
+                 on_list: Callable[[str, str], None] | None = None) -> None:
         self.kube = kube
         self.bus = bus
+        self.on_list = on_list
         self.cluster = cluster
         self.kind = kind
         self.synced = threading.Event()
@@ -183,6 +185,8 @@ class Informer:
             self._objects = objects
             self._synced_at = time.monotonic()
         self.lists += 1
+        if self.on_list is not None:
+            self.on_list(self.cluster, self.kind.resource)
         self.error = None
         self.synced.set()
         self.bus.publish(Event("kube", "synced", {"cluster": self.cluster, "resource": self.kind.resource,
@@ -234,9 +238,11 @@ class Informer:
 class Informers:
     """Every informer of this server: started on first read, stopped when their cluster is forgotten."""
 
-    def __init__(self, kube: KubeClients, bus: EventBus) -> None:
+    def __init__(self, kube: KubeClients, bus: EventBus,
+                 on_list: Callable[[str, str], None] | None = None) -> None:
         self.kube = kube
         self.bus = bus
+        self.on_list = on_list
         self._informers: dict[tuple[str, str], Informer] = {}
         self._lock = threading.Lock()
 
@@ -245,7 +251,8 @@ class Informers:
         with self._lock:
             informer = self._informers.get(key)
             if informer is None:
-                informer = self._informers[key] = Informer(self.kube, self.bus, cluster, KINDS[resource])
+                informer = self._informers[key] = Informer(self.kube, self.bus, cluster, KINDS[resource],
+                                                           self.on_list)
         return informer
 
     def forget(self, cluster: str) -> None:

@@ -51,6 +51,18 @@ class Metrics:
         self._finished = Counter(
             "instantstart_operations_finished", "Operations that ended, by outcome", ["kind", "outcome"],
             registry=self.registry)
+        self._aws_calls = Counter(
+            "instantstart_aws_calls", "AWS API calls the product made (each page of a paginated list counts)",
+            ["service", "operation"], registry=self.registry)
+        self._informer_lists = Counter(
+            "instantstart_informer_lists", "Full Kubernetes lists informers made (first sync, 410 Gone, refresh)",
+            ["cluster", "resource"], registry=self.registry)
+
+    def aws_call(self, service: str, operation: str) -> None:
+        self._aws_calls.labels(service, operation).inc()
+
+    def informer_listed(self, cluster: str, resource: str) -> None:
+        self._informer_lists.labels(cluster, resource).inc()
 
     def stage_finished(self, kind: str, stage: str, outcome: str, seconds: float) -> None:
         self._stage_seconds.labels(kind, stage, outcome).observe(max(0.0, seconds))

@@ -120,6 +120,32 @@ def test_import_read_live_and_forget(seeded: tuple[LiveServer, dict[str, str]]) 
     assert "hp-eks (imported) EKS ACTIVE, HyperPod InService: 2 nodes:" in out.stdout, out.stdout
 
 
+def metric(live: LiveServer, name: str, **labels: str) -> float:
+    text = live.get("/metrics").text
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(part in line for part in want.split(",")):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_a_hundred_reads_cost_at_most_one_refresh_per_resource(seeded: tuple[LiveServer, dict[str, str]]) -> None:
+    live, _ = seeded
+    live.get("/api/v1/clusters/hp-eks")  # warm: the informers are synced and the AWS cache filled
+    before = {op: metric(live, "instantstart_aws_calls_total", operation=op)
+              for op in ("DescribeCluster", "ListClusterNodes")}
+    lists = metric(live, "instantstart_informer_lists_total", cluster="hp-eks")
+    assert before["DescribeCluster"] > 0 and lists > 0, "the counters count"
+    for _ in range(100):
+        assert live.get("/api/v1/clusters/hp-eks").status_code == 200
+    after = {op: metric(live, "instantstart_aws_calls_total", operation=op) for op in before}
+    # EKS and HyperPod DescribeCluster: one refresh each per 15 s TTL (two if the reads straddle an expiry)
+    assert after["DescribeCluster"] - before["DescribeCluster"] <= 4, (before, after)
+    assert after["ListClusterNodes"] == before["ListClusterNodes"], "nodes come from the watch, not AWS"
+    assert metric(live, "instantstart_informer_lists_total", cluster="hp-eks") == lists, "no Kubernetes list"
+
+
 def test_viewers_read_but_cannot_import(seeded: tuple[LiveServer, dict[str, str]]) -> None:
     live, _ = seeded
     viewer = live.make_token("viewer")

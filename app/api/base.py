@@ -58,6 +58,8 @@ class Route:
     many: bool = False
     tag: str = "system"
     mcp: bool = True
+    #: what the route answers; anything but JSON is a text body (``/metrics``)
+    media_type: str = "application/json"
 
 
 def accepted(view: OperationView, created: bool) -> Reply:
