@@ -103,6 +103,10 @@ class OperationStore:
             states = ACTIVE if query.active else TERMINAL
             where.append(f"status IN ({','.join('?' * len(states))})")
             params += [s.value for s in states]
+        if query.cluster is not None:  # the cluster and everything under it (groups, nodes)
+            where.append("(target = ? OR substr(target, 1, ?) = ?)")
+            prefix = f"cluster/{query.cluster}/"
+            params += [f"cluster/{query.cluster}", len(prefix), prefix]
         for column in ("kind", "target", "actor"):
             value = getattr(query, column)
             if value is not None:

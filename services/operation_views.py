@@ -156,6 +156,8 @@ class OperationQuery(RequestModel):
     status: list[Status] | None = Field(None, description="only these statuses")
     kind: str | None = Field(None, description="only this kind, e.g. 'backup.create'")
     target: str | None = Field(None, description="only operations on this target")
+    cluster: str | None = Field(None, description="only operations on this cluster or anything in it "
+                                "(targets cluster/<name> and cluster/<name>/...)")
     actor: str | None = Field(None, description="only operations started by this token name")
     active: bool | None = Field(None, description="true: only pending/running/waiting; false: only ended")
     before: str | None = Field(None, description="page: operations created before this operation id")

@@ -85,6 +85,10 @@ def test_import_read_live_and_forget(seeded: tuple[LiveServer, dict[str, str]]) 
     second = live.get(f"/api/v1/operations/{again.json()['operation']['id']}/wait?timeout=60").json()
     assert second["status"] == "succeeded" and second["stages"][0]["acted"] is False, "registered once"
 
+    by_cluster = live.get("/api/v1/operations?cluster=hp-eks").json()
+    assert [o["kind"] for o in by_cluster] == ["cluster.import", "cluster.import"]
+    assert live.get("/api/v1/operations?cluster=hp").json() == [], "a name prefix is not the cluster"
+
     listed = live.get("/api/v1/clusters").json()
     assert [(c["name"], c["ownership"], c["eks_status"], c["hyperpod_status"], c["nodes"]) for c in listed] == \
         [("hp-eks", "imported", "ACTIVE", "InService", 2)]

@@ -104,8 +104,7 @@ class Clusters:
         record = self.registry.get(name)
         if record.ownership is not Ownership.IMPORTED:
             raise Conflict(f"{name} was created by this control plane: delete it, or keep it registered")
-        active = [op for op in self.engine.list(OperationQuery(active=True, limit=200))
-                  if op.target == cluster_target(name) or op.target.startswith(cluster_target(name) + "/")]
+        active = self.engine.list(OperationQuery(active=True, cluster=name, limit=50))
         if active:
             raise Conflict(f"{name} has active operations ({', '.join(op.id for op in active)}); wait for them or "
                            "cancel them first (operations_get / operations_cancel)",
