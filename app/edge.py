@@ -40,7 +40,7 @@ FORM_BODY_LIMIT = 4 * 1024  # every handler that is not a REST route (the login 
 _PASS_THROUGH = (asyncio.CancelledError, GeneratorExit)
 
 
-class AllowlistedComponents(ComponentResourceHandler):  # type: ignore[misc]
+class AllowlistedComponents(ComponentResourceHandler):
     """Panel's component resource handler, refusing (404) any module not in :data:`COMPONENT_MODULES`."""
 
     def parse_url_path(self, path: str) -> str:

@@ -12,7 +12,8 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from app.routes import ROUTES, ErrorEnvelope, Route
+from app.api.base import Route
+from app.routes import ROUTES, ErrorEnvelope
 from services import __version__
 from services.models import RequestModel
 

@@ -18,15 +18,17 @@ import typing
 from typing import Any
 from urllib.parse import urlsplit
 
+import tornado.http1connection
 import tornado.httputil
 import tornado.ioloop
 import tornado.web
 import tornado.websocket
 from pydantic import BaseModel
 
+from app.api.base import Call, Reply, Route
 from app.bootstrap import Services
 from app.openapi import SQLITE_MAX, SQLITE_MIN, openapi_document
-from app.routes import ROUTES, Call, Reply, Route, check_routes
+from app.routes import ROUTES, check_routes
 from services.auth import Principal, Role, token_id_of
 from services.errors import (
     Forbidden,
@@ -234,6 +236,12 @@ def _outside_sqlite(value: str) -> bool:
     return not SQLITE_MIN <= number <= SQLITE_MAX
 
 
+def _close_connection(request: tornado.httputil.HTTPServerRequest) -> None:
+    """Close the HTTP/1 connection under ``request`` (its unread body goes with it)."""
+    if isinstance(request.connection, tornado.http1connection.HTTP1Connection):
+        request.connection.close()
+
+
 def _declared_length(request: tornado.httputil.HTTPServerRequest) -> int | None:
     """The body length the client declared, ``None`` for a chunked body (its length is unknown)."""
     if "chunked" in request.headers.get("Transfer-Encoding", "").lower():
@@ -315,7 +323,8 @@ class ApiHandler(tornado.web.RequestHandler):
             raise TooLarge(f"request body of {declared} bytes is over the limit of {self.limit} bytes "
                            "(setting api_max_body_bytes)")
         # a chunked body is counted in data_received; Tornado's own cap would answer a bare 400 instead
-        self.request.connection.set_max_body_size(self.limit if declared is not None else 2**62)
+        if isinstance(self.request.connection, tornado.http1connection.HTTP1Connection):
+            self.request.connection.set_max_body_size(self.limit if declared is not None else 2**62)
 
     async def _refuse(self, exc: ServiceError, close: bool) -> None:
         if exc.http_status == 403:  # every 403 is audited, by its principal when it got that far
@@ -326,7 +335,7 @@ class ApiHandler(tornado.web.RequestHandler):
             return
         await self._send_error(exc.http_status, exc.code, exc.message, exc.details)
         if close:
-            self.request.connection.close()  # the rest of the body is never read
+            _close_connection(self.request)  # the rest of the body is never read
 
     async def data_received(self, chunk: bytes) -> None:
         if self._finished:
@@ -400,7 +409,7 @@ class NotFoundHandler(tornado.web.RequestHandler):
         err = NotFound(f"no API route {self.request.method} {self.request.path}; see /api/v1/openapi.json")
         await self.finish(json.dumps(err.envelope()))
         if _declared_length(self.request) != 0:
-            self.request.connection.close()
+            _close_connection(self.request)  # the body sent along is never read
 
 
 class OpenApiHandler(tornado.web.RequestHandler):
@@ -507,7 +516,7 @@ class EventsSocket(tornado.websocket.WebSocketHandler):
                 check = functools.partial(self.services.sessions.principal, principal.session, "ui", touch=False)
                 await loop.run_in_executor(None, check)
             else:
-                await loop.run_in_executor(None, self.services.tokens.principal, principal.token_id, "api")
+                await loop.run_in_executor(None, self.services.tokens.principal, str(principal.token_id), "api")
         except Unauthorized:
             self.close(1008, "session ended" if principal.session else "token revoked")
 

@@ -92,8 +92,10 @@ async def _watch(call: Call, timeout: float, done: Callable[[OperationView, Oper
     if timeout <= 0:  # no wait: one read, no subscription
         return Reply(await loop.run_in_executor(None, engine.get, op_id))
     call.services.longpolls.acquire(call.principal)  # a long-poll holds one of its principal's few slots
-    unsubscribe = call.services.bus.subscribe(lambda _event: loop.call_soon_threadsafe(wake.set),
-                                              topic="operation", where={"id": op_id})
+    def wake_up(_event: Event) -> None:
+        loop.call_soon_threadsafe(wake.set)
+
+    unsubscribe = call.services.bus.subscribe(wake_up, topic="operation", where={"id": op_id})
     try:
         deadline = loop.time() + timeout
         first = current = await loop.run_in_executor(None, engine.get, op_id)

@@ -30,7 +30,8 @@ LIMIT = 200
 
 class AuditState(param.Parameterized):
     actor = param.String(default="", doc="only rows by this token name (empty: everyone)")
-    face = param.Selector(default="all", objects=FACES, doc="only rows that came through this face")
+    face: param.Selector[str] = param.Selector(default="all", objects=FACES,
+                                               doc="only rows that came through this face")
     entries = param.List(default=[], item_type=AuditEntry, doc="the listed rows, newest first")
 
     def __init__(self, audit: AuditLog, **params: Any) -> None:

@@ -58,7 +58,8 @@ def _newest_first(ops: Iterable[OperationView]) -> list[OperationView]:
 class OperationsState(param.Parameterized):
     """What the pane shows; talks to the engine only through its public methods."""
 
-    status_filter = param.Selector(default="all", objects=STATUS_FILTERS, doc="which operations to list")
+    status_filter: param.Selector[str] = param.Selector(default="all", objects=STATUS_FILTERS,
+                                                        doc="which operations to list")
     operations = param.List(default=[], item_type=OperationView, doc="the listed operations, newest first")
     selected = param.String(default="", doc="id of the operation whose details are shown")
     current = param.ClassSelector(class_=OperationView, default=None, allow_None=True, constant=True,

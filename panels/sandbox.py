@@ -56,7 +56,7 @@ def target_placeholder(required: list[str]) -> str:
 
 
 class SandboxState(param.Parameterized):
-    kind = param.Selector(default=None, objects=[], doc="what to break")
+    kind: param.Selector[str | None] = param.Selector(default=None, objects=[], doc="what to break")
     target = param.String(default="", doc="key=value pairs, comma separated")
     count = param.Integer(default=None, allow_None=True, bounds=(1, 10_000), doc="throttle: calls to fail")
     faults = param.List(default=[], doc="active faults")
