@@ -23,6 +23,7 @@ from services.metrics import Metrics
 from services.operations import Backoff, Engine
 from services.sessions import SessionStore, SignInThrottle
 from services.settings import Settings
+from services.tokens import Tokens
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ class Services:
     longpolls: Slots
     informers: Informers
     clusters: Clusters
+    token_verbs: Tokens
 
     def start(self) -> None:
         self.engine.start()
@@ -91,5 +93,5 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
         signin=SignInThrottle(clock, base=settings.signin_delay_base, cap=settings.signin_delay_max),
         websockets=Slots("event WebSockets", settings.ws_per_principal),
         longpolls=Slots("long-polls", settings.longpolls_per_principal),
-        informers=informers, clusters=clusters,
+        informers=informers, clusters=clusters, token_verbs=Tokens(tokens, audit, bus),
     )

@@ -49,14 +49,12 @@ def cmd_token(args: argparse.Namespace) -> int:
     services = build_services(located(args).settings)
     try:
         if args.token_command == "create":
-            created = services.tokens.create(TokenCreate(name=args.name or f"{args.role}-cli", role=Role(args.role)),
-                                             created_by="cli")
-            services.audit.record(SYSTEM.via("cli"), "token.create", created.id,
-                                  {"name": created.name, "role": created.role.value}, "succeeded")
+            request = TokenCreate(name=args.name or f"{args.role}-cli", role=Role(args.role))
+            created = services.token_verbs.create_token(SYSTEM.via("cli"), request)
             print(f"created token {created.id} ({created.name}, {created.role.value}); it is not shown again:")
             print(created.token)
         elif args.token_command == "list":
-            tokens = services.tokens.list()
+            tokens = services.token_verbs.list_tokens(SYSTEM.via("cli"))
             if not tokens:
                 print("no tokens yet: 'instantstart serve' makes the first admin token; "
                       "'instantstart token create --role viewer' makes more")
@@ -64,8 +62,7 @@ def cmd_token(args: argparse.Namespace) -> int:
                 state = "revoked" if t.revoked else "active"
                 print(f"{t.id}  {t.name:<20} {t.role.value:<8} {state}")
         else:
-            info = services.tokens.revoke(args.id, SYSTEM.via("cli"))
-            services.audit.record(SYSTEM.via("cli"), "token.revoke", info.id, {}, "succeeded")
+            info = services.token_verbs.revoke_token(SYSTEM.via("cli"), args.id)
             print(f"revoked {info.id} ({info.name})")
     finally:
         services.db.close()

@@ -26,6 +26,8 @@ from services.models import RequestModel
 from services.operations import STATUS_TOOL, OperationQuery, OperationView
 from services.replies import Accepted, Health, Whoami
 from services.status import StatusSummary, summarize
+from services.tokens import Tokens
+from services.verbs import role_of
 
 
 class OperationWait(RequestModel):
@@ -142,21 +144,15 @@ def _audit_list(call: Call) -> Reply:
 
 
 def _tokens_list(call: Call) -> Reply:
-    return Reply(call.services.tokens.list())
+    return Reply(call.services.token_verbs.list_tokens(call.principal))
 
 
 def _tokens_create(call: Call) -> Reply:
-    created = call.services.tokens.create(call.body, created_by=call.principal.name)
-    call.services.audit.record(call.principal, "token.create", created.id,
-                               {"name": created.name, "role": created.role.value}, "succeeded")
-    return Reply(created, status=201)
+    return Reply(call.services.token_verbs.create_token(call.principal, call.body), status=201)
 
 
 def _tokens_revoke(call: Call) -> Reply:
-    info = call.services.tokens.revoke(call.path["id"], call.principal)
-    call.services.audit.record(call.principal, "token.revoke", info.id, {}, "succeeded")
-    call.services.bus.publish(Event("token", "revoked", {"id": info.id}))  # open WebSockets of it close
-    return Reply(info)
+    return Reply(call.services.token_verbs.revoke_token(call.principal, call.path["id"]))
 
 
 def _backups_list(call: Call) -> Reply:
@@ -216,12 +212,14 @@ ROUTES: list[Route] = [
           response=AuditEntry, many=True, tag="audit",
           description="Who did what through which face (ui: dashboard session, api: bearer token, cli, system), "
                       "with the client each caller claimed to be (e.g. mcp), newest first."),
-    Route("GET", "/api/v1/tokens", "tokens_list", "List API tokens", Role.ADMIN, _tokens_list,
+    Route("GET", "/api/v1/tokens", "tokens_list", "List API tokens", role_of(Tokens.list_tokens), _tokens_list,
           response=TokenInfo, many=True, tag="tokens", mcp=False),
-    Route("POST", "/api/v1/tokens", "tokens_create", "Create an API token", Role.ADMIN, _tokens_create,
+    Route("POST", "/api/v1/tokens", "tokens_create", "Create an API token", role_of(Tokens.create_token),
+          _tokens_create,
           body=TokenCreate, response=TokenCreated, read_only=False, idempotent=False, status=201,
           tag="tokens", mcp=False),
-    Route("DELETE", "/api/v1/tokens/{id}", "tokens_revoke", "Revoke an API token", Role.ADMIN, _tokens_revoke,
+    Route("DELETE", "/api/v1/tokens/{id}", "tokens_revoke", "Revoke an API token", role_of(Tokens.revoke_token),
+          _tokens_revoke,
           response=TokenInfo, path_params={"id": "token id (the part after 'ist_')"}, read_only=False,
           destructive=True, tag="tokens", mcp=False),
     Route("GET", "/api/v1/backups", "backups_list", "List state backups", Role.ADMIN, _backups_list,

@@ -32,6 +32,7 @@ from services.informers import Informers
 from services.operations import Engine, OperationQuery, OperationView
 from services.settings import Settings
 from services.stages import OperationKind
+from services.verbs import verb
 
 IMPORT_KIND = "cluster.import"
 
@@ -63,29 +64,29 @@ class Clusters:
 
     # ----- reads -------------------------------------------------------------------------------------
 
+    @verb(Role.VIEWER)
     def list_clusters(self, principal: Principal, refresh: bool = False,
                       wait: float = FIRST_SYNC_SECONDS) -> list[ClusterSummary]:
         """Every registered cluster; ``wait``: how long a cluster not yet read may take (status uses 0)."""
-        principal.require(Role.VIEWER)
         fields = set(ClusterSummary.model_fields)
         return [ClusterSummary(**self.reader.detail(r, refresh, wait).model_dump(include=fields))
                 for r in self.registry.list()]
 
+    @verb(Role.VIEWER)
     def describe_cluster(self, principal: Principal, name: str, refresh: bool = False,
                          wait: float = FIRST_SYNC_SECONDS) -> ClusterDetail:
-        principal.require(Role.VIEWER)
         return self.reader.detail(self.registry.get(name), refresh, wait)
 
+    @verb(Role.VIEWER)
     def records(self, principal: Principal) -> list[ClusterRecord]:
-        principal.require(Role.VIEWER)
         return self.registry.list()
 
     # ----- mutations ---------------------------------------------------------------------------------
 
+    @verb(Role.OPERATOR)
     def import_cluster(self, principal: Principal, request: ClusterImport,
                        idempotency_key: str | None = None) -> tuple[OperationView, bool]:
         """Precheck (EKS ACTIVE, HyperPod on it, our access entry), then submit ``cluster.import``."""
-        principal.require(Role.OPERATOR)
         name = request.name or request.eks_cluster
         region = request.region or self.settings.region
         known = self.registry.find(name)
@@ -98,9 +99,9 @@ class Clusters:
         self.cache.invalidate(region, request.eks_cluster)
         return self.engine.submit(IMPORT_KIND, plan, principal, idempotency_key)
 
+    @verb(Role.OPERATOR)
     def forget_cluster(self, principal: Principal, name: str) -> ClusterRecord:
         """Forget an imported cluster's registration; the cluster itself is not touched."""
-        principal.require(Role.OPERATOR)
         record = self.registry.get(name)
         if record.ownership is not Ownership.IMPORTED:
             raise Conflict(f"{name} was created by this control plane: delete it, or keep it registered")
