@@ -193,8 +193,8 @@ def cap_result(spec: ToolSpec, payload: Any, cap: int = RESULT_CHAR_CAP) -> tupl
         note = {"truncated": True, "returned": low, "total": len(payload), "continue": how}
         structured = {"items": payload[:low], **note}
         return json.dumps(structured), structured
-    note = {"truncated": True, "characters": len(text), "continue": how}
-    return json.dumps({"partial": text[: cap - 500], **note}), note
+    partial = {"partial": text[: cap - 500], "truncated": True, "characters": len(text), "continue": how}
+    return json.dumps(partial), partial
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 Worker threads publish; this coalesces a burst into one callback on the session's document (Bokeh's
 ``add_next_tick_callback`` is the thread-safe door into a document). The callback may be a coroutine
 function: it then runs on the session's loop and can hand slow reads to an executor. Outside a server
-session (a notebook, a test) the callback runs at once in the publishing thread, and a coroutine is not
-accepted there (pass a plain function for that case).
+session (a notebook, a test) the callback runs at once on the bus subscription's own delivery thread
+(``services/events.py``; tests ``bus.drain()`` before asserting), and a coroutine is not accepted there
+(pass a plain function for that case).
 """
 
 from __future__ import annotations

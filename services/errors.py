@@ -113,8 +113,6 @@ class HeadersTooLarge(ServiceError):
     http_status = 431
 
 
-# Every ``error.code`` a face can answer: the classes above, plus ``http_error`` for a refusal the web server
-# makes before any of our code runs (a malformed request), with the HTTP status it chose.
 class TooManyRequests(ServiceError):
     """A per-principal bound (event WebSockets, long-polls) or the sign-in throttle's queue is full."""
 
@@ -122,6 +120,8 @@ class TooManyRequests(ServiceError):
     http_status = 429
 
 
+# Every ``error.code`` a face can answer: the classes above, plus ``http_error`` for a refusal the web server
+# makes before any of our code runs (a malformed request), with the HTTP status it chose.
 ERROR_CODES: tuple[str, ...] = (
     "invalid", "unauthorized", "forbidden", "not_found", "conflict", "transient", "permanent", "internal",
     "method_not_allowed", "too_large", "headers_too_large", "too_many_requests", "http_error",

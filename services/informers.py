@@ -24,6 +24,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from services.errors import ServiceError
 from services.events import Event, EventBus
 from services.kube import KubeClients
 
@@ -151,9 +152,14 @@ class Informer:
                     version = self._list(api)
                 version = self._follow(api, version)
                 failures = 0
+            except ServiceError as exc:  # the client factory's clients raise the taxonomy
+                if (exc.details or {}).get("http_status") == 410:
+                    version = None  # too old: list again
+                    continue
+                failures = self._failed(exc.message, failures)
             except ApiException as exc:
                 if exc.status == 410:
-                    version = None  # too old: list again
+                    version = None
                     continue
                 failures = self._failed(f"Kubernetes {exc.status} {exc.reason}", failures)
             except Exception as exc:  # the network, a token, a cluster that went away: retry, slower each time

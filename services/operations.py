@@ -45,6 +45,7 @@ from services.operation_views import (
     iso,
     set_condition,
 )
+from services.secrets import refuse_secrets
 from services.stages import Done, Observed, OperationKind, Stage, StageContext, Wait
 
 __all__ = [  # the engine's module is also where callers find the contract and the views
@@ -122,6 +123,7 @@ class Engine:
             raise Invalid(f"{kind_name} takes {kind.request_model.__name__}, not {type(request).__name__}")
         if idempotency_key is not None and not 1 <= len(idempotency_key) <= 200:
             raise Invalid("Idempotency-Key must be 1 to 200 characters")
+        refuse_secrets(request)  # a secret value is never stored: its verb passes a reference
         target = kind.target(request)
         stage_names = [s.name for s in kind.stages_for(request)]
         normalized = request.model_dump(mode="json")

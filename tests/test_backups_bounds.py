@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -192,6 +192,15 @@ def test_sign_in_delay_doubles_queues_parallel_failures_and_never_locks_out(cloc
 
 # ----- defect 9: concurrent long-polls per principal --------------------------------------------------------------
 
+async def until(condition: Callable[[], bool], timeout: float = 30) -> None:
+    """Yield to the loop until ``condition()`` holds; fail after ``timeout`` seconds, never hang."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "the condition never held"
+        await asyncio.sleep(0.01)
+
+
 def test_long_polls_per_principal_are_bounded(tmp_path: Path, clock: FakeClock, world: World) -> None:
     svc = make(tmp_path, clock, longpolls_per_principal=2)
     svc.engine.register(thing_kind(world))
@@ -204,15 +213,13 @@ def test_long_polls_per_principal_are_bounded(tmp_path: Path, clock: FakeClock, 
     async def main() -> None:
         held = [asyncio.create_task(_operations_get(poll(OPERATOR, 60))) for _ in range(2)]
         try:
-            while svc.longpolls.held(OPERATOR) < 2:  # both have taken their slot
-                await asyncio.sleep(0)
+            await until(lambda: svc.longpolls.held(OPERATOR) == 2)  # both have taken their slot
             with pytest.raises(TooManyRequests) as refused:
                 await _operations_get(poll(OPERATOR, 60))
             assert refused.value.http_status == 429 and refused.value.details == {"limit": 2, "open": 2}
             assert (await _operations_get(poll(OPERATOR, 0))).body.id == view.id  # no wait: no slot
             admin = asyncio.create_task(_operations_get(poll(ADMIN, 60)))  # another principal's own slots
-            while svc.longpolls.held(ADMIN) < 1:
-                await asyncio.sleep(0)
+            await until(lambda: svc.longpolls.held(ADMIN) == 1)
             admin.cancel()
         finally:
             for task in held:

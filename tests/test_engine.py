@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from services.operations import (
 )
 from tests.conftest import ADMIN, OPERATOR
 from tests.kinds import ThingRequest, World, thing_kind
+from tests.support import wait_until
 
 
 def submit(engine: Engine, name: str = "a", key: str | None = None, size: int = 1) -> OperationView:
@@ -212,7 +212,7 @@ def test_workers_drive_operations_and_restart_resumes(tmp_path: Path, world: Wor
     first = make()
     first.start()
     op, _ = first.submit("thing.create", ThingRequest(name="w"), OPERATOR)
-    wait_for(lambda: first.get(op.id).status == Status.WAITING)
+    wait_until(lambda: first.get(op.id).status == Status.WAITING)
     with pytest.raises(DataDirLocked):
         make().start()
     first.stop()
@@ -223,25 +223,15 @@ def test_workers_drive_operations_and_restart_resumes(tmp_path: Path, world: Wor
     second.bus.subscribe(seen.append)
     second.start()
     try:
-        wait_for(lambda: second.get(op.id).status == Status.WAITING)
+        wait_until(lambda: second.get(op.id).status == Status.WAITING)
         resumed = next(e for e in seen if e.data["id"] == op.id)
         assert resumed.data["status"] == "pending"
         assert {c["type"]: c["reason"] for c in resumed.data["conditions"]}["Progressing"] == "Resumed"
         clock.advance(10)
-        wait_for(lambda: second.get(op.id).status == Status.SUCCEEDED)
+        wait_until(lambda: second.get(op.id).status == Status.SUCCEEDED)
     finally:
         second.stop()
     assert world.acts == 1
-
-
-def wait_for(predicate: object, timeout: float = 10.0) -> None:
-    assert callable(predicate)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not reached in time")
 
 
 def test_roles_are_enforced_by_the_engine_and_recorded(engine: Engine, world: World, services: Services) -> None:

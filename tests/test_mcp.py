@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,16 +15,15 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from mcp_bridge.tools import to_http, tool_specs
-from tests.support import ROOT, LiveServer, free_port
+from tests.support import ROOT, LiveServer, clean_env, free_port, wait_until
 
 pytestmark = pytest.mark.slow
 
 
 @asynccontextmanager
 async def stdio_client(server: LiveServer, token: str) -> AsyncIterator[Any]:
-    params = StdioServerParameters(command=sys.executable,
-                                   args=["-m", "app.cli", "mcp", "--url", server.url, "--token", token],
-                                   cwd=str(ROOT))
+    params = StdioServerParameters(command=sys.executable, args=["-m", "app.cli", "mcp", "--url", server.url],
+                                   env={**clean_env(), "INSTANTSTART_TOKEN": token}, cwd=str(ROOT))
     async with Client(params) as client:
         yield client
 
@@ -70,16 +68,17 @@ def test_http_transport_mutation_names_operation_and_status_tool(server: LiveSer
     operator = server.make_token("operator")
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "mcp", "--transport", "http", "--port", str(port),
-                             "--url", server.url, "--token", operator], cwd=ROOT,
+                             "--url", server.url], cwd=ROOT, env={**clean_env(), "INSTANTSTART_TOKEN": operator},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        def listening() -> bool:
             try:
                 httpx2.get(f"http://127.0.0.1:{port}/mcp", timeout=1)
-                break
             except httpx2.HTTPError:
-                time.sleep(0.2)
+                return False
+            return True
+
+        wait_until(listening, 30, "the bridge's HTTP transport to listen")
 
         async def main() -> tuple[Any, Any, Any, Any]:
             async with Client(f"http://127.0.0.1:{port}/mcp") as client:

@@ -1,0 +1,126 @@
+"""A planted secret appears in no store, log or response: the verb puts it in a Kubernetes Secret of the
+target cluster, the operation carries only a reference, and the stage reads it from there. Against a live
+sandbox (a seeded, imported cluster); every file of both data directories is searched for the value."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from pydantic import SecretStr
+
+from app.bootstrap import Services, build_services
+from services.audit import AuditQuery
+from services.auth import Principal, Role
+from services.clusters.models import ClusterImport
+from services.errors import Permanent
+from services.models import RequestModel
+from services.secrets import SecretRef, read, secret_values, stash
+from services.settings import Settings
+from services.stages import Done, Observed, OperationKind, Stage, StageContext
+from tests.support import ROOT, LiveServer, free_port, start_server, wait_until
+
+pytestmark = pytest.mark.slow
+ADMIN = Principal("secret-tester", Role.ADMIN, "t-sec", "api")
+
+
+class UseToken(RequestModel):
+    cluster: str
+    token: SecretStr
+
+
+class UseTokenPlan(RequestModel):
+    cluster: str
+    token_ref: SecretRef
+
+
+class WriteProof(Stage[UseTokenPlan]):
+    """What a real stage does with a secret: hands it to the workload (here, proves it read it)."""
+
+    name = "use"
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    def observe(self, ctx: StageContext[UseTokenPlan]) -> Observed:
+        return Observed.ABSENT
+
+    def act(self, ctx: StageContext[UseTokenPlan]) -> None:
+        value = read(self.services.kube, ctx.request.token_ref)
+        core = k8s.CoreV1Api(self.services.kube.api_client(ctx.request.cluster))
+        core.create_namespaced_config_map("default", k8s.V1ConfigMap(
+            metadata=k8s.V1ObjectMeta(name="token-proof"),
+            data={"sha256": hashlib.sha256(value.encode()).hexdigest()}))
+
+    def poll(self, ctx: StageContext[UseTokenPlan]) -> Done:
+        return Done()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, Services, Path]]:
+    aws_port, kube_port = free_port(), free_port()
+    live = start_server(tmp_path_factory.mktemp("secrets") / "data",
+                        env={"INSTANTSTART_SANDBOX_SPEED": "3000", "INSTANTSTART_SANDBOX_AWS_PORT": str(aws_port),
+                             "INSTANTSTART_SANDBOX_KUBE_PORT": str(kube_port)})
+    seed = subprocess.run([sys.executable, "-m", "app.cli", "sandbox", "seed", "--name", "sec", "--nodes", "1",
+                           "--data-dir", str(live.data_dir)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert seed.returncode == 0, seed.stderr
+    # a second installation of the product against the same sandbox (the same sandbox credentials)
+    mine = tmp_path_factory.mktemp("product") / "data"
+    (mine / "sandbox").mkdir(parents=True)
+    shutil.copy(live.data_dir / "sandbox" / "aws-secret-key", mine / "sandbox" / "aws-secret-key")
+    services = build_services(Settings(data_dir=mine, sandbox=True, sandbox_aws_port=aws_port,
+                                       sandbox_kube_port=kube_port, workers=1))
+    view, _ = services.clusters.import_cluster(ADMIN, ClusterImport(eks_cluster="sec", hyperpod_cluster="sec"))
+    wait_until(lambda: services.engine.run_until_idle(view.id).status == "succeeded", 60,
+               "the import to connect (its node list synced)")
+    yield live, services, mine
+    services.stop()
+    live.stop()
+
+
+def use_token(services: Services, request: UseToken) -> Any:
+    """The verb: the value goes to a Kubernetes Secret, the operation gets its reference."""
+    refs = stash(services.kube, request.cluster, "default", "instantstart-token", secret_values(request))
+    return services.engine.submit("test.token.use", UseTokenPlan(cluster=request.cluster, token_ref=refs["token"]),
+                                  ADMIN)
+
+
+def test_a_planted_secret_is_in_no_store_log_or_response(world: tuple[LiveServer, Services, Path],
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    live, services, mine = world
+    services.engine.register(OperationKind("test.token.use", UseTokenPlan, (WriteProof(services),),
+                                           target=lambda plan: f"cluster/{plan.cluster}"))
+    planted = "hf_" + secrets.token_urlsafe(24)
+    request = UseToken(cluster="sec", token=SecretStr(planted))
+    # a careless kind that takes the secret itself: the engine refuses to store the request
+    services.engine.register(OperationKind("test.token.careless", UseToken, (),
+                                           target=lambda r: f"cluster/{r.cluster}"))
+    with pytest.raises(Permanent, match="still holds secret fields"):
+        services.engine.submit("test.token.careless", request, ADMIN)
+
+    caplog.set_level(logging.DEBUG)
+    view, _ = use_token(services, request)
+    done = services.engine.run_until_idle(view.id)
+    assert done.status == "succeeded", done.error
+    core = k8s.CoreV1Api(services.kube.api_client("sec"))
+    proof = core.read_namespaced_config_map("token-proof", "default").data["sha256"]
+    assert proof == hashlib.sha256(planted.encode()).hexdigest(), "the stage used the real value"
+
+    responses = [done.model_dump_json(), *(e.model_dump_json() for e in services.audit.list(AuditQuery(limit=500)))]
+    for text in responses:
+        assert planted not in text
+    assert planted not in caplog.text and planted not in live.log()
+    for folder in (mine, live.data_dir):  # state.db and its WAL, the ledger, request logs, the emulator's store
+        for path in folder.rglob("*"):
+            if path.is_file():
+                assert planted.encode() not in path.read_bytes(), f"the secret leaked into {path}"
