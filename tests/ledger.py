@@ -52,14 +52,16 @@ class CallLedger:
         made = self.writes(since, **filters)
         assert not made, "expected no writes, got: " + ", ".join(_describe(e) for e in made)
 
-    def succeeded(self, service: str, operation: str, since: int = 0, target: str | None = None) -> list[dict[str, Any]]:
+    def succeeded(self, service: str, operation: str, since: int = 0,
+                  target: str | None = None) -> list[dict[str, Any]]:
         return [e for e in self.calls(service=service, operation=operation, since=since)
                 if e["status"] < 400 and (target is None or e.get("target") == target)]
 
     def once(self, service: str, operation: str, since: int = 0, target: str | None = None) -> dict[str, Any]:
         """The one successful ``service:operation`` call (on ``target``); fails if there are none or several."""
         found = self.succeeded(service, operation, since, target)
-        assert len(found) == 1, f"expected {service}:{operation} once, got {len(found)}: {[_describe(e) for e in found]}"
+        assert len(found) == 1, (f"expected {service}:{operation} once, got {len(found)}: "
+                                 f"{[_describe(e) for e in found]}")
         return found[0]
 
 
