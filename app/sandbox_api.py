@@ -156,7 +156,7 @@ class CallsQuery(RequestModel):
                                                "deletecollection")
     cluster: str | None = Field(None, description="Kubernetes requests to this emulated cluster only")
     write: bool | None = Field(None, description="true: only calls that change state; false: only reads")
-    since: int = Field(0, ge=0, description="only entries after this seq (the last seq you saw)")
+    since: int = Field(0, ge=0, le=10**15, description="only entries after this seq (the last seq you saw)")
     limit: int = Field(1000, ge=1, le=10_000, description="at most this many entries (the newest)")
 
 

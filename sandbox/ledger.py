@@ -77,6 +77,10 @@ class Ledger:
         self._closed = False
         self._file = path.open("ab")
         self._size = path.stat().st_size
+        if self._size and not _ends_with_newline(path):  # a line torn by a crash: end it, never extend it
+            self._file.write(b"\n")
+            self._file.flush()
+            self._size += 1
         self._thread = threading.Thread(target=self._run, name="sandbox-ledger", daemon=True)
         self._thread.start()
 
@@ -173,6 +177,12 @@ class Ledger:
         self._file.flush()
         os.fsync(self._file.fileno())
         self._size += len(data)
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with path.open("rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) == b"\n"
 
 
 def matches(entry: dict[str, Any], service: str | None, operation: str | None, verb: str | None,

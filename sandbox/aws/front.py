@@ -2,9 +2,12 @@
 
 boto3 clients, the product's adapters and ``aws --endpoint-url`` all talk to this front. For each request
 it finds the service (SigV4 credential scope) and the operation (``protocol.py``), answers a throttling
-error while a ``throttle`` fault is armed (for every call, moto-bound ones too), and then either validates
+error while a ``throttle`` fault is armed and a 403 naming the action while an ``access_denied`` one is
+(for every call, moto-bound ones too), and then either validates
 the input against the botocore model and calls the :class:`~sandbox.aws.base.SimulatedService` that owns
 the operation, or forwards the request byte for byte to the in-process moto server and relays its answer.
+Every call goes to the call ledger (:mod:`sandbox.ledger`) when the front has one; a mutation's entry is on
+disk before its answer leaves, and so is the simulator's state (``after_write``).
 
 A service's ``handle`` and ``tick`` never run at the same time: both take the service's lock (see
 :meth:`AwsFront.lock`). Handlers run on an executor thread so a slow simulator never blocks the event loop
