@@ -96,11 +96,39 @@ class SandboxHost:
                 "clusters": sorted(self.emulator.clusters), "ledger": str(self.ledger.path)}
 
     def stop(self) -> None:
+        """Stop serving first (the ports are free for the next sandbox at once), then save everything."""
         self.feed.close()
-        self.world.stop()
         self.kube_server.stop()
+        self.world.stop()
         self.emulator.close()
         self.ledger.close()
+
+
+LOCK_WAIT_SECONDS = 30.0
+
+
+def lock_data_dir(data_dir: Path, wait: float = LOCK_WAIT_SECONDS) -> int | None:
+    """Hold ``<data dir>/sandbox.lock`` for this process's lifetime (one sandbox per data directory): waits
+    for a previous sandbox still saving its state (its server was killed); ``None`` if it never lets go."""
+    import fcntl
+    import os
+    import time
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(data_dir / "sandbox.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.05)
+            continue
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        return fd
 
 
 def main() -> int:
@@ -112,6 +140,10 @@ def main() -> int:
               "starts it; to run the AWS world alone, use python -m sandbox.aws)", file=sys.stderr)
         return 2
     config = HostConfig.parse(line)
+    if lock_data_dir(config.data_dir) is None:
+        print(f"error: another sandbox keeps running on {config.data_dir} (its sandbox.lock stayed held for "
+              f"{LOCK_WAIT_SECONDS:.0f}s)", file=sys.stderr, flush=True)
+        return 4
     host = SandboxHost(config)
     try:
         host.start()

@@ -207,3 +207,34 @@ def test_serve_stops_with_the_reason_when_its_sandbox_dies(tmp_path: Path) -> No
         live.stop()
     assert code == 2
     assert f"the sandbox process (pid {sandbox_pid}) exited with code -9" in live.log()
+
+
+def test_what_the_sandbox_answered_survives_a_sigkill_of_the_sandbox_itself(tmp_path: Path) -> None:
+    from app.bootstrap import build_services
+    from tests.sandbox_support import client, sandbox_settings, start_sandbox
+
+    services = build_services(Settings(data_dir=tmp_path / "product", sandbox=True))
+    settings = sandbox_settings(tmp_path / "data")
+    sandbox = start_sandbox(settings, services.kube)
+    try:
+        eks_cluster(settings, "durable")
+        kube_api(settings, "durable").create_namespaced_config_map(
+            "default", k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="answered"), data={"a": "1"}))
+        vpc = client(settings, "ec2").create_vpc(CidrBlock="10.99.0.0/16")["Vpc"]["VpcId"]
+        client(settings, "eks").tag_resource(resourceArn=client(settings, "eks").describe_cluster(
+            name="durable")["cluster"]["arn"], tags={"answered": "yes"})
+        assert sandbox.pid is not None
+        os.kill(sandbox.pid, signal.SIGKILL)  # no chance to save anything on the way out
+    finally:
+        sandbox.stop()
+    written = [e for e in CallLedger(settings.data_dir).calls() if e["write"]]
+    assert [e.get("operation") or e.get("verb") for e in written][-3:] == ["create", "CreateVpc", "TagResource"]
+
+    again = start_sandbox(settings, services.kube)
+    try:
+        assert kube_api(settings, "durable").read_namespaced_config_map("answered", "default").data == {"a": "1"}
+        assert client(settings, "ec2").describe_vpcs(VpcIds=[vpc])["Vpcs"][0]["CidrBlock"] == "10.99.0.0/16"
+        assert client(settings, "eks").describe_cluster(name="durable")["cluster"]["tags"] == {"answered": "yes"}
+    finally:
+        again.stop()
+        services.stop()
