@@ -232,7 +232,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                         help="only calls that change state")
     writes.add_argument("--reads", dest="writes", action="store_const", const=False, help="only reads")
     calls.add_argument("--since", type=int, help="only entries after this seq")
-    calls.add_argument("--limit", type=int, help="at most this many (the newest; default 1000)")
+    calls.add_argument("--limit", type=int, help="at most this many (the newest; default 200)")
     calls.add_argument("--json", action="store_true", help="the entries as JSON, for scripts")
     rest_flags(calls)
     calls.set_defaults(func=cmd_calls)

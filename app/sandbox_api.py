@@ -157,7 +157,7 @@ class CallsQuery(RequestModel):
     cluster: str | None = Field(None, description="Kubernetes requests to this emulated cluster only")
     write: bool | None = Field(None, description="true: only calls that change state; false: only reads")
     since: int = Field(0, ge=0, le=10**15, description="only entries after this seq (the last seq you saw)")
-    limit: int = Field(1000, ge=1, le=10_000, description="at most this many entries (the newest)")
+    limit: int = Field(200, ge=1, le=10_000, description="at most this many entries (the newest)")
 
 
 class CallCaller(ResponseModel):
