@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import threading
@@ -37,6 +38,7 @@ _SECRET_NAME = re.compile(r"secret|password|passphrase|credential|privatekey|acc
                           r"|apikey|token$", re.IGNORECASE)
 _NOT_SECRET = frozenset({"clientrequesttoken", "clienttoken", "nexttoken", "paginationtoken", "idempotencytoken",
                          "continuationtoken"})
+_log = logging.getLogger("sandbox.ledger")
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 
@@ -156,10 +158,8 @@ class Ledger:
             if batch:
                 try:
                     self._write(batch)
-                except OSError:  # a full disk must not stop the sandbox; the entries are lost, said once
-                    import logging
-
-                    logging.getLogger("sandbox.ledger").exception("writing the call ledger failed")
+                except OSError:  # a full disk must not stop the sandbox: these entries are lost, and logged so
+                    _log.exception("writing %d call ledger entries failed", len(batch))
                 with self._cond:
                     self._written = batch[-1]["seq"]
                     self._cond.notify_all()

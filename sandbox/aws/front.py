@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -309,8 +310,6 @@ def _error_code(body: bytes) -> str | None:
     if "<Code>" in text:
         return text.split("<Code>", 1)[1].split("</Code>", 1)[0]
     if '"__type"' in text:
-        import json
-
         with contextlib.suppress(ValueError, AttributeError):
             return str(json.loads(text).get("__type")) or None
     return None

@@ -115,11 +115,6 @@ class Emulator:
         """Whether an authenticated caller may use ``cluster`` (EKS: it has an access entry)."""
         return self._admit is None or self._admit(cluster, identity)
 
-    def authorized(self, cluster: str, authorization: str) -> bool:
-        """Whether an ``Authorization`` header may use ``cluster``."""
-        identity = self.identify(cluster, authorization)
-        return identity is not None and self.admitted(cluster, identity)
-
     # --- clusters ---------------------------------------------------------------------------------------
 
     def _new_cluster(self, name: str) -> Cluster:
