@@ -135,13 +135,26 @@ def cmd_clear(args: argparse.Namespace) -> int:
 
 
 def cmd_calls(args: argparse.Namespace) -> int:
-    from urllib.parse import urlencode
+    """The call ledger: from the data directory's file (fsync'd as calls happen, so current whether or not
+    serve runs; no token needed), or through ``GET /api/v1/sandbox/calls`` with ``--url``."""
+    limit = args.limit or 200
+    if args.url:
+        from urllib.parse import urlencode
 
-    filters = {"service": args.service, "operation": args.operation, "verb": args.verb, "cluster": args.cluster,
-               "since": args.since, "limit": args.limit,
-               "write": None if args.writes is None else str(args.writes).lower()}
-    query = urlencode({k: v for k, v in filters.items() if v is not None})
-    calls = rest(args, "GET", f"/api/v1/sandbox/calls?{query}")
+        filters = {"service": args.service, "operation": args.operation, "verb": args.verb, "cluster": args.cluster,
+                   "since": args.since, "limit": limit,
+                   "write": None if args.writes is None else str(args.writes).lower()}
+        query = urlencode({k: v for k, v in filters.items() if v is not None})
+        calls = rest(args, "GET", f"/api/v1/sandbox/calls?{query}")
+    else:
+        from app.sandbox import ledger_path
+        from sandbox.ledger import matches, read_entries
+
+        where = located(args)
+        _sandbox_or_refuse(where)
+        since = args.since or 0
+        calls = [e for e in read_entries(ledger_path(where.settings)) if e.get("seq", 0) > since
+                 and matches(e, args.service, args.operation, args.verb, args.writes, args.cluster)][-limit:]
     if args.json:
         print(json.dumps(calls, indent=2))
         return 0
@@ -155,8 +168,8 @@ def cmd_calls(args: argparse.Namespace) -> int:
             what = f"{call['service']}:{call.get('operation') or '?'} {call.get('target') or ''}"
             result = f"{call['status']}" + (f" {call['error']}" if call.get("error") else "")
         else:
-            where = "/".join(p for p in (call.get("namespace"), call.get("name")) if p)
-            what = f"k8s {call['cluster']} {call['verb']} {call['resource']} {where}".rstrip()
+            place = "/".join(p for p in (call.get("namespace"), call.get("name")) if p)
+            what = f"k8s {call['cluster']} {call['verb']} {call['resource']} {place}".rstrip()
             result = str(call["status"])
         print(f"{call['seq']:>6} {when} {mark} {what}  {result}  ({who})")
     return 0
@@ -222,7 +235,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     rest_flags(clear)
     clear.set_defaults(func=cmd_clear)
 
-    calls = ssub.add_parser("calls", help="the call ledger: every AWS call and Kubernetes request the sandbox got")
+    calls = ssub.add_parser("calls", help="the call ledger: every AWS call and Kubernetes request the sandbox got "
+                                          "(from the data directory; --url: through the server's REST API)")
     calls.add_argument("--service", help="AWS service (eks, sagemaker, ec2, ...) or kubernetes")
     calls.add_argument("--operation", help="AWS API operation, e.g. UpdateCluster")
     calls.add_argument("--verb", help="Kubernetes verb: get, list, watch, create, update, patch, delete")

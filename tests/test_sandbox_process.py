@@ -105,9 +105,10 @@ def test_the_ledger_records_aws_and_kubernetes_calls_with_callers_and_redacted_s
     assert kube[0]["caller"]["identity"] == CREATOR and kube[0]["write"] and kube[0]["namespace"] == "default"
     assert cluster["endpoint"].endswith("/k8s/clusters/ledgered")
 
-    out = cli(live, "sandbox", "calls", "--json", "--service", "eks", "--operation", "CreateCluster")
-    assert out.returncode == 0, out.stderr
-    assert [e["target"] for e in json.loads(out.stdout)] == ["ledgered"]
+    for how in ([], ["--url", live.url]):  # the data directory's file, or REST
+        out = cli(live, "sandbox", "calls", "--json", "--service", "eks", "--operation", "CreateCluster", *how)
+        assert out.returncode == 0, out.stderr
+        assert [e["target"] for e in json.loads(out.stdout)] == ["ledgered"]
     text = cli(live, "sandbox", "calls", "--writes", "--since", str(before))
     assert text.returncode == 0 and "k8s ledgered create configmaps default" in text.stdout, text.stdout
     viewer = live.make_token("viewer")
