@@ -17,6 +17,7 @@ import pytest
 from botocore.exceptions import ClientError
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes import watch as k8s_watch
 
 from app.runtime import read_runtime
 from services.settings import Settings
@@ -103,6 +104,13 @@ def test_the_ledger_records_aws_and_kubernetes_calls_with_callers_and_redacted_s
     assert [(e["verb"], e["resource"], e["name"], e["watch"]) for e in kube] == [
         ("create", "configmaps", "", False), ("get", "configmaps", "seen", False)]
     assert kube[0]["caller"]["identity"] == CREATOR and kube[0]["write"] and kube[0]["namespace"] == "default"
+    watching = ledger.mark()
+    for _event in k8s_watch.Watch().stream(api.list_namespaced_config_map, "default", timeout_seconds=30):
+        watches = ledger.calls(service="kubernetes", verb="watch", since=watching)  # while it is still open
+        assert [(e["resource"], e["watch"], e["write"]) for e in watches] == [("configmaps", True, False)]
+        break
+    else:
+        raise AssertionError("the watch delivered nothing")
     assert cluster["endpoint"].endswith("/k8s/clusters/ledgered")
 
     for how in ([], ["--url", live.url]):  # the data directory's file, or REST
