@@ -11,12 +11,14 @@ import argparse
 import json
 import shlex
 import sys
+import time
 from pathlib import Path
 
 from app.cli_support import RestFailed, data_dir_flags, located, rest, rest_flags, say
 from app.runtime import Location
 
-FAULT_KINDS = ["node_unhealthy", "insufficient_capacity", "addon_degraded", "quota_exhausted", "throttle"]
+FAULT_KINDS = ["node_unhealthy", "insufficient_capacity", "addon_degraded", "quota_exhausted", "throttle",
+               "access_denied"]
 
 
 def _sandbox_or_refuse(where: Location) -> None:
@@ -132,6 +134,47 @@ def cmd_clear(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calls(args: argparse.Namespace) -> int:
+    """The call ledger: from the data directory's file (fsync'd as calls happen, so current whether or not
+    serve runs; no token needed), or through ``GET /api/v1/sandbox/calls`` with ``--url``."""
+    limit = args.limit or 200
+    if args.url:
+        from urllib.parse import urlencode
+
+        filters = {"service": args.service, "operation": args.operation, "verb": args.verb, "cluster": args.cluster,
+                   "since": args.since, "limit": limit,
+                   "write": None if args.writes is None else str(args.writes).lower()}
+        query = urlencode({k: v for k, v in filters.items() if v is not None})
+        calls = rest(args, "GET", f"/api/v1/sandbox/calls?{query}")
+    else:
+        from app.sandbox import ledger_path
+        from sandbox.ledger import matches, read_entries
+
+        where = located(args)
+        _sandbox_or_refuse(where)
+        since = args.since or 0
+        calls = [e for e in read_entries(ledger_path(where.settings)) if e.get("seq", 0) > since
+                 and matches(e, args.service, args.operation, args.verb, args.writes, args.cluster)][-limit:]
+    if args.json:
+        print(json.dumps(calls, indent=2))
+        return 0
+    if not calls:
+        print("no calls match")
+    for call in calls:
+        when = time.strftime("%H:%M:%S", time.localtime(call["time"]))
+        who = call["caller"].get("access_key") or call["caller"].get("identity") or "-"
+        mark = "W" if call["write"] else " "
+        if call["kind"] == "aws":
+            what = f"{call['service']}:{call.get('operation') or '?'} {call.get('target') or ''}"
+            result = f"{call['status']}" + (f" {call['error']}" if call.get("error") else "")
+        else:
+            place = "/".join(p for p in (call.get("namespace"), call.get("name")) if p)
+            what = f"k8s {call['cluster']} {call['verb']} {call['resource']} {place}".rstrip()
+            result = str(call["status"])
+        print(f"{call['seq']:>6} {when} {mark} {what}  {result}  ({who})")
+    return 0
+
+
 def cmd_kubeconfig(args: argparse.Namespace) -> int:
     from app.sandbox import kubeconfig_path, kubeconfig_text, stored_clusters, write_kubeconfig
 
@@ -191,6 +234,22 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     clear.add_argument("id")
     rest_flags(clear)
     clear.set_defaults(func=cmd_clear)
+
+    calls = ssub.add_parser("calls", help="the call ledger: every AWS call and Kubernetes request the sandbox got "
+                                          "(from the data directory; --url: through the server's REST API)")
+    calls.add_argument("--service", help="AWS service (eks, sagemaker, ec2, ...) or kubernetes")
+    calls.add_argument("--operation", help="AWS API operation, e.g. UpdateCluster")
+    calls.add_argument("--verb", help="Kubernetes verb: get, list, watch, create, update, patch, delete")
+    calls.add_argument("--cluster", help="Kubernetes requests to this cluster only")
+    writes = calls.add_mutually_exclusive_group()
+    writes.add_argument("--writes", dest="writes", action="store_const", const=True, default=None,
+                        help="only calls that change state")
+    writes.add_argument("--reads", dest="writes", action="store_const", const=False, help="only reads")
+    calls.add_argument("--since", type=int, help="only entries after this seq")
+    calls.add_argument("--limit", type=int, help="at most this many (the newest; default 200)")
+    calls.add_argument("--json", action="store_true", help="the entries as JSON, for scripts")
+    rest_flags(calls)
+    calls.set_defaults(func=cmd_calls)
 
     kubeconfig = sub.add_parser("kubeconfig", help="print (or write) a kubeconfig for a sandbox cluster")
     kubeconfig.add_argument("cluster")

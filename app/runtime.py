@@ -156,7 +156,9 @@ class PortTaken(Exception):
 
 def claim_ports(settings: Settings, sandboxed: bool) -> tuple[Settings, list[str]]:
     """The ports serve will bind: each as configured when free; a default one that is taken is replaced by a
-    free port (and said so); an explicitly chosen one that is taken is an error naming its flag."""
+    free port (and said so); an explicitly chosen one that is taken is an error naming its flag. A sandbox
+    port of 0 becomes a free port now (the sandbox child, the product's clients and the kubeconfigs all
+    need the same number)."""
     fields = ["port", *(["sandbox_aws_port", "sandbox_kube_port"] if sandboxed else [])]
     chosen: dict[str, int] = {}
     notes: list[str] = []
@@ -178,6 +180,10 @@ def claim_ports(settings: Settings, sandboxed: bool) -> tuple[Settings, list[str
             notes.append(f"the default {_PORT_FLAGS[name][2:].replace('-', ' ')} {value} is in use (another "
                          f"instance?): using {replacement} instead; {_PORT_FLAGS[name]} chooses one")
             value = replacement
+        if value == 0 and name != "port":  # the sandbox runs apart: its clients need the real port up front
+            value = free_port(host)
+            while value in chosen.values():
+                value = free_port(host)
         chosen[name] = value
     return settings.model_copy(update={**chosen, "sandbox": sandboxed}), notes
 

@@ -1,6 +1,7 @@
 """The embedded sandbox, wired in by configuration only.
 
-When no AWS credentials are configured (or ``sandbox: true``), ``instantstart serve`` runs
+When no AWS credentials are configured (or ``sandbox: true``), ``instantstart serve`` runs, as its child
+process (``python -m sandbox``, :mod:`sandbox.host`),
 
 * the AWS world (``sandbox/aws``): one endpoint for every service at ``http://127.0.0.1:4566``, HyperPod,
   EKS, Service Quotas and FSx simulated, the rest served by moto;
@@ -15,17 +16,26 @@ host or container it runs in, like the data directory.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import boto3
 import botocore.session
 
 from app.secret_files import secret_file
-from services.errors import Conflict
+from services.errors import Conflict, Invalid, NotFound, ServiceError, Transient
 from services.kube import KubeClients
 from services.settings import Settings
 
@@ -161,49 +171,220 @@ def register_clusters(settings: Settings, kube: KubeClients, names: list[str]) -
 
 
 class Sandbox:
-    """The running sandbox world inside ``instantstart serve``."""
+    """The sandbox world of ``instantstart serve``, run as its child process (``python -m sandbox``).
+
+    :meth:`start` launches it with the sandbox folder of the data directory, the ports serve chose, the
+    clock speed and the secrets (on its stdin), and returns once its control API answers (the readiness
+    probe); a child that exits first fails the start with the reason from its log
+    (``<data dir>/sandbox/sandbox.log``). A worker thread then follows the child's cluster feed: a cluster
+    an EKS create (or ``sandbox seed``) makes gets its kubeconfig and client at once, and listeners
+    (:meth:`on_clusters_changed`) hear of it; if the child dies, ``on_exit`` is told why. :meth:`stop`
+    closes the child's stdin, which makes it save its state and exit.
+    """
+
+    READY_TIMEOUT = 90.0
+    STOP_TIMEOUT = 20.0
 
     def __init__(self, settings: Settings, kube: KubeClients) -> None:
-        from sandbox.aws import AwsWorld
-        from sandbox.aws.eks_token import verify_eks_token
-        from sandbox.kube import BackgroundServer, Emulator
-        from sandbox.tls import ensure_tls
-
         self.settings = settings
-        secrets_by_key = {SANDBOX_ACCESS_KEY: sandbox_secret_key(settings)}
-        sts_hosts = {urlsplit(aws_endpoint(settings)).netloc}  # presigned against the sandbox's own STS only
-        self.emulator = Emulator(sandbox_dir(settings), token=kube_token(settings),
-                                 accept=lambda cluster, token: verify_eks_token(token, cluster, secrets_by_key,
-                                                                                hosts=sts_hosts))
-        tls = ensure_tls(sandbox_dir(settings) / "tls")
-        self.kube_server = BackgroundServer(self.emulator, "127.0.0.1", settings.sandbox_kube_port,
-                                            ssl_context=tls.server_context())
-        self.world = AwsWorld(sandbox_dir(settings), None, self.emulator, kube_base_url=kube_url(settings),
-                              kube_ca_pem=tls.ca_pem, speed=settings.sandbox_speed, region=settings.region)
-        register_clusters(settings, kube, sorted(self.emulator.clusters))
-        # a cluster made later (an EKS create, sandbox seed) gets its kubeconfig and client at once
-        self.emulator.on_clusters_changed(lambda names: register_clusters(settings, kube, names))
+        self.kube = kube
+        self._listeners: list[Callable[[list[str]], None]] = []
+        self._process: subprocess.Popen[bytes] | None = None
+        self._stopping = threading.Event()
+        self._follower: threading.Thread | None = None
+        self._clusters: list[str] = []
+        self._simulated: dict[str, Any] = {}
+        self.on_exit: Callable[[str], None] | None = None
+        self.exit_reason: str | None = None
 
-    def on_clusters_changed(self, listener: Callable[[list[str]], None]) -> None:
-        self.emulator.on_clusters_changed(listener)
+    # --- the child ------------------------------------------------------------------------------------
+
+    @property
+    def aws_endpoint_url(self) -> str:
+        return aws_endpoint(self.settings)
+
+    @property
+    def kube_base_url(self) -> str:
+        return kube_url(self.settings)
+
+    @property
+    def log_path(self) -> Path:
+        return sandbox_dir(self.settings) / "sandbox.log"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def _config(self) -> str:
+        return json.dumps({
+            "data_dir": str(sandbox_dir(self.settings)), "aws_port": self.settings.sandbox_aws_port,
+            "kube_port": self.settings.sandbox_kube_port, "speed": self.settings.sandbox_speed,
+            "region": self.settings.region, "access_keys": {SANDBOX_ACCESS_KEY: sandbox_secret_key(self.settings)},
+            "kube_token": kube_token(self.settings), "control_token": control_token(self.settings)})
 
     def start(self) -> None:
+        import sandbox as package
+
+        folder = sandbox_dir(self.settings)
+        folder.mkdir(parents=True, exist_ok=True)
+        config = self._config()
+        env = dict(os.environ)
+        root = str(Path(package.__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+        with self.log_path.open("wb") as log_file:
+            self._process = subprocess.Popen([sys.executable, "-m", "sandbox"], stdin=subprocess.PIPE,
+                                             stdout=log_file, stderr=subprocess.STDOUT, env=env,
+                                             start_new_session=True)  # a Ctrl-C reaches serve only
+        assert self._process.stdin is not None
+        self._process.stdin.write(config.encode() + b"\n")
+        self._process.stdin.flush()
+        deadline = time.monotonic() + self.READY_TIMEOUT
+        while True:
+            code = self._process.poll()
+            if code is not None:
+                self._process = None
+                raise Conflict(f"the sandbox did not start (exit code {code}): {self._log_tail()}") from None
+            try:
+                self._request("GET", "/_sandbox/health", timeout=2)
+                break
+            except ServiceError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise Conflict(f"the sandbox did not answer within {self.READY_TIMEOUT:.0f}s; its log: "
+                                   f"{self._log_tail()}") from None
+                time.sleep(0.05)
+        info = self._request("GET", "/_sandbox/info")
+        self._simulated = info["simulated"]
+        self._clusters_changed(list(info["clusters"]), notify=False)
+        self._follower = threading.Thread(target=self._follow, name="sandbox-clusters", daemon=True)
+        self._follower.start()
+        log.info("sandbox (pid %s): AWS at %s, Kubernetes at %s/k8s/clusters/<name>", self.pid,
+                 self.aws_endpoint_url, self.kube_base_url)
+
+    def _log_tail(self, lines: int = 15) -> str:
         try:
-            self.kube_server.start()
-            self.world.start(port=self.settings.sandbox_aws_port)
-        except OSError as exc:
-            self.stop()
-            raise Conflict(f"a sandbox port cannot be used ({exc.strerror}): set sandbox_kube_port "
-                           f"({self.settings.sandbox_kube_port}) / sandbox_aws_port "
-                           f"({self.settings.sandbox_aws_port})") from None
-        log.info("sandbox: AWS at %s, Kubernetes at %s/k8s/clusters/<name>", self.world.endpoint_url,
-                 self.kube_server.base_url)
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "(no log)"
+        return " | ".join(text[-lines:]) or "(empty log)"
+
+    def _request(self, method: str, path: str, body: Any = None, timeout: float = 30) -> Any:
+        """One call to the child's control API; its errors as the product's."""
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(f"{self.aws_endpoint_url}{path}", data=data, method=method, headers={
+            "Authorization": f"Bearer {control_token(self.settings)}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            message = _error_text(exc)
+            if exc.code == 404:
+                raise NotFound(message) from None
+            if exc.code == 400:
+                raise Invalid(message) from None
+            raise Transient(f"the sandbox answered {exc.code}: {message}") from None
+        except (OSError, ValueError) as exc:
+            raise Transient(f"the sandbox is not reachable at {self.aws_endpoint_url}: {exc}") from None
+
+    def _follow(self) -> None:
+        """Follow the child's cluster feed until stopped; tell ``on_exit`` if the child died."""
+        generation = 0
+        while not self._stopping.is_set():
+            try:
+                answer = self._request("GET", f"/_sandbox/clusters?after={generation}&wait=25", timeout=40)
+            except ServiceError as exc:
+                if self._stopping.is_set():
+                    return
+                process = self._process
+                code = process.poll() if process is not None else None
+                if code is not None:
+                    self.exit_reason = (f"the sandbox process (pid {process.pid if process else '?'}) exited with "
+                                        f"code {code}: {self._log_tail()}")
+                    log.error("%s", self.exit_reason)
+                    if self.on_exit is not None:
+                        self.on_exit(self.exit_reason)
+                    return
+                log.warning("following the sandbox's clusters: %s", exc.message)
+                self._stopping.wait(1.0)
+                continue
+            if answer["generation"] != generation:
+                first = generation == 0
+                generation = int(answer["generation"])
+                if not first or answer["clusters"] != self._clusters:
+                    self._clusters_changed(list(answer["clusters"]))
+
+    def _clusters_changed(self, names: list[str], *, notify: bool = True) -> None:
+        self._clusters = sorted(names)
+        register_clusters(self.settings, self.kube, self._clusters)
+        if notify:
+            for listener in list(self._listeners):
+                try:
+                    listener(self._clusters)
+                except Exception:
+                    log.exception("a sandbox cluster listener failed")
+
+    def on_clusters_changed(self, listener: Callable[[list[str]], None]) -> None:
+        """Call ``listener(sorted names)`` (on the follower thread) when the sandbox's clusters change."""
+        self._listeners.append(listener)
+
+    # --- what the parent reads and does ---------------------------------------------------------------
+
+    def clusters(self) -> list[str]:
+        return list(self._clusters)
 
     def info(self) -> dict[str, Any]:
-        return {**describe(self.settings, sorted(self.emulator.clusters)),
-                "simulated": self.world.info()["simulated"]}
+        return {**describe(self.settings, self.clusters()), "simulated": self._simulated}
+
+    def faults(self) -> list[dict[str, Any]]:
+        return list(self._request("GET", "/_sandbox/faults"))
+
+    def inject(self, kind: str, target: dict[str, str], count: int | None) -> dict[str, Any]:
+        return dict(self._request("POST", "/_sandbox/faults", {"kind": kind, "target": target, "count": count}))
+
+    def clear(self, fault_id: str) -> list[dict[str, Any]]:
+        return list(self._request("DELETE", f"/_sandbox/faults/{urllib.parse.quote(fault_id, safe='')}"))
+
+    def calls(self, **filters: Any) -> list[dict[str, Any]]:
+        """The call ledger, filtered (see :mod:`sandbox.ledger`)."""
+        query = urllib.parse.urlencode({k: str(v).lower() if isinstance(v, bool) else v
+                                        for k, v in filters.items() if v is not None})
+        return list(self._request("GET", f"/_sandbox/calls?{query}")["calls"])
 
     def stop(self) -> None:
-        self.world.stop()
-        self.kube_server.stop()
-        self.emulator.close()
+        """Close the child's stdin (it saves its state and exits); terminate it if it lingers."""
+        self._stopping.set()
+        process, self._process = self._process, None
+        if process is None:
+            return
+        with contextlib.suppress(OSError):
+            if process.stdin is not None:
+                process.stdin.close()
+        try:
+            process.wait(self.STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            log.warning("the sandbox did not stop within %.0fs: terminating it", self.STOP_TIMEOUT)
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._follower is not None:
+            self._follower.join(5)
+            self._follower = None
+
+
+def _error_text(exc: urllib.error.HTTPError) -> str:
+    try:
+        return str(json.loads(exc.read()).get("error", exc.reason))
+    except (OSError, ValueError, AttributeError):
+        return str(exc.reason)
+
+
+def control_token(settings: Settings) -> str:
+    """The token of the sandbox's control API: made once per installation, kept 0600 in the data directory."""
+    return secret_file(sandbox_dir(settings) / "control-token")
+
+
+def ledger_path(settings: Settings) -> Path:
+    return sandbox_dir(settings) / "calls.jsonl"

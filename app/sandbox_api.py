@@ -1,4 +1,5 @@
-"""REST routes of the sandbox itself (info and fault injection), mounted only when the sandbox runs.
+"""REST routes of the sandbox itself (info, fault injection, the call ledger), mounted only when the sandbox
+runs. The sandbox is a child process of the server (``app/sandbox.py``): these act through its control API.
 
 They are generated into the OpenAPI document and the MCP tool list like any route, so an agent can
 rehearse recovery playbooks against injected faults. Injecting a fault changes only the simulated world
@@ -9,17 +10,18 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from app.routes import Call, Reply, Route
 from app.sandbox import Sandbox
 from services.audit import AuditLog
 from services.auth import Principal, Role
-from services.errors import Forbidden, NotFound
+from services.errors import Forbidden
 from services.events import Event, EventBus
 from services.models import RequestModel, ResponseModel, parse
 
-FaultKind = Literal["node_unhealthy", "insufficient_capacity", "addon_degraded", "quota_exhausted", "throttle"]
+FaultKind = Literal["node_unhealthy", "insufficient_capacity", "addon_degraded", "quota_exhausted", "throttle",
+                    "access_denied"]
 
 
 class NodeUnhealthyTarget(RequestModel):
@@ -48,14 +50,26 @@ class ThrottleTarget(RequestModel):
     operation: str | None = Field(None, description="only this API operation; default all of the service")
 
 
+class AccessDeniedTarget(RequestModel):
+    service: str = Field(..., min_length=1, description="AWS service, e.g. eks, sagemaker or ec2")
+    action: str = Field(..., min_length=1, description="the API operation refused, e.g. UpdateClusterConfig "
+                        "(an IAM-style eks:UpdateClusterConfig is accepted too)")
+
+    @field_validator("action")
+    @classmethod
+    def _bare_operation(cls, value: str) -> str:
+        return value.rpartition(":")[2] or value
+
+
 FaultTarget = (NodeUnhealthyTarget | InsufficientCapacityTarget | AddonDegradedTarget | QuotaExhaustedTarget
-               | ThrottleTarget)
+               | ThrottleTarget | AccessDeniedTarget)
 TARGET_MODELS: dict[str, type[RequestModel]] = {
     "node_unhealthy": NodeUnhealthyTarget,
     "insufficient_capacity": InsufficientCapacityTarget,
     "addon_degraded": AddonDegradedTarget,
     "quota_exhausted": QuotaExhaustedTarget,
     "throttle": ThrottleTarget,
+    "access_denied": AccessDeniedTarget,
 }
 # per kind: (target keys required, target keys allowed), from the models above
 FAULT_TARGETS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
@@ -80,10 +94,12 @@ class FaultInject(RequestModel):
     kind: FaultKind = Field(..., description="node_unhealthy (target cluster = HyperPod cluster name, node = "
                             "instance id, optional recovery = Reboot|Replace); insufficient_capacity (instance_type, "
                             "optional availability_zone); addon_degraded (cluster = EKS name, addon); "
-                            "quota_exhausted (instance_type); throttle (service, optional operation)")
+                            "quota_exhausted (instance_type); throttle (service, optional operation); access_denied "
+                            "(service, action): the call fails at once with AWS's 403 naming the action")
     target: FaultTarget = Field(..., description="what the fault applies to: the keys of the kind's target model")
     count: int | None = Field(None, ge=1, le=10_000,
-                              description="throttle: how many calls fail; others: uses before it clears itself")
+                              description="throttle, access_denied: how many calls fail (default: until cleared); "
+                                          "others: uses before it clears itself")
 
     @model_validator(mode="before")
     @classmethod
@@ -131,6 +147,48 @@ class SandboxInfo(ResponseModel):
                                               description="fault kind -> the target keys it needs")
 
 
+class CallsQuery(RequestModel):
+    """Filter the sandbox's call ledger; oldest first."""
+
+    service: str | None = Field(None, description="AWS service (eks, sagemaker, ec2, ...) or kubernetes")
+    operation: str | None = Field(None, description="AWS API operation, e.g. UpdateCluster")
+    verb: str | None = Field(None, description="Kubernetes verb: get, list, watch, create, update, patch, delete, "
+                                               "deletecollection")
+    cluster: str | None = Field(None, description="Kubernetes requests to this emulated cluster only")
+    write: bool | None = Field(None, description="true: only calls that change state; false: only reads")
+    since: int = Field(0, ge=0, le=10**15, description="only entries after this seq (the last seq you saw)")
+    limit: int = Field(200, ge=1, le=10_000, description="at most this many entries (the newest)")
+
+
+class CallCaller(ResponseModel):
+    access_key: str | None = Field(None, description="AWS calls: the access key id that signed it")
+    identity: str | None = Field(None, description="Kubernetes requests: the bearer token's principal")
+    user_agent: str = ""
+
+
+class CallView(ResponseModel):
+    """One entry of the call ledger: an AWS call or a Kubernetes request, as the sandbox saw it."""
+
+    seq: int
+    time: float = Field(..., description="epoch seconds (wall clock)")
+    kind: Literal["aws", "kubernetes"]
+    service: str
+    write: bool = Field(..., description="whether the call changes state")
+    status: int
+    caller: CallCaller
+    operation: str | None = Field(None, description="AWS: the API operation")
+    target: str | None = Field(None, description="AWS: what the call names, e.g. the cluster")
+    request: Any = Field(None, description="AWS: the parameters, secrets redacted")
+    error: str | None = Field(None, description="AWS: the error code of a failed call")
+    cluster: str | None = Field(None, description="Kubernetes: the emulated cluster")
+    verb: str | None = None
+    resource: str | None = Field(None, description="Kubernetes: plural[.group]")
+    namespace: str | None = None
+    name: str | None = None
+    subresource: str | None = None
+    watch: bool | None = None
+
+
 class SandboxControl:
     """The sandbox's own actions, shared by its REST routes and its dashboard pane (one set of rules)."""
 
@@ -146,8 +204,11 @@ class SandboxControl:
         return SandboxInfo(**self.sandbox.info(), fault_kinds=kinds)
 
     def faults(self) -> list[FaultView]:
-        return [FaultView(id=f.id, kind=f.kind, target=f.target, remaining=f.remaining)
-                for f in self.sandbox.world.faults.list()]
+        return [FaultView(**fault) for fault in self.sandbox.faults()]
+
+    def calls(self, query: CallsQuery | None = None) -> list[CallView]:
+        query = query or CallsQuery()
+        return [CallView(**entry) for entry in self.sandbox.calls(**query.model_dump())]
 
     def _admin(self, principal: Principal, action: str) -> None:
         try:
@@ -159,23 +220,21 @@ class SandboxControl:
     def inject(self, principal: Principal, request: FaultInject | dict[str, Any]) -> FaultView:
         self._admin(principal, "sandbox.fault.inject")
         body = request if isinstance(request, FaultInject) else parse(FaultInject, request)
-        fault = self.sandbox.world.faults.inject(body.kind, body.target_keys(), body.count)
+        fault = FaultView(**self.sandbox.inject(body.kind, body.target_keys(), body.count))
         self.audit.record(principal, "sandbox.fault.inject", fault.id, body.model_dump(), "succeeded")
         self._changed()
-        return FaultView(id=fault.id, kind=fault.kind, target=fault.target, remaining=fault.remaining)
+        return fault
 
     def clear(self, principal: Principal, fault_id: str) -> list[FaultView]:
         self._admin(principal, "sandbox.fault.clear")
-        faults = self.sandbox.world.faults
-        if fault_id != "all" and fault_id not in {f.id for f in faults.list()}:
-            raise NotFound(f"no active fault {fault_id!r} (it may have cleared itself)")
-        faults.clear(None if fault_id == "all" else fault_id)
+        left = [FaultView(**fault) for fault in self.sandbox.clear(fault_id)]
         self.audit.record(principal, "sandbox.fault.clear", fault_id, {}, "succeeded")
-        self._changed()
-        return self.faults()
+        self._changed(left)
+        return left
 
-    def _changed(self) -> None:
-        self.bus.publish(Event("sandbox", "faults", {"faults": [f.model_dump() for f in self.faults()]}))
+    def _changed(self, faults: list[FaultView] | None = None) -> None:
+        current = self.faults() if faults is None else faults
+        self.bus.publish(Event("sandbox", "faults", {"faults": [f.model_dump() for f in current]}))
 
 
 def sandbox_routes(control: SandboxControl) -> list[Route]:
@@ -191,6 +250,9 @@ def sandbox_routes(control: SandboxControl) -> list[Route]:
     def clear(call: Call) -> Reply:
         return Reply(control.clear(call.principal, call.path["id"]))
 
+    def calls(call: Call) -> Reply:
+        return Reply(control.calls(call.query))
+
     return [
         Route("GET", "/api/v1/sandbox", "sandbox_info", "Sandbox endpoints and what it simulates", Role.VIEWER,
               info, response=SandboxInfo, tag="sandbox",
@@ -201,9 +263,14 @@ def sandbox_routes(control: SandboxControl) -> list[Route]:
         Route("POST", "/api/v1/sandbox/faults", "sandbox_faults_inject", "Inject a sandbox fault", Role.ADMIN,
               inject, body=FaultInject, response=FaultView, read_only=False, idempotent=False, status=201,
               tag="sandbox",
-              description="Sandbox only: make a node unhealthy, a capacity or quota run out, an add-on degrade "
-                          "or an AWS API throttle, to rehearse diagnosis and recovery."),
+              description="Sandbox only: make a node unhealthy, a capacity or quota run out, an add-on degrade, "
+                          "an AWS API throttle or an access denial, to rehearse diagnosis and recovery."),
         Route("DELETE", "/api/v1/sandbox/faults/{id}", "sandbox_faults_clear", "Clear sandbox faults", Role.ADMIN,
               clear, response=FaultView, many=True, read_only=False, path_params={"id": "fault id, or 'all'"},
               tag="sandbox"),
+        Route("GET", "/api/v1/sandbox/calls", "sandbox_calls", "The sandbox's call ledger", Role.VIEWER, calls,
+              query=CallsQuery, response=CallView, many=True, tag="sandbox",
+              description="Sandbox only: every AWS call (service, operation, target, parameters with secrets "
+                          "redacted, result) and Kubernetes request (verb, resource, name, watch) the sandbox "
+                          "received, with time and caller, oldest first; page with since=<last seq>."),
     ]

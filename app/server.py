@@ -34,7 +34,7 @@ from app.sandbox import Sandbox, sandbox_enabled
 from app.sandbox_api import SandboxControl, sandbox_routes
 from app.secret_files import secret_file
 from services.auth import Principal, Role
-from services.errors import ServiceError
+from services.errors import Permanent, ServiceError
 from services.settings import LOOPBACK_HOSTS
 
 log = logging.getLogger(__name__)
@@ -372,7 +372,7 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
         pages = PAGES
         if sandbox_enabled(settings):
             world = Sandbox(settings, services.kube)
-            world.start()
+            world.start()  # a child process; returns once it answers
             control = SandboxControl(world, services.audit, services.bus)
             routes = ROUTES + sandbox_routes(control)
             pages = [*PAGES, Page("sandbox", "Sandbox", Role.VIEWER, sandbox_page(control))]
@@ -408,18 +408,23 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
             **kwargs,
         )
 
+        if world is not None:  # the sandbox died under us: stop serving, and say why
+            world.on_exit = lambda _reason: server.io_loop.add_callback(server.io_loop.stop)
+
         def listening(port: int) -> None:
             write_runtime(Runtime(
                 pid=os.getpid(), url=url_for(settings.host, port), data_dir=str(settings.data_dir),
                 sandbox=world is not None, mode_reason=mode_reason,
-                aws_endpoint_url=world.world.endpoint_url if world else None,
-                kube_url=world.kube_server.base_url if world else None,
+                aws_endpoint_url=world.aws_endpoint_url if world else None,
+                kube_url=world.kube_base_url if world else None,
                 ports={"port": port, "sandbox_aws_port": settings.sandbox_aws_port,
                        "sandbox_kube_port": settings.sandbox_kube_port},
                 started_at=time.time(), region=settings.region))
             say(f"listening on {url_for(settings.host, port)} (runtime file {settings.data_dir / RUNTIME_FILE})")
 
         run_guarded(server, listening)
+        if world is not None and world.exit_reason:
+            raise Permanent(f"stopped: {world.exit_reason}")
     finally:
         remove_runtime(settings.data_dir)
         if world is not None:

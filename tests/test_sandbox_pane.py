@@ -10,13 +10,12 @@ import panel as pn
 import pytest
 
 from app.bootstrap import Services
-from app.sandbox import Sandbox
 from app.sandbox_api import SandboxControl
 from panels.sandbox import SandboxPane, info_markdown, parse_target
 from services.audit import AuditQuery
 from services.auth import Principal, Role
-from services.settings import Settings
-from tests.support import free_port
+from tests.sandbox_support import eks_cluster, sandbox_settings, start_sandbox
+from tests.support import wait_until
 
 ADMIN = Principal("ada", Role.ADMIN, "t-admin", "ui")
 VIEWER = Principal("vic", Role.VIEWER, "t-view", "ui")
@@ -24,9 +23,7 @@ VIEWER = Principal("vic", Role.VIEWER, "t-view", "ui")
 
 @pytest.fixture
 def control(services: Services, tmp_path: Path) -> Iterator[SandboxControl]:
-    settings = Settings(data_dir=tmp_path / "sbx", sandbox=True, sandbox_kube_port=free_port(),
-                        sandbox_aws_port=free_port())
-    sandbox = Sandbox(settings, services.kube)  # not started: the pane needs no live endpoints
+    sandbox = start_sandbox(sandbox_settings(tmp_path / "sbx"), services.kube)  # the child process serve runs
     yield SandboxControl(sandbox, services.audit, services.bus)
     sandbox.stop()
 
@@ -106,10 +103,14 @@ def test_a_revoked_admin_token_cannot_inject_from_an_open_page(control: SandboxC
 def test_the_kubeconfig_list_follows_new_clusters(control: SandboxControl, services: Services) -> None:
     pane = SandboxPane(control=control, bus=services.bus, principal=VIEWER)
     assert "No clusters yet" in info_markdown(pane.state.info)
-    control.sandbox.emulator.ensure_cluster("late")  # what an EKS create does in the AWS world
-    services.bus.drain()  # delivery is off the publisher's thread
-    text = info_markdown(pane.state.info)
-    assert "`late`" in text and "No clusters yet" not in text
+    eks_cluster(control.sandbox.settings, "late")  # the sandbox's emulator makes the cluster as it turns ACTIVE
+
+    def listed() -> bool:
+        services.bus.drain()  # delivery is off the publisher's thread
+        return "`late`" in info_markdown(pane.state.info)
+
+    wait_until(listed, 30, "the pane listing the new cluster (the server follows the sandbox's cluster feed)")
+    assert "No clusters yet" not in info_markdown(pane.state.info)
     path = pane.state.info.kubeconfigs["late"]
     assert Path(path).is_file(), "the kubeconfig the pane lists exists"
     assert "late" in services.kube.clusters(), "and the product's client factory knows the cluster"

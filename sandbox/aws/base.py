@@ -108,6 +108,7 @@ FAULT_KINDS = frozenset({
     "addon_degraded",  # target: cluster (EKS name), addon
     "quota_exhausted",  # target: instance_type
     "throttle",  # target: service, operation (optional); remaining: number of calls to throttle
+    "access_denied",  # target: service, action (an API operation); the call fails at once with a 403
 })
 
 

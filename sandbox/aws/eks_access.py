@@ -45,6 +45,7 @@ class AccessOperations:
     if TYPE_CHECKING:  # provided by EksSimulator
         clock: SimClock
         account: str
+        _clusters: dict[str, dict[str, Any]]
 
         def _rec(self, name: str) -> dict[str, Any]: ...
         def _active(self, name: str) -> dict[str, Any]: ...
@@ -54,9 +55,25 @@ class AccessOperations:
 
     # --- access entries --------------------------------------------------------------------------------
 
+    @property
+    def creator_arn(self) -> str:
+        """The principal every sandbox cluster is created by: the account the sandbox's credentials sign as."""
+        return f"arn:aws:iam::{self.account}:root"
+
+    def admits(self, name: str, principal: str) -> bool:
+        """Whether ``principal`` (an IAM ARN) may use the cluster's Kubernetes API, as EKS decides it: with an
+        access entry (modes API, API_AND_CONFIG_MAP); in CONFIG_MAP mode only the creator (the sandbox keeps
+        no ``aws-auth`` mappings). A cluster EKS does not know (the emulator used alone) admits anyone."""
+        rec = self._clusters.get(name)
+        if rec is None:
+            return True
+        if rec["cluster"]["accessConfig"]["authenticationMode"] == "CONFIG_MAP":
+            return principal == self.creator_arn
+        return principal in rec["access"]
+
     def _bootstrap_creator_admin(self, name: str, rec: dict[str, Any], now: float) -> None:
         """The cluster creator's access entry with cluster-admin (``bootstrapClusterCreatorAdminPermissions``)."""
-        creator = f"arn:aws:iam::{self.account}:root"
+        creator = self.creator_arn
         self._new_access_entry(name, rec, {"principalArn": creator})
         rec["access"][creator]["_policies"][POLICY_PREFIX + "AmazonEKSClusterAdminPolicy"] = {
             "policyArn": POLICY_PREFIX + "AmazonEKSClusterAdminPolicy", "accessScope": {"type": "cluster"},

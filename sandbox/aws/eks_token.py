@@ -40,32 +40,39 @@ def verify_eks_token(token: str, cluster: str, secrets: Mapping[str, str], *, ho
     ``secrets`` maps access key ids to secret keys (the sandbox's credentials); ``hosts`` are the STS
     endpoints (``host[:port]``) a token may be presigned for besides AWS's own.
     """
+    return eks_token_access_key(token, cluster, secrets, hosts=hosts, now=now) is not None
+
+
+def eks_token_access_key(token: str, cluster: str, secrets: Mapping[str, str], *, hosts: Collection[str],
+                         now: Callable[[], float] = time.time) -> str | None:
+    """The access key id that signed ``token`` when it is valid for ``cluster`` (see :func:`verify_eks_token`),
+    else ``None``."""
     if not token.startswith(PREFIX):
-        return False
+        return None
     try:
         raw = token[len(PREFIX):]
         url = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
     except (ValueError, UnicodeDecodeError):
-        return False
+        return None
     parts = urlsplit(url)
     params = dict(parse_qsl(parts.query, keep_blank_values=True))
     if params.get("Action") != "GetCallerIdentity" or params.get("X-Amz-Algorithm") != "AWS4-HMAC-SHA256":
-        return False
+        return None
     signed = params.get("X-Amz-SignedHeaders", "").split(";")
     if "x-k8s-aws-id" not in signed or "host" not in signed:
-        return False
+        return None
     try:
         access_key, date, region, service, terminal = params["X-Amz-Credential"].split("/")
         stamp = calendar.timegm(time.strptime(params["X-Amz-Date"], "%Y%m%dT%H%M%SZ"))
     except (KeyError, ValueError):
-        return False
+        return None
     if service != "sts" or terminal != "aws4_request" or not 0 <= now() - stamp <= MAX_AGE:
-        return False
+        return None
     if parts.netloc not in hosts and parts.netloc not in {"sts.amazonaws.com", f"sts.{region}.amazonaws.com"}:
-        return False
+        return None
     secret = secrets.get(access_key)
     if secret is None:
-        return False
+        return None
     headers = {"host": parts.netloc, "x-k8s-aws-id": cluster}
     query = "&".join(f"{_quote(k)}={_quote(v)}" for k, v in sorted(params.items()) if k != "X-Amz-Signature")
     key = _sign(_sign(_sign(_sign(("AWS4" + secret).encode(), date), region), service), terminal)
@@ -80,5 +87,5 @@ def verify_eks_token(token: str, cluster: str, secrets: Mapping[str, str], *, ho
         to_sign = "\n".join(["AWS4-HMAC-SHA256", params["X-Amz-Date"], scope,
                              hashlib.sha256(canonical.encode()).hexdigest()])
         if hmac.compare_digest(hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest(), given):
-            return True
-    return False
+            return access_key
+    return None

@@ -162,12 +162,17 @@ class MotoBackend:
         if len(body) > BODY_INLINE_LIMIT:
             self._bodies.mkdir(exist_ok=True)
             name = f"{seed}.bin"
-            (self._bodies / name).write_bytes(body)
+            with (self._bodies / name).open("wb") as out:
+                out.write(body)
+                out.flush()
+                os.fsync(out.fileno())
             entry["body_file"] = name
         else:
             entry["body"] = base64.b64encode(body).decode()
-        with self._log_path.open("a") as fh:
+        with self._log_path.open("a") as fh:  # on disk before moto's answer is relayed
             fh.write(json.dumps(entry) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
 
     def _replay(self) -> int:
         if self._log_path is None or not self._log_path.exists():
@@ -177,7 +182,10 @@ class MotoBackend:
             for line in fh:
                 if not line.strip():
                     continue
-                entry = json.loads(line)
+                try:
+                    entry = json.loads(line)
+                except ValueError:  # a line torn by a crash mid-write: moto never answered it
+                    continue
                 if "seed" in entry:  # logs written before per-request seeding replay under the start seed
                     self._reseed(int(entry["seed"]))
                     self._sequence = int(entry["seed"]) - self._seed + 1

@@ -350,3 +350,15 @@ THROTTLE_CODES = {"json": ("ThrottlingException", 400), "rest-json": ("Throttlin
 def throttle_error(protocol: str) -> Response:
     code, status = THROTTLE_CODES.get(protocol, ("ThrottlingException", 400))
     return serialize_error(protocol, AwsError(code, "Rate exceeded", status))
+
+
+ACCESS_DENIED_CODES = {"json": "AccessDeniedException", "rest-json": "AccessDeniedException", "query": "AccessDenied",
+                       "ec2": "UnauthorizedOperation", "rest-xml": "AccessDenied"}
+
+
+def access_denied_error(protocol: str, account: str, action: str, resource: str) -> Response:
+    """What IAM answers when no policy allows ``action`` (``service:Operation``): 403 naming the action."""
+    code = ACCESS_DENIED_CODES.get(protocol, "AccessDeniedException")
+    message = (f"User: arn:aws:iam::{account}:root is not authorized to perform: {action} on resource: "
+               f"{resource or '*'} because no identity-based policy allows the {action} action")
+    return serialize_error(protocol, AwsError(code, message, 403))

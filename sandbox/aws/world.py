@@ -6,10 +6,13 @@
 order. State survives restarts in two ways, because moto has no persistence of its own:
 
 * simulators that offer ``to_state()``/``load_state(state)`` are saved as JSON under ``<data_dir>/aws/``
-  whenever their state changed (checked about once a second) and on :meth:`AwsWorld.stop`;
-* every mutating request forwarded to moto is appended to ``<data_dir>/aws/moto-requests.jsonl`` and
-  replayed into a freshly reset moto on the next start, reseeded per request as it was live, which
-  recreates the same resources with the same ids (see :mod:`.moto_backend`);
+  after every mutating call they answer, before the answer leaves (written, fsync'd, renamed), whenever
+  their state changed otherwise (checked about once a second: the ticker's transitions) and on
+  :meth:`AwsWorld.stop`;
+* every mutating request forwarded to moto is appended (and fsync'd) to
+  ``<data_dir>/aws/moto-requests.jsonl`` before moto's answer is relayed, and replayed into a freshly
+  reset moto on the next start, reseeded per request as it was live, which recreates the same resources
+  with the same ids (see :mod:`.moto_backend`);
 * the simulated time is saved too (``clock.json``), so a sped-up clock never goes back after a restart.
 
 There is one clock: the world hands its clock to the Kubernetes emulator it drives, so an EKS cluster's
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -34,6 +38,7 @@ from .moto_backend import MOTO_SEED, MotoBackend
 
 if TYPE_CHECKING:
     from sandbox.kube import Emulator
+    from sandbox.ledger import Ledger
 
     from .eks import EksSimulator
     from .fsx import FsxSimulator
@@ -68,7 +73,8 @@ class AwsWorld:
 
     def __init__(self, data_dir: Path | None = None, clock: SimClock | None = None, kube: Emulator | None = None,
                  *, kube_base_url: str = "http://127.0.0.1:3099", kube_ca_pem: bytes, speed: float = DEFAULT_SPEED,
-                 region: str = "us-west-2", account: str = ACCOUNT_ID, moto_seed: int = MOTO_SEED) -> None:
+                 region: str = "us-west-2", account: str = ACCOUNT_ID, moto_seed: int = MOTO_SEED,
+                 ledger: Ledger | None = None) -> None:
         from .eks import EksSimulator
         from .fsx import FsxSimulator
         from .hyperpod import HyperPodSimulator
@@ -89,7 +95,9 @@ class AwsWorld:
             kube.use_clock(self.clock.now)
         self.moto = MotoBackend(self.state_dir / "moto-requests.jsonl" if self.state_dir else None, moto_seed,
                                 region=region, account=account)
-        self.front = AwsFront(self.moto, self.faults, account=account, region=region)
+        self.front = AwsFront(self.moto, self.faults, account=account, region=region, ledger=ledger)
+        if self.state_dir is not None:
+            self.front.after_write = self.save_service
         self._saved: dict[str, str] = {}
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -140,10 +148,12 @@ class AwsWorld:
     def endpoint_url(self) -> str:
         return self.front.endpoint_url
 
-    def start(self, *, port: int = 0, ticker: bool = True) -> AwsWorld:
-        """Start moto (replaying its log), serve the front on ``port`` and, unless told not to, the ticker."""
+    def start(self, *, port: int = 0, ticker: bool = True,
+              extra_patterns: list[tuple[str, type, dict[str, Any]]] | None = None) -> AwsWorld:
+        """Start moto (replaying its log), serve the front on ``port`` (with ``extra_patterns`` before it)
+        and, unless told not to, the ticker."""
         self.moto.start()
-        self.front.start(port=port)
+        self.front.start(port=port, extra_patterns=extra_patterns)
         if ticker:
             self._stop.clear()
             self._ticker = threading.Thread(target=self._tick_loop, name="aws-ticker", daemon=True)
@@ -200,15 +210,21 @@ class AwsWorld:
         if clock_path is not None and isinstance(self.clock, RealClock):
             _write(clock_path, json.dumps({"now": self.clock.now()}))
         for simulator in self.front.simulators:
-            path = self._state_path(simulator.service)
-            if path is None or not isinstance(simulator, Persistent):
-                continue
-            with self.front.lock(simulator.service):
-                text = json.dumps(simulator.to_state(), sort_keys=True)
-            if self._saved.get(simulator.service) == text:
-                continue
+            self.save_service(simulator.service)
+
+    def save_service(self, service: str) -> None:
+        """Write one simulator's state if it changed since it was last saved (the front calls this under
+        the service's lock after each mutating call, so the state is on disk before the answer leaves)."""
+        simulator = self.front.owner_of(service)
+        path = self._state_path(service)
+        if path is None or simulator is None or not isinstance(simulator, Persistent):
+            return
+        with self.front.lock(service):
+            text = json.dumps(simulator.to_state(), sort_keys=True)
+            if self._saved.get(service) == text:
+                return
             _write(path, text)
-            self._saved[simulator.service] = text
+            self._saved[service] = text
 
     def info(self) -> dict[str, Any]:
         """What the banner and ``instantstart sandbox info`` print about the AWS side."""
@@ -217,6 +233,15 @@ class AwsWorld:
 
 
 def _write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
+    """Replace ``path`` with ``text`` atomically and durably (a crash leaves the old or the new file)."""
+    tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
+    with tmp.open("w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
     tmp.replace(path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

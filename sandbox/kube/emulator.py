@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .cluster import Cluster
 from .discovery import openapi_v3_docs, openapi_v3_index
@@ -24,6 +24,9 @@ from .kubeconfig import CLUSTER_PREFIX, kubeconfig, write_kubeconfig
 from .persistence import Persister
 from .requestlog import RequestLog
 from .validation import BuiltinValidator, CustomValidator
+
+if TYPE_CHECKING:
+    from sandbox.ledger import Ledger
 
 REQUEST_LOG_SIZE = 20_000
 OpenApi = tuple[dict[str, dict[str, Any]], dict[str, Any]]  # per group-version documents, their index
@@ -48,19 +51,28 @@ class Emulator:
     ``data_dir``: where state (``kube/state.sqlite3``), the request log (``kube/requests.jsonl``, written
     by a background thread and rotated at 10 MB into ``requests.jsonl.1``) and kubeconfigs
     (``kube/kubeconfig-<cluster>.yaml``) live; ``None`` keeps everything in memory.
-    ``token``: when set, requests must carry ``Authorization: Bearer <token>``, or a bearer token that
-    ``accept`` (called with the cluster name and the token) approves, e.g. an EKS-style presigned token.
+    ``token``: when set, requests must carry ``Authorization: Bearer <token>`` (its caller is
+    ``token_identity``), or a bearer token for which ``accept`` (called with the cluster name and the token)
+    returns the caller's identity, e.g. the IAM principal of an EKS-style presigned token.
+    ``admit``: when given, called with the cluster name and the caller's identity; a caller it refuses gets
+    401 Unauthorized, as EKS answers a principal without an access entry.
+    ``ledger``: every request goes to the sandbox's call ledger too (:mod:`sandbox.ledger`).
+    A mutation is answered only once its change and its ledger entry are on disk.
     ``clock``: the time every cluster tells (epoch seconds): wall time unless the sandbox's AWS world hands
     the emulator its simulated clock (:meth:`use_clock`), so Kubernetes and AWS timestamps agree.
     """
 
     def __init__(self, data_dir: Path | None = None, *, token: str | None = None, history: int = 20_000,
-                 debounce: float = 0.2, accept: Callable[[str, str], bool] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 debounce: float = 0.2, accept: Callable[[str, str], str | None] | None = None,
+                 clock: Callable[[], float] = time.time, token_identity: str = "sandbox",
+                 admit: Callable[[str, str], bool] | None = None, ledger: Ledger | None = None) -> None:
         self.data_dir = Path(data_dir) / "kube" if data_dir is not None else None
         self._clock = clock
         self.token = token
+        self.token_identity = token_identity
         self._accept = accept
+        self._admit = admit
+        self.ledger = ledger
         self.clusters: dict[str, Cluster] = {}
         self.requests: deque[RequestRecord] = deque(maxlen=REQUEST_LOG_SIZE)
         self._history = history
@@ -88,16 +100,20 @@ class Emulator:
         """Tell time by ``clock`` from now on, in every cluster (existing and new)."""
         self._clock = clock
 
-    def authorized(self, cluster: str, authorization: str) -> bool:
-        """Whether an ``Authorization`` header may use ``cluster``."""
+    def identify(self, cluster: str, authorization: str) -> str | None:
+        """Who an ``Authorization`` header says the caller is (``None``: not authenticated)."""
         if self.token is None:
-            return True
+            return "anonymous"
         scheme, _, token = authorization.partition(" ")
         if scheme != "Bearer" or not token:
-            return False
+            return None
         if hmac.compare_digest(token, self.token):
-            return True
-        return self._accept is not None and self._accept(cluster, token)
+            return self.token_identity
+        return self._accept(cluster, token) if self._accept is not None else None
+
+    def admitted(self, cluster: str, identity: str) -> bool:
+        """Whether an authenticated caller may use ``cluster`` (EKS: it has an access entry)."""
+        return self._admit is None or self._admit(cluster, identity)
 
     # --- clusters ---------------------------------------------------------------------------------------
 
@@ -197,11 +213,28 @@ class Emulator:
                 self._openapi[cluster.name] = (generation, built)
         return built
 
-    def record_request(self, **fields: Any) -> None:
+    def record_request(self, *, caller: str = "", query_args: dict[str, str] | None = None, kube_path: str = "",
+                       **fields: Any) -> int:
+        """Keep one request (memory, the request log, the ledger); returns its ledger sequence number."""
+        from sandbox.ledger import kube_request
+
         record = RequestRecord(time=time.time(), **fields)
         self.requests.append(record)
         if self._log_file is not None:
             self._log_file.write(asdict(record))
+        if self.ledger is None:
+            return 0
+        return self.ledger.record({
+            "kind": "kubernetes", "service": "kubernetes", "cluster": record.cluster,
+            **kube_request(record.method, kube_path, query_args or {}), "status": record.status,
+            "caller": {"identity": caller, "user_agent": record.user_agent}})
+
+    def durable(self, seq: int = 0) -> None:
+        """Block until every change so far and ledger entry ``seq`` are on disk (before answering a mutation)."""
+        if self._persister is not None:
+            self._persister.flush()
+        if self.ledger is not None and seq:
+            self.ledger.wait(seq)
 
     def requests_for(self, cluster: str, method: str | None = None) -> list[RequestRecord]:
         return [r for r in list(self.requests) if r.cluster == cluster and (method is None or r.method == method)]

@@ -55,6 +55,10 @@ class KubeHandler(RequestHandler):
         self._cluster_name = ""
         self._closed = asyncio.Event()
         self._recorded = False
+        self._caller = ""
+        self._kube_path = "/"
+        self._defer = False  # a mutation: its answer waits until its change is on disk
+        self._deferred: tuple[int, Any, list[str] | None] | None = None
 
     def compute_etag(self) -> str | None:
         """No ETags: a 304 on a list or watch would confuse clients; discovery is cheap to resend."""
@@ -72,16 +76,18 @@ class KubeHandler(RequestHandler):
         self._record()
         return super().finish(chunk)
 
-    def _record(self) -> None:
+    def _record(self) -> int:
         if self._recorded:
-            return
+            return 0
         self._recorded = True
-        self.emulator.record_request(
+        return self.emulator.record_request(
             cluster=self._cluster_name, method=self.request.method or "", path=self.request.path,
             query=self.request.query, status=self.get_status(),
             user_agent=self.request.headers.get("User-Agent", ""),
             content_type=self.request.headers.get("Content-Type", ""),
             duration_ms=(time.monotonic() - self._started) * 1000,
+            caller=self._caller, kube_path=self._kube_path,
+            query_args={k: self.get_query_argument(k, "") or "" for k in ("watch",)},
         )
 
     # --- entry points -----------------------------------------------------------------------------------
@@ -106,25 +112,47 @@ class KubeHandler(RequestHandler):
 
     async def _dispatch(self, cluster_name: str, path: str | None) -> None:
         self._cluster_name = cluster_name
+        self._kube_path = unquote(path or "/")
         try:
             self._authorize()
             cluster = self.emulator.clusters.get(cluster_name)
             if cluster is None:
                 raise ApiError(404, "NotFound", f'cluster "{cluster_name}" is not served by this sandbox')
-            await self._route(cluster, unquote(path or "/"))
+            self._defer = self.request.method in ("POST", "PUT", "PATCH", "DELETE")
+            await self._route(cluster, self._kube_path)
+            if self._deferred is not None:
+                await self._durable_answer()
         except ApiError as exc:
+            self._defer = False
             self._send(exc.code, exc.status())
         except (iostream.StreamClosedError, asyncio.CancelledError):
             return
 
+    async def _durable_answer(self) -> None:
+        """Send a mutation's answer once its change and its ledger entry are on disk (off the loop)."""
+        assert self._deferred is not None
+        code, body, warnings = self._deferred
+        self._deferred, self._defer = None, False
+        self.set_status(code)
+        seq = self._record()
+        await asyncio.get_running_loop().run_in_executor(None, self.emulator.durable, seq)
+        self._send(code, body, warnings)
+
     def _authorize(self) -> None:
-        if not self.emulator.authorized(self._cluster_name, self.request.headers.get("Authorization", "")):
+        identity = self.emulator.identify(self._cluster_name, self.request.headers.get("Authorization", ""))
+        if identity is None:
+            raise ApiError(401, "Unauthorized", "Unauthorized")
+        self._caller = identity
+        if not self.emulator.admitted(self._cluster_name, identity):  # EKS: no access entry for the principal
             raise ApiError(401, "Unauthorized", "Unauthorized")
 
     # --- responses --------------------------------------------------------------------------------------
 
     def _send(self, code: int, body: Any, warnings: list[str] | None = None) -> None:
         if self._finished:
+            return
+        if self._defer and code < 400:
+            self._deferred = (code, body, warnings)
             return
         self.set_status(code)
         self.set_header("Content-Type", "application/json")
@@ -378,8 +406,10 @@ class KubeHandler(RequestHandler):
     # --- streams ----------------------------------------------------------------------------------------
 
     async def _start_stream(self, content_type: str) -> None:
-        """Send the headers now: clients wait for them before they read events."""
+        """Send the headers now: clients wait for them before they read events. A stream is recorded as it
+        starts (a watch may last half an hour)."""
         self.set_status(200)
+        self._record()
         self.set_header("Content-Type", content_type)
         self.set_header("Cache-Control", "no-cache, private")
         conn = self.request.connection

@@ -3,9 +3,10 @@
 Each store change marks ``(cluster, resource, namespace, name)`` dirty; a background thread wakes after
 a short debounce, takes the current objects by reference under the store lock (they are immutable) and
 writes them in one transaction outside it. Nothing here runs on the event loop, and a burst of 10,000
-creates costs a handful of transactions, not 10,000 fsyncs. ``flush()`` writes synchronously (shutdown,
-tests). Watch history is not persisted: after a restart every watch must relist, which is what a real
-API server's compaction would also force.
+creates costs a handful of transactions, not 10,000 fsyncs. ``flush()`` writes synchronously: the
+HTTP front calls it before answering a mutation (concurrent callers share one transaction), so a
+change a client was told about survives a crash of the sandbox. Watch history is not persisted: after
+a restart every watch must relist, which is what a real API server's compaction would also force.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class Persister:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(path), check_same_thread=False)
-        self._db.executescript("PRAGMA journal_mode=WAL;" + _SCHEMA)
+        self._db.executescript("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;" + _SCHEMA)
         self._db_lock = threading.Lock()
         self._debounce = debounce
         self._clusters: dict[str, Cluster] = {}
@@ -45,6 +46,7 @@ class Persister:
         self._dirty_clusters: set[str] = set()
         self._removed_clusters: set[str] = set()
         self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()  # a flush returns only once everything dirty before it is committed
         self._wake = threading.Event()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="kube-persister", daemon=True)
@@ -94,6 +96,11 @@ class Persister:
         self._wake.set()
 
     def flush(self) -> None:
+        """Commit everything changed so far (the emulator calls it before answering a mutation)."""
+        with self._flush_lock:
+            self._flush()
+
+    def _flush(self) -> None:
         with self._lock:
             dirty, self._dirty = self._dirty, set()
             clusters, self._dirty_clusters = self._dirty_clusters, set()

@@ -1,0 +1,45 @@
+"""Test helpers for the sandbox child process: start one on free ports, make an EKS cluster through it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from app.sandbox import Sandbox, aws_session
+from services.kube import KubeClients
+from services.settings import Settings
+from tests.support import free_port, wait_until
+
+ROLE = "arn:aws:iam::123456789012:role/eks-cluster"
+FAST = 5_000.0  # simulated seconds per second: an EKS create (600 s) takes a tenth of a second
+
+
+def sandbox_settings(data_dir: Path, speed: float = FAST) -> Settings:
+    return Settings(data_dir=data_dir, sandbox=True, sandbox_kube_port=free_port(), sandbox_aws_port=free_port(),
+                    sandbox_speed=speed)
+
+
+def start_sandbox(settings: Settings, kube: KubeClients) -> Sandbox:
+    """The sandbox child process, started and answering (stop it with ``.stop()``)."""
+    sandbox = Sandbox(settings, kube)
+    sandbox.start()
+    return sandbox
+
+
+def client(settings: Settings, service: str, endpoint: str | None = None) -> Any:
+    from app.sandbox import aws_endpoint
+
+    return aws_session(settings).client(service, endpoint_url=endpoint or aws_endpoint(settings))
+
+
+def eks_cluster(settings: Settings, name: str, mode: str = "API", endpoint: str | None = None) -> dict[str, Any]:
+    """An ACTIVE EKS cluster made through the sandbox's AWS endpoint, as a user would."""
+    ec2 = client(settings, "ec2", endpoint)
+    vpc = ec2.create_vpc(CidrBlock="10.20.0.0/16")["Vpc"]["VpcId"]
+    subnets = [ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.20.{16 * i}.0/20",
+                                 AvailabilityZone=f"us-west-2{'ab'[i]}")["Subnet"]["SubnetId"] for i in range(2)]
+    eks = client(settings, "eks", endpoint)
+    eks.create_cluster(name=name, version="1.32", roleArn=ROLE, resourcesVpcConfig={"subnetIds": subnets},
+                       accessConfig={"authenticationMode": mode})
+    return dict(wait_until(lambda: (c := eks.describe_cluster(name=name)["cluster"])["status"] == "ACTIVE" and c,
+                           60, f"EKS cluster {name} ACTIVE"))
