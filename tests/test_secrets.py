@@ -80,12 +80,14 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer
     shutil.copy(live.data_dir / "sandbox" / "aws-secret-key", mine / "sandbox" / "aws-secret-key")
     services = build_services(Settings(data_dir=mine, sandbox=True, sandbox_aws_port=aws_port,
                                        sandbox_kube_port=kube_port, workers=1))
-    view, _ = services.clusters.import_cluster(ADMIN, ClusterImport(eks_cluster="sec", hyperpod_cluster="sec"))
-    wait_until(lambda: services.engine.run_until_idle(view.id).status == "succeeded", 60,
-               "the import to connect (its node list synced)")
-    yield live, services, mine
-    services.stop()
-    live.stop()
+    try:
+        view, _ = services.clusters.import_cluster(ADMIN, ClusterImport(eks_cluster="sec", hyperpod_cluster="sec"))
+        wait_until(lambda: services.engine.run_until_idle(view.id).status == "succeeded", 60,
+                   "the import to connect (its node list synced)")
+        yield live, services, mine
+    finally:
+        live.stop()
+        services.stop()
 
 
 def use_token(services: Services, request: UseToken) -> Any:
