@@ -367,7 +367,9 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
     settings.check_bind()
     world: Sandbox | None = None
     try:
-        services.start()  # takes the data directory's lock before anything else touches it
+        # start-up order: the data directory's lock, then the sandbox reachable, then (registry loaded at
+        # build time) the engine resumes operations, so a resumed stage finds its cluster's endpoints
+        services.engine.acquire_lock()
         routes = ROUTES
         pages = PAGES
         if sandbox_enabled(settings):
@@ -382,6 +384,7 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
                 f"{info['kubernetes_url']}, kubeconfigs in {info['kubeconfig_dir']} (instantstart sandbox info)")
         else:
             say(f"AWS mode ({mode_reason or 'sandbox disabled'}): region {settings.region}")
+        services.start()
         token = services.tokens.bootstrap_admin()
         if token and show_token is not None:
             show_token(token)
