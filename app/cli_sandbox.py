@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 import time
@@ -194,8 +195,10 @@ def cmd_kubeconfig(args: argparse.Namespace) -> int:
         text = kubeconfig_text(settings, args.cluster)
     if args.output:
         target = Path(args.output)
-        target.write_text(text)
-        target.chmod(0o600)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds a token: never readable
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        target.chmod(0o600)  # an existing file keeps its mode through O_CREAT
         print(f"wrote {target} (kubectl --kubeconfig {target} get nodes)")
     else:
         print(text, end="")

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from app.routes import Call, Reply, Route
+from app.api.base import Call, Reply, Route
 from app.sandbox import Sandbox
 from services.audit import AuditLog
 from services.auth import Principal, Role

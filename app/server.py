@@ -10,6 +10,7 @@ carries the security headers below (CSP, nosniff, Referrer-Policy, HSTS over HTT
 from __future__ import annotations
 
 import asyncio
+import functools
 import html
 import logging
 import os
@@ -190,7 +191,7 @@ def make_auth_provider(services: Services) -> AuthProvider:
 
     class TokenAuth(AuthProvider):
         @property
-        def get_user(self) -> Callable[[Any], str | None]:
+        def get_user(self) -> Callable[[Any], str | None]:  # type: ignore[override]  # bokeh wants a User
             return get_user
 
         @property
@@ -306,7 +307,8 @@ def make_dashboard(services: Services, pages: list[Page] = PAGES) -> Callable[[]
         Named ``Fast`` on purpose: Panel serves a design's local files under its lower-cased class name.
         """
 
-        _resources = {key: value for key, value in FastDesign._resources.items() if key != "font"}
+        _resources = {key: value for key, value in FastDesign._resources.items()  # type: ignore[assignment]
+                      if key != "font"}
 
     secret = cookie_secret(services.settings.data_dir)  # read once, not for every session
 
@@ -330,7 +332,7 @@ def make_dashboard(services: Services, pages: list[Page] = PAGES) -> Callable[[]
         for page in allowed:
             button = pn.widgets.Button(label=page.title, color="default", sizing_mode="stretch_width",
                                        css_classes=["nav", f"nav-{page.slug}"])
-            button.on_click(lambda _event, slug=page.slug: show(slug))
+            button.on_click(functools.partial(lambda slug, _event: show(slug), page.slug))
             buttons[page.slug] = button
         asked = (pn.state.session_args.get("page") or [b""])[0].decode(errors="replace")
         show(asked if asked in buttons else allowed[0].slug)
