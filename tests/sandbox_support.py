@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.bootstrap import Services, build_services
 from app.sandbox import Sandbox, aws_session
 from services.kube import KubeClients
 from services.settings import Settings
-from tests.support import free_port, wait_until
+from tests.support import ROOT, LiveServer, free_port, start_server, wait_until
 
 ROLE = "arn:aws:iam::123456789012:role/eks-cluster"
 FAST = 5_000.0  # simulated seconds per second: an EKS create (600 s) takes a tenth of a second
@@ -43,3 +50,35 @@ def eks_cluster(settings: Settings, name: str, mode: str = "API", endpoint: str 
                        accessConfig={"authenticationMode": mode})
     return dict(wait_until(lambda: (c := eks.describe_cluster(name=name)["cluster"])["status"] == "ACTIVE" and c,
                            60, f"EKS cluster {name} ACTIVE"))
+
+
+@dataclass
+class SeededServer:
+    """A real ``instantstart serve`` in sandbox mode with a cluster made by ``sandbox seed``."""
+
+    live: LiveServer
+    aws_port: int
+    kube_port: int
+
+    def product(self, data_dir: Path) -> Services:
+        """A second installation of the product against this sandbox (its credentials copied), not started."""
+        (data_dir / "sandbox").mkdir(parents=True, exist_ok=True)
+        shutil.copy(self.live.data_dir / "sandbox" / "aws-secret-key", data_dir / "sandbox" / "aws-secret-key")
+        return build_services(Settings(data_dir=data_dir, sandbox=True, sandbox_aws_port=self.aws_port,
+                                       sandbox_kube_port=self.kube_port, workers=1))
+
+
+@contextmanager
+def seeded_server(folder: Path, name: str, nodes: int = 1) -> Iterator[SeededServer]:
+    aws_port, kube_port = free_port(), free_port()
+    live = start_server(folder / "data", env={"INSTANTSTART_SANDBOX_SPEED": "3000",
+                                              "INSTANTSTART_SANDBOX_AWS_PORT": str(aws_port),
+                                              "INSTANTSTART_SANDBOX_KUBE_PORT": str(kube_port)})
+    try:
+        seed = subprocess.run([sys.executable, "-m", "app.cli", "sandbox", "seed", "--name", name, "--nodes",
+                               str(nodes), "--data-dir", str(live.data_dir)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=300)
+        assert seed.returncode == 0, seed.stderr
+        yield SeededServer(live, aws_port, kube_port)
+    finally:
+        live.stop()

@@ -17,23 +17,17 @@ import pytest
 
 from app.sandbox import SANDBOX_ACCESS_KEY
 from services.clusters.checks import ADMIN_POLICY, access_entry_principal
-from tests.support import ROOT, LiveServer, clean_env, free_port, start_server, wait_until
+from tests.sandbox_support import seeded_server
+from tests.support import ROOT, LiveServer, clean_env, wait_until
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, dict[str, str]]]:
-    aws_port = free_port()
-    env = {"INSTANTSTART_SANDBOX_SPEED": "3000", "INSTANTSTART_SANDBOX_AWS_PORT": str(aws_port),
-           "INSTANTSTART_SANDBOX_KUBE_PORT": str(free_port())}
-    live = start_server(tmp_path_factory.mktemp("clusters") / "data", env=env)
-    seed = subprocess.run([sys.executable, "-m", "app.cli", "sandbox", "seed", "--name", "hp-eks", "--nodes", "2",
-                           "--data-dir", str(live.data_dir)], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert seed.returncode == 0, seed.stderr
-    yield live, {"endpoint": f"http://127.0.0.1:{aws_port}",
-                 "secret": (live.data_dir / "sandbox" / "aws-secret-key").read_text().strip()}
-    live.stop()
+    with seeded_server(tmp_path_factory.mktemp("clusters"), "hp-eks", nodes=2) as server:
+        yield server.live, {"endpoint": f"http://127.0.0.1:{server.aws_port}",
+                            "secret": (server.live.data_dir / "sandbox" / "aws-secret-key").read_text().strip()}
 
 
 def aws(world: dict[str, str], service: str) -> Any:

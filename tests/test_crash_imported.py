@@ -4,7 +4,6 @@ ledger shows no write made twice."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,37 +12,21 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from app.bootstrap import Services, build_services
 from services.auth import Principal, Role
 from services.clusters.models import ClusterImport
-from services.settings import Settings
 from tests.crash_cluster_worker import LABEL
 from tests.ledger import CallLedger
-from tests.support import ROOT, LiveServer, free_port, start_server, wait_until
+from tests.sandbox_support import SeededServer, seeded_server
+from tests.support import ROOT, wait_until
 
 pytestmark = pytest.mark.slow
 OPERATOR = Principal("crash-tester", Role.OPERATOR, "t-crash", "api")
 
 
 @pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, int, int]]:
-    aws_port, kube_port = free_port(), free_port()
-    live = start_server(tmp_path_factory.mktemp("crash") / "data",
-                        env={"INSTANTSTART_SANDBOX_SPEED": "3000", "INSTANTSTART_SANDBOX_AWS_PORT": str(aws_port),
-                             "INSTANTSTART_SANDBOX_KUBE_PORT": str(kube_port)})
-    try:
-        seed = subprocess.run([sys.executable, "-m", "app.cli", "sandbox", "seed", "--name", "crashy", "--nodes",
-                               "1", "--data-dir", str(live.data_dir)], cwd=ROOT, capture_output=True, text=True,
-                              timeout=300)
-        assert seed.returncode == 0, seed.stderr
-        yield live, aws_port, kube_port
-    finally:
-        live.stop()
-
-
-def product(data: Path, aws_port: int, kube_port: int) -> Services:
-    return build_services(Settings(data_dir=data, sandbox=True, sandbox_aws_port=aws_port,
-                                   sandbox_kube_port=kube_port, workers=1))
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeededServer]:
+    with seeded_server(tmp_path_factory.mktemp("crash"), "crashy") as seeded:
+        yield seeded
 
 
 def worker(data: Path, aws_port: int, kube_port: int, *submit: str) -> subprocess.Popen[str]:
@@ -52,12 +35,10 @@ def worker(data: Path, aws_port: int, kube_port: int, *submit: str) -> subproces
 
 
 def test_a_killed_product_resumes_on_an_imported_cluster_and_writes_nothing_twice(
-        sandbox: tuple[LiveServer, int, int], tmp_path: Path) -> None:
-    live, aws_port, kube_port = sandbox
+        sandbox: SeededServer, tmp_path: Path) -> None:
+    live, aws_port, kube_port = sandbox.live, sandbox.aws_port, sandbox.kube_port
     data = tmp_path / "product"
-    (data / "sandbox").mkdir(parents=True)
-    shutil.copy(live.data_dir / "sandbox" / "aws-secret-key", data / "sandbox" / "aws-secret-key")
-    reader = product(data, aws_port, kube_port)  # never started: reads the state the workers write
+    reader = sandbox.product(data)  # never started: reads the state the workers write
     try:
         imported, _ = reader.clusters.import_cluster(OPERATOR, ClusterImport(eks_cluster="crashy"))
         wait_until(lambda: reader.engine.run_until_idle(imported.id).status == "succeeded", 60, "the import")

@@ -7,9 +7,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,16 +15,16 @@ import pytest
 from kubernetes import client as k8s
 from pydantic import SecretStr
 
-from app.bootstrap import Services, build_services
+from app.bootstrap import Services
 from services.audit import AuditQuery
 from services.auth import Principal, Role
 from services.clusters.models import ClusterImport
 from services.errors import Permanent
 from services.models import RequestModel
 from services.secrets import SecretRef, read, secret_values, stash
-from services.settings import Settings
 from services.stages import Done, Observed, OperationKind, Stage, StageContext
-from tests.support import ROOT, LiveServer, free_port, start_server, wait_until
+from tests.sandbox_support import seeded_server
+from tests.support import LiveServer, wait_until
 
 pytestmark = pytest.mark.slow
 ADMIN = Principal("secret-tester", Role.ADMIN, "t-sec", "api")
@@ -67,27 +64,17 @@ class WriteProof(Stage[UseTokenPlan]):
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, Services, Path]]:
-    aws_port, kube_port = free_port(), free_port()
-    live = start_server(tmp_path_factory.mktemp("secrets") / "data",
-                        env={"INSTANTSTART_SANDBOX_SPEED": "3000", "INSTANTSTART_SANDBOX_AWS_PORT": str(aws_port),
-                             "INSTANTSTART_SANDBOX_KUBE_PORT": str(kube_port)})
-    seed = subprocess.run([sys.executable, "-m", "app.cli", "sandbox", "seed", "--name", "sec", "--nodes", "1",
-                           "--data-dir", str(live.data_dir)], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert seed.returncode == 0, seed.stderr
-    # a second installation of the product against the same sandbox (the same sandbox credentials)
-    mine = tmp_path_factory.mktemp("product") / "data"
-    (mine / "sandbox").mkdir(parents=True)
-    shutil.copy(live.data_dir / "sandbox" / "aws-secret-key", mine / "sandbox" / "aws-secret-key")
-    services = build_services(Settings(data_dir=mine, sandbox=True, sandbox_aws_port=aws_port,
-                                       sandbox_kube_port=kube_port, workers=1))
-    try:
-        view, _ = services.clusters.import_cluster(ADMIN, ClusterImport(eks_cluster="sec", hyperpod_cluster="sec"))
-        wait_until(lambda: services.engine.run_until_idle(view.id).status == "succeeded", 60,
-                   "the import to connect (its node list synced)")
-        yield live, services, mine
-    finally:
-        live.stop()
-        services.stop()
+    with seeded_server(tmp_path_factory.mktemp("secrets"), "sec") as seeded:
+        mine = tmp_path_factory.mktemp("product") / "data"
+        services = seeded.product(mine)  # a second installation of the product against the same sandbox
+        try:
+            view, _ = services.clusters.import_cluster(ADMIN, ClusterImport(eks_cluster="sec",
+                                                                            hyperpod_cluster="sec"))
+            wait_until(lambda: services.engine.run_until_idle(view.id).status == "succeeded", 60,
+                       "the import to connect (its node list synced)")
+            yield seeded.live, services, mine
+        finally:
+            services.stop()
 
 
 def use_token(services: Services, request: UseToken) -> Any:
