@@ -131,7 +131,8 @@ def openapi_document(routes: list[Route] = ROUTES) -> dict[str, Any]:
         op["security"] = [] if r.path in PUBLIC_PATHS else [{"bearer": []}, {"session": []}]
         if r.mcp:
             op["x-mcp-tool"] = {"name": r.name, "title": r.summary, "readOnlyHint": r.read_only,
-                                "destructiveHint": r.destructive, "idempotentHint": r.idempotent}
+                                "destructiveHint": r.destructive, "idempotentHint": r.idempotent,
+                                "openWorldHint": r.open_world}
         paths.setdefault(r.path, {})[r.method.lower()] = op
     return {
         "openapi": "3.1.0",

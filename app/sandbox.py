@@ -161,13 +161,13 @@ def register_written_kubeconfigs(settings: Settings, kube: KubeClients, names: l
     for name in names:
         path = kubeconfig_path(settings, name)
         if path.exists():
-            kube.register_kubeconfig(name, path)
+            kube.register_kubeconfig(name, path, keep_eks=True)
 
 
 def register_clusters(settings: Settings, kube: KubeClients, names: list[str]) -> None:
     """Write a kubeconfig per emulated cluster and register it with the client factory."""
     for name in names:
-        kube.register_kubeconfig(name, write_kubeconfig(settings, name))
+        kube.register_kubeconfig(name, write_kubeconfig(settings, name), keep_eks=True)
 
 
 class Sandbox:

@@ -432,6 +432,6 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
             raise Permanent(f"stopped: {world.exit_reason}")
     finally:
         remove_runtime(settings.data_dir)
+        services.stop()  # the engine and informers first, while the sandbox still answers
         if world is not None:
             world.stop()
-        services.stop()

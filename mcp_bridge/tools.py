@@ -193,7 +193,17 @@ def cap_result(spec: ToolSpec, payload: Any, cap: int = RESULT_CHAR_CAP) -> tupl
         note = {"truncated": True, "returned": low, "total": len(payload), "continue": how}
         structured = {"items": payload[:low], **note}
         return json.dumps(structured), structured
-    partial = {"partial": text[: cap - 500], "truncated": True, "characters": len(text), "continue": how}
+    def cut(length: int) -> dict[str, Any]:
+        return {"partial": text[:length], "truncated": True, "characters": len(text), "continue": how}
+
+    low, high = 0, len(text)
+    while low < high:  # the longest prefix whose (re-escaped) answer fits
+        mid = (low + high + 1) // 2
+        if len(json.dumps(cut(mid))) <= cap:
+            low = mid
+        else:
+            high = mid - 1
+    partial = cut(low)
     return json.dumps(partial), partial
 
 

@@ -24,7 +24,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from services.errors import ServiceError
+from services.errors import NotFound, ServiceError
 from services.events import Event, EventBus
 from services.kube import KubeClients
 
@@ -92,6 +92,7 @@ class Informer:
         self.cluster = cluster
         self.kind = kind
         self.synced = threading.Event()
+        self.attempted = threading.Event()  # the first list has succeeded or failed
         self.lists = 0  # full lists made (the first, and one per 410 or resync)
         self.error: str | None = None
         self._objects: dict[str, dict[str, Any]] = {}
@@ -115,7 +116,12 @@ class Informer:
             return None if self._synced_at is None else max(0.0, time.monotonic() - self._synced_at)
 
     def wait_synced(self, timeout: float) -> bool:
-        return self.synced.wait(timeout)
+        """True once the cache holds a list; False at once when the first list has failed (its ``error``
+        says why), else after ``timeout``: a read never waits long on a cluster that cannot answer."""
+        if self.synced.is_set():
+            return True
+        self.attempted.wait(timeout)
+        return self.synced.is_set()
 
     def resync(self, timeout: float) -> bool:
         """List again now (``refresh``); True once the new list is in."""
@@ -137,7 +143,10 @@ class Informer:
         """End a watch connection that is blocked reading (its loop then sees the stop or relist)."""
         resp = self._resp
         if resp is not None:
-            resp.shutdown()  # urllib3's thread-safe way to end a read blocked in another thread
+            try:
+                resp.shutdown()  # urllib3's thread-safe way to end a read blocked in another thread
+            except OSError:  # the connection ended on its own meanwhile: nothing left to interrupt
+                log.debug("informer %s/%s: connection already closed", self.cluster, self.kind.resource)
 
     # ----- the loop ----------------------------------------------------------------------------------
 
@@ -169,6 +178,7 @@ class Informer:
         if self._stop.is_set():  # ended on purpose: say nothing (the process may be exiting)
             return failures
         self.error = message
+        self.attempted.set()
         log.warning("informer %s/%s: %s", self.cluster, self.kind.resource, message)
         self._stop.wait(RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)])
         return failures + 1
@@ -195,6 +205,7 @@ class Informer:
             self.on_list(self.cluster, self.kind.resource)
         self.error = None
         self.synced.set()
+        self.attempted.set()
         self.bus.publish(Event("kube", "synced", {"cluster": self.cluster, "resource": self.kind.resource,
                                                   "count": len(objects)}))
         return str(page.get("metadata", {}).get("resourceVersion") or "0")
@@ -253,7 +264,11 @@ class Informers:
         self._lock = threading.Lock()
 
     def get(self, cluster: str, resource: str) -> Informer:
+        """The cluster's informer of ``resource``, started on first use; NotFound for a cluster the client
+        factory does not know (e.g. forgotten while a read was under way), so none is started for it."""
         key = (cluster, resource)
+        if cluster not in self.kube.clusters():
+            raise NotFound(f"no Kubernetes cluster named {cluster!r} is registered")
         with self._lock:
             informer = self._informers.get(key)
             if informer is None:

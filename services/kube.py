@@ -122,10 +122,17 @@ class KubeClients:
         self._cache: dict[str, _Cached] = {}
         self._lock = threading.Lock()
 
-    def register_kubeconfig(self, cluster: str, path: Path, context: str | None = None) -> None:
+    def register_kubeconfig(self, cluster: str, path: Path, context: str | None = None, *,
+                            keep_eks: bool = False) -> None:
+        """``keep_eks``: leave a cluster registered as EKS (the registry's) as it is: the sandbox's own
+        kubeconfigs never replace how an imported cluster is reached."""
         with self._lock:
+            if keep_eks and isinstance(self._sources.get(cluster), EksSource):
+                return
             self._sources[cluster] = KubeconfigSource(Path(path), context)
-            self._cache.pop(cluster, None)
+            old = self._cache.pop(cluster, None)
+        if old is not None:
+            old.client.close()  # type: ignore[no-untyped-call]
 
     def register_eks(self, cluster: str, eks_name: str | None = None, region: str | None = None) -> None:
         with self._lock:
@@ -138,6 +145,12 @@ class KubeClients:
             cached = self._cache.pop(cluster, None)
         if cached is not None:
             cached.client.close()  # type: ignore[no-untyped-call]
+
+    def source_kind(self, cluster: str) -> str | None:
+        """How ``cluster`` is reached: ``eks`` (the registry's), ``kubeconfig``, or None when unknown."""
+        with self._lock:
+            source = self._sources.get(cluster)
+        return None if source is None else ("eks" if isinstance(source, EksSource) else "kubeconfig")
 
     def clusters(self) -> list[str]:
         with self._lock:

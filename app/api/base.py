@@ -60,6 +60,8 @@ class Route:
     mcp: bool = True
     #: what the route answers; anything but JSON is a text body (``/metrics``)
     media_type: str = "application/json"
+    #: the route reaches AWS or Kubernetes (MCP ``openWorldHint``)
+    open_world: bool = False
 
 
 def accepted(view: OperationView, created: bool) -> Reply:

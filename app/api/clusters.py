@@ -32,27 +32,27 @@ def _forget(call: Call) -> Reply:
 ROUTES: list[Route] = [
     Route("GET", "/api/v1/clusters", "clusters_list", "List registered clusters with their health",
           role_of(Clusters.list_clusters),
-          _list, query=ClusterQuery, response=ClusterSummary, many=True, tag="clusters",
+          _list, query=ClusterQuery, response=ClusterSummary, many=True, tag="clusters", open_world=True,
           description="Every cluster this control plane knows (imported or created here): EKS and HyperPod "
                       "status and node counts per health state, from short-lived caches (refresh=true reads "
                       "again)."),
     Route("GET", "/api/v1/clusters/{cluster}", "clusters_get", "One cluster: groups, nodes, health",
           role_of(Clusters.describe_cluster),
-          _get, query=ClusterQuery, response=ClusterDetail, path_params=CLUSTER, tag="clusters",
+          _get, query=ClusterQuery, response=ClusterDetail, path_params=CLUSTER, tag="clusters", open_world=True,
           description="EKS status and version, HyperPod status and node recovery, instance groups with "
                       "current/target counts, and nodes by instance group with their health label, Ready, "
                       "GPU/EFA capacity, allocatable resources and pod count, from the watch-backed cache "
                       "(cache_age_seconds says how fresh)."),
     Route("POST", "/api/v1/clusters/import", "clusters_import", "Import an existing EKS/HyperPod cluster",
           role_of(Clusters.import_cluster), _import, body=ClusterImport, response=Accepted, read_only=False,
-          status=202, tag="clusters",
+          status=202, tag="clusters", open_world=True,
           description="Register an existing EKS cluster (and the HyperPod cluster on it) without changing it. "
                       "Refused at once when the EKS cluster is missing or not ACTIVE, when the HyperPod "
                       "cluster is not orchestrated by it, or when this control plane's identity has no EKS "
                       "access entry (the message says how to add one)."),
     Route("DELETE", "/api/v1/clusters/{cluster}/registration", "clusters_forget",
           "Forget an imported cluster (it is not touched)", role_of(Clusters.forget_cluster), _forget,
-          response=ClusterRecord, path_params=CLUSTER, read_only=False, tag="clusters",
+          response=ClusterRecord, path_params=CLUSTER, read_only=False, tag="clusters", open_world=True,
           description="Remove an imported cluster from this control plane's registry; nothing in AWS or "
                       "Kubernetes changes. Refused while the cluster has active operations."),
 ]

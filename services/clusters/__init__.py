@@ -29,7 +29,7 @@ from services.clusters.stages import Connect, Register
 from services.errors import Conflict
 from services.events import Event, EventBus
 from services.informers import Informers
-from services.operations import Engine, OperationQuery, OperationView
+from services.operations import ACTIVE, Engine, OperationView
 from services.settings import Settings
 from services.stages import OperationKind
 from services.verbs import verb
@@ -105,12 +105,7 @@ class Clusters:
         record = self.registry.get(name)
         if record.ownership is not Ownership.IMPORTED:
             raise Conflict(f"{name} was created by this control plane: delete it, or keep it registered")
-        active = self.engine.list(OperationQuery(active=True, cluster=name, limit=50))
-        if active:
-            raise Conflict(f"{name} has active operations ({', '.join(op.id for op in active)}); wait for them or "
-                           "cancel them first (operations_get / operations_cancel)",
-                           details={"operations": [op.id for op in active], "status_tool": "operations_get"})
-        self.registry.remove(name)
+        self.registry.remove_if_idle(name, [s.value for s in ACTIVE])
         self.informers.forget(name)
         self.cache.invalidate(record.region, record.eks_name)
         self.audit.record(principal, "cluster.forget", cluster_target(name), {"name": name}, "succeeded")

@@ -17,7 +17,7 @@ from services.clusters.models import (
     InstanceGroupView,
     NodeView,
 )
-from services.errors import ServiceError
+from services.errors import NotFound, ServiceError
 from services.informers import Informers
 
 FIRST_SYNC_SECONDS = 20.0  # the first read of a cluster waits this long for its first list
@@ -75,7 +75,11 @@ class ClusterReader:
                                       status=g.get("Status", "")) for g in hp.get("InstanceGroups", [])]
             except ServiceError as exc:
                 errors.append(f"HyperPod: {exc.message}")
-        nodes, pods = self.informers.get(record.name, "nodes"), self.informers.get(record.name, "pods")
+        try:
+            nodes, pods = self.informers.get(record.name, "nodes"), self.informers.get(record.name, "pods")
+        except NotFound as exc:  # forgotten while this read was under way
+            detail.error = "; ".join([*errors, f"Kubernetes: {exc.message}"])
+            return detail
         if refresh:
             nodes.resync(wait)
             pods.resync(wait)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sqlite3
+from collections.abc import Sequence
 
 from services.clock import Clock
 from services.clusters.models import ClusterRecord, Ownership
@@ -69,7 +70,17 @@ class ClusterRegistry:
         self.kube.register_eks(record.name, record.eks_name, record.region)
         return self.get(record.name)
 
-    def remove(self, name: str) -> None:
+    def remove_if_idle(self, name: str, active_statuses: Sequence[str]) -> None:
+        """Forget ``name`` unless an operation on it (or on anything in it) is active: checked and deleted in
+        one write transaction, so no operation can be submitted between the two."""
+        marks = ",".join("?" * len(active_statuses))
         with self.db.tx() as conn:
+            busy = [r["id"] for r in conn.execute(
+                f"SELECT id FROM operations WHERE status IN ({marks}) AND (target = ? OR substr(target, 1, ?) = ?)",
+                (*active_statuses, f"cluster/{name}", len(f"cluster/{name}/"), f"cluster/{name}/"))]
+            if busy:
+                raise Conflict(f"{name} has active operations ({', '.join(busy)}); wait for them or cancel them "
+                               "first (operations_get / operations_cancel)",
+                               details={"operations": busy, "status_tool": "operations_get"})
             conn.execute("DELETE FROM clusters WHERE name = ?", (name,))
         self.kube.forget(name)

@@ -1,0 +1,87 @@
+"""The read path's guarantees, unit by unit: the AWS cache never stores a value an invalidation
+superseded and loads a key once however many ask; an informer that cannot list answers at once; a
+sandbox kubeconfig never replaces how a registered cluster is reached."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from sandbox.kube import kubeconfig_yaml
+from services.aws import AwsClients
+from services.awscache import AwsCache
+from services.clock import Clock, FakeClock
+from services.errors import NotFound
+from services.events import EventBus
+from services.informers import Informers
+from services.kube import KubeClients
+from tests.support import free_port
+
+
+def test_an_invalidation_during_a_load_is_not_undone() -> None:
+    cache = AwsCache(FakeClock(), ttl=60)
+    started, finish = threading.Event(), threading.Event()
+
+    def slow_old() -> str:
+        started.set()
+        assert finish.wait(30)
+        return "old"
+
+    reader = threading.Thread(target=lambda: cache.get(("eks", "DescribeCluster", "r", "c"), slow_old))
+    reader.start()
+    assert started.wait(30)
+    cache.invalidate("r", "c")  # the operation changed the cluster while the read was in flight
+    finish.set()
+    reader.join(30)
+    value, _age = cache.get(("eks", "DescribeCluster", "r", "c"), lambda: "new")
+    assert value == "new", "the pre-change value was not kept as fresh"
+
+
+def test_concurrent_misses_of_one_key_make_one_call() -> None:
+    cache = AwsCache(FakeClock(), ttl=60)
+    gate = threading.Event()
+    calls: list[int] = []
+
+    def load() -> str:
+        calls.append(1)
+        assert gate.wait(30)
+        return "v"
+
+    readers = [threading.Thread(target=lambda: cache.get(("eks", "DescribeCluster", "r", "c"), load))
+               for _ in range(10)]
+    for t in readers:
+        t.start()
+    gate.set()
+    for t in readers:
+        t.join(30)
+    assert len(calls) == 1 and cache.loads[("eks", "DescribeCluster")] == 1
+
+
+def test_an_informer_that_cannot_list_answers_at_once(tmp_path: Path) -> None:
+    kube = KubeClients(AwsClients("us-west-2"), Clock(), ca_dir=tmp_path / "ca")
+    dead = tmp_path / "dead.yaml"  # nothing listens there
+    dead.write_text(kubeconfig_yaml("dead", f"http://127.0.0.1:{free_port()}", "t"))
+    kube.register_kubeconfig("dead", dead)
+    informers = Informers(kube, EventBus())
+    try:
+        nodes = informers.get("dead", "nodes")
+        # a generous timeout that the test's own limit (300 s) would never reach: it returns on the failure
+        assert nodes.wait_synced(timeout=3_600) is False
+        assert nodes.error and not nodes.synced.is_set()
+        with pytest.raises(NotFound):
+            informers.get("never-registered", "nodes")  # no informer for a cluster nobody knows
+    finally:
+        informers.stop()
+
+
+def test_a_sandbox_kubeconfig_never_replaces_a_registered_cluster(tmp_path: Path) -> None:
+    kube = KubeClients(AwsClients("us-west-2"), Clock(), ca_dir=tmp_path / "ca")
+    path = tmp_path / "c.yaml"
+    path.write_text(kubeconfig_yaml("c", "http://127.0.0.1:1", "t"))
+    kube.register_eks("c")  # the registry's
+    kube.register_kubeconfig("c", path, keep_eks=True)  # the sandbox announcing its clusters
+    assert kube.source_kind("c") == "eks"
+    kube.register_kubeconfig("other", path, keep_eks=True)
+    assert kube.source_kind("other") == "kubeconfig"
