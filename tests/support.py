@@ -86,6 +86,11 @@ class LiveServer:
     def log(self) -> str:
         return self.log_path.read_text()
 
+    def no_backup_running(self) -> None:
+        """A backup requested while one runs joins it: tests that need their own start from none running."""
+        wait_until(lambda: self.get("/api/v1/operations?kind=backup.create&active=true").json() == [], 60,
+                   "earlier backups to finish")
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGINT)

@@ -44,6 +44,7 @@ def test_no_token_is_401_viewer_mutation_is_403_operator_is_accepted(server: Liv
     assert denied[0]["outcome"] == "denied" and denied[0]["action"] == "backups_create"
 
     operator = server.make_token("operator", "rest-operator")
+    server.no_backup_running()
     r = server.post("/api/v1/backups", {"label": "by-operator"}, token=operator)
     assert r.status_code == 202, r.text
     body = r.json()
@@ -54,6 +55,7 @@ def test_no_token_is_401_viewer_mutation_is_403_operator_is_accepted(server: Liv
 
 def test_same_idempotency_key_yields_one_operation(server: LiveServer) -> None:
     headers = {"Idempotency-Key": "nightly-2026-11-30"}
+    server.no_backup_running()
     first = server.post("/api/v1/backups", {"label": "nightly"}, headers=headers)
     second = server.post("/api/v1/backups", {"label": "nightly"}, headers=headers)
     assert first.status_code == second.status_code == 202

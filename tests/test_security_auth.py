@@ -182,20 +182,14 @@ def test_an_idempotency_key_is_scoped_to_its_principal(live: LiveServer) -> None
     assert owner_op not in other.text
 
 
-def no_backup_running(live: LiveServer) -> None:
-    """A backup requested while one runs joins it (and its client claim): start from none running."""
-    wait_until(lambda: live.get("/api/v1/operations?kind=backup.create&active=true").json() == [], 60,
-               "earlier backups to finish")
-
-
 def test_the_face_is_the_transport_and_the_header_only_a_claim(live: LiveServer) -> None:
-    no_backup_running(live)
+    live.no_backup_running()
     claimed = live.post("/api/v1/backups", {"label": "claims-mcp"}, headers={"X-InstantStart-Face": "mcp"})
     assert claimed.json()["created"], "a new operation, not one it joined"
     settle(live, claimed)
     op = claimed.json()["operation"]
     assert (op["face"], op["client"]) == ("api", "mcp")
-    no_backup_running(live)
+    live.no_backup_running()
     posing = live.post("/api/v1/backups", {"label": "claims-ui"}, headers={"X-InstantStart-Face": "ui"})
     assert (posing.json()["operation"]["face"], posing.json()["operation"]["client"]) == ("api", "ui")
     rows = audit(live, client="mcp", action="backup.create")
