@@ -145,7 +145,7 @@ class Informer:
         if resp is not None:
             try:
                 resp.shutdown()  # urllib3's thread-safe way to end a read blocked in another thread
-            except OSError:  # the connection ended on its own meanwhile: nothing left to interrupt
+            except (OSError, ValueError):  # not connected yet, or already ended: nothing to interrupt
                 log.debug("informer %s/%s: connection already closed", self.cluster, self.kind.resource)
 
     # ----- the loop ----------------------------------------------------------------------------------
