@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .base import FaultRegistry, ManualClock, RealClock, SimClock, SimulatedService
+from .facts import MotoFacts
 from .front import ACCOUNT_ID, AwsFront
 from .moto_backend import MOTO_SEED, MotoBackend
 
@@ -95,6 +96,7 @@ class AwsWorld:
             kube.use_clock(self.clock.now)
         self.moto = MotoBackend(self.state_dir / "moto-requests.jsonl" if self.state_dir else None, moto_seed,
                                 region=region, account=account)
+        self.facts = MotoFacts(self.moto, region)
         self.front = AwsFront(self.moto, self.faults, account=account, region=region, ledger=ledger)
         if self.state_dir is not None:
             self.front.after_write = self.save_service

@@ -1,0 +1,166 @@
+"""Read-only facts the simulators check against moto's world: IAM roles, security groups, S3 buckets, subnets.
+
+AWS services validate what a request names: HyperPod's CreateCluster refuses an execution role that does
+not exist or does not trust ``sagemaker.amazonaws.com``, EKS refuses a security group of another VPC. The
+simulators ask these questions here, through moto's own query API (the same requests ``aws`` would send),
+so they see exactly the state a client created and nothing is logged (reads are never replayed).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlencode
+
+from .moto_backend import MotoBackend, Subnet
+
+_IAM_VERSION = "2010-05-08"
+_EC2_VERSION = "2016-11-15"
+
+
+@dataclass(frozen=True)
+class Role:
+    """An IAM role as a service sees it when it is passed one: its ARN and whom its trust policy admits."""
+
+    name: str
+    arn: str
+    trust: dict[str, Any]
+    attached_policies: tuple[str, ...] = field(default=())
+
+    def trusted_services(self, action: str = "sts:AssumeRole") -> set[str]:
+        """Service principals an ``Allow`` statement of the trust policy admits for ``action``."""
+        found: set[str] = set()
+        for statement in _statements(self.trust):
+            if statement.get("Effect") != "Allow" or not _covers(statement.get("Action"), action):
+                continue
+            principal = statement.get("Principal")
+            if not isinstance(principal, dict):
+                continue
+            services = principal.get("Service", [])
+            found.update([services] if isinstance(services, str) else list(services))
+        return found
+
+    def trusts(self, service: str, *actions: str) -> bool:
+        """Whether the trust policy lets ``service`` perform every one of ``actions`` (default AssumeRole)."""
+        return all(service in self.trusted_services(action) for action in (actions or ("sts:AssumeRole",)))
+
+
+@dataclass(frozen=True)
+class SecurityGroup:
+    """An EC2 security group: its VPC and its inbound rules as (protocol, from port, to port, self-ref)."""
+
+    group_id: str
+    vpc: str
+    ingress: tuple[tuple[str, int, int, bool], ...]
+
+    def allows(self, port: int, protocol: str = "tcp") -> bool:
+        """Whether an inbound rule admits ``port`` (protocol ``-1`` admits all)."""
+        return any(proto == "-1" or (proto == protocol and low <= port <= high)
+                   for proto, low, high, _ in self.ingress)
+
+
+def _statements(policy: dict[str, Any]) -> list[dict[str, Any]]:
+    statements = policy.get("Statement", [])
+    return [statements] if isinstance(statements, dict) else [s for s in statements if isinstance(s, dict)]
+
+
+def _covers(actions: object, action: str) -> bool:
+    listed = [actions] if isinstance(actions, str) else list(actions) if isinstance(actions, list) else []
+    return any(a in (action, "*", "sts:*") for a in listed)
+
+
+def _strip(tag: str) -> str:
+    return tag.rpartition("}")[2]
+
+
+def _find(node: ET.Element, name: str) -> ET.Element | None:
+    return next((child for child in node.iter() if _strip(child.tag) == name), None)
+
+
+def _text(node: ET.Element | None, name: str) -> str:
+    found = _find(node, name) if node is not None else None
+    return (found.text or "") if found is not None else ""
+
+
+class MotoFacts:
+    """Answers the simulators' questions about moto's state (every answer is a fresh read)."""
+
+    def __init__(self, moto: MotoBackend, region: str) -> None:
+        self._moto = moto
+        self._region = region
+
+    def _query(self, service: str, params: dict[str, str]) -> tuple[int, ET.Element | None]:
+        scope_region = "us-east-1" if service == "iam" else self._region
+        headers = {"Content-Type": "application/x-www-form-urlencoded; charset=utf-8",
+                   "Authorization": f"AWS4-HMAC-SHA256 Credential=sandbox/20260101/{scope_region}/{service}"
+                                    "/aws4_request, SignedHeaders=host, Signature=sandbox"}
+        forwarded = self._moto.forward("POST", "/", headers, urlencode(params).encode())
+        try:
+            status, text = forwarded.status, forwarded.read().decode()
+        finally:
+            forwarded.close()
+        try:
+            return status, ET.fromstring(text) if text.strip() else None
+        except ET.ParseError:
+            return status, None
+
+    def role(self, name_or_arn: str) -> Role | None:
+        """The IAM role named (by name or ARN, a path allowed), or ``None`` if moto has none by that name."""
+        name = name_or_arn.rpartition("/")[2] if name_or_arn.startswith("arn:") else name_or_arn
+        if not name:
+            return None
+        status, root = self._query("iam", {"Action": "GetRole", "Version": _IAM_VERSION, "RoleName": name})
+        if status != 200 or root is None:
+            return None
+        document = unquote(_text(root, "AssumeRolePolicyDocument"))
+        try:
+            trust = json.loads(document) if document else {}
+        except ValueError:
+            trust = {}
+        status, attached = self._query("iam", {"Action": "ListAttachedRolePolicies", "Version": _IAM_VERSION,
+                                               "RoleName": name})
+        arns = tuple(el.text or "" for el in (attached.iter() if attached is not None and status == 200 else ())
+                     if _strip(el.tag) == "PolicyArn")
+        return Role(name=name, arn=_text(root, "Arn"), trust=trust if isinstance(trust, dict) else {},
+                    attached_policies=arns)
+
+    def security_group(self, group_id: str) -> SecurityGroup | None:
+        """The EC2 security group with this id, or ``None``."""
+        if not re.fullmatch(r"sg-[0-9a-f]+", group_id):
+            return None
+        status, root = self._query("ec2", {"Action": "DescribeSecurityGroups", "Version": _EC2_VERSION,
+                                           "GroupId.1": group_id})
+        info = _find(root, "securityGroupInfo") if status == 200 and root is not None else None
+        item = next((child for child in info if _strip(child.tag) == "item"), None) if info is not None else None
+        if item is None:
+            return None
+        ingress: list[tuple[str, int, int, bool]] = []
+        permissions = next((c for c in item if _strip(c.tag) == "ipPermissions"), None)
+        for rule in permissions if permissions is not None else ():
+            proto = _text(rule, "ipProtocol") or "-1"
+            low, high = _text(rule, "fromPort"), _text(rule, "toPort")
+            self_ref = any(_text(pair, "groupId") == group_id for pair in rule.iter() if _strip(pair.tag) == "item")
+            ingress.append((proto, int(low) if low.lstrip("-").isdigit() else -1,
+                            int(high) if high.lstrip("-").isdigit() else 65535, self_ref))
+        vpc = next((c.text or "" for c in item if _strip(c.tag) == "vpcId"), "")
+        return SecurityGroup(group_id=group_id, vpc=vpc, ingress=tuple(ingress))
+
+    def bucket_exists(self, bucket: str) -> bool:
+        """Whether moto has an S3 bucket of this name."""
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]", bucket):
+            return False
+        headers = {"Authorization": f"AWS4-HMAC-SHA256 Credential=sandbox/20260101/{self._region}/s3"
+                                    "/aws4_request, SignedHeaders=host, Signature=sandbox"}
+        forwarded = self._moto.forward("HEAD", f"/{bucket}", headers, b"")
+        try:
+            forwarded.read()
+            return forwarded.status == 200
+        finally:
+            forwarded.close()
+
+    def subnet(self, subnet_id: str) -> Subnet | None:
+        """The EC2 subnet's VPC, CIDR and zone, or ``None``."""
+        return self._moto.subnet(subnet_id, self._region)
