@@ -20,6 +20,7 @@ from services.informers import Informers
 from services.kube import KubeClients
 from services.limits import Slots
 from services.metrics import Metrics
+from services.operation_verbs import Operations
 from services.operations import Backoff, Engine
 from services.sessions import SessionStore, SignInThrottle
 from services.settings import Settings
@@ -47,6 +48,11 @@ class Services:
     informers: Informers
     clusters: Clusters
     token_verbs: Tokens
+    operations: Operations
+
+    def lock(self) -> None:
+        """Take the data directory's lock (start-up order: lock, sandbox reachable, registry, resume)."""
+        self.engine.acquire_lock()
 
     def start(self) -> None:
         self.engine.start()
@@ -73,8 +79,8 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
                          on_call=metrics.aws_call)
     else:
         aws = AwsClients(settings.region, settings.aws_endpoint_url, on_call=metrics.aws_call)
-    backups = Backups(db, data / "backups", keep=settings.backup_keep, reserve_bytes=settings.backup_reserve_bytes)
-    engine.register(backups.kind())
+    backups = Backups(db, data / "backups", engine, keep=settings.backup_keep,
+                      reserve_bytes=settings.backup_reserve_bytes)
     kube = KubeClients(aws, clock, ca_dir=data / "ca")
     if sandboxed:
         register_written_kubeconfigs(settings, kube, stored_clusters(settings))  # serve's Sandbox writes them
@@ -94,4 +100,5 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
         websockets=Slots("event WebSockets", settings.ws_per_principal),
         longpolls=Slots("long-polls", settings.longpolls_per_principal),
         informers=informers, clusters=clusters, token_verbs=Tokens(tokens, audit, bus),
+        operations=Operations(engine, kube, clusters),
     )

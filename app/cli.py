@@ -76,13 +76,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         summary = StatusSummary.model_validate(rest(args, "GET", "/api/v1/status"))
     else:
         from app.bootstrap import build_services
-        from services.status import summarize
 
         where = located(args)
         services = build_services(where.settings)
         try:
-            registered = services.clusters.list_clusters(SYSTEM.via("cli"), wait=10)  # a one-off read
-            summary = summarize(services.engine, services.kube.clusters(), registered)
+            summary = services.operations.summary(SYSTEM.via("cli"), wait=10)  # a one-off read may wait
         finally:
             services.informers.stop()
             services.db.close()

@@ -16,7 +16,6 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,16 +25,18 @@ import tornado.httputil
 import tornado.web
 from bokeh.server.auth_provider import AuthProvider
 
+from app.api.pages import Page
+from app.api.sandbox import sandbox_pages, sandbox_routes
 from app.bootstrap import Services
 from app.edge import edge_patterns, guard_application, http_server_limits
 from app.rest import SESSION_COOKIE, XSRF_COOKIE, NotFoundHandler, allowed_origins, rest_patterns, sign_in
-from app.routes import ROUTES
+from app.routes import PAGES, ROUTES
 from app.runtime import RUNTIME_FILE, Runtime, remove_runtime, url_for, write_runtime
 from app.sandbox import Sandbox, sandbox_enabled
-from app.sandbox_api import SandboxControl, sandbox_routes
 from app.secret_files import secret_file
 from services.auth import Principal, Role
 from services.errors import Permanent, ServiceError
+from services.sandbox_control import SandboxControl
 from services.settings import LOOPBACK_HOSTS
 
 log = logging.getLogger(__name__)
@@ -213,60 +214,6 @@ def make_auth_provider(services: Services) -> AuthProvider:
     return TokenAuth()
 
 
-@dataclass(frozen=True)
-class Page:
-    """One entry of the dashboard's navigation; capability issues add theirs here."""
-
-    slug: str
-    title: str
-    role: Role
-    build: Callable[[Services, Principal], Any]
-
-
-def current_principal(services: Services, principal: Principal) -> Callable[[], Principal] | None:
-    """For panes: the session's principal looked up again, so an ended session or a revoked token stops
-    acting at once."""
-    session, token_id = principal.session, principal.token_id
-    if session is not None:
-        return lambda: services.sessions.principal(session, "ui")
-    return (lambda: services.tokens.principal(token_id, "ui")) if token_id else None
-
-
-def _operations_page(services: Services, principal: Principal) -> Any:
-    from panels.operations import OperationsPane
-
-    return OperationsPane(engine=services.engine, bus=services.bus, principal=principal,
-                          current_principal=current_principal(services, principal))
-
-
-def _clusters_page(services: Services, principal: Principal) -> Any:
-    from panels.clusters import ClustersPane
-
-    return ClustersPane(clusters=services.clusters, bus=services.bus, principal=principal,
-                        current_principal=current_principal(services, principal))
-
-
-def _audit_page(services: Services, principal: Principal) -> Any:
-    from panels.audit import AuditPane
-
-    return AuditPane(audit=services.audit, bus=services.bus)
-
-
-def _backups_page(services: Services, principal: Principal) -> Any:
-    from panels.backups import BackupsPane
-
-    return BackupsPane(backups=services.backups, engine=services.engine, bus=services.bus, principal=principal,
-                       current_principal=current_principal(services, principal))
-
-
-PAGES: list[Page] = [
-    Page("operations", "Operations", Role.VIEWER, _operations_page),
-    Page("clusters", "Clusters", Role.VIEWER, _clusters_page),
-    Page("audit", "Audit", Role.VIEWER, _audit_page),
-    Page("backups", "Backups", Role.ADMIN, _backups_page),  # listing backups is admin-only, as in REST
-]
-
-
 def session_principal(services: Services, secret: str) -> Principal:
     """Who owns this dashboard session, read again from the signed session cookie.
 
@@ -286,16 +233,6 @@ def session_principal(services: Services, secret: str) -> Principal:
     if not session:
         raise Unauthorized("no valid dashboard session; sign in again")
     return services.sessions.principal(session.decode(), "ui")
-
-
-def sandbox_page(control: SandboxControl) -> Callable[[Services, Principal], Any]:
-    def build(services: Services, principal: Principal) -> Any:
-        from panels.sandbox import SandboxPane
-
-        return SandboxPane(control=control, bus=services.bus, principal=principal,
-                           current_principal=current_principal(services, principal))
-
-    return build
 
 
 def make_dashboard(services: Services, pages: list[Page] = PAGES) -> Callable[[], Any]:
@@ -371,7 +308,7 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
     try:
         # start-up order: the data directory's lock, then the sandbox reachable, then (registry loaded at
         # build time) the engine resumes operations, so a resumed stage finds its cluster's endpoints
-        services.engine.acquire_lock()
+        services.lock()
         routes = ROUTES
         pages = PAGES
         if sandbox_enabled(settings):
@@ -379,7 +316,7 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
             world.start()  # a child process; returns once it answers
             control = SandboxControl(world, services.audit, services.bus)
             routes = ROUTES + sandbox_routes(control)
-            pages = [*PAGES, Page("sandbox", "Sandbox", Role.VIEWER, sandbox_page(control))]
+            pages = [*PAGES, *sandbox_pages(control)]
             info = world.info()
             say(f"sandbox mode ({mode_reason or 'sandbox enabled'}): account {info['account_id']}, region "
                 f"{info['region']}, AWS endpoint {info['aws_endpoint_url']} (aws --endpoint-url), Kubernetes "

@@ -20,8 +20,9 @@ import param
 from panels.live import LiveRefresh
 from panels.tables import ReadOnlyTable
 from services.audit import AuditEntry, AuditLog, AuditQuery
+from services.auth import Principal
 from services.events import Event, EventBus
-from services.operations import iso
+from services.operation_views import iso
 
 FACES = ["all", "ui", "api", "cli", "system"]
 COLUMNS = ["time", "actor", "role", "face", "client claim", "action", "target", "outcome", "operation", "detail"]
@@ -34,9 +35,10 @@ class AuditState(param.Parameterized):
                                                doc="only rows that came through this face")
     entries = param.List(default=[], item_type=AuditEntry, doc="the listed rows, newest first")
 
-    def __init__(self, audit: AuditLog, **params: Any) -> None:
+    def __init__(self, audit: AuditLog, principal: Principal, **params: Any) -> None:
         super().__init__(**params)
         self.audit = audit
+        self.principal = principal
         self.reload()
 
     def query(self) -> AuditQuery:
@@ -45,12 +47,12 @@ class AuditState(param.Parameterized):
 
     def reload(self) -> None:
         """Read synchronously (notebooks, tests, first render)."""
-        self.entries = self.audit.list(self.query())
+        self.entries = self.audit.list_entries(self.principal, self.query())
 
     async def refresh(self) -> None:
         """Read in a worker thread; a filter change while reading wins over this answer."""
         query = self.query()
-        entries = await asyncio.get_running_loop().run_in_executor(None, self.audit.list, query)
+        entries = await asyncio.get_running_loop().run_in_executor(None, self.audit.list_entries, self.principal, query)
         if query == self.query():
             self.entries = entries
 
@@ -65,9 +67,9 @@ def audit_frame(entries: list[AuditEntry]) -> pd.DataFrame:
 
 
 class AuditPane(pn.viewable.Viewer):
-    def __init__(self, audit: AuditLog, bus: EventBus, **params: Any) -> None:
+    def __init__(self, audit: AuditLog, bus: EventBus, principal: Principal, **params: Any) -> None:
         super().__init__(**params)
-        self.state = AuditState(audit)
+        self.state = AuditState(audit, principal)
         self.table = ReadOnlyTable(audit_frame(self.state.entries), disabled=True, show_index=False,
                                           sizing_mode="stretch_width", height=480, css_classes=["audit-table"],
                                           empty="No audit entries match: every change (operations, tokens, "

@@ -3,8 +3,8 @@
 Updates come from the event bus, not from polling. Every operation event carries the operation's full
 view, so the state merges it into the list by id and version without touching the database, and the
 pane updates its tables in place (no widget is rebuilt, so the selection and scroll position survive).
-Buttons submit and return: the engine call runs in an executor, the role is checked by
-the engine checks the role, and the outcome arrives as events.
+Buttons submit and return: the verb runs in an executor, the role is checked by the verb (and the
+engine, per operation kind), and the outcome arrives as events.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from panels.tables import ReadOnlyTable, role_hint
 from services.auth import Principal, Role
 from services.errors import ServiceError
 from services.events import Event, EventBus
-from services.operations import ACTIVE, Engine, OperationQuery, OperationView, Status
+from services.operation_verbs import Operations
+from services.operation_views import ACTIVE, OperationQuery, OperationView, Status
 
 STATUS_FILTERS = ["all", "active", *[s.value for s in Status]]
 LIMIT = 200
@@ -56,7 +57,7 @@ def _newest_first(ops: Iterable[OperationView]) -> list[OperationView]:
 
 
 class OperationsState(param.Parameterized):
-    """What the pane shows; talks to the engine only through its public methods."""
+    """What the pane shows; acts only through the operations noun's verbs."""
 
     status_filter: param.Selector[str] = param.Selector(default="all", objects=STATUS_FILTERS,
                                                         doc="which operations to list")
@@ -69,10 +70,10 @@ class OperationsState(param.Parameterized):
     busy = param.Boolean(default=False, doc="a retry or cancel is on its way to the engine")
     message = param.String(default="", doc="outcome of the last retry or cancel")
 
-    def __init__(self, engine: Engine, principal: Principal,
+    def __init__(self, operations: Operations, principal: Principal,
                  current_principal: Callable[[], Principal] | None = None, **params: Any) -> None:
         super().__init__(**params)
-        self.engine = engine
+        self.operations_verbs = operations
         self.principal = principal
         # asked again at every action, so a token revoked while the page is open acts no more
         self._current_principal = current_principal or (lambda: principal)
@@ -86,12 +87,13 @@ class OperationsState(param.Parameterized):
 
     def reload(self) -> None:
         """Read the list for the current filter (synchronously: notebooks, tests, first render)."""
-        self._replace(self.engine.list(_query(self.status_filter)))
+        self._replace(self.operations_verbs.list_operations(self.principal, _query(self.status_filter)))
 
     async def refresh(self) -> None:
         """Read the list for the current filter in a worker thread, so the event loop never waits on SQLite."""
         wanted = self.status_filter
-        ops = await asyncio.get_running_loop().run_in_executor(None, self.engine.list, _query(wanted))
+        ops = await asyncio.get_running_loop().run_in_executor(None, self.operations_verbs.list_operations,
+                                                             self.principal, _query(wanted))
         if wanted == self.status_filter:
             self._replace(ops)
 
@@ -140,12 +142,12 @@ class OperationsState(param.Parameterized):
     # ----- control -----------------------------------------------------------------------------------
 
     async def retry(self) -> None:
-        await self._control(self.engine.retry, "retry")
+        await self._control(self.operations_verbs.retry_operation, "retry")
 
     async def cancel(self) -> None:
-        await self._control(self.engine.cancel, "cancel")
+        await self._control(self.operations_verbs.cancel_operation, "cancel")
 
-    async def _control(self, action: Callable[[str, Principal], OperationView], verb: str) -> None:
+    async def _control(self, action: Callable[[Principal, str], OperationView], verb: str) -> None:
         op = self.current
         if op is None:
             self.message = f"{verb}: no operation selected"
@@ -154,7 +156,7 @@ class OperationsState(param.Parameterized):
         try:
             # the engine checks the role; the disabled button is only a courtesy
             def run() -> OperationView:
-                return action(op.id, self._current_principal())
+                return action(self._current_principal(), op.id)
 
             await asyncio.get_running_loop().run_in_executor(None, run)
             self.message = f"{verb} of {op.id} requested"
@@ -206,10 +208,10 @@ def header_markdown(op: OperationView | None) -> str:
 class OperationsPane(pn.viewable.Viewer):
     """Operations with stages and conditions; renders alone in a notebook or inside the dashboard."""
 
-    def __init__(self, engine: Engine, bus: EventBus, principal: Principal,
+    def __init__(self, operations: Operations, bus: EventBus, principal: Principal,
                  current_principal: Callable[[], Principal] | None = None, **params: Any) -> None:
         super().__init__(**params)
-        self.state = OperationsState(engine, principal, current_principal)
+        self.state = OperationsState(operations, principal, current_principal)
         state = self.state
         self.table = ReadOnlyTable(
             operations_frame(state.operations), disabled=True, show_index=False, selectable=1,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import pandas as pd
 import panel as pn
@@ -21,16 +21,7 @@ from panels.tables import ReadOnlyTable, role_hint
 from services.auth import Principal, Role
 from services.errors import ServiceError
 from services.events import Event, EventBus
-
-
-class SandboxPort(Protocol):
-    def info(self) -> Any: ...
-
-    def faults(self) -> list[Any]: ...
-
-    def inject(self, principal: Principal, request: dict[str, Any]) -> Any: ...
-
-    def clear(self, principal: Principal, fault_id: str) -> list[Any]: ...
+from services.sandbox_control import SandboxControl
 
 
 def parse_target(text: str) -> dict[str, str]:
@@ -63,18 +54,18 @@ class SandboxState(param.Parameterized):
     info = param.Parameter(default=None, doc="endpoints and kubeconfigs (SandboxInfo)")
     message = param.String(default="")
 
-    def __init__(self, control: SandboxPort, principal: Principal,
+    def __init__(self, control: SandboxControl, principal: Principal,
                  current_principal: Callable[[], Principal] | None = None, **params: Any) -> None:
         super().__init__(**params)
         self.control = control
         self.principal = principal
         # asked again at every action, so a token revoked while the page is open acts no more
         self._current_principal = current_principal or (lambda: principal)
-        info = control.info()
+        info = control.info(principal)
         self.info = info
         self.param.kind.objects = sorted(info.fault_kinds)
         self.kind = self.param.kind.objects[0] if self.param.kind.objects else None
-        self.faults = [f.model_dump() for f in control.faults()]
+        self.faults = [f.model_dump() for f in control.faults(principal)]
 
     def required_keys(self) -> list[str]:
         return list(self.info.fault_kinds.get(self.kind, [])) if self.kind else []
@@ -133,7 +124,7 @@ def info_markdown(info: Any) -> str:
 
 
 class SandboxPane(pn.viewable.Viewer):
-    def __init__(self, control: SandboxPort, bus: EventBus, principal: Principal,
+    def __init__(self, control: SandboxControl, bus: EventBus, principal: Principal,
                  current_principal: Callable[[], Principal] | None = None, **params: Any) -> None:
         super().__init__(**params)
         self.state = SandboxState(control, principal, current_principal)

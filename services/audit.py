@@ -14,10 +14,11 @@ from typing import Any
 
 from pydantic import Field
 
-from services.auth import Principal
+from services.auth import Principal, Role
 from services.clock import Clock
 from services.db import Database, dumps, loads
 from services.models import RequestModel, ResponseModel
+from services.verbs import verb
 
 
 class AuditEntry(ResponseModel):
@@ -93,6 +94,11 @@ class AuditLog:
         else:
             with self.db.tx() as own:
                 own.execute(sql, row)
+
+    @verb(Role.VIEWER)
+    def list_entries(self, principal: Principal, query: AuditQuery | None = None) -> list[AuditEntry]:
+        """The audit trail, newest first (the ``audit`` noun's one read)."""
+        return self.list(query or AuditQuery())
 
     def list(self, query: AuditQuery) -> list[AuditEntry]:
         where, params = [], []

@@ -22,11 +22,13 @@ from typing import Any
 
 from pydantic import Field
 
+from services.auth import Principal, Role
 from services.db import Database
 from services.errors import Conflict, NotFound, Permanent
 from services.models import RequestModel, ResponseModel
-from services.operation_views import iso
-from services.operations import Observed, OperationKind, Stage, StageContext
+from services.operation_views import OperationView, iso
+from services.operations import Engine, Observed, OperationKind, Stage, StageContext
+from services.verbs import verb
 
 KIND = "backup.create"
 PATTERN = "state-*.sqlite"
@@ -46,11 +48,28 @@ class BackupInfo(ResponseModel):
 
 
 class Backups:
-    def __init__(self, db: Database, directory: Path, *, keep: int = 10, reserve_bytes: int = 0) -> None:
+    """The ``backups`` noun: ``list_backups``, ``get_backup`` and ``create_backup`` (an operation)."""
+
+    def __init__(self, db: Database, directory: Path, engine: Engine, *, keep: int = 10,
+                 reserve_bytes: int = 0) -> None:
         self.db = db
         self.directory = directory
         self.keep = keep
         self.reserve_bytes = reserve_bytes
+        self._engine = engine
+        engine.register(self.kind())
+
+    @verb(Role.ADMIN)
+    def list_backups(self, principal: Principal) -> list[BackupInfo]:
+        """Backups newest first (admin: their names and sizes say how much state there is)."""
+        return self.list()
+
+    @verb(Role.OPERATOR)
+    def create_backup(self, principal: Principal, request: BackupCreate,
+                      idempotency_key: str | None = None) -> tuple[OperationView, bool]:
+        """Submit a ``backup.create`` (free space prechecked; a request while one runs joins it).
+        Returns the operation and whether this call created it."""
+        return self._engine.submit(KIND, request, principal, idempotency_key)
 
     def path_for(self, ctx: StageContext[BackupCreate]) -> Path:
         return self.directory / f"state-{ctx.request.label}-{ctx.operation_id}.sqlite"

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from services import __version__
 from services.clusters.models import ClusterSummary
 from services.models import ResponseModel
-from services.operations import Engine, OperationQuery, OperationView, Status
+from services.operation_views import OperationView
 
 
 class StatusSummary(ResponseModel):
@@ -18,17 +17,6 @@ class StatusSummary(ResponseModel):
     clusters: list[str] = Field(default_factory=list, description="Kubernetes clusters this server knows")
     registered: list[ClusterSummary] = Field(
         default_factory=list, description="registered clusters with node health (from the caches)")
-
-
-def summarize(engine: Engine, clusters: list[str], registered: list[ClusterSummary] | None = None) -> StatusSummary:
-    return StatusSummary(
-        version=__version__,
-        operations=engine.counts(),
-        active=engine.list(OperationQuery(active=True, limit=20)),
-        recent_failures=engine.list(OperationQuery(status=[Status.FAILED], limit=5)),
-        clusters=clusters,
-        registered=registered or [],
-    )
 
 
 def render_text(summary: StatusSummary) -> str:

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from app.api.base import Call
+from app.api.operations import OperationWait
+from app.api.operations import _get as _operations_get
 from app.bootstrap import Services, build_services
-from app.routes import Call, OperationWait, _operations_get
 from services.audit import AuditQuery
 from services.auth import Role, TokenCreate
 from services.backups import KIND, BackupCreate
@@ -38,7 +40,7 @@ def kept(tmp_path: Path, clock: FakeClock) -> Iterator[Services]:
 
 
 def backup(svc: Services, label: str) -> str:
-    view, created = svc.engine.submit(KIND, BackupCreate(label=label), OPERATOR)
+    view, created = svc.backups.create_backup(OPERATOR, BackupCreate(label=label))
     assert created
     done = svc.engine.run_until_idle(view.id)
     assert done.status == "succeeded", done.error
@@ -67,21 +69,21 @@ def test_a_backup_is_one_file_with_no_wal_or_shm_beside_it(kept: Services) -> No
 
 
 def test_a_request_while_a_backup_runs_joins_it(kept: Services) -> None:
-    first, created = kept.engine.submit(KIND, BackupCreate(label="first"), OPERATOR)
-    joined, created_again = kept.engine.submit(KIND, BackupCreate(label="second"), ADMIN)
+    first, created = kept.backups.create_backup(OPERATOR, BackupCreate(label="first"))
+    joined, created_again = kept.backups.create_backup(ADMIN, BackupCreate(label="second"))
     assert created and not created_again and joined.id == first.id
     rows = kept.audit.list(AuditQuery(action=KIND))
     assert [(r.actor, r.outcome, r.operation_id) for r in rows] == [
         ("root", "merged", first.id), ("tester", "accepted", first.id)]
     kept.engine.run_until_idle(first.id)
-    assert kept.engine.submit(KIND, BackupCreate(label="third"), ADMIN)[1]  # ended: a new one starts
+    assert kept.backups.create_backup(ADMIN, BackupCreate(label="third"))[1]  # ended: a new one starts
 
 
 def test_a_backup_the_disk_cannot_take_is_refused_before_any_row(tmp_path: Path, clock: FakeClock) -> None:
     svc = make(tmp_path, clock, backup_reserve_bytes=10**18)
     try:
         with pytest.raises(Conflict) as refused:
-            svc.engine.submit(KIND, BackupCreate(label="full"), OPERATOR)
+            svc.backups.create_backup(OPERATOR, BackupCreate(label="full"))
         assert "free space" in refused.value.message and refused.value.details["needed_bytes"] > 10**18
         assert svc.db.query("SELECT * FROM operations") == []
         assert svc.audit.list(AuditQuery(action=KIND)) == []
@@ -94,12 +96,12 @@ def test_a_retry_of_an_accepted_backup_is_not_prechecked_again(tmp_path: Path, c
     Idempotency-Key) and a request joining it got 409 instead of the operation."""
     svc = make(tmp_path, clock)
     try:
-        first, created = svc.engine.submit(KIND, BackupCreate(label="a"), OPERATOR, "key-1")
+        first, created = svc.backups.create_backup(OPERATOR, BackupCreate(label="a"), "key-1")
         assert created
         svc.backups.reserve_bytes = 10**18  # the disk is full now
-        again, created = svc.engine.submit(KIND, BackupCreate(label="a"), OPERATOR, "key-1")
+        again, created = svc.backups.create_backup(OPERATOR, BackupCreate(label="a"), "key-1")
         assert (again.id, created) == (first.id, False)
-        joined, created = svc.engine.submit(KIND, BackupCreate(label="b"), OPERATOR)
+        joined, created = svc.backups.create_backup(OPERATOR, BackupCreate(label="b"))
         assert (joined.id, created) == (first.id, False), "joins the running backup"
     finally:
         svc.stop()

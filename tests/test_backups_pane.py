@@ -16,7 +16,7 @@ VIEWER = Principal("vic", Role.VIEWER, None, "ui")
 
 
 def test_back_up_now_runs_the_operation_and_the_list_follows(services: Services) -> None:
-    pane = BackupsPane(backups=services.backups, engine=services.engine, bus=services.bus, principal=ADMIN)
+    pane = BackupsPane(backups=services.backups, bus=services.bus, principal=ADMIN)
     pn.panel(pane).get_root()
     assert pane.state.backups == [] and not pane.button.disabled
     pane.state.label = "before-upgrade"
@@ -31,12 +31,12 @@ def test_back_up_now_runs_the_operation_and_the_list_follows(services: Services)
 
 
 def test_bad_labels_and_viewers_are_refused_by_the_services(services: Services) -> None:
-    pane = BackupsPane(backups=services.backups, engine=services.engine, bus=services.bus, principal=ADMIN)
+    pane = BackupsPane(backups=services.backups, bus=services.bus, principal=ADMIN)
     pane.state.label = "Not Valid!"
     asyncio.run(pane.state.create())
     services.bus.drain()  # delivery is off the publisher's thread
     assert pane.state.message.startswith("refused (invalid)")
-    viewer = BackupsPane(backups=services.backups, engine=services.engine, bus=services.bus, principal=VIEWER)
+    viewer = BackupsPane(backups=services.backups, bus=services.bus, principal=VIEWER)
     assert viewer.button.disabled
     asyncio.run(viewer.state.create())
     services.bus.drain()  # delivery is off the publisher's thread

@@ -54,7 +54,7 @@ def rows(pane: OperationsPane) -> dict[str, str]:
 def test_operations_pane_renders_alone_with_the_list(services: Services, engine: Engine) -> None:
     op = submit(engine, "a")
     services.bus.drain()  # delivery is off the publisher's thread
-    pane = OperationsPane(engine=engine, bus=services.bus, principal=VIEWER)
+    pane = OperationsPane(operations=services.operations, bus=services.bus, principal=VIEWER)
     root = pn.panel(pane).get_root()
     assert tabulator_column(root, "operations-table", "id") == [op.id]
     assert tabulator_column(root, "operations-table", "status") == ["pending"]
@@ -66,7 +66,7 @@ def test_operations_pane_renders_alone_with_the_list(services: Services, engine:
 
 
 def test_list_follows_the_bus_in_place(services: Services, engine: Engine, clock: FakeClock) -> None:
-    pane = OperationsPane(engine=engine, bus=services.bus, principal=VIEWER)
+    pane = OperationsPane(operations=services.operations, bus=services.bus, principal=VIEWER)
     root = pn.panel(pane).get_root()
     table = pane.table
     (model,) = models_with_class(root, "operations-table")
@@ -95,7 +95,7 @@ def test_events_alone_update_the_pane(services: Services, engine: Engine) -> Non
     """The pane takes the view an event carries; an older version never overwrites a newer one."""
     a = submit(engine, "a")
     services.bus.drain()  # delivery is off the publisher's thread
-    pane = OperationsPane(engine=engine, bus=services.bus, principal=VIEWER)
+    pane = OperationsPane(operations=services.operations, bus=services.bus, principal=VIEWER)
     newer = a.model_copy(update={"status": Status.WAITING, "version": a.version + 5})
     services.bus.publish(Event("operation", "updated", newer.model_dump(mode="json")))
     services.bus.drain()  # delivery is off the publisher's thread
@@ -114,7 +114,7 @@ def test_selection_is_kept_by_id_when_rows_move(services: Services, engine: Engi
     clock.advance(1)
     b = submit(engine, "b")
     services.bus.drain()  # delivery is off the publisher's thread
-    pane = OperationsPane(engine=engine, bus=services.bus, principal=VIEWER)
+    pane = OperationsPane(operations=services.operations, bus=services.bus, principal=VIEWER)
     root = pn.panel(pane).get_root()
     assert list(pane.table.value["id"]) == [b.id, a.id]  # newest first
 
@@ -147,7 +147,7 @@ def test_status_filter_lists_and_follows(services: Services, engine: Engine, clo
     clock.advance(10)
     engine.run_until_idle(b.id)
     services.bus.drain()  # delivery is off the publisher's thread
-    pane = OperationsPane(engine=engine, bus=services.bus, principal=VIEWER)
+    pane = OperationsPane(operations=services.operations, bus=services.bus, principal=VIEWER)
     pane.state.status_filter = "active"
     assert rows(pane) == {a.id: "pending"}
     engine.run_until_idle(a.id)
@@ -163,7 +163,7 @@ def test_status_filter_lists_and_follows(services: Services, engine: Engine, clo
 def test_operator_retries_and_cancels_through_the_pane(services: Services, engine: Engine, world: World) -> None:
     op = failed_op(engine, world)
     services.bus.drain()  # delivery is off the publisher's thread
-    pane = OperationsPane(engine=engine, bus=services.bus, principal=OPERATOR)
+    pane = OperationsPane(operations=services.operations, bus=services.bus, principal=OPERATOR)
     pn.panel(pane).get_root()
     assert pane.state.selected == op.id
     assert pane.state.can_retry and pane.state.can_cancel
@@ -189,7 +189,7 @@ def test_viewer_is_refused_by_the_service_not_only_the_button(services: Services
                                                               world: World) -> None:
     op = failed_op(engine, world)
     services.bus.drain()  # delivery is off the publisher's thread
-    pane = OperationsPane(engine=engine, bus=services.bus, principal=VIEWER)
+    pane = OperationsPane(operations=services.operations, bus=services.bus, principal=VIEWER)
     pn.panel(pane).get_root()
     assert pane.state.current is not None and pane.state.current.id == op.id
     assert not pane.state.can_retry and not pane.state.can_cancel
@@ -197,7 +197,7 @@ def test_viewer_is_refused_by_the_service_not_only_the_button(services: Services
     # greyed buttons say why: the role they need
     assert pane.role_hint.visible and "needs the operator role" in pane.role_hint.object
     assert pane.retry_button.description == "needs the operator role"
-    assert not OperationsPane(engine=engine, bus=services.bus, principal=OPERATOR).role_hint.visible
+    assert not OperationsPane(operations=services.operations, bus=services.bus, principal=OPERATOR).role_hint.visible
 
     before = engine.get(op.id)
     asyncio.run(pane.state.retry())
@@ -217,7 +217,7 @@ def test_viewer_is_refused_by_the_service_not_only_the_button(services: Services
 def test_conflicting_cancel_shows_the_service_error(services: Services, engine: Engine, clock: FakeClock) -> None:
     a = submit(engine, "a")
     services.bus.drain()  # delivery is off the publisher's thread
-    pane = OperationsPane(engine=engine, bus=services.bus, principal=OPERATOR)
+    pane = OperationsPane(operations=services.operations, bus=services.bus, principal=OPERATOR)
     engine.run_until_idle(a.id)
     services.bus.drain()  # delivery is off the publisher's thread
     clock.advance(10)
@@ -232,7 +232,7 @@ def test_conflicting_cancel_shows_the_service_error(services: Services, engine: 
 
 def test_pane_stops_listening_when_closed(services: Services, engine: Engine) -> None:
     before = services.bus.subscriber_count()
-    pane = OperationsPane(engine=engine, bus=services.bus, principal=VIEWER)
+    pane = OperationsPane(operations=services.operations, bus=services.bus, principal=VIEWER)
     assert services.bus.subscriber_count() == before + 1
     pane._live.close()
     assert services.bus.subscriber_count() == before
@@ -242,7 +242,7 @@ def test_pane_stops_listening_when_closed(services: Services, engine: Engine) ->
 
 
 def test_audit_pane_follows_the_bus_and_filters(services: Services, engine: Engine, world: World) -> None:
-    pane = AuditPane(audit=services.audit, bus=services.bus)
+    pane = AuditPane(audit=services.audit, bus=services.bus, principal=VIEWER)
     root = pn.panel(pane).get_root()
     assert pane.state.entries == []
     op = failed_op(engine, world)
@@ -251,7 +251,7 @@ def test_audit_pane_follows_the_bus_and_filters(services: Services, engine: Engi
     assert actions == ["thing.create", "thing.create"]  # accepted, then failed: newest first
     assert tabulator_column(root, "audit-table", "outcome") == ["failed", "accepted"]
 
-    asyncio.run(OperationsPane(engine=engine, bus=services.bus, principal=OPERATOR).state.retry())
+    asyncio.run(OperationsPane(operations=services.operations, bus=services.bus, principal=OPERATOR).state.retry())
     services.bus.drain()  # delivery is off the publisher's thread
     assert tabulator_column(root, "audit-table", "action")[0] == "operation.retry"
     assert tabulator_column(root, "audit-table", "operation")[0] == op.id
@@ -288,7 +288,7 @@ def test_a_token_revoked_while_the_page_is_open_acts_no_more(services: Services,
     services.bus.drain()  # delivery is off the publisher's thread
     created = services.tokens.create(TokenCreate(name="ops-ui", role=Role.OPERATOR), created_by="test")
     principal = services.tokens.principal(created.id, "ui")
-    pane = OperationsPane(engine=engine, bus=services.bus, principal=principal,
+    pane = OperationsPane(operations=services.operations, bus=services.bus, principal=principal,
                           current_principal=lambda: services.tokens.principal(created.id, "ui"))
     pn.panel(pane).get_root()
     services.tokens.revoke(created.id, Principal("root", Role.ADMIN, "other", "rest"))

@@ -10,10 +10,10 @@ import panel as pn
 import pytest
 
 from app.bootstrap import Services
-from app.sandbox_api import SandboxControl
 from panels.sandbox import SandboxPane, info_markdown, parse_target
 from services.audit import AuditQuery
 from services.auth import Principal, Role
+from services.sandbox_control import SandboxControl
 from tests.sandbox_support import eks_cluster, sandbox_settings, start_sandbox
 from tests.support import wait_until
 
@@ -44,7 +44,7 @@ def test_admin_injects_and_clears_and_every_pane_follows(control: SandboxControl
     assert services.audit.list(AuditQuery(action="sandbox.fault.inject"))[0].face == "ui"
     asyncio.run(pane.state.clear_all())
     services.bus.drain()  # delivery is off the publisher's thread
-    assert watcher.state.faults == [] and control.faults() == []
+    assert watcher.state.faults == [] and control.faults(ADMIN) == []
 
 
 def test_viewer_and_bad_targets_are_refused_by_the_control(control: SandboxControl, services: Services) -> None:
@@ -54,7 +54,7 @@ def test_viewer_and_bad_targets_are_refused_by_the_control(control: SandboxContr
     viewer.state.target = "instance_type=ml.p5.48xlarge"
     asyncio.run(viewer.state.inject())
     services.bus.drain()  # delivery is off the publisher's thread
-    assert viewer.state.message.startswith("refused (forbidden)") and control.faults() == []
+    assert viewer.state.message.startswith("refused (forbidden)") and control.faults(ADMIN) == []
     admin = SandboxPane(control=control, bus=services.bus, principal=ADMIN)
     admin.state.kind = "node_unhealthy"
     assert admin.target_input.placeholder == "cluster=hp-eks, node=i-0123456789abcdef0"
@@ -65,7 +65,7 @@ def test_viewer_and_bad_targets_are_refused_by_the_control(control: SandboxContr
     asyncio.run(admin.state.inject())
     services.bus.drain()  # delivery is off the publisher's thread
     assert admin.state.message == ("node_unhealthy needs a target with cluster, node: for example "
-                                   "cluster=hp-eks, node=i-0123456789abcdef0") and control.faults() == []
+                                   "cluster=hp-eks, node=i-0123456789abcdef0") and control.faults(ADMIN) == []
     admin.state.target = "cluster=hp, node=i-0123456789abcdef0, color=red"
     asyncio.run(admin.state.inject())
     services.bus.drain()  # delivery is off the publisher's thread
@@ -97,7 +97,7 @@ def test_a_revoked_admin_token_cannot_inject_from_an_open_page(control: SandboxC
     pane.state.target = "instance_type=ml.p5.48xlarge"
     asyncio.run(pane.state.inject())
     services.bus.drain()  # delivery is off the publisher's thread
-    assert pane.state.message.startswith("refused (unauthorized)") and control.faults() == []
+    assert pane.state.message.startswith("refused (unauthorized)") and control.faults(ADMIN) == []
 
 
 def test_the_kubeconfig_list_follows_new_clusters(control: SandboxControl, services: Services) -> None:

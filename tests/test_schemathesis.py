@@ -24,13 +24,14 @@ import pytest
 import tornado.httpserver
 import tornado.web
 
+from app.api.sandbox import sandbox_routes
 from app.bootstrap import build_services
 from app.edge import edge_patterns, guard_application, http_server_limits
 from app.rest import NotFoundHandler, rest_patterns
 from app.routes import ROUTES
 from app.sandbox import Sandbox
-from app.sandbox_api import SandboxControl, sandbox_routes
 from services.auth import Role, TokenCreate
+from services.sandbox_control import SandboxControl
 from services.settings import Settings
 from tests.support import ROOT, free_port
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from app.bootstrap import Services
 from services.auth import Principal, Role
 from services.models import RequestModel
-from services.operations import STATUS_TOOL, OperationView
+from services.operation_views import STATUS_TOOL, OperationView
 from services.replies import Accepted
 
 

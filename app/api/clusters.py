@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.api.base import Call, Reply, Route, accepted
+from app.api.pages import Page, current_principal
+from app.bootstrap import Services
+from services.auth import Principal
 from services.clusters import Clusters
 from services.clusters.models import ClusterDetail, ClusterImport, ClusterQuery, ClusterRecord, ClusterSummary
 from services.replies import Accepted
@@ -56,3 +61,13 @@ ROUTES: list[Route] = [
           description="Remove an imported cluster from this control plane's registry; nothing in AWS or "
                       "Kubernetes changes. Refused while the cluster has active operations."),
 ]
+
+
+def _page(services: Services, principal: Principal) -> Any:
+    from panels.clusters import ClustersPane
+
+    return ClustersPane(clusters=services.clusters, bus=services.bus, principal=principal,
+                        current_principal=current_principal(services, principal))
+
+
+PAGES: list[Page] = [Page("clusters", "Clusters", role_of(Clusters.list_clusters), _page)]

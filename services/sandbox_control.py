@@ -1,24 +1,41 @@
-"""REST routes of the sandbox itself (info, fault injection, the call ledger), mounted only when the sandbox
-runs. The sandbox is a child process of the server (``app/sandbox.py``): these act through its control API.
+"""The sandbox's own noun (info, fault injection, the call ledger) and the models its faces share: its
+REST routes (``app/api/sandbox.py``), its dashboard pane and its CLI all act through :class:`SandboxControl`.
 
-They are generated into the OpenAPI document and the MCP tool list like any route, so an agent can
-rehearse recovery playbooks against injected faults. Injecting a fault changes only the simulated world
-(no cluster state of the product), so it is an immediate, audited admin action, not an operation.
+It reaches the sandbox world through whatever :class:`SandboxWorld` it is given (the server passes the
+sandbox child process's control client): services never ask whether they run in the sandbox, they are
+handed this noun only when one is configured. Injecting a fault changes only the simulated world (no
+cluster state of the product), so it is an immediate, audited admin action, not an operation.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, Protocol
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from app.api.base import Call, Reply, Route
-from app.sandbox import Sandbox
 from services.audit import AuditLog
 from services.auth import Principal, Role
-from services.errors import Forbidden
 from services.events import Event, EventBus
 from services.models import RequestModel, ResponseModel, parse
+from services.verbs import verb
+
+
+class SandboxWorld(Protocol):
+    """The sandbox as the control plane reaches it (its control API)."""
+
+    def info(self) -> dict[str, Any]: ...
+
+    def faults(self) -> list[dict[str, Any]]: ...
+
+    def inject(self, kind: str, target: dict[str, str], count: int | None) -> dict[str, Any]: ...
+
+    def clear(self, fault_id: str) -> list[dict[str, Any]]: ...
+
+    def calls(self, **filters: Any) -> list[dict[str, Any]]: ...
+
+    def on_clusters_changed(self, listener: Callable[[list[str]], None]) -> None: ...
+
 
 FaultKind = Literal["node_unhealthy", "insufficient_capacity", "addon_degraded", "quota_exhausted", "throttle",
                     "access_denied"]
@@ -192,85 +209,47 @@ class CallView(ResponseModel):
 class SandboxControl:
     """The sandbox's own actions, shared by its REST routes and its dashboard pane (one set of rules)."""
 
-    def __init__(self, sandbox: Sandbox, audit: AuditLog, bus: EventBus) -> None:
+    noun = "sandbox"
+
+    def __init__(self, sandbox: SandboxWorld, audit: AuditLog, bus: EventBus) -> None:
         self.sandbox = sandbox
         self.audit = audit
         self.bus = bus
         # a cluster made or deleted later (EKS, sandbox seed): panes list its kubeconfig at once
         sandbox.on_clusters_changed(lambda names: bus.publish(Event("sandbox", "clusters", {"clusters": names})))
 
-    def info(self) -> SandboxInfo:
+    @verb(Role.VIEWER)
+    def info(self, principal: Principal) -> SandboxInfo:
         kinds = {kind: sorted(required) for kind, (required, _allowed) in FAULT_TARGETS.items()}
         return SandboxInfo(**self.sandbox.info(), fault_kinds=kinds)
 
-    def faults(self) -> list[FaultView]:
-        return [FaultView(**fault) for fault in self.sandbox.faults()]
+    @verb(Role.VIEWER)
+    def faults(self, principal: Principal) -> list[FaultView]:
+        return self._faults()
 
-    def calls(self, query: CallsQuery | None = None) -> list[CallView]:
+    @verb(Role.VIEWER)
+    def calls(self, principal: Principal, query: CallsQuery | None = None) -> list[CallView]:
         query = query or CallsQuery()
         return [CallView(**entry) for entry in self.sandbox.calls(**query.model_dump())]
 
-    def _admin(self, principal: Principal, action: str) -> None:
-        try:
-            principal.require(Role.ADMIN)
-        except Forbidden as exc:
-            self.audit.record(principal, action, "sandbox", {}, "denied", detail=exc.message)
-            raise
-
+    @verb(Role.ADMIN, audit_denied="sandbox.fault.inject")
     def inject(self, principal: Principal, request: FaultInject | dict[str, Any]) -> FaultView:
-        self._admin(principal, "sandbox.fault.inject")
         body = request if isinstance(request, FaultInject) else parse(FaultInject, request)
         fault = FaultView(**self.sandbox.inject(body.kind, body.target_keys(), body.count))
         self.audit.record(principal, "sandbox.fault.inject", fault.id, body.model_dump(), "succeeded")
         self._changed()
         return fault
 
+    @verb(Role.ADMIN, audit_denied="sandbox.fault.clear")
     def clear(self, principal: Principal, fault_id: str) -> list[FaultView]:
-        self._admin(principal, "sandbox.fault.clear")
         left = [FaultView(**fault) for fault in self.sandbox.clear(fault_id)]
         self.audit.record(principal, "sandbox.fault.clear", fault_id, {}, "succeeded")
         self._changed(left)
         return left
 
+    def _faults(self) -> list[FaultView]:
+        return [FaultView(**fault) for fault in self.sandbox.faults()]
+
     def _changed(self, faults: list[FaultView] | None = None) -> None:
-        current = self.faults() if faults is None else faults
+        current = self._faults() if faults is None else faults
         self.bus.publish(Event("sandbox", "faults", {"faults": [f.model_dump() for f in current]}))
-
-
-def sandbox_routes(control: SandboxControl) -> list[Route]:
-    def info(call: Call) -> Reply:
-        return Reply(control.info())
-
-    def list_faults(call: Call) -> Reply:
-        return Reply(control.faults())
-
-    def inject(call: Call) -> Reply:
-        return Reply(control.inject(call.principal, call.body), status=201)
-
-    def clear(call: Call) -> Reply:
-        return Reply(control.clear(call.principal, call.path["id"]))
-
-    def calls(call: Call) -> Reply:
-        return Reply(control.calls(call.query))
-
-    return [
-        Route("GET", "/api/v1/sandbox", "sandbox_info", "Sandbox endpoints and what it simulates", Role.VIEWER,
-              info, response=SandboxInfo, tag="sandbox",
-              description="Only in sandbox mode: the AWS endpoint (aws --endpoint-url), the Kubernetes emulator "
-                          "URL, the simulated operations and the clock speed."),
-        Route("GET", "/api/v1/sandbox/faults", "sandbox_faults_list", "List injected sandbox faults", Role.VIEWER,
-              list_faults, response=FaultView, many=True, tag="sandbox"),
-        Route("POST", "/api/v1/sandbox/faults", "sandbox_faults_inject", "Inject a sandbox fault", Role.ADMIN,
-              inject, body=FaultInject, response=FaultView, read_only=False, idempotent=False, status=201,
-              tag="sandbox",
-              description="Sandbox only: make a node unhealthy, a capacity or quota run out, an add-on degrade, "
-                          "an AWS API throttle or an access denial, to rehearse diagnosis and recovery."),
-        Route("DELETE", "/api/v1/sandbox/faults/{id}", "sandbox_faults_clear", "Clear sandbox faults", Role.ADMIN,
-              clear, response=FaultView, many=True, read_only=False, path_params={"id": "fault id, or 'all'"},
-              tag="sandbox"),
-        Route("GET", "/api/v1/sandbox/calls", "sandbox_calls", "The sandbox's call ledger", Role.VIEWER, calls,
-              query=CallsQuery, response=CallView, many=True, tag="sandbox",
-              description="Sandbox only: every AWS call (service, operation, target, parameters with secrets "
-                          "redacted, result) and Kubernetes request (verb, resource, name, watch) the sandbox "
-                          "received, with time and caller, oldest first; page with since=<last seq>."),
-    ]
