@@ -63,6 +63,14 @@ class Services:
         self.db.close()
 
 
+def engine_pace(settings: Settings, sandboxed: bool) -> float:
+    """The engine's pace: the setting, else the sandbox's clock speed (a 10 s poll is 10 simulated seconds),
+    else 1 (real time against AWS). Decided here, by configuration: services never ask which world it is."""
+    if settings.engine_pace is not None:
+        return settings.engine_pace
+    return 1.0 / settings.sandbox_speed if sandboxed else 1.0
+
+
 def build_services(settings: Settings, clock: Clock | None = None) -> Services:
     data = settings.ensure_data_dir()
     clock = clock or Clock()
@@ -72,7 +80,7 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
     sandboxed = sandbox_enabled(settings)
     metrics = Metrics()
     engine = Engine(db, bus, audit, clock, workers=settings.workers, lock_path=data / "engine.lock",
-                    metrics=metrics, pace=settings.pace(sandboxed),
+                    metrics=metrics, pace=engine_pace(settings, sandboxed),
                     backoff=Backoff(settings.retry_backoff_base, settings.retry_backoff_max))
     if sandboxed and settings.aws_endpoint_url is None:
         aws = AwsClients(settings.region, aws_endpoint(settings), session=aws_session(settings),

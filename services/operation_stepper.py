@@ -162,7 +162,7 @@ class Stepper:
         now = self.clock.now()
         due = now + max(0.0, seconds if scaled else seconds * self.pace)
         if stage.deadline is not None:
-            deadline = stage.deadline * self.pace
+            deadline = stage.deadline * (1.0 if stage.real_time_deadline else self.pace)
             if now - started >= deadline:
                 self.store.fail(op_id, DeadlineExceeded(
                     f"stage {stage.name} was still waiting for {waited_for or 'its condition'!r} after "

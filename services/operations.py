@@ -14,6 +14,7 @@ from __future__ import annotations
 import builtins
 import logging
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,26 @@ class Engine:
         self.store.publish(op_id)
         self.runner.wake()
         return self.get(op_id), True
+
+    def replayed(self, kind_name: str, principal: Principal, idempotency_key: str | None,
+                 same: Callable[[dict[str, Any]], bool]) -> OperationView | None:
+        """The operation an ``Idempotency-Key`` already made, for a verb whose precheck is costly (AWS reads)
+        and should not run again on a replay: ``same(stored request)`` says whether this is the same request
+        (else 409, as :meth:`submit` answers). ``None``: the key is new (or absent), precheck and submit."""
+        scoped_key = scoped_idempotency_key(idempotency_key, principal)
+        if scoped_key is None:
+            return None
+        with self.db.tx() as conn:
+            row = conn.execute("SELECT id, kind, target, request FROM operations WHERE idempotency_key=?",
+                               (scoped_key,)).fetchone()
+            if row is None:
+                return None
+            stored = loads(row["request"])
+            if row["kind"] != kind_name or not same(stored):
+                raise Conflict("this Idempotency-Key was already used for a different request",
+                               details={"operation_id": row["id"]})
+            self.audit.record(principal, kind_name, row["target"], stored, "deduplicated", row["id"], conn=conn)
+        return self.get(row["id"])
 
     # ----- reads (never blocked by an operation) -----------------------------------------------------
 

@@ -121,12 +121,6 @@ class Settings(BaseSettings):
                 f"--dev-no-auth serves without tokens and only binds loopback; refusing host {self.host!r}"
             )
 
-    def pace(self, sandboxed: bool) -> float:
-        """The engine's pace: the setting, else the sandbox's speed (a 10 s poll is 10 simulated seconds)."""
-        if self.engine_pace is not None:
-            return self.engine_pace
-        return 1.0 / self.sandbox_speed if sandboxed else 1.0
-
     def ensure_data_dir(self) -> Path:
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         return self.data_dir

@@ -78,6 +78,9 @@ class Stage(abc.ABC, Generic[R]):
     #: seconds from the stage's first step to done; past it a waiting stage fails naming what it waited for
     #: (scaled by the engine's pace, like its waits). None: no limit
     deadline: float | None = DEFAULT_DEADLINE
+    #: the wait is on this machine's own work (a watch listing), not on the world's clock: the deadline is
+    #: real seconds, never scaled by the pace (a sandbox at 40x lists a cluster no faster)
+    real_time_deadline: bool = False
 
     @abc.abstractmethod
     def observe(self, ctx: StageContext[R]) -> Observed: ...

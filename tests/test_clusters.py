@@ -73,7 +73,7 @@ def test_import_read_live_and_forget(seeded: tuple[LiveServer, dict[str, str]]) 
     assert made.status_code == 202, made.text
     op = made.json()["operation"]
     done = live.get(f"/api/v1/operations/{op['id']}/wait?timeout=60").json()
-    assert done["status"] == "succeeded", done
+    assert done["status"] == "succeeded", (done["error"], done["stages"])
     assert [s["name"] for s in done["stages"]] == ["register", "connect"]
     again = live.post("/api/v1/clusters/import", {"eks_cluster": "hp-eks", "hyperpod_cluster": "hp-eks"})
     assert again.status_code == 202
@@ -117,6 +117,28 @@ def test_import_read_live_and_forget(seeded: tuple[LiveServer, dict[str, str]]) 
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "hp-eks (imported) EKS ACTIVE, HyperPod InService: 2 nodes:" in out.stdout, out.stdout
+
+
+def test_an_import_replayed_with_its_key_asks_aws_nothing(seeded: tuple[LiveServer, dict[str, str]]) -> None:
+    """A retried request (same Idempotency-Key) answers its operation from the store: the precheck's AWS
+    reads are not made again; the same key with another body is a 409."""
+    live, _world = seeded
+    body = {"eks_cluster": "hp-eks", "hyperpod_cluster": "hp-eks"}
+    key = {"Idempotency-Key": "import-replay-1"}
+    first = live.post("/api/v1/clusters/import", body, headers=key)
+    assert first.status_code == 202 and first.json()["created"] is True, first.text
+    op_id = first.json()["operation"]["id"]
+    assert live.get(f"/api/v1/operations/{op_id}/wait?timeout=60").json()["status"] == "succeeded"
+    ledger = CallLedger(live)
+    mark = ledger.mark()
+    again = live.post("/api/v1/clusters/import", body, headers=key)
+    assert again.status_code == 202 and again.json()["created"] is False, again.text
+    assert again.json()["operation"]["id"] == op_id
+    asked = [e for e in ledger.calls(since=mark) if e.get("operation") in (
+        "DescribeCluster", "ListClusters", "ListAccessEntries", "GetCallerIdentity", "DescribeAccessEntry")]
+    assert asked == [], f"a replay re-ran the precheck: {asked}"
+    other = live.post("/api/v1/clusters/import", {**body, "name": "elsewhere"}, headers=key)
+    assert other.status_code == 409 and "already used for a different request" in other.text, other.text
 
 
 def metric(live: LiveServer, name: str, **labels: str) -> float:

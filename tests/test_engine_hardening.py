@@ -177,6 +177,31 @@ def test_the_deadline_cuts_a_long_backoff_short_and_a_retry_restarts_it(engine: 
     assert engine.run_until_idle(op.id).status == Status.SUCCEEDED
 
 
+class Listing(Flaky):
+    """Waits on this machine's own work (an informer's first list): its deadline is real seconds."""
+
+    name = "listing"
+    real_time_deadline = True
+
+
+def test_a_real_time_deadline_is_not_scaled_by_the_pace(engine: Engine, clock: FakeClock) -> None:
+    engine.pace = 0.01  # a fast sandbox: a paced 100 s deadline would be 1 s
+    engine.backoff = Backoff(base=500, max=500, rng=random.Random(1))
+    paced, real = Flaky(100), Listing(100)
+    engine.register(OperationKind("t.paced", ThingRequest, (paced,), lambda r: f"thing/{r.name}"))
+    engine.register(OperationKind("t.real", ThingRequest, (real,), lambda r: f"thing/{r.name}"))
+    paced_op = engine.submit("t.paced", ThingRequest(name="p"), OPERATOR)[0]
+    real_op = engine.submit("t.real", ThingRequest(name="r"), OPERATOR)[0]
+    assert engine.run_until_idle(paced_op.id).status == Status.WAITING
+    assert engine.run_until_idle(real_op.id).status == Status.WAITING
+    clock.advance(1.0)
+    assert engine.run_until_idle(paced_op.id).status == Status.FAILED
+    assert engine.run_until_idle(real_op.id).status == Status.WAITING, "1 s is not past a real 100 s deadline"
+    clock.advance(99.0)
+    failed = engine.run_until_idle(real_op.id)
+    assert failed.status == Status.FAILED and "past its deadline of 100.0s" in (failed.error or {})["message"]
+
+
 def test_targets_conflict_with_ancestors_and_descendants_only(engine: Engine) -> None:
     engine.register(OperationKind("t.at", ThingRequest, (Feature("x", []),), lambda r: r.name.replace("-", "/")))
 

@@ -9,6 +9,8 @@ never mutated beyond what a user asks, and never deleted.
 
 from __future__ import annotations
 
+from typing import Any
+
 from services.audit import AuditLog
 from services.auth import Principal, Role
 from services.aws import AwsClients
@@ -86,9 +88,19 @@ class Clusters:
     @verb(Role.OPERATOR)
     def import_cluster(self, principal: Principal, request: ClusterImport,
                        idempotency_key: str | None = None) -> tuple[OperationView, bool]:
-        """Precheck (EKS ACTIVE, HyperPod on it, our access entry), then submit ``cluster.import``."""
+        """Precheck (EKS ACTIVE, HyperPod on it, our access entry), then submit ``cluster.import``. A replay
+        with the same Idempotency-Key answers its operation without asking AWS again."""
         name = request.name or request.eks_cluster
         region = request.region or self.settings.region
+
+        def same(stored: dict[str, Any]) -> bool:
+            return (stored.get("name"), stored.get("region"), stored.get("eks_cluster")) == (
+                name, region, request.eks_cluster) and request.hyperpod_cluster in (
+                None, stored.get("hyperpod_cluster"))
+
+        prior = self.engine.replayed(IMPORT_KIND, principal, idempotency_key, same)
+        if prior is not None:
+            return prior, False
         known = self.registry.find(name)
         facts = check_import(self.aws, name=name, region=region, eks_name=request.eks_cluster,
                              hyperpod_name=request.hyperpod_cluster,

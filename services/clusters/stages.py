@@ -38,6 +38,8 @@ class Register(Stage[ClusterImportPlan]):
 
 class Connect(Stage[ClusterImportPlan]):
     name = "connect"
+    deadline = 300.0  # the first node list of a large cluster over a slow link, in real seconds
+    real_time_deadline = True
 
     def __init__(self, informers: Informers) -> None:
         self.informers = informers
