@@ -78,16 +78,14 @@ class AuditPane(pn.viewable.Viewer):
         self.state.param.watch(self._on_filter, ["actor", "face"])
         self._live = LiveRefresh(bus, "operation", self._on_events)
 
-    def _on_events(self, _events: list[Event]) -> Any:
-        if self._live.in_session:
-            return self.state.refresh()
-        self.state.reload()
-        return None
+    def _on_events(self, _events: list[Event]) -> None:
+        self._reread()
 
     def _on_filter(self, _event: param.parameterized.Event) -> None:
-        if self._live.in_session:
-            pn.state.execute(self.state.refresh)
-        else:
+        self._reread()
+
+    def _reread(self) -> None:
+        if not self._live.spawn(self.state.refresh):  # no loop to read on: read here
             self.state.reload()
 
     def _on_entries(self, _event: param.parameterized.Event) -> None:

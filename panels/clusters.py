@@ -167,9 +167,7 @@ class ClustersPane(pn.viewable.Viewer):
             self._refresh()
 
     def _refresh(self) -> None:
-        if self._kube.in_session:
-            pn.state.execute(self.state.refresh)
-        else:
+        if not self._kube.spawn(self.state.refresh):  # off the loop it lives on: read here
             self.state.reload()
 
     async def _import(self, _event: Any) -> None:

@@ -1,42 +1,79 @@
-"""Push event-bus events into a Panel session without polling and without blocking anyone.
+"""Push event-bus events into a pane without polling and without blocking anyone.
 
-Worker threads publish; this coalesces a burst into one callback on the session's document (Bokeh's
-``add_next_tick_callback`` is the thread-safe door into a document). The callback may be a coroutine
-function: it then runs on the session's loop and can hand slow reads to an executor. Outside a server
-session (a notebook, a test) the callback runs at once on the bus subscription's own delivery thread
-(``services/events.py``; tests ``bus.drain()`` before asserting), and a coroutine is not accepted there
-(pass a plain function for that case).
+Worker threads publish; this coalesces a burst into one callback, delivered where the pane lives:
+
+* in a served Panel session, on the session's document (Bokeh's ``add_next_tick_callback`` is the
+  thread-safe door into a document), and the subscription ends with the session;
+* in a notebook, on the kernel's event loop — the loop that was running when the pane was made — through
+  ``call_soon_threadsafe``, so widget updates never race the kernel's own thread;
+* elsewhere (a script, a synchronous test) at once on the bus subscription's delivery thread
+  (``services/events.py``; tests ``bus.drain()`` before asserting).
+
+The callback may be a coroutine function in the first two cases (it may hand slow reads to an executor).
+A bound method is held weakly: once its pane is garbage (a notebook cell run again, a closed output),
+the subscription ends by itself instead of keeping the pane and a delivery thread alive for good.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import threading
-from collections.abc import Awaitable, Callable
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import panel as pn
 
 from services.events import Event, EventBus
 
+Callback = Callable[[list[Event]], Awaitable[None] | None]
+
 
 class LiveRefresh:
-    def __init__(self, bus: EventBus, topic: str,
-                 callback: Callable[[list[Event]], Awaitable[None] | None]) -> None:
-        self._callback = callback
+    def __init__(self, bus: EventBus, topic: str, callback: Callback) -> None:
+        self._callback: Callable[[], Callback | None]
+        if inspect.ismethod(callback):
+            self._callback = weakref.WeakMethod(callback)
+        else:
+            self._callback = lambda: callback
         self._pending: list[Event] = []
         self._lock = threading.Lock()
         self._scheduled = False
         self._closed = False
         self._doc: Any = pn.state.curdoc if pn.state.curdoc and pn.state.curdoc.session_context else None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        if self._doc is None:
+            try:
+                self._loop = asyncio.get_running_loop()  # a notebook kernel runs cells on its loop
+            except RuntimeError:
+                self._loop = None
         self._unsubscribe = bus.subscribe(self._on_event, topic=topic)
         if self._doc is not None:
             self._doc.on_session_destroyed(lambda _ctx: self.close())
+        if inspect.ismethod(callback):
+            weakref.finalize(callback.__self__, self.close)
 
     @property
     def in_session(self) -> bool:
         """True inside a served Panel session (updates hop onto its document's loop)."""
         return self._doc is not None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def spawn(self, coroutine: Callable[[], Coroutine[Any, Any, None]]) -> bool:
+        """Run ``coroutine()`` where this pane lives (session or notebook loop); False when there is no loop
+        to run it on, and the caller reads synchronously instead."""
+        if self._doc is not None:
+            pn.state.execute(coroutine)
+            return True
+        if self._loop is not None and not self._loop.is_closed():
+            loop = self._loop
+            loop.call_soon_threadsafe(lambda: loop.create_task(coroutine()))
+            return True
+        return False
 
     def _on_event(self, event: Event) -> None:
         with self._lock:
@@ -48,10 +85,15 @@ class LiveRefresh:
             self._scheduled = True
         if self._doc is not None:
             self._doc.add_next_tick_callback(self._flush_async)
-        else:
-            result = self._flush()
-            if inspect.isawaitable(result):
-                raise TypeError("an async LiveRefresh callback needs a served session")
+            return
+        if self._loop is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._flush_on_loop)
+                return
+            except RuntimeError:  # the loop the pane was made on has ended: deliver here from now on
+                self._loop = None
+        if inspect.isawaitable(self._flush()):
+            raise TypeError("an async LiveRefresh callback needs a served session or a running loop")
 
     def _take(self) -> list[Event]:
         with self._lock:
@@ -61,7 +103,16 @@ class LiveRefresh:
 
     def _flush(self) -> Awaitable[None] | None:
         events = self._take()
-        return self._callback(events) if events else None
+        callback = self._callback()
+        if callback is None:  # its pane is gone
+            self.close()
+            return None
+        return callback(events) if events else None
+
+    def _flush_on_loop(self) -> None:
+        result = self._flush()
+        if inspect.isawaitable(result) and self._loop is not None:
+            self._loop.create_task(_awaited(result))
 
     async def _flush_async(self) -> None:
         result = self._flush()
@@ -70,5 +121,11 @@ class LiveRefresh:
 
     def close(self) -> None:
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
         self._unsubscribe()
+
+
+async def _awaited(result: Awaitable[None]) -> None:
+    await result

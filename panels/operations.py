@@ -257,9 +257,7 @@ class OperationsPane(pn.viewable.Viewer):
         self.state.apply(views)
 
     def _on_filter(self, _event: param.parameterized.Event) -> None:
-        if self._live.in_session:
-            pn.state.execute(self.state.refresh)
-        else:
+        if not self._live.spawn(self.state.refresh):  # no loop to read on: read here
             self.state.reload()
 
     # ----- state -> widgets (in place) -----------------------------------------------------------------

@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 WATCH_SECONDS = 60
 PAGE = 500
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
+#: a list page that takes longer than this (connect, read) is a failure, retried like any other
+LIST_TIMEOUT = (10, 60)
 
 
 def _meta(obj: dict[str, Any], *, labels: bool = True) -> dict[str, Any]:
@@ -85,8 +87,10 @@ class Informer:
     """One kind of one cluster, in memory; ``items()`` never blocks on the network."""
 
     def __init__(self, kube: KubeClients, bus: EventBus, cluster: str, kind: Kind,
-                 on_list: Callable[[str, str], None] | None = None) -> None:
+                 on_list: Callable[[str, str], None] | None = None,
+                 retry_seconds: tuple[float, ...] = RETRY_SECONDS) -> None:
         self.kube = kube
+        self.retry_seconds = retry_seconds
         self.bus = bus
         self.on_list = on_list
         self.cluster = cluster
@@ -99,6 +103,8 @@ class Informer:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._relist = threading.Event()
+        self._wake = threading.Event()  # ends a retry pause early: a stop or a resync
+        self._listed = threading.Condition()  # notified after every list and at stop
         self._synced_at: float | None = None
         self._resp: Any = None
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"informer-{cluster}-{kind.resource}")
@@ -125,17 +131,21 @@ class Informer:
 
     def resync(self, timeout: float) -> bool:
         """List again now (``refresh``); True once the new list is in."""
-        before = self.lists
+        with self._listed:
+            before = self.lists
         self._relist.set()
+        self._wake.set()  # a loop pausing after a failure lists at once
         self._interrupt()
-        deadline = time.monotonic() + timeout
-        while self.lists == before and time.monotonic() < deadline and not self._stop.is_set():
-            self._stop.wait(0.02)
-        return self.lists > before
+        with self._listed:
+            self._listed.wait_for(lambda: self.lists > before or self._stop.is_set(), timeout)
+            return self.lists > before
 
     def stop(self, timeout: float = 0.0) -> None:
         self._stop.set()
+        self._wake.set()
         self._interrupt()
+        with self._listed:
+            self._listed.notify_all()
         if timeout:
             self._thread.join(timeout)
 
@@ -180,14 +190,15 @@ class Informer:
         self.error = message
         self.attempted.set()
         log.warning("informer %s/%s: %s", self.cluster, self.kind.resource, message)
-        self._stop.wait(RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)])
+        self._wake.wait(self.retry_seconds[min(failures, len(self.retry_seconds) - 1)])
+        self._wake.clear()
         return failures + 1
 
     def _list(self, api: k8s.CoreV1Api) -> str:
         objects: dict[str, dict[str, Any]] = {}
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"limit": PAGE, "_preload_content": False}
+            kwargs: dict[str, Any] = {"limit": PAGE, "_preload_content": False, "_request_timeout": LIST_TIMEOUT}
             if token:
                 kwargs["_continue"] = token
             page = json.loads(self.kind.list_call(api)(**kwargs).data)
@@ -200,7 +211,9 @@ class Informer:
         with self._lock:
             self._objects = objects
             self._synced_at = time.monotonic()
-        self.lists += 1
+        with self._listed:
+            self.lists += 1
+            self._listed.notify_all()
         if self.on_list is not None:
             self.on_list(self.cluster, self.kind.resource)
         self.error = None
@@ -218,6 +231,10 @@ class Informer:
                                         _preload_content=False)
         self._resp = resp
         try:
+            # a stop or resync that came while the connection was being made found no response to end:
+            # look once more now that it is published, so the watch never blocks on a request already taken back
+            if self._stop.is_set() or self._relist.is_set():
+                return None if self._relist.is_set() else version
             if resp.status == 410:
                 return None
             if not 200 <= resp.status <= 299:
@@ -256,10 +273,12 @@ class Informers:
     """Every informer of this server: started on first read, stopped when their cluster is forgotten."""
 
     def __init__(self, kube: KubeClients, bus: EventBus,
-                 on_list: Callable[[str, str], None] | None = None) -> None:
+                 on_list: Callable[[str, str], None] | None = None,
+                 retry_seconds: tuple[float, ...] = RETRY_SECONDS) -> None:
         self.kube = kube
         self.bus = bus
         self.on_list = on_list
+        self.retry_seconds = retry_seconds
         self._informers: dict[tuple[str, str], Informer] = {}
         self._lock = threading.Lock()
 
@@ -273,7 +292,7 @@ class Informers:
             informer = self._informers.get(key)
             if informer is None:
                 informer = self._informers[key] = Informer(self.kube, self.bus, cluster, KINDS[resource],
-                                                           self.on_list)
+                                                           self.on_list, self.retry_seconds)
         return informer
 
     def forget(self, cluster: str) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.kube import kubeconfig_yaml
+from sandbox.kube import BackgroundServer, Emulator, kubeconfig_yaml
 from services.aws import AwsClients
 from services.awscache import AwsCache
 from services.clock import Clock, FakeClock
@@ -74,6 +74,27 @@ def test_an_informer_that_cannot_list_answers_at_once(tmp_path: Path) -> None:
             informers.get("never-registered", "nodes")  # no informer for a cluster nobody knows
     finally:
         informers.stop()
+
+
+def test_a_refresh_wakes_an_informer_pausing_after_a_failure(tmp_path: Path) -> None:
+    """An informer that failed waits before trying again; a refresh (resync) lists at once instead."""
+    emulator = Emulator()
+    server = BackgroundServer(emulator).start()
+    emulator.ensure_cluster("c")
+    kube = KubeClients(AwsClients("us-west-2"), Clock(), ca_dir=tmp_path / "ca")
+    dead = tmp_path / "dead.yaml"
+    dead.write_text(kubeconfig_yaml("c", f"http://127.0.0.1:{free_port()}", "t"))
+    kube.register_kubeconfig("c", dead)
+    informers = Informers(kube, EventBus(), retry_seconds=(3_600.0,))  # an hour's pause after a failure
+    try:
+        nodes = informers.get("c", "nodes")
+        assert nodes.wait_synced(timeout=300) is False and nodes.error  # failed: now pausing for an hour
+        kube.register_kubeconfig("c", emulator.write_kubeconfig("c", server.base_url, tmp_path / "live.yaml"))
+        assert nodes.resync(timeout=300) is True, "the refresh waited out the pause"
+        assert nodes.synced.is_set() and nodes.error is None
+    finally:
+        informers.stop()
+        server.stop()
 
 
 def test_a_sandbox_kubeconfig_never_replaces_a_registered_cluster(tmp_path: Path) -> None:
