@@ -295,6 +295,12 @@ class Informers:
                                                            self.on_list, self.retry_seconds)
         return informer
 
+    def ages(self) -> list[tuple[str, str, float | None]]:
+        """(cluster, resource, cache age or None before its first list) of every informer, for metrics."""
+        with self._lock:
+            informers = list(self._informers.items())
+        return [(cluster, resource, informer.age()) for (cluster, resource), informer in sorted(informers)]
+
     def forget(self, cluster: str) -> None:
         with self._lock:
             gone = [self._informers.pop(key) for key in list(self._informers) if key[0] == cluster]

@@ -102,6 +102,19 @@ class Metrics:
         self.registry.register(_Gauges("instantstart_bus_subscribers", "Live event-bus subscriptions", ["topic"],
                                        subscribers))
 
+    def track_informers(self, ages: Callable[[], list[tuple[str, str, float | None]]]) -> None:
+        """Informer lag: seconds since each (cluster, resource) cache last matched its server (a list or a
+        watch event; a quiet cluster's lag grows until its next bookmark or event), and whether it has
+        synced at all."""
+        self.registry.register(_Gauges(
+            "instantstart_informer_lag_seconds", "Seconds since the watch cache last heard from its cluster",
+            ["cluster", "resource"],
+            lambda: [([c, r], age) for c, r, age in ages() if age is not None]))
+        self.registry.register(_Gauges(
+            "instantstart_informer_synced", "1 once the watch cache holds a full list, else 0",
+            ["cluster", "resource"],
+            lambda: [([c, r], 0.0 if age is None else 1.0) for c, r, age in ages()]))
+
     def render(self) -> str:
         """Everything registered, in the Prometheus text exposition format."""
         return generate_latest(self.registry).decode()

@@ -168,6 +168,10 @@ def test_a_hundred_reads_cost_at_most_one_refresh_per_resource(seeded: tuple[Liv
     assert ledger.calls(cluster="hp-eks", verb="get", since=mark) == []
     assert metric(live, "instantstart_informer_lists_total", cluster="hp-eks") == lists
     assert metric(live, "instantstart_aws_calls_total", operation="DescribeCluster") - described <= 4
+    assert metric(live, "instantstart_informer_synced", cluster="hp-eks", resource="nodes") == 1
+    lag = [line for line in live.get("/metrics").text.splitlines()
+           if line.startswith('instantstart_informer_lag_seconds{cluster="hp-eks",resource="nodes"}')]
+    assert len(lag) == 1 and float(lag[0].rsplit(" ", 1)[1]) >= 0
 
 
 def test_viewers_read_but_cannot_import(seeded: tuple[LiveServer, dict[str, str]]) -> None:
