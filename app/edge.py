@@ -20,12 +20,13 @@ import asyncio
 import json
 import logging
 from typing import Any
+from urllib.parse import urlsplit
 
 import tornado.web
 import tornado.websocket
 from panel.io.server import ComponentResourceHandler
 
-from services.errors import HeadersTooLarge
+from services.errors import Forbidden, HeadersTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,24 @@ def _refuse_headers(handler: tornado.web.RequestHandler, transforms: Any) -> Non
 
 
 class _GuardedSocket(_Guarded):
+    async def get(self, *args: Any, **kwargs: Any) -> None:
+        """Every WebSocket upgrade, Panel's own ``/ws`` included: a page's origin is ``http``/``https``
+        (``https`` only when the request came over HTTPS). Tornado lets an origin whose host matches the
+        Host header through without asking the handler, and Bokeh's list compares ``host:port`` only, so
+        ``evil://127.0.0.1:3099`` would pass both; the handler's own checks run after this one."""
+        handler: tornado.websocket.WebSocketHandler = self  # type: ignore[assignment]
+        origin = handler.request.headers.get("Origin")
+        if origin is not None:
+            scheme = urlsplit(origin).scheme
+            if scheme not in ("http", "https") or (handler.request.protocol == "https" and scheme != "https"):
+                err = Forbidden(f"WebSocket origin {origin!r} is not a page of this server (http or https only, "
+                                "https when served over HTTPS)")
+                handler.set_status(err.http_status)
+                handler.set_header("Content-Type", "application/json")
+                handler.finish(json.dumps(err.envelope()))
+                return
+        await super().get(*args, **kwargs)  # type: ignore[misc]
+
     def on_message(self, message: str | bytes) -> Any:
         return _guard_message(self, message)
 

@@ -283,6 +283,24 @@ def test_a_websocket_origin_must_be_an_http_page_of_ours(live: LiveServer) -> No
     websocket.create_connection(_events(live), origin=f"http://{host}", header=auth, timeout=10).close()
 
 
+def test_panels_own_session_socket_checks_the_origin_scheme_too(live: LiveServer) -> None:
+    """Bokeh's origin list compares host:port only; the edge guard adds the scheme for every socket."""
+    session = Session(live, live.admin_token)
+    cookie = [f"Cookie: instantstart_session={session.cookie}"]
+    url = live.url.replace("http://", "ws://") + "/ws"
+    for origin in (f"evil://{session.host}", f"file://{session.host}"):
+        with pytest.raises(websocket.WebSocketBadStatusException) as refused:
+            websocket.create_connection(url, origin=origin, header=cookie, timeout=10)
+        assert refused.value.status_code == 403, origin
+        assert json.loads(refused.value.resp_body)["error"]["code"] == "forbidden"
+    try:  # our own page's origin passes the origin check (Bokeh may then refuse the missing session id)
+        websocket.create_connection(url, origin=f"http://{session.host}", header=cookie, timeout=10).close()
+    except websocket.WebSocketBadStatusException as other:
+        assert other.status_code != 403, other
+    except websocket.WebSocketException:
+        pass  # upgraded, then closed by Bokeh for want of a session token: past the origin check
+
+
 def test_websockets_per_principal_and_message_size_are_bounded(live: LiveServer) -> None:
     token = live.make_token("viewer", "ws-bounded")
     auth = [f"Authorization: Bearer {token}"]
