@@ -24,6 +24,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError, HTTPClientError, NoCredentialsError, ParamValidationError
 from botocore.exceptions import ConnectionError as BotocoreConnectionError
+from botocore.parsers import ResponseParserError
 
 from services import __version__
 from services.errors import Forbidden, Invalid, ServiceError, Transient, classify_aws
@@ -40,6 +41,10 @@ def from_aws(exc: Exception, action: str = "aws") -> ServiceError | None:
         return classify_aws(code, str(err.get("Message", "")), status, action)
     if isinstance(exc, (BotocoreConnectionError, HTTPClientError)):  # endpoint unreachable, timeouts, resets
         return Transient(f"AWS unreachable for {action}: {exc}", delay=CONNECTION_DELAY,
+                         details={"exception": type(exc).__name__, "action": action})
+    if isinstance(exc, ResponseParserError):  # an answer that is not AWS's (a proxy's or a 5xx page)
+        return Transient(f"AWS answered {action} with something that is not an AWS response: "
+                         f"{str(exc).splitlines()[0]}", delay=CONNECTION_DELAY,
                          details={"exception": type(exc).__name__, "action": action})
     if isinstance(exc, NoCredentialsError):
         return Forbidden(f"no AWS credentials to call {action}: {exc}", details={"action": action})

@@ -119,6 +119,33 @@ def test_import_read_live_and_forget(seeded: tuple[LiveServer, dict[str, str]]) 
     assert "hp-eks (imported) EKS ACTIVE, HyperPod InService: 2 nodes:" in out.stdout, out.stdout
 
 
+def test_options_inspect_the_region_before_a_create(seeded: tuple[LiveServer, dict[str, str]]) -> None:
+    live, _world = seeded
+    ledger = CallLedger(live)
+    mark = ledger.mark()
+    options = live.get("/api/v1/clusters/options").json()
+    assert options["region"] == "us-west-2" and "us-west-2" in options["regions"]
+    zones = {z["name"]: z["zone_id"] for z in options["zones"]}
+    assert zones and all(zid for zid in zones.values())
+    by_type = {t["instance_type"]: t for t in options["instance_types"]}
+    p5 = by_type["ml.p5.48xlarge"]  # facts from EC2, never a table of ours
+    assert p5["accelerators"] == 8 and p5["accelerator"] == "NVIDIA H100" and p5["efa_interfaces"] == 32
+    assert p5["accelerator_memory_gib"] == 640.0 and p5["quota"] == 0, p5
+    g5 = by_type["ml.g5.8xlarge"]
+    assert g5["in_use"] == 2 and g5["quota"] is not None and g5["quota"] >= 2, "the seeded cluster runs two"
+    assert set(g5["zones"]) <= set(zones)
+    assert {(c["name"], c["kind"]) for c in options["clusters"]} >= {("hp-eks", "eks"), ("hp-eks", "hyperpod")}
+    assert options["identity"].startswith("arn:aws:iam::")
+    assert ledger.writes(since=mark) == [], "inspecting writes nothing"
+    zone = next(iter(zones))
+    in_zone = live.get("/api/v1/clusters/options", params={"zone": zone}).json()
+    assert all(zone in t["zones"] for t in in_zone["instance_types"])
+    bad = live.get("/api/v1/clusters/options", params={"zone": "us-west-2z"})
+    assert bad.status_code == 422 and zone in bad.json()["error"]["message"], bad.text
+    reserved = live.post("/api/v1/clusters/import", {"eks_cluster": "hp-eks", "name": "options"})
+    assert reserved.status_code == 422 and "names a route" in reserved.text
+
+
 def test_an_import_replayed_with_its_key_asks_aws_nothing(seeded: tuple[LiveServer, dict[str, str]]) -> None:
     """A retried request (same Idempotency-Key) answers its operation from the store: the precheck's AWS
     reads are not made again; the same key with another body is a 409."""

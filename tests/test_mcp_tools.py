@@ -61,7 +61,7 @@ def test_only_routes_answering_an_operation_say_so(document: dict[str, Any]) -> 
             assert "Takes effect at once" in specs[name].description
     # openWorldHint: only the tools that reach AWS or Kubernetes (the clusters noun today)
     assert sorted(s.name for s in specs.values() if s.open_world) == \
-        ["clusters_forget", "clusters_get", "clusters_import", "clusters_list"]
+        ["clusters_forget", "clusters_get", "clusters_import", "clusters_list", "clusters_options"]
 
 
 def test_a_long_result_is_cut_with_a_hint_naming_the_paging_argument(document: dict[str, Any]) -> None:

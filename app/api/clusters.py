@@ -10,6 +10,7 @@ from app.bootstrap import Services
 from services.auth import Principal
 from services.clusters import Clusters
 from services.clusters.models import ClusterDetail, ClusterImport, ClusterQuery, ClusterRecord, ClusterSummary
+from services.clusters.options import ClusterOptions, OptionsQuery
 from services.replies import Accepted
 from services.verbs import role_of
 
@@ -23,6 +24,10 @@ def _list(call: Call) -> Reply:
 def _get(call: Call) -> Reply:
     return Reply(call.services.clusters.describe_cluster(call.principal, call.path["cluster"],
                                                          refresh=call.query.refresh))
+
+
+def _options(call: Call) -> Reply:
+    return Reply(call.services.clusters.cluster_options(call.principal, call.query))
 
 
 def _import(call: Call) -> Reply:
@@ -41,6 +46,14 @@ ROUTES: list[Route] = [
           description="Every cluster this control plane knows (imported or created here): EKS and HyperPod "
                       "status and node counts per health state, from short-lived caches (refresh=true reads "
                       "again)."),
+    Route("GET", "/api/v1/clusters/options", "clusters_options", "Inspect a region before creating a cluster",
+          role_of(Clusters.cluster_options), _options, query=OptionsQuery, response=ClusterOptions,
+          tag="clusters", open_world=True,
+          description="Read-only: the region's Availability Zones, the instance types HyperPod accepts that each "
+                      "zone offers (accelerator, GPU memory, EFA interfaces, the cluster-usage quota and what is "
+                      "in use), VPC and Elastic IP quotas, existing VPCs and clusters (managed, imported or "
+                      "foreign), HyperPod's service-linked role and this control plane's identity. Call it "
+                      "before proposing a create: offer only what it lists."),
     Route("GET", "/api/v1/clusters/{cluster}", "clusters_get", "One cluster: groups, nodes, health",
           role_of(Clusters.describe_cluster),
           _get, query=ClusterQuery, response=ClusterDetail, path_params=CLUSTER, tag="clusters", open_world=True,

@@ -42,7 +42,7 @@ _log = logging.getLogger("sandbox.aws.front")
 _HOP_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "expect",
                           "proxy-connection", "te", "upgrade"})
 CHUNK = 1024 * 1024  # moto's answers are relayed in chunks of this size, never buffered whole
-_READ_PREFIXES = ("Describe", "List", "Get", "Head", "Search", "BatchGet")
+_READ_PREFIXES = ("Describe", "List", "Get", "Head", "Search", "BatchGet", "Simulate")
 # parameters that name what a call acts on, most specific last: the ledger's ``target``
 _PRIMARY = ("ClusterName", "clusterName", "name", "ResourceArn", "resourceArn", "RoleName", "Bucket", "FileSystemId",
             "VpcId", "SubnetId", "GroupId", "InstanceId", "ServiceCode", "PolicyArn", "UserName")

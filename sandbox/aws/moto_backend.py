@@ -32,7 +32,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 MOTO_SEED = 20260101
 BODY_INLINE_LIMIT = 1024 * 1024
 TIMEOUT_SECONDS = 120
-_READ_PREFIXES = ("Describe", "List", "Get", "Head")
+_READ_PREFIXES = ("Describe", "List", "Get", "Head", "Simulate")
 
 
 @dataclass(frozen=True)

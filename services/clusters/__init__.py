@@ -25,10 +25,11 @@ from services.clusters.models import (
     ClusterSummary,
     Ownership,
 )
+from services.clusters.options import ClusterOptions, OptionsQuery, OptionsReader
 from services.clusters.reads import FIRST_SYNC_SECONDS, ClusterReader
 from services.clusters.registry import ClusterRegistry
 from services.clusters.stages import Connect, Register
-from services.errors import Conflict
+from services.errors import Conflict, Invalid
 from services.events import Event, EventBus
 from services.informers import Informers
 from services.operations import ACTIVE, Engine, OperationView
@@ -37,6 +38,7 @@ from services.stages import OperationKind
 from services.verbs import verb
 
 IMPORT_KIND = "cluster.import"
+RESERVED_NAMES = frozenset({"options", "import"})  # /api/v1/clusters/<these> are routes
 
 
 def cluster_target(name: str) -> str:
@@ -58,6 +60,7 @@ class Clusters:
         self.audit = audit
         self.bus = bus
         self.reader = ClusterReader(aws, cache, informers)
+        self.options = OptionsReader(aws, cache, registry, settings.region)
 
     def kinds(self) -> list[OperationKind[ClusterImportPlan]]:
         return [OperationKind(IMPORT_KIND, ClusterImportPlan, (Register(self.registry), Connect(self.informers)),
@@ -80,6 +83,12 @@ class Clusters:
         return self.reader.detail(self.registry.get(name), refresh, wait)
 
     @verb(Role.VIEWER)
+    def cluster_options(self, principal: Principal, query: OptionsQuery | None = None) -> ClusterOptions:
+        """Inspect before create: zones, instance types per zone with their accelerator/EFA facts and quota,
+        VPC and Elastic IP quotas, existing VPCs and clusters, the service-linked role, our permissions."""
+        return self.options.read(query or OptionsQuery())
+
+    @verb(Role.VIEWER)
     def records(self, principal: Principal) -> list[ClusterRecord]:
         return self.registry.list()
 
@@ -92,6 +101,9 @@ class Clusters:
         with the same Idempotency-Key answers its operation without asking AWS again."""
         name = request.name or request.eks_cluster
         region = request.region or self.settings.region
+        if name in RESERVED_NAMES:
+            raise Invalid(f"{name!r} names a route under /api/v1/clusters/, not a cluster: register it under "
+                          "another name (the 'name' field)", details={"reserved": sorted(RESERVED_NAMES)})
 
         def same(stored: dict[str, Any]) -> bool:
             return (stored.get("name"), stored.get("region"), stored.get("eks_cluster")) == (
