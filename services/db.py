@@ -129,6 +129,10 @@ MIGRATIONS: list[str] = [
         created_by TEXT NOT NULL
     );
     """,
+    # 7: one registration per EKS cluster (two names would be two lock targets for one real cluster)
+    """
+    CREATE UNIQUE INDEX clusters_eks_arn ON clusters(eks_arn);
+    """,
 ]
 
 

@@ -24,7 +24,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from services.errors import NotFound, ServiceError
+from services.errors import Forbidden, NotFound, ServiceError, Unauthorized, classify_kube
 from services.events import Event, EventBus
 from services.kube import KubeClients
 
@@ -99,6 +99,10 @@ class Informer:
         self.attempted = threading.Event()  # the first list has succeeded or failed
         self.lists = 0  # full lists made (the first, and one per 410 or resync)
         self.error: str | None = None
+        #: the last failure, classified: Forbidden/Unauthorized (no access entry or policy), or a bare
+        #: ServiceError (code ``internal``) for an exception nothing classified — a bug or a broken kubeconfig,
+        #: logged with its traceback. A stage waiting on this informer fails at once on these (see ``fatal``).
+        self.failure: ServiceError | None = None
         self._objects: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -175,19 +179,35 @@ class Informer:
                 if (exc.details or {}).get("http_status") == 410:
                     version = None  # too old: list again
                     continue
-                failures = self._failed(exc.message, failures)
+                failures = self._failed(exc.message, failures, exc)
             except ApiException as exc:
                 if exc.status == 410:
                     version = None
                     continue
-                failures = self._failed(f"Kubernetes {exc.status} {exc.reason}", failures)
-            except Exception as exc:  # the network, a token, a cluster that went away: retry, slower each time
-                failures = self._failed(f"{type(exc).__name__}: {exc}", failures)
+                failures = self._failed(f"Kubernetes {exc.status} {exc.reason}", failures,
+                                        classify_kube(exc.status or 0, str(exc.reason), exc.body,
+                                                      f"watch {self.kind.resource}"))
+            except Exception as exc:  # unclassified: a bug or a kubeconfig the client cannot use
+                if failures == 0 and not self._stop.is_set():
+                    log.exception("informer %s/%s: unclassified failure", self.cluster, self.kind.resource)
+                message = f"{type(exc).__name__}: {exc}"
+                failures = self._failed(message, failures, ServiceError(
+                    f"internal error reading {self.kind.resource} of {self.cluster}: {message} (a bug or an "
+                    "unusable kubeconfig; see the server log)"))
 
-    def _failed(self, message: str, failures: int) -> int:
+    @property
+    def fatal(self) -> ServiceError | None:
+        """The last failure if waiting will not cure it (access refused, or unclassified), else None."""
+        failure = self.failure
+        if failure is None:  # cleared by every successful list
+            return None
+        return failure if isinstance(failure, (Forbidden, Unauthorized)) or failure.code == "internal" else None
+
+    def _failed(self, message: str, failures: int, failure: ServiceError | None = None) -> int:
         if self._stop.is_set():  # ended on purpose: say nothing (the process may be exiting)
             return failures
         self.error = message
+        self.failure = failure
         self.attempted.set()
         log.warning("informer %s/%s: %s", self.cluster, self.kind.resource, message)
         self._wake.wait(self.retry_seconds[min(failures, len(self.retry_seconds) - 1)])
@@ -217,6 +237,7 @@ class Informer:
         if self.on_list is not None:
             self.on_list(self.cluster, self.kind.resource)
         self.error = None
+        self.failure = None
         self.synced.set()
         self.attempted.set()
         self.bus.publish(Event("kube", "synced", {"cluster": self.cluster, "resource": self.kind.resource,

@@ -166,6 +166,11 @@ def test_an_import_replayed_with_its_key_asks_aws_nothing(seeded: tuple[LiveServ
     assert asked == [], f"a replay re-ran the precheck: {asked}"
     other = live.post("/api/v1/clusters/import", {**body, "name": "elsewhere"}, headers=key)
     assert other.status_code == 409 and "already used for a different request" in other.text, other.text
+    mark = ledger.mark()
+    twice = live.post("/api/v1/clusters/import", {**body, "name": "elsewhere"})  # one cluster, one name
+    assert twice.status_code == 409 and twice.json()["error"]["details"]["registered_as"] == "hp-eks", twice.text
+    assert [c["name"] for c in live.get("/api/v1/clusters").json()] == ["hp-eks"]
+    assert ledger.writes(since=mark) == []
 
 
 def metric(live: LiveServer, name: str, **labels: str) -> float:

@@ -97,6 +97,38 @@ def test_a_refresh_wakes_an_informer_pausing_after_a_failure(tmp_path: Path) -> 
         server.stop()
 
 
+def test_refused_access_and_unclassified_failures_are_fatal_for_waiters(tmp_path: Path) -> None:
+    """A refused token (401) and an exception nothing classifies are not cured by waiting: ``fatal`` says so at
+    once (a stage waiting on the informer fails with it); an unreachable server only sets ``error``."""
+    emulator = Emulator(token="right")
+    server = BackgroundServer(emulator).start()
+    emulator.ensure_cluster("c")
+    kube = KubeClients(AwsClients("us-west-2"), Clock(), ca_dir=tmp_path / "ca")
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text(kubeconfig_yaml("c", server.base_url, "wrong"))
+    kube.register_kubeconfig("c", wrong)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    kube.register_kubeconfig("broken", broken)
+    dead = tmp_path / "dead.yaml"
+    dead.write_text(kubeconfig_yaml("dead", f"http://127.0.0.1:{free_port()}", "t"))
+    kube.register_kubeconfig("dead", dead)
+    informers = Informers(kube, EventBus(), retry_seconds=(3_600.0,))
+    try:
+        refused = informers.get("c", "nodes")
+        assert refused.wait_synced(timeout=300) is False
+        assert refused.fatal is not None and refused.fatal.code == "unauthorized", refused.error
+        unusable = informers.get("broken", "nodes")
+        assert unusable.wait_synced(timeout=300) is False
+        assert unusable.fatal is not None and unusable.fatal.code == "internal", unusable.error
+        unreachable = informers.get("dead", "nodes")
+        assert unreachable.wait_synced(timeout=300) is False
+        assert unreachable.error and unreachable.fatal is None, "a network failure may heal: keep waiting"
+    finally:
+        informers.stop()
+        server.stop()
+
+
 def test_a_sandbox_kubeconfig_never_replaces_a_registered_cluster(tmp_path: Path) -> None:
     kube = KubeClients(AwsClients("us-west-2"), Clock(), ca_dir=tmp_path / "ca")
     path = tmp_path / "c.yaml"

@@ -116,12 +116,17 @@ class Clusters:
         known = self.registry.find(name)
         facts = check_import(self.aws, name=name, region=region, eks_name=request.eks_cluster,
                              hyperpod_name=request.hyperpod_cluster,
-                             registered_arn=known.eks_arn if known else None)
+                             registered_arn=known.eks_arn if known else None,
+                             registered_as=self._registered_as)
         plan = ClusterImportPlan(name=facts.name, region=facts.region, eks_cluster=facts.eks_name,
                                  eks_arn=facts.eks_arn, hyperpod_cluster=facts.hyperpod_name,
                                  hyperpod_arn=facts.hyperpod_arn, requested_by=principal.name)
         self.cache.invalidate(region, request.eks_cluster)
         return self.engine.submit(IMPORT_KIND, plan, principal, idempotency_key)
+
+    def _registered_as(self, eks_arn: str) -> str | None:
+        record = self.registry.find_by_arn(eks_arn)
+        return record.name if record is not None else None
 
     @verb(Role.OPERATOR)
     def forget_cluster(self, principal: Principal, name: str) -> ClusterRecord:

@@ -8,7 +8,9 @@ a missing access entry), so a user or an agent can act on it without another rou
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from services.aws import AwsClients
 from services.errors import Conflict, Invalid, NotFound
@@ -41,17 +43,30 @@ def access_entry_principal(caller_arn: str) -> str:
     return caller_arn
 
 
+def _names(client: Any, method: str, key: str, field: str | None = None) -> list[str]:
+    """Every name a list call pages through (for the alternatives a refusal names)."""
+    out: list[str] = []
+    for page in client.get_paginator(method).paginate():
+        out.extend(item[field] if field else item for item in page.get(key, []))
+    return out
+
+
 def check_import(aws: AwsClients, *, name: str, region: str, eks_name: str, hyperpod_name: str | None,
-                 registered_arn: str | None) -> ImportFacts:
+                 registered_arn: str | None, registered_as: Callable[[str], str | None]) -> ImportFacts:
+    """``registered_as(eks arn)``: the name that EKS cluster is registered under here, if any."""
     eks = aws.client("eks", region)
     try:
         cluster = eks.describe_cluster(name=eks_name)["cluster"]
     except NotFound:
-        names = eks.list_clusters().get("clusters", [])
+        names = _names(eks, "list_clusters", "clusters")
         raise Invalid(f"no EKS cluster named {eks_name!r} in {region}; clusters there: "
                       f"{', '.join(names) or 'none'}", details={"eks_clusters": names}) from None
     if registered_arn is not None and registered_arn != cluster["arn"]:
         raise Conflict(f"the name {name!r} is registered for {registered_arn} already; choose another name")
+    known_as = registered_as(cluster["arn"])
+    if known_as is not None and known_as != name:
+        raise Conflict(f"EKS cluster {eks_name} is registered here already as {known_as!r}: use that name (or "
+                       "forget it first)", details={"registered_as": known_as})
     if cluster["status"] != "ACTIVE":
         raise Conflict(f"EKS cluster {eks_name} is {cluster['status']}; import it once it is ACTIVE")
     hyperpod_arn = None
@@ -60,8 +75,7 @@ def check_import(aws: AwsClients, *, name: str, region: str, eks_name: str, hype
         try:
             described = sagemaker.describe_cluster(ClusterName=hyperpod_name)
         except NotFound:
-            listed = sagemaker.list_clusters().get("ClusterSummaries", [])
-            names = [c["ClusterName"] for c in listed]
+            names = _names(sagemaker, "list_clusters", "ClusterSummaries", "ClusterName")
             raise Invalid(f"no HyperPod cluster named {hyperpod_name!r} in {region}; clusters there: "
                           f"{', '.join(names) or 'none'}", details={"hyperpod_clusters": names}) from None
         orchestrator = ((described.get("Orchestrator") or {}).get("Eks") or {}).get("ClusterArn")

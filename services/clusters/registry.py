@@ -49,6 +49,10 @@ class ClusterRegistry:
         row = self.db.query_one("SELECT * FROM clusters WHERE name = ?", (name,))
         return _record(row) if row is not None else None
 
+    def find_by_arn(self, eks_arn: str) -> ClusterRecord | None:
+        row = self.db.query_one("SELECT * FROM clusters WHERE eks_arn = ?", (eks_arn,))
+        return _record(row) if row is not None else None
+
     def get(self, name: str) -> ClusterRecord:
         record = self.find(name)
         if record is None:
@@ -61,6 +65,11 @@ class ClusterRegistry:
             row = conn.execute("SELECT eks_arn FROM clusters WHERE name = ?", (record.name,)).fetchone()
             if row is not None and row["eks_arn"] != record.eks_arn:
                 raise Conflict(f"the name {record.name!r} is registered for {row['eks_arn']} already")
+            other = conn.execute("SELECT name FROM clusters WHERE eks_arn = ? AND name != ?",
+                                 (record.eks_arn, record.name)).fetchone()
+            if other is not None:  # one cluster, one name: else two targets would lock one real cluster
+                raise Conflict(f"EKS cluster {record.eks_arn} is registered here already as {other['name']!r}",
+                               details={"registered_as": other["name"]})
             if row is None:
                 conn.execute(
                     "INSERT INTO clusters (name, region, eks_name, eks_arn, hyperpod_name, hyperpod_arn, ownership,"

@@ -52,6 +52,8 @@ class Connect(Stage[ClusterImportPlan]):
         informer = self.informers.get(ctx.request.name, "nodes")
         if informer.synced.is_set():
             return Done()
+        if informer.fatal is not None:  # access refused, or a failure nothing classified: waiting cures neither
+            raise informer.fatal
         return Wait(2.0, f"waiting for the cluster's node list ({informer.error or 'listing'})")
 
     def result(self, ctx: StageContext[ClusterImportPlan]) -> dict[str, Any]:
