@@ -18,6 +18,7 @@ from app.api import audit, backups, clusters, operations, system, tokens
 from app.api.base import Route
 from app.api.pages import Page
 from services.errors import ERROR_CODES, Invalid
+from services.replies import Accepted
 
 
 class ErrorBody(BaseModel):
@@ -49,6 +50,8 @@ def check_routes(routes: list[Route]) -> None:
     for r in routes:
         if not r.read_only and r.method == "GET":
             raise Invalid(f"route {r.name} mutates with GET")
+        if r.response is Accepted and r.read_only:
+            raise Invalid(f"route {r.name} starts an operation, so it is not read-only")
 
 
 check_routes(ROUTES)

@@ -27,7 +27,8 @@ _REF_NAME = re.compile(r'"\$ref": "#/components/schemas/([^"]+)"')
 DEFAULT_TOOLSETS = ("system", "operations", "backups", "clusters", "instance_groups", "nodes", "features", "storage",
                     "training", "inference")
 #: query arguments that page or narrow a list, named in the hint of a result that was cut
-PAGING_ARGS = ("before", "before_id", "limit", "status", "kind", "target", "actor", "action", "cluster")
+PAGING_ARGS = ("before", "before_id", "after", "limit", "status", "kind", "target", "actor", "action", "cluster",
+               "group", "health")
 RESULT_CHAR_CAP = 64_000  # about 16,000 tokens at ~4 characters a token
 
 

@@ -94,6 +94,14 @@ def test_import_read_live_and_forget(seeded: tuple[LiveServer, dict[str, str]]) 
         [("workers", 2, 2)]
     workers = detail["nodes_by_group"]["workers"]
     assert len(workers) == 2 and all(n["ready"] and n["health"] == "Schedulable" for n in workers)
+    assert detail["nodes_shown"] == 2 and detail["next_after"] is None
+    first = live.get("/api/v1/clusters/hp-eks", params={"limit": 1}).json()  # paged, for agents' result caps
+    assert first["nodes_shown"] == 1 and first["next_after"] == workers[0]["name"] and first["nodes"] == 2
+    second = live.get("/api/v1/clusters/hp-eks", params={"limit": 1, "after": first["next_after"]}).json()
+    assert [n["name"] for n in second["nodes_by_group"]["workers"]] == [workers[1]["name"]]
+    assert second["next_after"] is None
+    assert live.get("/api/v1/clusters/hp-eks", params={"group": "other"}).json()["nodes_shown"] == 0
+    assert live.get("/api/v1/clusters/hp-eks", params={"health": "Schedulable"}).json()["nodes_shown"] == 2
     assert workers[0]["gpus"] == 1 and workers[0]["instance_type"] == "ml.g5.8xlarge"
     assert detail["cache_age_seconds"] is not None
 

@@ -9,7 +9,14 @@ from app.api.pages import Page, current_principal
 from app.bootstrap import Services
 from services.auth import Principal
 from services.clusters import Clusters
-from services.clusters.models import ClusterDetail, ClusterImport, ClusterQuery, ClusterRecord, ClusterSummary
+from services.clusters.models import (
+    ClusterDetail,
+    ClusterDetailQuery,
+    ClusterImport,
+    ClusterQuery,
+    ClusterRecord,
+    ClusterSummary,
+)
 from services.clusters.options import ClusterOptions, OptionsQuery
 from services.replies import Accepted
 from services.verbs import role_of
@@ -23,7 +30,7 @@ def _list(call: Call) -> Reply:
 
 def _get(call: Call) -> Reply:
     return Reply(call.services.clusters.describe_cluster(call.principal, call.path["cluster"],
-                                                         refresh=call.query.refresh))
+                                                         refresh=call.query.refresh, page=call.query))
 
 
 def _options(call: Call) -> Reply:
@@ -56,7 +63,7 @@ ROUTES: list[Route] = [
                       "before proposing a create: offer only what it lists."),
     Route("GET", "/api/v1/clusters/{cluster}", "clusters_get", "One cluster: groups, nodes, health",
           role_of(Clusters.describe_cluster),
-          _get, query=ClusterQuery, response=ClusterDetail, path_params=CLUSTER, tag="clusters", open_world=True,
+          _get, query=ClusterDetailQuery, response=ClusterDetail, path_params=CLUSTER, tag="clusters", open_world=True,
           description="EKS status and version, HyperPod status and node recovery, instance groups with "
                       "current/target counts, and nodes by instance group with their health label, Ready, "
                       "GPU/EFA capacity, allocatable resources and pod count, from the watch-backed cache "
@@ -70,7 +77,7 @@ ROUTES: list[Route] = [
                       "access entry (the message says how to add one)."),
     Route("DELETE", "/api/v1/clusters/{cluster}/registration", "clusters_forget",
           "Forget an imported cluster (it is not touched)", role_of(Clusters.forget_cluster), _forget,
-          response=ClusterRecord, path_params=CLUSTER, read_only=False, tag="clusters", open_world=True,
+          response=ClusterRecord, path_params=CLUSTER, read_only=False, tag="clusters",
           description="Remove an imported cluster from this control plane's registry; nothing in AWS or "
                       "Kubernetes changes. Refused while the cluster has active operations."),
 ]

@@ -43,7 +43,7 @@ ROUTES: list[Route] = [
           response=Whoami,
           description="The caller's token name and role, and which roles' routes it may call."),
     Route("GET", "/api/v1/status", "status_get", "Summary of what the control plane is doing",
-          role_of(Operations.summary), _status, response=StatusSummary,
+          role_of(Operations.summary), _status, response=StatusSummary, open_world=True,
           description="Operation counts by status, active operations with their current stage, recent "
                       "failures and known clusters. A cheap first call to orient."),
     Route("GET", "/metrics", "metrics", "Prometheus metrics", role_of(Operations.metrics_text), _metrics,

@@ -19,6 +19,7 @@ from services.clock import Clock
 from services.clusters.checks import check_import
 from services.clusters.models import (
     ClusterDetail,
+    ClusterDetailQuery,
     ClusterImport,
     ClusterImportPlan,
     ClusterRecord,
@@ -74,13 +75,14 @@ class Clusters:
                       wait: float = FIRST_SYNC_SECONDS) -> list[ClusterSummary]:
         """Every registered cluster; ``wait``: how long a cluster not yet read may take (status uses 0)."""
         fields = set(ClusterSummary.model_fields)
-        return [ClusterSummary(**self.reader.detail(r, refresh, wait).model_dump(include=fields))
+        return [ClusterSummary(**self.reader.detail(r, refresh, wait, summary=True).model_dump(include=fields))
                 for r in self.registry.list()]
 
     @verb(Role.VIEWER)
     def describe_cluster(self, principal: Principal, name: str, refresh: bool = False,
-                         wait: float = FIRST_SYNC_SECONDS) -> ClusterDetail:
-        return self.reader.detail(self.registry.get(name), refresh, wait)
+                         wait: float = FIRST_SYNC_SECONDS, page: ClusterDetailQuery | None = None) -> ClusterDetail:
+        """The cluster with its nodes by group; ``page`` narrows (group, health) and pages (after, limit)."""
+        return self.reader.detail(self.registry.get(name), refresh, wait, page)
 
     @verb(Role.VIEWER)
     def cluster_options(self, principal: Principal, query: OptionsQuery | None = None) -> ClusterOptions:

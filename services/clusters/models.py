@@ -36,6 +36,15 @@ class ClusterQuery(RequestModel):
     refresh: bool = Field(False, description="read AWS and Kubernetes again instead of the caches")
 
 
+class ClusterDetailQuery(ClusterQuery):
+    group: str | None = Field(None, max_length=63, description="only the nodes of this instance group")
+    health: str | None = Field(None, max_length=64,
+                               description="only nodes with this health label value, e.g. Unschedulable")
+    after: str | None = Field(None, max_length=253, description="page on: only nodes whose name sorts after this "
+                                                                "(the previous answer's next_after)")
+    limit: int = Field(200, ge=1, le=5000, description="at most this many nodes in the answer")
+
+
 class ClusterRecord(ResponseModel):
     """A registry row: what this control plane knows the cluster by."""
 
@@ -90,6 +99,8 @@ class ClusterDetail(ClusterSummary):
     nodes_by_group: dict[str, list[NodeView]] = Field(
         default_factory=dict, description="nodes by instance group ('' for nodes outside HyperPod groups)")
     cache_age_seconds: float | None = Field(None, description="age of the Kubernetes cache this was read from")
+    nodes_shown: int = Field(0, description="nodes in nodes_by_group (after group/health/after/limit)")
+    next_after: str | None = Field(None, description="more nodes match: ask again with after=<this>")
 
 
 class ClusterImportPlan(RequestModel):

@@ -13,6 +13,7 @@ from services.clusters.models import (
     GROUP_LABEL,
     HEALTH_LABEL,
     ClusterDetail,
+    ClusterDetailQuery,
     ClusterRecord,
     InstanceGroupView,
     NodeView,
@@ -54,7 +55,10 @@ class ClusterReader:
 
         return self.cache.get((service, operation, region, resource), load, refresh=refresh)[0]
 
-    def detail(self, record: ClusterRecord, refresh: bool = False, wait: float = FIRST_SYNC_SECONDS) -> ClusterDetail:
+    def detail(self, record: ClusterRecord, refresh: bool = False, wait: float = FIRST_SYNC_SECONDS,
+               page: ClusterDetailQuery | None = None, *, summary: bool = False) -> ClusterDetail:
+        """The cluster from the caches. ``summary``: counts only (no pods, no node list: what a list or a
+        status answer needs, cheap on a 1,000-node cluster); ``page`` narrows and pages the node list."""
         detail = ClusterDetail(name=record.name, ownership=record.ownership, region=record.region,
                                eks_name=record.eks_name, hyperpod_name=record.hyperpod_name)
         errors: list[str] = []
@@ -76,25 +80,63 @@ class ClusterReader:
             except ServiceError as exc:
                 errors.append(f"HyperPod: {exc.message}")
         try:
-            nodes, pods = self.informers.get(record.name, "nodes"), self.informers.get(record.name, "pods")
+            nodes = self.informers.get(record.name, "nodes")
+            pods = None if summary else self.informers.get(record.name, "pods")
         except NotFound as exc:  # forgotten while this read was under way
             detail.error = "; ".join([*errors, f"Kubernetes: {exc.message}"])
             return detail
         if refresh:
             nodes.resync(wait)
-            pods.resync(wait)
+            if pods is not None:
+                pods.resync(wait)
         if nodes.wait_synced(wait):
-            pods.wait_synced(wait)
-            per_node = Counter(p["spec"].get("nodeName") for p in pods.items()
-                               if p["status"].get("phase") not in ("Succeeded", "Failed"))
-            views = sorted((node_view(n, per_node.get(n["metadata"]["name"], 0)) for n in nodes.items()),
-                           key=lambda v: v.name)
-            for view in views:
-                detail.nodes_by_group.setdefault(view.instance_group or "", []).append(view)
-            detail.nodes = len(views)
-            detail.health = dict(Counter(v.health or ("Ready" if v.ready else "NotReady") for v in views))
+            per_node: Counter[str | None] = Counter()
+            if pods is not None:
+                pods.wait_synced(wait)
+                per_node = Counter(p["spec"].get("nodeName") for p in pods.items()
+                                   if p["status"].get("phase") not in ("Succeeded", "Failed"))
+            items = nodes.items()
+            detail.nodes = len(items)
+            detail.health = dict(Counter(_health(n) for n in items))
             detail.cache_age_seconds = nodes.age()
+            if not summary:
+                self._page_nodes(detail, items, per_node, page)
         else:
             errors.append(f"Kubernetes: the node list has not arrived ({nodes.error or 'still listing'})")
         detail.error = "; ".join(errors) or None
         return detail
+
+    @staticmethod
+    def _page_nodes(detail: ClusterDetail, items: list[dict[str, Any]], per_node: Counter[str | None],
+                    page: ClusterDetailQuery | None) -> None:
+        """``page`` None: every node (the dashboard's overview); else filtered and paged (REST, MCP)."""
+        chosen = sorted((n for n in items if page is None or _matches(n, page)),
+                        key=lambda n: str(n["metadata"]["name"]))
+        if page is not None and page.after is not None:
+            chosen = [n for n in chosen if str(n["metadata"]["name"]) > page.after]
+        shown = chosen[:page.limit] if page is not None else chosen
+        for node in shown:
+            view = node_view(node, per_node.get(node["metadata"]["name"], 0))
+            detail.nodes_by_group.setdefault(view.instance_group or "", []).append(view)
+        detail.nodes_shown = len(shown)
+        detail.next_after = str(shown[-1]["metadata"]["name"]) if len(chosen) > len(shown) else None
+
+
+def _labels(node: dict[str, Any]) -> dict[str, str]:
+    return node["metadata"].get("labels") or {}
+
+
+def _health(node: dict[str, Any]) -> str:
+    """The node's health label, else Ready/NotReady from its condition (nodes outside HyperPod)."""
+    health = _labels(node).get(HEALTH_LABEL)
+    if health:
+        return health
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return "Ready" if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions) else "NotReady"
+
+
+def _matches(node: dict[str, Any], page: ClusterDetailQuery) -> bool:
+    labels = _labels(node)
+    if page.group is not None and (labels.get(GROUP_LABEL) or "") != page.group:
+        return False
+    return page.health is None or _health(node) == page.health
