@@ -270,7 +270,9 @@ class Informer:
                         return None
                     raise ApiException(status=obj.get("code"), reason=obj.get("message"))
                 version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-                if kind == "BOOKMARK":
+                if kind == "BOOKMARK":  # the server says the cache is current up to ``version``
+                    with self._lock:
+                        self._synced_at = time.monotonic()
                     continue
                 self._apply(str(kind), self.kind.slim(obj))
         finally:

@@ -17,7 +17,7 @@ from services.errors import NotFound
 from services.events import EventBus
 from services.informers import Informers
 from services.kube import KubeClients
-from tests.support import free_port
+from tests.support import free_port, wait_until
 
 
 def test_an_invalidation_during_a_load_is_not_undone() -> None:
@@ -124,6 +124,38 @@ def test_refused_access_and_unclassified_failures_are_fatal_for_waiters(tmp_path
         unreachable = informers.get("dead", "nodes")
         assert unreachable.wait_synced(timeout=300) is False
         assert unreachable.error and unreachable.fatal is None, "a network failure may heal: keep waiting"
+    finally:
+        informers.stop()
+        server.stop()
+
+
+def test_an_informer_resumes_and_lists_again_when_its_version_is_gone(tmp_path: Path) -> None:
+    """Reconnecting after a dropped watch resumes from the last version; when the server has forgotten that
+    version (410 Gone) the informer lists again and the cache holds what changed while it was away."""
+    emulator = Emulator()
+    port = free_port()
+    server = BackgroundServer(emulator, port=port).start()
+    cluster = emulator.ensure_cluster("c")
+    node_type = cluster.builtin("", "nodes")
+    cluster.create(node_type, None, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+    kube = KubeClients(AwsClients("us-west-2"), Clock(), ca_dir=tmp_path / "ca")
+    kube.register_kubeconfig("c", emulator.write_kubeconfig("c", server.base_url, tmp_path / "c.yaml"))
+    informers = Informers(kube, EventBus(), retry_seconds=(0.05,))
+    try:
+        nodes = informers.get("c", "nodes")
+        assert nodes.wait_synced(timeout=300) and [n["metadata"]["name"] for n in nodes.items()] == ["n1"]
+        lists = nodes.lists
+        cluster.create(node_type, None, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2"}})
+        wait_until(lambda: len(nodes.items()) == 2, 60, "the watch to bring n2")
+        assert nodes.lists == lists, "a watch event, not a list"
+        server.stop()  # the connection drops; while the informer is away the cluster moves on and forgets
+        wait_until(lambda: nodes.error is not None, 60, "the informer to notice")
+        cluster.create(node_type, None, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n3"}})
+        cluster.store.compact()
+        server = BackgroundServer(emulator, port=port).start()
+        wait_until(lambda: nodes.lists == lists + 1, 60, "a relist after 410 Gone")
+        assert sorted(n["metadata"]["name"] for n in nodes.items()) == ["n1", "n2", "n3"]
+        assert nodes.error is None
     finally:
         informers.stop()
         server.stop()
