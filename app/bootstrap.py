@@ -21,7 +21,7 @@ from services.kube import KubeClients
 from services.limits import Slots
 from services.metrics import Metrics
 from services.operation_verbs import Operations
-from services.operations import Backoff, Engine
+from services.operations import Backoff, Engine, lock_data_dir
 from services.sessions import SessionStore, SignInThrottle
 from services.settings import Settings
 from services.tokens import Tokens
@@ -71,8 +71,11 @@ def engine_pace(settings: Settings, sandboxed: bool) -> float:
     return 1.0 / settings.sandbox_speed if sandboxed else 1.0
 
 
-def build_services(settings: Settings, clock: Clock | None = None) -> Services:
+def build_services(settings: Settings, clock: Clock | None = None, *, exclusive: bool = False) -> Services:
+    """``exclusive`` (serve): take the data directory's lock first, before the database is opened or migrated
+    and the registry loaded, so a second server refuses before touching anything."""
     data = settings.ensure_data_dir()
+    lock = lock_data_dir(data / "engine.lock") if exclusive else None
     clock = clock or Clock()
     db = Database(data / "state.db")
     bus = EventBus()
@@ -82,6 +85,8 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
     engine = Engine(db, bus, audit, clock, workers=settings.workers, lock_path=data / "engine.lock",
                     metrics=metrics, pace=engine_pace(settings, sandboxed),
                     backoff=Backoff(settings.retry_backoff_base, settings.retry_backoff_max))
+    if lock is not None:
+        engine.adopt_lock(lock)
     if sandboxed and settings.aws_endpoint_url is None:
         aws = AwsClients(settings.region, aws_endpoint(settings), session=aws_session(settings),
                          on_call=metrics.aws_call)

@@ -36,7 +36,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings, notes = claim_ports(settings, sandboxed)
     for note in notes:
         print(f"note: {note}", flush=True)
-    services = build_services(settings)
+    services = build_services(settings, exclusive=True)  # the data directory's lock comes first
     print(f"instantstart {__version__} serving on http://{settings.host}:{settings.port} "
           f"(data directory {settings.data_dir})", flush=True)
     serve(services, show_token=_print_token, say=lambda line: print(line, flush=True), mode_reason=reason)

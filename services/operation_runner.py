@@ -28,6 +28,17 @@ class DataDirLocked(ServiceError):
     http_status = 409
 
 
+def lock_data_dir(path: Path) -> int:
+    """Take the data directory's exclusive lock (a held ``flock`` on ``path``); the open descriptor holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise DataDirLocked(f"another instantstart process is running on {path.parent}") from None
+    return fd
+
+
 class Runner:
     def __init__(self, store: OperationStore, stepper: Stepper, *, workers: int, lock_path: Path | None) -> None:
         self.store = store
@@ -48,12 +59,10 @@ class Runner:
         """Take the data-dir lock (once): the first step of start-up, before anything else touches the data."""
         if self._lock_path is None or self._lock_fd is not None:
             return
-        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise DataDirLocked(f"another instantstart process is running on {self._lock_path.parent}") from None
+        self._lock_fd = lock_data_dir(self._lock_path)
+
+    def adopt_lock(self, fd: int) -> None:
+        """The lock was taken before this engine existed (``lock_data_dir``): hold it from now on."""
         self._lock_fd = fd
 
     def start(self) -> None:

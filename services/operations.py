@@ -27,7 +27,7 @@ from services.errors import Conflict, Invalid
 from services.events import EventBus
 from services.metrics import Metrics
 from services.models import RequestModel
-from services.operation_runner import DataDirLocked, Runner
+from services.operation_runner import DataDirLocked, Runner, lock_data_dir
 from services.operation_stepper import Backoff, Stepper
 from services.operation_store import OperationStore
 from services.operation_views import (
@@ -52,7 +52,7 @@ from services.stages import Done, Observed, OperationKind, Stage, StageContext, 
 __all__ = [  # the engine's module is also where callers find the contract and the views
     "ACTIVE", "STATUS_TOOL", "TERMINAL", "TRANSITIONS", "Backoff", "Condition", "DataDirLocked", "Done", "Engine",
     "Observed", "OperationKind", "OperationQuery", "OperationView", "Phase", "Stage", "StageContext", "StageStatus",
-    "StageView", "Status", "Wait", "check_transition", "iso",
+    "StageView", "Status", "Wait", "check_transition", "iso", "lock_data_dir",
 ]
 
 log = logging.getLogger(__name__)
@@ -238,6 +238,9 @@ class Engine:
         """Take the data-directory lock now (``start`` takes it otherwise): lock, then sandbox and registry,
         then ``start``, which resumes operations."""
         self.runner.acquire_lock()
+
+    def adopt_lock(self, fd: int) -> None:
+        self.runner.adopt_lock(fd)
 
     def start(self) -> None:
         self.runner.start()

@@ -29,6 +29,7 @@ def test_serve_prints_token_once_refuses_a_second_server_and_keeps_state(tmp_pat
         # a second server on the same data dir is refused while the first runs
         port_busy = cli("serve", "--data-dir", str(tmp_path / "data"), "--port", "0", timeout=60)
         assert port_busy.returncode != 0 and "another instantstart process" in port_busy.stderr
+        assert "serving on" not in port_busy.stdout, "the lock comes first, before the data is touched"
     finally:
         live.stop()
     again = start_server(tmp_path / "data")
