@@ -147,10 +147,16 @@ class TagCluster(Stage[TagRequest]):
         self.eks = aws.for_stages().client("eks")
 
     def _arn(self, ctx: StageContext[TagRequest]) -> str:
-        described = self.eks.describe_cluster(name=ctx.request.cluster)["cluster"]
-        if ctx.request.misread:
-            return str(described["noSuchField"])  # a KeyError on a response: a bug, never retried
-        return str(described["arn"])
+        if ctx.request.misread:  # a KeyError raised inside the client call (a response handler misreads): a bug
+            def misread(parsed: dict[str, Any], **_: Any) -> None:
+                parsed["noSuchField"]
+
+            self.eks.meta.events.register("after-call.eks.DescribeCluster", misread)
+            try:
+                self.eks.describe_cluster(name=ctx.request.cluster)
+            finally:
+                self.eks.meta.events.unregister("after-call.eks.DescribeCluster", misread)
+        return str(self.eks.describe_cluster(name=ctx.request.cluster)["cluster"]["arn"])
 
     def _tags(self, ctx: StageContext[TagRequest]) -> dict[str, str]:
         return dict(self.eks.list_tags_for_resource(resourceArn=self._arn(ctx))["tags"])

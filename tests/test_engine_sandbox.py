@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import httpx2
 import pytest
 from botocore.config import Config
 
@@ -143,6 +144,24 @@ def test_an_injected_throttle_is_retried_by_the_engine_and_the_operation_succeed
     assert tags(aws)["group-throttled"] == "backoff"
     assert not [f for f in live.get("/api/v1/sandbox/faults").json() if f["id"] == injected.json()["id"]]
     assert 'instantstart_stage_retries_total{kind="test.eks.tag",stage="tag"} 3.0' in engine.metrics.render()
+
+
+def test_an_injected_access_denial_fails_the_stage_at_once_naming_the_action(
+        sandbox: tuple[LiveServer, str], engine: Engine, aws: AwsClients) -> None:
+    live, _ = sandbox
+    injected = live.post("/api/v1/sandbox/faults", {"kind": "access_denied",
+                                                    "target": {"service": "eks", "action": "TagResource"}})
+    assert injected.status_code == 201, injected.text
+    try:
+        op = submit(engine, group="denied", value="never")
+        failed = engine.run_until_idle(op.id)  # no clock advance: a refusal is not waited out
+        assert failed.status == Status.FAILED and failed.error is not None, failed
+        assert failed.error["code"] == "forbidden" and failed.stages[0].retries == 0
+        assert "TagResource" in failed.error["message"], failed.error
+        assert "group-denied" not in tags(aws)
+    finally:
+        httpx2.delete(f"{live.url}/api/v1/sandbox/faults/{injected.json()['id']}", headers=live.headers(),
+                      timeout=30)
 
 
 def test_a_key_error_inside_the_adapter_fails_the_stage_at_once_as_internal(
