@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -47,7 +47,6 @@ class ToolSpec:
     path_params: tuple[str, ...] = ()
     query_params: tuple[str, ...] = ()
     body_params: tuple[str, ...] = ()
-    output_schema: dict[str, Any] | None = field(default=None)
     toolset: str = "system"
     answers_operation: bool = False
     open_world: bool = False

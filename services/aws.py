@@ -87,12 +87,6 @@ class _Pages:
                 raise classified from exc
             yield page
 
-    def build_full_result(self) -> Any:
-        return _classified(self._pages.build_full_result, self._action)()
-
-    def search(self, expression: str) -> Iterator[Any]:
-        return iter(_classified(lambda: list(self._pages.search(expression)), self._action)())
-
 
 class _Paginator:
     def __init__(self, paginator: Any, action: str) -> None:

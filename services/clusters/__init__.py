@@ -57,7 +57,7 @@ class Clusters:
         self.registry = registry
         self.informers = informers
         self.cache = cache
-        self.engine = engine
+        self._engine = engine
         self.audit = audit
         self.bus = bus
         self.reader = ClusterReader(aws, cache, informers)
@@ -90,10 +90,6 @@ class Clusters:
         VPC and Elastic IP quotas, existing VPCs and clusters, the service-linked role, our permissions."""
         return self.options.read(query or OptionsQuery())
 
-    @verb(Role.VIEWER)
-    def records(self, principal: Principal) -> list[ClusterRecord]:
-        return self.registry.list()
-
     # ----- mutations ---------------------------------------------------------------------------------
 
     @verb(Role.OPERATOR)
@@ -112,7 +108,7 @@ class Clusters:
                 name, region, request.eks_cluster) and request.hyperpod_cluster in (
                 None, stored.get("hyperpod_cluster"))
 
-        prior = self.engine.replayed(IMPORT_KIND, principal, idempotency_key, same)
+        prior = self._engine.replayed(IMPORT_KIND, principal, idempotency_key, same)
         if prior is not None:
             return prior, False
         known = self.registry.find(name)
@@ -124,7 +120,7 @@ class Clusters:
                                  eks_arn=facts.eks_arn, hyperpod_cluster=facts.hyperpod_name,
                                  hyperpod_arn=facts.hyperpod_arn, requested_by=principal.name)
         self.cache.invalidate(region, request.eks_cluster)
-        return self.engine.submit(IMPORT_KIND, plan, principal, idempotency_key)
+        return self._engine.submit(IMPORT_KIND, plan, principal, idempotency_key)
 
     def _registered_as(self, eks_arn: str) -> str | None:
         record = self.registry.find_by_arn(eks_arn)
