@@ -476,6 +476,7 @@ class HyperPodSimulator:
 
     def _op_BatchAddClusterNodes(self, p: dict[str, Any], now: float) -> dict[str, Any]:
         c = self._find(p["ClusterName"])
+        node_ops.check_add_total(p)
         wanted: dict[str, int] = {}
         for spec in p["NodesToAdd"]:
             g = c.group(spec["InstanceGroupName"])

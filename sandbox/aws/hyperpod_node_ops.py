@@ -158,14 +158,18 @@ def batch_delete(c: ClusterRec, p: dict[str, Any], now: float, life: Lifecycle) 
     return {k: v for k, v in out.items() if v or k in ("Successful", "Failed")}
 
 
-def batch_add(c: ClusterRec, p: dict[str, Any], now: float, life: Lifecycle) -> dict[str, Any]:
-    if not c.continuous:
-        raise AwsError("ValidationException", "BatchAddClusterNodes is only supported for clusters with "
-                       "NodeProvisioningMode set to Continuous.")
+def check_add_total(p: dict[str, Any]) -> None:
+    """BatchAddClusterNodes adds at most 50 nodes across all of its groups (checked before quotas)."""
     total = sum(int(spec["IncrementTargetCountBy"]) for spec in p["NodesToAdd"])
     if total > MAX_ADD_NODES:
         raise AwsError("ValidationException", f"The total number of nodes to add across all instance groups cannot "
                        f"exceed {MAX_ADD_NODES}; the request adds {total}.")
+
+
+def batch_add(c: ClusterRec, p: dict[str, Any], now: float, life: Lifecycle) -> dict[str, Any]:
+    if not c.continuous:
+        raise AwsError("ValidationException", "BatchAddClusterNodes is only supported for clusters with "
+                       "NodeProvisioningMode set to Continuous.")
     token = p.get("ClientToken")
     if token and token in c.add_tokens:
         return c.add_tokens[token]

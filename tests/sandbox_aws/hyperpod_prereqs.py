@@ -4,14 +4,18 @@ would: a VPC with subnets in distinct zones, a security group of that VPC, an ex
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+from botocore.exceptions import ClientError
+
 from sandbox.aws import AwsWorld
 
-from .conftest import Clients
+from .conftest import Clients, make_client
 
 EKS_ROLE = "arn:aws:iam::123456789012:role/eks-cluster"
 
@@ -78,3 +82,45 @@ def prereqs(world: AwsWorld, aws: Clients, unique: Callable[[str], str], *, mode
     world.advance(1800)
     assert eks.describe_cluster(name=eks_name)["cluster"]["status"] == "ACTIVE"
     return Prereqs(vpc, nets, sg, exec_role, bucket, eks_name, str(arn))
+
+
+_ids = itertools.count()
+
+
+def fresh(prefix: str) -> str:
+    """A name no other strict test uses (``strict-`` clusters are deleted after each test)."""
+    return f"strict-{prefix}-{next(_ids)}"
+
+
+def cleaned_sagemaker(world: AwsWorld) -> Iterator[Any]:
+    """A SageMaker client; afterwards every ``strict-`` cluster is deleted, so the shared world's cluster-usage
+    quotas stay free for the other tests."""
+    client = make_client(world, "sagemaker")
+    yield client
+    for summary in client.list_clusters(NameContains="strict-", MaxResults=100)["ClusterSummaries"]:
+        if summary["ClusterStatus"] != "Deleting":
+            client.delete_cluster(ClusterName=summary["ClusterName"])
+
+
+def refused(call: Callable[..., Any], code: str = "ValidationException", **params: Any) -> str:
+    """The message of the AWS error (``code``) that ``call(**params)`` must fail with."""
+    with pytest.raises(ClientError) as info:
+        call(**params)
+    error = info.value.response["Error"]
+    assert error["Code"] == code, error
+    return str(error["Message"])
+
+
+def names(sm: Any) -> set[str]:
+    return {c["ClusterName"] for c in sm.list_clusters(MaxResults=100)["ClusterSummaries"]}
+
+
+def groups(sm: Any, name: str) -> dict[str, dict[str, Any]]:
+    return {g["InstanceGroupName"]: g for g in sm.describe_cluster(ClusterName=name)["InstanceGroups"]}
+
+
+def in_service(world: AwsWorld, sm: Any, name: str, seconds: float = 3600) -> dict[str, Any]:
+    world.advance(seconds)
+    described: dict[str, Any] = sm.describe_cluster(ClusterName=name)
+    assert described["ClusterStatus"] == "InService", described.get("FailureMessage")
+    return described
