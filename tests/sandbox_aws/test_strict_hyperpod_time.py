@@ -5,11 +5,13 @@ launch when Active, at most the plan's count), and the deep-health-check and Spo
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
-from sandbox.aws import AwsWorld
+from app.cli_sandbox import FAULT_KINDS as CLI_FAULT_KINDS
+from app.sandbox_api import FaultInject, FaultKind
+from sandbox.aws import FAULT_KINDS, AwsWorld
 from sandbox.aws.hyperpod_lifecycle import BOOT_SECONDS, CHECK_SECONDS, DETECT, REBOOT_SECONDS, SETUP
 
 from .conftest import make_client
@@ -249,3 +251,16 @@ def test_spot_reclaimed_fault_takes_spot_nodes_only_and_they_are_replaced(world:
              "Running"}
     assert after["steady"] == before["steady"] and after["spot"] != before["spot"]
     assert world.faults.list() == []  # one-shot: used up by the one Spot node
+
+
+def test_the_sandbox_api_and_cli_offer_every_fault_kind_with_its_target() -> None:
+    assert set(get_args(FaultKind)) == set(FAULT_KINDS) == set(CLI_FAULT_KINDS)
+    dhc = FaultInject.model_validate({"kind": "deep_health_check_failed",
+                                      "target": {"cluster": "hp", "check": "InstanceStress"}})
+    assert dhc.target_keys() == {"cluster": "hp", "check": "InstanceStress"}
+    spot = FaultInject.model_validate({"kind": "spot_reclaimed", "target": {"cluster": "hp", "instance_group": "g"}})
+    assert spot.target_keys() == {"cluster": "hp", "instance_group": "g"}
+    with pytest.raises(ValueError, match="spot_reclaimed needs target keys"):
+        FaultInject.model_validate({"kind": "spot_reclaimed", "target": {"node": "i-0123456789abcdef0"}})
+    with pytest.raises(ValueError):
+        FaultInject.model_validate({"kind": "deep_health_check_failed", "target": {"cluster": "hp", "check": "Ping"}})
