@@ -141,8 +141,14 @@ def test_create_writes_access_entries_for_the_service_linked_role_and_execution_
     assert node_entry["type"] == "HYPERPOD_LINUX"
     service_entry = eks.describe_access_entry(clusterName=env.eks_name, principalArn=slr)["accessEntry"]
     assert service_entry["username"] == SLR_USERNAME and service_entry["type"] == "STANDARD"
-    sm.create_cluster(**env.cluster(fresh("hp"), env.group("g", 1, "ml.t3.medium", ExecutionRole=node_role)))
+    second = fresh("hp")
+    sm.create_cluster(**env.cluster(second, env.group("g", 1, "ml.t3.medium", ExecutionRole=node_role),
+                                    NodeProvisioningMode="Continuous"))
     assert entries(world, env.eks_name) == after  # a second cluster with the same roles: nothing new
+    world.advance(600)
+    other_role = role(lambda service: make_client(world, service), fresh("hp-exec"), "sagemaker.amazonaws.com")
+    sm.update_cluster(ClusterName=second, InstanceGroups=[env.group("g2", 0, "ml.t3.medium", ExecutionRole=other_role)])
+    assert entries(world, env.eks_name) == after | {other_role}  # a group with a new role: its entry
 
 
 # --- UpdateCluster takes each group's spec as sent (gap 3) -------------------------------------------------
