@@ -30,10 +30,16 @@ class HyperPodAccess:
         return f"arn:aws:iam::{self.account}:role/aws-service-role/hyperpod.sagemaker.amazonaws.com/{SLR_NAME}"
 
     def cluster(self, arn: str) -> dict[str, Any] | None:
-        """The EKS cluster an orchestrator ARN names, as EKS's DescribeCluster answers (None: no EKS here)."""
+        """The EKS cluster an orchestrator ARN names, as EKS's DescribeCluster answers (None: no EKS here, or
+        no such cluster any more: CreateCluster has already refused a missing one in HyperPod's own words)."""
         if self.eks_call is None:
             return None
-        return dict(self.eks_call("DescribeCluster", {"name": arn.rsplit("/", 1)[-1]})["cluster"])
+        try:
+            return dict(self.eks_call("DescribeCluster", {"name": arn.rsplit("/", 1)[-1]})["cluster"])
+        except AwsError as exc:
+            if exc.code == "ResourceNotFoundException":
+                return None
+            raise
 
     def grant(self, eks_name: str, execution_roles: Iterable[str]) -> None:
         """The service-linked role's entry and one ``HYPERPOD_LINUX`` entry per execution role, each once."""
@@ -43,7 +49,12 @@ class HyperPodAccess:
                                          "username": SLR_USERNAME}]
         wanted += [{"clusterName": eks_name, "principalArn": role, "type": "HYPERPOD_LINUX"}
                    for role in sorted(set(execution_roles))]
-        existing = set(self.eks_call("ListAccessEntries", {"clusterName": eks_name}).get("accessEntries") or [])
+        try:
+            existing = set(self.eks_call("ListAccessEntries", {"clusterName": eks_name}).get("accessEntries") or [])
+        except AwsError as exc:
+            if exc.code == "ResourceNotFoundException":
+                return  # the EKS cluster is gone: there is nothing to grant access to
+            raise
         for entry in wanted:
             if entry["principalArn"] in existing:
                 continue
