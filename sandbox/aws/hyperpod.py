@@ -211,9 +211,11 @@ class HyperPodSimulator:
             return False, opens, f"Waiting for training plan {plan['TrainingPlanName']} to become Active."
         if t >= float(plan["EndTime"]):
             return False, None, f"Training plan {plan['TrainingPlanName']} has expired."
-        launched = sum(1 for c in self.clusters.values() for n in c.nodes if n.instance_id and not n.end
-                       and (c.group(n.group) or GroupRec("", {}, 0)).spec.get("TrainingPlanArn") in (
-                           arn, plan["TrainingPlanArn"], plan["TrainingPlanName"]))
+        names = (arn, plan["TrainingPlanArn"], plan["TrainingPlanName"])
+        on_plan = {(c.name, g.name) for c in self.clusters.values() for g in c.groups
+                   if g.spec.get("TrainingPlanArn") in names}
+        launched = sum(1 for c in self.clusters.values() for n in c.nodes
+                       if n.instance_id and not n.end and (c.name, n.group) in on_plan)
         if launched >= int(plan["TotalInstanceCount"]):
             return False, t + CAPACITY_RETRY, (f"All {plan['TotalInstanceCount']} instances of training plan "
                                                f"{plan['TrainingPlanName']} are in use.")
