@@ -38,7 +38,7 @@ class SandboxWorld(Protocol):
 
 
 FaultKind = Literal["node_unhealthy", "insufficient_capacity", "addon_degraded", "quota_exhausted", "throttle",
-                    "access_denied"]
+                    "access_denied", "deep_health_check_failed", "spot_reclaimed"]
 
 
 class NodeUnhealthyTarget(RequestModel):
@@ -46,6 +46,19 @@ class NodeUnhealthyTarget(RequestModel):
     node: str = Field(..., min_length=1, description="instance id, e.g. i-0123456789abcdef0")
     recovery: Literal["Reboot", "Replace"] | None = Field(None, description="what automatic recovery does "
                                                           "(default Replace)")
+
+
+class DeepHealthCheckFailedTarget(RequestModel):
+    cluster: str = Field(..., min_length=1, description="HyperPod cluster name")
+    node: str | None = Field(None, description="only this instance id; default any node running deep health checks")
+    check: Literal["InstanceStress", "InstanceConnectivity", "MultiNodeTrainingValidation"] | None = Field(
+        None, description="only this deep health check; default any")
+
+
+class SpotReclaimedTarget(RequestModel):
+    cluster: str = Field(..., min_length=1, description="HyperPod cluster name")
+    node: str | None = Field(None, description="only this instance id; default any Spot node")
+    instance_group: str | None = Field(None, description="only Spot nodes of this instance group")
 
 
 class InsufficientCapacityTarget(RequestModel):
@@ -79,7 +92,7 @@ class AccessDeniedTarget(RequestModel):
 
 
 FaultTarget = (NodeUnhealthyTarget | InsufficientCapacityTarget | AddonDegradedTarget | QuotaExhaustedTarget
-               | ThrottleTarget | AccessDeniedTarget)
+               | ThrottleTarget | AccessDeniedTarget | DeepHealthCheckFailedTarget | SpotReclaimedTarget)
 TARGET_MODELS: dict[str, type[RequestModel]] = {
     "node_unhealthy": NodeUnhealthyTarget,
     "insufficient_capacity": InsufficientCapacityTarget,
@@ -87,6 +100,8 @@ TARGET_MODELS: dict[str, type[RequestModel]] = {
     "quota_exhausted": QuotaExhaustedTarget,
     "throttle": ThrottleTarget,
     "access_denied": AccessDeniedTarget,
+    "deep_health_check_failed": DeepHealthCheckFailedTarget,
+    "spot_reclaimed": SpotReclaimedTarget,
 }
 # per kind: (target keys required, target keys allowed), from the models above
 FAULT_TARGETS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
@@ -112,7 +127,10 @@ class FaultInject(RequestModel):
                             "instance id, optional recovery = Reboot|Replace); insufficient_capacity (instance_type, "
                             "optional availability_zone); addon_degraded (cluster = EKS name, addon); "
                             "quota_exhausted (instance_type); throttle (service, optional operation); access_denied "
-                            "(service, action): the call fails at once with AWS's 403 naming the action")
+                            "(service, action): the call fails at once with AWS's 403 naming the action; "
+                            "deep_health_check_failed (cluster, optional node, check): the checks fail, the node is "
+                            "replaced; spot_reclaimed (cluster, optional node, instance_group): EC2 takes a Spot "
+                            "node back and HyperPod launches another")
     target: FaultTarget = Field(..., description="what the fault applies to: the keys of the kind's target model")
     count: int | None = Field(None, ge=1, le=10_000,
                               description="throttle, access_denied: how many calls fail (default: until cleared); "

@@ -63,11 +63,15 @@ def test_eks_then_hyperpod_nodes_in_kubectl_and_recovery(sandbox: tuple[LiveServ
     kw: dict[str, Any] = {"endpoint_url": aws_endpoint(settings), "region_name": "us-west-2",
                           "aws_access_key_id": "anything", "aws_secret_access_key": "anything",
                           "config": Config(retries={"total_max_attempts": 1})}
-    ec2, eks, sm, iam = (boto3.client(s, **kw) for s in ("ec2", "eks", "sagemaker", "iam"))
+    ec2, eks, sm, iam, s3 = (boto3.client(s, **kw) for s in ("ec2", "eks", "sagemaker", "iam", "s3"))
     vpc = ec2.create_vpc(CidrBlock="10.7.0.0/16")["Vpc"]["VpcId"]
     subnets = [ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.7.{i}.0/24", AvailabilityZone=f"us-west-2{z}")
                ["Subnet"]["SubnetId"] for i, z in ((1, "a"), (2, "b"))]
-    role = iam.create_role(RoleName="hp-exec", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    sg = ec2.create_security_group(GroupName="hp-nodes", Description="HyperPod nodes", VpcId=vpc)["GroupId"]
+    s3.create_bucket(Bucket="bucket", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    role = iam.create_role(RoleName="hp-exec", AssumeRolePolicyDocument=json.dumps({"Statement": [
+        {"Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"}, "Action": "sts:AssumeRole"}]}))[
+        "Role"]["Arn"]
     arn = eks.create_cluster(name="hp-eks", roleArn=role, resourcesVpcConfig={"subnetIds": subnets},
                              accessConfig={"authenticationMode": "API_AND_CONFIG_MAP"})["cluster"]["arn"]
     until(lambda: eks.describe_cluster(name="hp-eks")["cluster"]["status"], lambda s: s == "ACTIVE")
@@ -80,7 +84,7 @@ def test_eks_then_hyperpod_nodes_in_kubectl_and_recovery(sandbox: tuple[LiveServ
         InstanceGroups=[{"InstanceGroupName": "workers", "InstanceType": "ml.g5.8xlarge", "InstanceCount": 2,
                          "ExecutionRole": role,
                          "LifeCycleConfig": {"SourceS3Uri": "s3://bucket/lcc/", "OnCreate": "on_create.sh"}}],
-        VpcConfig={"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": subnets})
+        VpcConfig={"SecurityGroupIds": [sg], "Subnets": subnets})
     until(lambda: sm.describe_cluster(ClusterName="hp")["ClusterStatus"], lambda s: s == "InService")
     nodes = [n["InstanceId"] for n in sm.list_cluster_nodes(ClusterName="hp")["ClusterNodeSummaries"]]
     assert len(nodes) == 2

@@ -104,6 +104,8 @@ class Fault:
 
 FAULT_KINDS = frozenset({
     "node_unhealthy",  # target: cluster, node (instance id)
+    "deep_health_check_failed",  # target: cluster (HyperPod name), node, check (optional): the checks fail
+    "spot_reclaimed",  # target: cluster (HyperPod name), node, instance_group (optional): EC2 takes a Spot node
     "insufficient_capacity",  # target: instance_type, availability_zone (optional)
     "addon_degraded",  # target: cluster (EKS name), addon
     "quota_exhausted",  # target: instance_type

@@ -18,12 +18,22 @@ from typing import Any
 
 from sandbox.kube.emulator import Emulator
 
+from . import hyperpod_checks as checks
 from . import hyperpod_node_ops as node_ops
 from .base import AwsError, Call, FaultRegistry, SimClock
-from .hyperpod_lifecycle import DELETE, SETUP, Lifecycle, PlacementOf, default_placement_of
+from .hyperpod_access import HyperPodAccess
+from .hyperpod_lifecycle import (
+    CAPACITY_RETRY,
+    DELETE,
+    MIN_COUNT_WINDOW,
+    SETUP,
+    Lifecycle,
+    PlacementOf,
+    default_placement_of,
+)
 from .hyperpod_nodes import KubeNodes
 from .hyperpod_plans import TrainingPlans, _epoch
-from .hyperpod_state import LAUNCH, RUN, ClusterRec, GroupRec, Ids, cluster_from_dict, cluster_to_dict, page
+from .hyperpod_state import DHC, LAUNCH, RUN, ClusterRec, GroupRec, Ids, cluster_from_dict, cluster_to_dict, page
 
 CLUSTER_FIELDS = ("VpcConfig", "Orchestrator", "NodeRecovery", "TieredStorageConfig", "NodeProvisioningMode",
                   "ClusterRole", "AutoScaling", "RestrictedInstanceGroupsConfig", "Tags")
@@ -48,7 +58,8 @@ class HyperPodSimulator:
                  eks_lookup: Callable[[str], str | None], quota: Callable[[str], int] | None = None, *,
                  account: str = "123456789012", region: str = "us-west-2", seed: str = "instantstart",
                  placement_of: PlacementOf | None = None,
-                 eks_version: Callable[[str], str | None] | None = None) -> None:
+                 eks_version: Callable[[str], str | None] | None = None,
+                 facts: checks.WorldFacts | None = None, eks_call: checks.EksCall | None = None) -> None:
         self.clock = clock
         self.faults = faults
         self.eks_lookup = eks_lookup
@@ -57,9 +68,11 @@ class HyperPodSimulator:
         self.region = region
         self.ids = Ids(seed)
         self.clusters: dict[str, ClusterRec] = {}
+        self.facts = facts  # None: the simulator alone (unit tests), no account to check requests against
+        self.access = HyperPodAccess(eks_call, account)
         self.plans = TrainingPlans(account, region, self._plan_in_use)
         self.life = Lifecycle(faults, KubeNodes(kube, region, eks_version), self.ids, region,
-                              placement_of or default_placement_of(region), self._ips_in_use)
+                              placement_of or default_placement_of(region), self._ips_in_use, self._plan_gate)
         self._lock = threading.RLock()
 
     def _ips_in_use(self, subnet: str) -> set[str]:
@@ -126,17 +139,30 @@ class HyperPodSimulator:
                                "an increase for this quota. If AWS Service Quotas is not available, contact AWS "
                                "support to request an increase for this quota.")
 
-    def _check_groups(self, c: ClusterRec | None, specs: list[dict[str, Any]], restricted: bool) -> None:
+    def _check_groups(self, c: ClusterRec | None, specs: list[dict[str, Any]], config: dict[str, Any]) -> None:
+        """The group specs of a CreateCluster (``c`` None) or UpdateCluster, under the cluster configuration
+        ``config`` they will run with: names, instance types, training plans, the cross-field rules."""
         seen: set[str] = set()
+        plan_use: dict[str, int] = {}  # plan ARN -> instances the groups of this request already take
         for spec in specs:
             name = spec["InstanceGroupName"]
             if name in seen:
                 raise AwsError("ValidationException", f"Instance group names must be unique. Duplicate instance "
                                f"group name: {name}.")
             seen.add(name)
-            if not restricted and ("InstanceType" in spec) == ("InstanceRequirements" in spec):
+            if ("InstanceType" in spec) == ("InstanceRequirements" in spec):
                 raise AwsError("ValidationException", f"Instance group {name}: specify exactly one of InstanceType "
                                "and InstanceRequirements.")
+            if c is not None and not c.config.get("Orchestrator", {}).get("Eks") and spec.get("KubernetesConfig"):
+                raise AwsError("ValidationException", f"Instance group {name}: KubernetesConfig is only supported "
+                               "for clusters orchestrated by Amazon EKS.")
+            existing = c.group(name) if c is not None else None
+            if c is not None and existing is not None:
+                checks.check_unchanged(name, existing.spec, spec)
+                if any(n.phase == DHC for n in c.group_nodes(name)):
+                    raise AwsError("ValidationException", f"Instance group {name} cannot be updated while deep "
+                                   "health checks are in progress on its instances.")
+            checks.check_group_rules(spec, config)
             plan = spec.get("TrainingPlanArn")
             if plan is not None:
                 found = self.plans.find(plan)
@@ -146,14 +172,54 @@ class HyperPodSimulator:
                 if self._instance_type(spec) not in types:
                     raise AwsError("ValidationException", f"Instance group {name}: instance type "
                                    f"{self._instance_type(spec)} does not match training plan {plan}.")
-            if c is not None and not c.config.get("Orchestrator", {}).get("Eks") and spec.get("KubernetesConfig"):
-                raise AwsError("ValidationException", f"Instance group {name}: KubernetesConfig is only supported "
-                               "for clusters orchestrated by Amazon EKS.")
-            existing = c.group(name) if c is not None else None
-            if existing is not None and spec.get("InstanceType") and \
-                    spec["InstanceType"] != existing.spec.get("InstanceType"):
-                raise AwsError("ValidationException", f"Instance group {name}: InstanceType cannot be changed "
-                               f"from {existing.spec.get('InstanceType')} to {spec['InstanceType']}.")
+                arn = found["TrainingPlanArn"]
+                subnets = list((spec.get("OverrideVpcConfig") or config.get("VpcConfig") or {}).get("Subnets") or [])
+                in_use = plan_use.get(arn, 0) + sum(
+                    g.target for other in self.clusters.values() if other.status != "Deleting" for g in other.groups
+                    if g.spec.get("TrainingPlanArn") in (plan, arn) and not (other is c and g.name == name))
+                checks.check_plan(spec, found, lambda s: self.life.placement_of(s).zone, subnets, in_use)
+                plan_use[arn] = plan_use.get(arn, 0) + int(spec["InstanceCount"])
+
+    def _check_world(self, config: dict[str, Any], specs: list[dict[str, Any]], *, check_vpc: bool = True,
+                     role_changed: bool) -> None:
+        """Prerequisites in the account: the EKS cluster's authentication mode, network, roles, buckets."""
+        vpc_id: str | None = None
+        eks = (config.get("Orchestrator") or {}).get("Eks")
+        cluster = self.access.cluster(eks["ClusterArn"]) if eks else None
+        if cluster is not None:
+            checks.check_eks_access(cluster)
+            vpc_id = (cluster.get("resourcesVpcConfig") or {}).get("vpcId")
+        if self.facts is None:
+            return
+        if check_vpc and config.get("VpcConfig"):
+            vpc_id = checks.check_network(self.facts, config["VpcConfig"], vpc_id, "VpcConfig")
+        checks.check_groups_in_world(self.facts, specs, vpc_id)
+        if role_changed and (config.get("AutoScaling") or {}).get("Mode") == "Enable" and config.get("ClusterRole"):
+            checks.check_role(self.facts, config["ClusterRole"], checks.HYPERPOD)
+
+    def _min_deadline(self, c: ClusterRec, g: GroupRec, now: float) -> None:
+        """Continuous provisioning: a group with MinInstanceCount must reach it within 3 hours or roll back."""
+        g.min_deadline = now + MIN_COUNT_WINDOW if c.continuous and g.spec.get("MinInstanceCount") else None
+
+    def _plan_gate(self, arn: str, t: float) -> tuple[bool, float | None, str]:
+        """May a node of a group on training plan ``arn`` launch at ``t``? (ok, when to retry, why not)."""
+        plan = self.plans.find(arn)
+        if plan is None:
+            return False, None, f"Training plan {arn} does not exist."
+        opens = max(float(plan["StartTime"]), float(plan.get("_due") or 0))
+        if t < opens:
+            return False, opens, f"Waiting for training plan {plan['TrainingPlanName']} to become Active."
+        if t >= float(plan["EndTime"]):
+            return False, None, f"Training plan {plan['TrainingPlanName']} has expired."
+        names = (arn, plan["TrainingPlanArn"], plan["TrainingPlanName"])
+        on_plan = {(c.name, g.name) for c in self.clusters.values() for g in c.groups
+                   if g.spec.get("TrainingPlanArn") in names}
+        launched = sum(1 for c in self.clusters.values() for n in c.nodes
+                       if n.instance_id and not n.end and (c.name, n.group) in on_plan)
+        if launched >= int(plan["TotalInstanceCount"]):
+            return False, t + CAPACITY_RETRY, (f"All {plan['TotalInstanceCount']} instances of training plan "
+                                               f"{plan['TrainingPlanName']} are in use.")
+        return True, None, ""
 
     def _new_group(self, spec: dict[str, Any], restricted: bool) -> GroupRec:
         image = spec.get("ImageId")
@@ -172,7 +238,6 @@ class HyperPodSimulator:
                            "Choose a different name.")
         groups = list(p.get("InstanceGroups") or [])
         restricted = list(p.get("RestrictedInstanceGroups") or [])
-        self._check_groups(None, groups + restricted, False)
         orchestrator = p.get("Orchestrator") or {}
         if "Eks" in orchestrator and "Slurm" in orchestrator:
             raise AwsError("ValidationException", "Specify only one orchestrator: Eks or Slurm.")
@@ -190,18 +255,24 @@ class HyperPodSimulator:
                            "clusters orchestrated by Amazon EKS.")
         if p.get("AutoScaling", {}).get("Mode") == "Enable" and not p.get("ClusterRole"):
             raise AwsError("ValidationException", "ClusterRole is required when AutoScaling is enabled.")
+        config = {k: p[k] for k in CLUSTER_FIELDS if k in p}
+        checks.check_cluster_rules(config)
+        self._check_groups(None, groups + restricted, config)
         wanted: dict[str, int] = {}
         for spec in groups + restricted:
             wanted[self._instance_type(spec)] = wanted.get(self._instance_type(spec), 0) + int(spec["InstanceCount"])
         self._check_quota(wanted)
+        self._check_world(config, groups + restricted, role_changed=True)
+        if eks is not None and kube_cluster is not None:
+            self.access.grant(kube_cluster, (s["ExecutionRole"] for s in groups + restricted))
         cluster_id = self.ids.cluster_id()
-        config = {k: p[k] for k in CLUSTER_FIELDS if k in p}
         config.setdefault("NodeRecovery", "Automatic")
         c = ClusterRec(name=name, id=cluster_id, arn=f"arn:aws:sagemaker:{self.region}:{self.account}:cluster/"
                        f"{cluster_id}", created=now, config=config, due=now + SETUP, kube_cluster=kube_cluster)
         for spec, is_restricted in [(s, False) for s in groups] + [(s, True) for s in restricted]:
             g = self._new_group(spec, is_restricted)
             c.groups.append(g)
+            self._min_deadline(c, g, now)
             self.life.scale(c, g, now + SETUP, by_update=False)
         self.clusters[name] = c
         self.life.event(c, now, "Info", "Cluster", "Cluster creation started.")
@@ -319,7 +390,6 @@ class HyperPodSimulator:
         specs = list(p.get("InstanceGroups") or [])
         restricted = list(p.get("RestrictedInstanceGroups") or [])
         to_delete = list(p.get("InstanceGroupsToDelete") or [])
-        self._check_groups(c, specs + restricted, False)
         for name in to_delete:
             if c.group(name) is None:
                 raise AwsError("ValidationException", f"Instance group {name} does not exist in cluster {c.name}.")
@@ -335,15 +405,24 @@ class HyperPodSimulator:
         if p.get("NodeProvisioningMode") and not c.config.get("Orchestrator", {}).get("Eks"):
             raise AwsError("ValidationException", "NodeProvisioningMode is only supported for clusters orchestrated "
                            "by Amazon EKS.")
+        config = {**c.config, **{k: p[k] for k in CLUSTER_FIELDS if k in p}}
+        checks.check_cluster_rules(config)
+        self._check_groups(c, specs + restricted, config)
+        sent = {s["InstanceGroupName"] for s in specs + restricted} | set(to_delete)
+        for kept in c.groups:  # groups the request leaves alone must still fit the new cluster configuration
+            if kept.name not in sent:
+                checks.check_group_rules(kept.spec, config)
         wanted: dict[str, int] = {}
         for spec in specs + restricted:
             existing = c.group(spec["InstanceGroupName"])
             delta = int(spec["InstanceCount"]) - (existing.target if existing else 0)
             wanted[self._instance_type(spec)] = wanted.get(self._instance_type(spec), 0) + delta
         self._check_quota(wanted, exclude=c)
-        for key in CLUSTER_FIELDS:
-            if key in p:
-                c.config[key] = p[key]
+        self._check_world(config, specs + restricted, check_vpc=False,
+                          role_changed="ClusterRole" in p or "AutoScaling" in p)
+        if c.kube_cluster is not None:
+            self.access.grant(c.kube_cluster, (s["ExecutionRole"] for s in specs + restricted))
+        c.config = config
         changed = False
         for spec, is_restricted in [(s, False) for s in specs] + [(s, True) for s in restricted]:
             g = c.group(spec["InstanceGroupName"])
@@ -352,9 +431,11 @@ class HyperPodSimulator:
                 c.groups.append(g)
                 g.status = "InService" if c.continuous and g.target == 0 else "Creating"
             else:
+                # The spec as sent, as AWS takes it: a field left out is gone, not kept from before.
                 g.previous = {"spec": g.spec, "target": g.target}
-                g.spec, g.target = {**g.spec, **spec}, int(spec["InstanceCount"])
+                g.spec, g.target = dict(spec), int(spec["InstanceCount"])
                 g.status = "InService" if c.continuous else "Updating"
+            self._min_deadline(c, g, now)
             self.life.scale(c, g, now, by_update=not c.continuous)
             changed = True
         for name in to_delete:
@@ -397,6 +478,7 @@ class HyperPodSimulator:
 
     def _op_BatchAddClusterNodes(self, p: dict[str, Any], now: float) -> dict[str, Any]:
         c = self._find(p["ClusterName"])
+        node_ops.check_add_total(p)
         wanted: dict[str, int] = {}
         for spec in p["NodesToAdd"]:
             g = c.group(spec["InstanceGroupName"])

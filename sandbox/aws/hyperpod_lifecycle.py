@@ -10,8 +10,17 @@ Faults come from the shared :class:`~sandbox.aws.base.FaultRegistry`: ``insuffic
 ``instance_type``, optional ``availability_zone``) fails a launch; ``node_unhealthy`` (target ``cluster``
 = HyperPod cluster name, ``node`` = instance id, optional ``recovery`` = ``Reboot``/``Replace``, default
 ``Replace``) is a one-shot event that flips the node's health label the way the health monitoring agent
-does. Recovery is automatic only with ``NodeRecovery=Automatic``; otherwise the node waits for
+does; ``deep_health_check_failed`` (target ``cluster``, optional ``node``, ``check``) fails the deep health
+checks a node is running when they end (``deep-health-check-status=Failed``, pending replacement);
+``spot_reclaimed`` (target ``cluster``, optional ``node``, ``instance_group``) has EC2 take a Spot node
+back: it shuts down and HyperPod launches a replacement. Each is one-shot unless injected with a count.
+Recovery is automatic only with ``NodeRecovery=Automatic``; otherwise the node waits for
 BatchRebootClusterNodes/BatchReplaceClusterNodes.
+
+With ``NodeProvisioningMode=Continuous`` the cluster is InService once its own resources are set up, while
+groups fill; a failed launch is retried; a group given ``MinInstanceCount`` that has not reached it within
+3 hours rolls back (a new group to zero instances, an updated one to its previous spec). A node of a group
+on a training plan launches only while the plan is Active and has an instance left (``plan_gate``).
 
 A node launches into one of its subnets (round robin), in that subnet's availability zone, with a private
 IP from the subnet's CIDR block that no other node in the subnet holds (AWS keeps the first four
@@ -47,6 +56,7 @@ ROLLBACK = 300.0
 DELETE = 600.0
 EVENTS_KEPT = 5000  # per cluster, oldest dropped first
 CAPACITY_RETRY = 300.0  # Continuous provisioning retries a launch that found no capacity
+MIN_COUNT_WINDOW = 3 * 3600.0  # a group must reach MinInstanceCount within 3 hours or roll back
 
 CAPACITY_MESSAGE = "We currently do not have sufficient capacity for the requested instance type(s). Please try again."
 
@@ -63,6 +73,7 @@ class Placement:
 
 PlacementOf = Callable[[str], Placement]  # subnet id -> placement
 InUse = Callable[[str], set[str]]  # subnet id -> private IPs its nodes hold
+PlanGate = Callable[[str, float], tuple[bool, float | None, str]]  # (plan ARN, t) -> (may launch, retry at, why)
 
 
 def default_placement_of(region: str) -> PlacementOf:
@@ -79,8 +90,9 @@ def default_placement_of(region: str) -> PlacementOf:
 
 class Lifecycle:
     def __init__(self, faults: FaultRegistry, kube: KubeNodes, ids: Ids, region: str, placement_of: PlacementOf,
-                 in_use: InUse) -> None:
+                 in_use: InUse, plan_gate: PlanGate | None = None) -> None:
         self.faults = faults
+        self.plan_gate = plan_gate
         self.kube = kube
         self.ids = ids
         self.region = region
@@ -160,6 +172,8 @@ class Lifecycle:
         for g in c.groups:
             if g.software_next is not None and g.software_next < best[0]:
                 best = (g.software_next, lambda t, g=g: self._software_batch(c, g, t))  # type: ignore[misc]
+            if g.min_deadline is not None and g.min_deadline < best[0]:
+                best = (g.min_deadline, lambda t, g=g: self._min_count_due(c, g, t))  # type: ignore[misc]
         return best
 
     def _cluster_due(self, c: ClusterRec, t: float) -> None:
@@ -202,6 +216,12 @@ class Lifecycle:
                 self.event(c, t, "Info", "Instance", "Instance is Running and joined the cluster.", node=node)
             self.kube.sync(c, g, node, t)
         elif node.phase == DHC:
+            failed = next((check for check in node.checks if self._take(
+                "deep_health_check_failed", cluster=c.name, node=node.instance_id or "", check=check)), None)
+            if failed is not None:
+                node.phase, node.dhc, node.checks = RUN, "Failed", []
+                self.mark_unhealthy(c, node, t, "Replace", "DeepHealthCheck", f"{failed}Failed")
+                return
             node.phase, node.health, node.dhc, node.checks = RUN, SCHEDULABLE, "Passed", []
             self.kube.sync(c, g, node, t)
             self.event(c, t, "Info", "Instance", "Deep health checks passed; instance is Running.", node=node)
@@ -220,6 +240,14 @@ class Lifecycle:
             self.event(c, t, "Info", "Instance", "Instance terminated.", node=node)
 
     def _launch(self, c: ClusterRec, g: GroupRec, node: NodeRec, t: float) -> None:
+        plan = g.spec.get("TrainingPlanArn")
+        if plan and self.plan_gate is not None:
+            ok, retry, why = self.plan_gate(plan, t)
+            if not ok:
+                if why != node.message:
+                    self.event(c, t, "Info", "InstanceGroup", f"Instance launch waits: {why}", group=g.name)
+                node.message, node.due = why, retry
+                return
         vpc = g.spec.get("OverrideVpcConfig") or c.config.get("VpcConfig") or {}
         subnets: list[str] = vpc.get("Subnets") or [""]
         subnet = subnets[len([n for n in c.nodes if n.instance_id]) % len(subnets)]
@@ -297,6 +325,10 @@ class Lifecycle:
             self._terminate(c, node, t, "delete")
             self.event(c, t, "Info", "Instance", "Instance deletion started.", node=node)
         elif action == "Reboot":
+            if node.phase == DHC:  # the reboot ends the checks unfinished: no InProgress label survives it
+                node.checks, node.dhc = [], ""
+                self.event(c, t, "Warn", "Instance", "Deep health checks stopped by a reboot; they did not "
+                           "complete.", node=node)
             node.phase, node.health, node.due = REBOOT, PENDING_REBOOT, t + REBOOT_SECONDS
             node.message = "Rebooting the instance."
             if g is not None:
@@ -316,6 +348,10 @@ class Lifecycle:
         if c.status in ("Deleting", "Deleted", "Failed"):
             return
         for node in list(c.nodes):
+            if node.capacity_type == "Spot" and node.phase in (RUN, DHC) and node.instance_id and not node.end \
+                    and self._take("spot_reclaimed", cluster=c.name, node=node.instance_id, instance_group=node.group):
+                self._reclaim(c, node, now)
+                continue
             if node.phase != RUN or node.instance_id is None or node.recovery:
                 continue
             fault = self.faults.take("node_unhealthy", cluster=c.name, node=node.instance_id)
@@ -337,6 +373,22 @@ class Lifecycle:
                 else:
                     self.event(c, now, "Warn", "Instance", f"Label {label} ignored: node recovery by label "
                                "needs NodeRecovery=Automatic.", node=node)
+
+    def _take(self, kind: str, **match: str) -> bool:
+        """Whether a fault of ``kind`` matches; one injected without a count is used up by this one match."""
+        fault = self.faults.take(kind, **match)
+        if fault is not None and fault.remaining is None:
+            self.faults.clear(fault.id)
+        return fault is not None
+
+    def _reclaim(self, c: ClusterRec, node: NodeRec, t: float) -> None:
+        """EC2 takes a Spot instance back: it shuts down and HyperPod launches another to keep the count."""
+        self.event(c, t, "Warn", "Instance", "EC2 reclaimed the Spot instance (Spot interruption); a replacement "
+                   "is being launched.", node=node)
+        self._terminate(c, node, t, "reclaimed")
+        g = c.group(node.group)
+        if g is not None:
+            self.new_node(c, g, t)
 
     def mark_unhealthy(self, c: ClusterRec, node: NodeRec, t: float, recovery: str, fault_type: str,
                        reason: str) -> None:
@@ -366,7 +418,10 @@ class Lifecycle:
             return True
         for g in list(c.groups):
             self._evaluate_group(c, g, t)
-        if c.status == "Creating" and c.due is None:
+        if c.status == "Creating" and c.due is None and c.continuous:
+            c.status = "InService"  # cluster-level resources are ready; the groups go on filling
+            self.event(c, t, "Info", "Cluster", "Cluster is InService.")  # groups go on filling
+        elif c.status == "Creating" and c.due is None:
             if any(g.status == "Failed" for g in c.groups):
                 c.status = "Failed"
                 for g in c.groups:
@@ -381,6 +436,31 @@ class Lifecycle:
             self.event(c, t, "Info", "Cluster", "Cluster update complete; the cluster is InService.")
         return True
 
+    @staticmethod
+    def _running(c: ClusterRec, g: GroupRec) -> int:
+        return sum(1 for n in c.group_nodes(g.name) if n.phase == RUN and not n.recovery and not n.end)
+
+    def _min_count_due(self, c: ClusterRec, g: GroupRec, t: float) -> None:
+        """The 3 hours are up and the group is still short of MinInstanceCount: roll it back."""
+        g.min_deadline = None
+        wanted = int(g.spec.get("MinInstanceCount") or 0)
+        running = self._running(c, g)
+        if running >= wanted or g.status == "Deleting":
+            return
+        if g.previous is not None:
+            g.spec, g.target, g.previous = g.previous["spec"], g.previous["target"], None
+            outcome = "rolled back to its previous configuration"
+        else:
+            g.spec, g.target = {**g.spec, "InstanceCount": 0}, 0
+            outcome = "rolled back to zero instances"
+        g.status = "InService"
+        self.scale(c, g, t, by_update=False)
+        message = (f"Instance group {g.name} did not reach MinInstanceCount {wanted} within 3 hours ({running} "
+                   f"running); {outcome}.")
+        self.event(c, t, "Error", "InstanceGroup", message, group=g.name,
+                   metadata={"InstanceGroupScaling": {"InstanceCount": running, "TargetCount": g.target,
+                                                      "FailureMessage": message}})
+
     def _evaluate_group(self, c: ClusterRec, g: GroupRec, t: float) -> None:
         nodes = c.group_nodes(g.name)
         if g.status == "Deleting":
@@ -388,6 +468,8 @@ class Lifecycle:
                 c.groups.remove(g)
                 self.event(c, t, "Info", "InstanceGroup", f"Instance group {g.name} deleted.", group=g.name)
             return
+        if g.min_deadline is not None and self._running(c, g) >= int(g.spec.get("MinInstanceCount") or 0):
+            g.min_deadline, g.previous = None, None  # reached in time: nothing to roll back to any more
         if g.status not in ("Creating", "Updating"):
             return
         live = [n for n in nodes if not n.end]

@@ -16,6 +16,9 @@ from .hyperpod_nodes import dns_hostname
 from .hyperpod_plans import _epoch
 from .hyperpod_state import BOOT, DHC, RUN, SHUTDOWN, ClusterRec, NodeRec, page
 
+MAX_DELETE_WITH_LOGICAL = 50  # NodeIds + NodeLogicalIds combined, once NodeLogicalIds are used (the model's docs)
+MAX_ADD_NODES = 50  # BatchAddClusterNodes: nodes across all groups of one request (the model's docs)
+
 
 def _status(node: NodeRec) -> dict[str, str]:
     out = {"Status": node.status}
@@ -130,6 +133,10 @@ def batch_recover(c: ClusterRec, p: dict[str, Any], now: float, action: str, lif
 def batch_delete(c: ClusterRec, p: dict[str, Any], now: float, life: Lifecycle) -> dict[str, Any]:
     if c.status in ("Creating", "Deleting"):
         raise AwsError("ValidationException", f"Cluster {c.name} is in {c.status} state.")
+    if p.get("NodeLogicalIds") and len(p.get("NodeIds") or []) + len(p["NodeLogicalIds"]) > MAX_DELETE_WITH_LOGICAL:
+        raise AwsError("ValidationException", f"You can specify at most {MAX_DELETE_WITH_LOGICAL} NodeIds and "
+                       "NodeLogicalIds combined in a single BatchDeleteClusterNodes request; got "
+                       f"{len(p.get('NodeIds') or []) + len(p['NodeLogicalIds'])}.")
     by_id, by_logical = _targets(c, p, 99)
     out: dict[str, list[Any]] = {"Successful": [], "Failed": [], "SuccessfulNodeLogicalIds": [],
                                  "FailedNodeLogicalIds": []}
@@ -149,6 +156,14 @@ def batch_delete(c: ClusterRec, p: dict[str, Any], now: float, life: Lifecycle) 
             life.request(node, "Delete", now)
             out[ok_key].append(ident)
     return {k: v for k, v in out.items() if v or k in ("Successful", "Failed")}
+
+
+def check_add_total(p: dict[str, Any]) -> None:
+    """BatchAddClusterNodes adds at most 50 nodes across all of its groups (checked before quotas)."""
+    total = sum(int(spec["IncrementTargetCountBy"]) for spec in p["NodesToAdd"])
+    if total > MAX_ADD_NODES:
+        raise AwsError("ValidationException", f"The total number of nodes to add across all instance groups cannot "
+                       f"exceed {MAX_ADD_NODES}; the request adds {total}.")
 
 
 def batch_add(c: ClusterRec, p: dict[str, Any], now: float, life: Lifecycle) -> dict[str, Any]:

@@ -61,7 +61,7 @@ class NodeRec:
     fault_type: str = ""
     fault_reason: str = ""
     recovery: str = ""  # "Reboot" | "Replace" while a recovery is pending
-    end: str = ""  # what a shutdown is for: "delete" | "replace" | "rollback" | "cluster"
+    end: str = ""  # what a shutdown is for: "delete" | "replace" | "rollback" | "cluster" | "reclaimed"
     image_release: str = ""
     image_id: str = ""
     last_software_update: float | None = None
@@ -89,6 +89,7 @@ class GroupRec:
     software_config: dict[str, Any] | None = None
     software_next: float | None = None  # when the next rolling batch may start
     software_pending: list[str] = field(default_factory=list)  # logical ids still to update
+    min_deadline: float | None = None  # Continuous: when a group short of MinInstanceCount rolls back
 
 
 @dataclass

@@ -113,7 +113,8 @@ class AwsWorld:
         self.hyperpod: HyperPodSimulator = HyperPodSimulator(self.clock, self.faults, kube, self.eks.active_cluster,
                                                              self.quotas.limit, account=account, region=region,
                                                              placement_of=self._placement_of,
-                                                             eks_version=self.eks.version_of)
+                                                             eks_version=self.eks.version_of,
+                                                             facts=self.facts, eks_call=self._eks_call)
         for simulator in (self.quotas, self.eks, self.fsx, self.hyperpod):
             self.register(simulator)
 
@@ -127,6 +128,17 @@ class AwsWorld:
             simulator.load_state(json.loads(text))
             self._saved[simulator.service] = text
         self.front.register(simulator)
+
+    def _eks_call(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+        """One call into the EKS simulator from another simulator (HyperPod reading its orchestrator, writing
+        access entries): under EKS's lock, saved as a client's write would be."""
+        from .base import Call
+
+        with self.front.lock(self.eks.service):
+            answer = self.eks.handle(Call(self.eks.service, operation, params, self.region, self.account))
+        if self.state_dir is not None and operation.startswith(("Create", "Update", "Delete", "Associate")):
+            self.save_service(self.eks.service)
+        return answer
 
     def _subnet_vpc(self, subnet_id: str) -> str | None:
         return self.moto.subnet_vpc(subnet_id, self.region)

@@ -363,6 +363,7 @@ _ids = itertools.count()
 POLICY = "arn:aws:eks::aws:cluster-access-policy/"
 ROOT = "arn:aws:iam::123456789012:root"
 LCC = {"SourceS3Uri": "s3://sagemaker-lifecycle/scripts/", "OnCreate": "on_create.sh"}
+HP_EXEC = "every-hp-exec"  # the HyperPod execution role (trusts sagemaker.amazonaws.com)
 
 
 def fresh(prefix: str) -> str:
@@ -395,6 +396,7 @@ class Env:
     principal_policy: str  # an access entry with AmazonEKSEditPolicy, to disassociate
     association: str  # a pod identity association to describe and list
     association_doomed: str  # one to delete
+    security_group: str = ""  # of the subnets' VPC, for HyperPod clusters
 
     def __getitem__(self, service: str) -> Any:
         return self.clients[service]
@@ -405,6 +407,15 @@ def env(shared_world: AwsWorld, clients: dict[str, Any]) -> Env:
     world = shared_world
     eks, sm, fsx = clients["eks"], clients["sagemaker"], clients["fsx"]
     nets = subnets(clients["ec2"])
+    # What HyperPod's CreateCluster checks exists: a security group of the subnets' VPC, the execution role
+    # trusting sagemaker.amazonaws.com, the lifecycle-script bucket.
+    vpc_id = clients["ec2"].describe_subnets(SubnetIds=nets)["Subnets"][0]["VpcId"]
+    sg = clients["ec2"].create_security_group(GroupName=fresh("nodes"), Description="HyperPod nodes",
+                                              VpcId=vpc_id)["GroupId"]
+    client(world, "iam").create_role(RoleName=HP_EXEC, AssumeRolePolicyDocument=json.dumps({"Statement": [
+        {"Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"}, "Action": "sts:AssumeRole"}]}))
+    client(world, "s3").create_bucket(Bucket="sagemaker-lifecycle",
+                                      CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
     names = {key: fresh(key) for key in ("eks", "eksdel", "ekscfg", "hp", "plan")}
     vpc = {"subnetIds": nets}
     eks_arn = eks.create_cluster(name=names["eks"], version="1.32", roleArn=ROLE, resourcesVpcConfig=vpc,
@@ -433,12 +444,12 @@ def env(shared_world: AwsWorld, clients: dict[str, Any]) -> Env:
         "authenticationMode": "API_AND_CONFIG_MAP"})["update"]["id"]
 
     sm.create_cluster(ClusterName=names["hp"], Orchestrator={"Eks": {"ClusterArn": eks_arn}},
-                      VpcConfig={"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": nets},
+                      VpcConfig={"SecurityGroupIds": [sg], "Subnets": nets},
                       NodeProvisioningMode="Continuous", InstanceGroups=[
                           {"InstanceGroupName": "workers", "InstanceType": "ml.m5.xlarge", "InstanceCount": 4,
-                           "ExecutionRole": role("hp-exec"), "LifeCycleConfig": LCC},
+                           "ExecutionRole": role(HP_EXEC), "LifeCycleConfig": LCC},
                           {"InstanceGroupName": "system", "InstanceType": "ml.t3.medium", "InstanceCount": 1,
-                           "ExecutionRole": role("hp-exec"), "LifeCycleConfig": LCC}])
+                           "ExecutionRole": role(HP_EXEC), "LifeCycleConfig": LCC}])
     offering = sm.search_training_plan_offerings(InstanceType="ml.p5.48xlarge", InstanceCount=1, DurationHours=24,
                                                  TargetResources=["hyperpod-cluster"])["TrainingPlanOfferings"][0]
     sm.create_training_plan(TrainingPlanName=names["plan"], TrainingPlanOfferingId=offering["TrainingPlanOfferingId"])
@@ -455,7 +466,7 @@ def env(shared_world: AwsWorld, clients: dict[str, Any]) -> Env:
     assert len(workers) == 4
     return Env(world, clients, nets, name, eks_arn, names["eksdel"], names["ekscfg"], update_id, names["hp"],
                workers, names["plan"], file_systems[0], file_systems[1], principals[0], principals[1], principals[2],
-               associations[0], associations[1])
+               associations[0], associations[1], security_group=sg)
 
 
 VALID_CALLS: dict[tuple[str, str], Callable[[Env], None]] = {}
@@ -471,13 +482,13 @@ def valid(service: str, operation: str) -> Callable[[Callable[[Env], None]], Cal
 
 def hp_group(name: str, instance_type: str = "ml.t3.medium", count: int = 1) -> dict[str, Any]:
     return {"InstanceGroupName": name, "InstanceType": instance_type, "InstanceCount": count,
-            "ExecutionRole": role("hp-exec"), "LifeCycleConfig": LCC}
+            "ExecutionRole": role(HP_EXEC), "LifeCycleConfig": LCC}
 
 
 def new_hp_cluster(e: Env) -> str:
     name = fresh("hp")
     e["sagemaker"].create_cluster(ClusterName=name, Orchestrator={"Eks": {"ClusterArn": e.eks_arn}},
-                                  VpcConfig={"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": e.subnets},
+                                  VpcConfig={"SecurityGroupIds": [e.security_group], "Subnets": e.subnets},
                                   InstanceGroups=[hp_group("workers")])
     return name
 

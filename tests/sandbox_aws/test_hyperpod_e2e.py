@@ -19,32 +19,29 @@ from sandbox.aws import AwsWorld
 from sandbox.kube import BackgroundServer
 from sandbox.kube.tables import human_duration
 
-from .conftest import Clients, error_code, subnets
+from .conftest import Clients, error_code
+from .hyperpod_prereqs import EKS_ROLE, network, prereqs, role
 
-ROLE = "arn:aws:iam::123456789012:role/hp-exec"
 HEALTH = "sagemaker.amazonaws.com/node-health-status"
 
 
 def test_boto3_create_cluster_nodes_visible_in_kubernetes(world: AwsWorld, aws: Clients, kube: BackgroundServer,
                                                           unique: Any, tmp_path: Path) -> None:
     ec2, eks, sm = aws("ec2"), aws("eks"), aws("sagemaker")
-    nets = subnets(ec2)
-    eks_name = unique("hpe2e")
-    eks_arn = eks.create_cluster(name=eks_name, version="1.31", roleArn="arn:aws:iam::123456789012:role/eks",
-                                 resourcesVpcConfig={"subnetIds": nets})["cluster"]["arn"]
+    _, creating_nets, _ = network(aws)
+    creating = eks.create_cluster(name=unique("hpe2e-creating"), roleArn=EKS_ROLE,
+                                  resourcesVpcConfig={"subnetIds": creating_nets})["cluster"]["arn"]
     with pytest.raises(ClientError) as info:
         sm.create_cluster(ClusterName="hp-bad", NodeRecovery="Sometimes")
     assert error_code(info.value) == "ValidationException"
     with pytest.raises(ClientError) as info:  # EKS still CREATING
-        sm.create_cluster(ClusterName="hp", Orchestrator={"Eks": {"ClusterArn": eks_arn}},
-                          VpcConfig={"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": nets})
+        sm.create_cluster(ClusterName="hp", Orchestrator={"Eks": {"ClusterArn": creating}},
+                          VpcConfig={"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": creating_nets})
     assert error_code(info.value) == "ValidationException"
-    world.advance(1800)
-    sm.create_cluster(
-        ClusterName="hp", Orchestrator={"Eks": {"ClusterArn": eks_arn}}, NodeRecovery="Automatic",
-        VpcConfig={"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": nets},
-        InstanceGroups=[{"InstanceGroupName": "workers", "InstanceType": "ml.g5.8xlarge", "InstanceCount": 3,
-                         "ExecutionRole": ROLE, "ThreadsPerCore": 1}])
+    p = prereqs(world, aws, unique, version="1.31")
+    nets, eks_name = p.subnets, p.eks_name
+    sm.create_cluster(**p.cluster("hp", p.group("workers", 3, "ml.g5.8xlarge", ThreadsPerCore=1)),
+                      NodeRecovery="Automatic")
     assert sm.describe_cluster(ClusterName="hp")["ClusterStatus"] == "Creating"
     for _ in range(50):
         world.advance(30)
@@ -110,14 +107,16 @@ def test_a_full_subnet_fails_the_launch(world: AwsWorld, aws: Clients, unique: A
     vpc = ec2.create_vpc(CidrBlock="10.30.0.0/16")["Vpc"]["VpcId"]
     tiny, other = (ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.30.{i}.0/28", AvailabilityZone=f"us-west-2{z}")
                    ["Subnet"]["SubnetId"] for i, z in ((0, "a"), (1, "b")))
-    arn = eks.create_cluster(name=unique("tiny"), roleArn="arn:aws:iam::123456789012:role/eks",
-                             resourcesVpcConfig={"subnetIds": [tiny, other]})["cluster"]["arn"]
+    sg = ec2.create_security_group(GroupName=unique("tiny-nodes"), Description="nodes", VpcId=vpc)["GroupId"]
+    arn = eks.create_cluster(name=unique("tiny"), roleArn=EKS_ROLE, resourcesVpcConfig={"subnetIds": [tiny, other]},
+                             accessConfig={"authenticationMode": "API"})["cluster"]["arn"]
+    exec_role = role(aws, unique("tiny-exec"), "sagemaker.amazonaws.com")
     world.advance(1800)
     name = unique("hp-tiny")
     sm.create_cluster(ClusterName=name, Orchestrator={"Eks": {"ClusterArn": arn}},
-                      VpcConfig={"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": [tiny]},
+                      VpcConfig={"SecurityGroupIds": [sg], "Subnets": [tiny]},
                       InstanceGroups=[{"InstanceGroupName": f"g{i}", "InstanceType": kind, "InstanceCount": 6,
-                                       "ExecutionRole": ROLE}
+                                       "ExecutionRole": exec_role}
                                       for i, kind in enumerate(("ml.m5.xlarge", "ml.c5.xlarge"))])
     for _ in range(10):
         world.advance(300)
