@@ -10,9 +10,9 @@ from typing import Any, get_args
 import pytest
 
 from app.cli_sandbox import FAULT_KINDS as CLI_FAULT_KINDS
-from app.sandbox_api import FaultInject, FaultKind
 from sandbox.aws import FAULT_KINDS, AwsWorld
 from sandbox.aws.hyperpod_lifecycle import BOOT_SECONDS, CHECK_SECONDS, DETECT, REBOOT_SECONDS, SETUP
+from services.sandbox_control import FaultInject, FaultKind
 
 from .conftest import make_client
 from .hyperpod_prereqs import Prereqs, cleaned_sagemaker, fresh, groups, in_service, prereqs, refused
