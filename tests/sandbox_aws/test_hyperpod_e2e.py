@@ -19,6 +19,7 @@ from sandbox.aws import AwsWorld
 from sandbox.kube import BackgroundServer
 from sandbox.kube.tables import human_duration
 
+from .conftest import ROLE as EKS_ROLE
 from .conftest import Clients, error_code, subnets
 
 ROLE = "arn:aws:iam::123456789012:role/hp-exec"
@@ -30,7 +31,7 @@ def test_boto3_create_cluster_nodes_visible_in_kubernetes(world: AwsWorld, aws: 
     ec2, eks, sm = aws("ec2"), aws("eks"), aws("sagemaker")
     nets = subnets(ec2)
     eks_name = unique("hpe2e")
-    eks_arn = eks.create_cluster(name=eks_name, version="1.31", roleArn="arn:aws:iam::123456789012:role/eks",
+    eks_arn = eks.create_cluster(name=eks_name, version="1.31", roleArn=EKS_ROLE,
                                  resourcesVpcConfig={"subnetIds": nets})["cluster"]["arn"]
     with pytest.raises(ClientError) as info:
         sm.create_cluster(ClusterName="hp-bad", NodeRecovery="Sometimes")
@@ -110,7 +111,7 @@ def test_a_full_subnet_fails_the_launch(world: AwsWorld, aws: Clients, unique: A
     vpc = ec2.create_vpc(CidrBlock="10.30.0.0/16")["Vpc"]["VpcId"]
     tiny, other = (ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.30.{i}.0/28", AvailabilityZone=f"us-west-2{z}")
                    ["Subnet"]["SubnetId"] for i, z in ((0, "a"), (1, "b")))
-    arn = eks.create_cluster(name=unique("tiny"), roleArn="arn:aws:iam::123456789012:role/eks",
+    arn = eks.create_cluster(name=unique("tiny"), roleArn=EKS_ROLE,
                              resourcesVpcConfig={"subnetIds": [tiny, other]})["cluster"]["arn"]
     world.advance(1800)
     name = unique("hp-tiny")
