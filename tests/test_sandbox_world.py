@@ -67,7 +67,9 @@ def test_eks_then_hyperpod_nodes_in_kubectl_and_recovery(sandbox: tuple[LiveServ
     vpc = ec2.create_vpc(CidrBlock="10.7.0.0/16")["Vpc"]["VpcId"]
     subnets = [ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.7.{i}.0/24", AvailabilityZone=f"us-west-2{z}")
                ["Subnet"]["SubnetId"] for i, z in ((1, "a"), (2, "b"))]
-    role = iam.create_role(RoleName="hp-exec", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole", "Principal": {
+        "Service": ["eks.amazonaws.com", "sagemaker.amazonaws.com"]}}]}  # the EKS cluster role and HyperPod's
+    role = iam.create_role(RoleName="hp-exec", AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
     arn = eks.create_cluster(name="hp-eks", roleArn=role, resourcesVpcConfig={"subnetIds": subnets},
                              accessConfig={"authenticationMode": "API_AND_CONFIG_MAP"})["cluster"]["arn"]
     until(lambda: eks.describe_cluster(name="hp-eks")["cluster"]["status"], lambda s: s == "ACTIVE")
