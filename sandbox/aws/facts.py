@@ -140,7 +140,8 @@ class MotoFacts:
             return status, None
 
     def role(self, name_or_arn: str) -> Role | None:
-        """The IAM role named (by name or ARN, a path allowed), or ``None`` if moto has none by that name."""
+        """The IAM role named (by name, or by its exact ARN, path included), or ``None`` if moto has none: an
+        ARN of another account or with the wrong path names no role, as in IAM."""
         name = name_or_arn.rpartition("/")[2] if name_or_arn.startswith("arn:") else name_or_arn
         if not name:
             return None

@@ -5,7 +5,9 @@ it finds the service (SigV4 credential scope) and the operation (``protocol.py``
 error while a ``throttle`` fault is armed and a 403 naming the action while an ``access_denied`` one is
 (for every call, moto-bound ones too), and then either validates
 the input against the botocore model and calls the :class:`~sandbox.aws.base.SimulatedService` that owns
-the operation, or forwards the request byte for byte to the in-process moto server and relays its answer.
+the operation, or forwards the request byte for byte to the in-process moto server and relays its answer
+(once it passed the checks AWS makes and moto does not: model validation, policy JSON, EC2 tags, AssumeRole
+trust, see ``forwarded.py``).
 Every call goes to the call ledger (:mod:`sandbox.ledger`) when the front has one; a mutation's entry is on
 disk before its answer leaves, and so is the simulator's state (``after_write``).
 
@@ -224,7 +226,10 @@ class _AwsHandler(RequestHandler):
         if op is None or front.owner(service, op.name) is None:
             refusal = None
             if op is not None and front.forwarded is not None:
-                checked = query_params(op, recorded or {}) if model.protocol in ("query", "ec2") else params
+                checked = params
+                if model.protocol in ("query", "ec2"):  # a body too big to parse is not checked
+                    checked = query_params(op, recorded or {}) if len(self.request.body) <= LEDGER_PARSE_LIMIT \
+                        else None
                 refusal = await asyncio.get_running_loop().run_in_executor(None, self._refusal, op, checked,
                                                                            scope.access_key)
             if refusal is not None:
