@@ -90,3 +90,16 @@ def test_iam_refuses_what_its_model_and_policy_grammar_refuse(aws: Clients, uniq
         "Version": "2012-10-17", "Statement": [
         {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "*"}]}))
     assert iam.list_role_policies(RoleName=name)["PolicyNames"] == ["inline"]
+
+
+def test_a_role_is_named_by_its_exact_arn(world: AwsWorld, aws: Clients, unique: Callable[[str], str]) -> None:
+    name = unique("pathed")
+    arn = aws("iam").create_role(RoleName=name, Path="/team/", AssumeRolePolicyDocument=aws_trust(ACCOUNT))[
+        "Role"]["Arn"]
+    assert arn == f"arn:aws:iam::{ACCOUNT}:role/team/{name}"
+    assert world.facts.role(arn) is not None and world.facts.role(name) is not None
+    for wrong in (f"arn:aws:iam::{ACCOUNT}:role/{name}", f"arn:aws:iam::210987654321:role/team/{name}"):
+        assert world.facts.role(wrong) is None
+        error = refused(lambda w=wrong: aws("sts").assume_role(RoleArn=w, RoleSessionName="s1"))  # type: ignore[misc]
+        assert error_code(error) == "AccessDenied"
+    assert aws("sts").assume_role(RoleArn=arn, RoleSessionName="s1")["Credentials"]["AccessKeyId"]
