@@ -9,7 +9,9 @@ OIDC issuer; ``DELETING`` takes ~5 minutes and removes the emulator cluster. An 
 ``ACTIVE`` installs its CRDs (``sandbox.kube.components``), namespace and controller Deployment in the
 emulator; an ``addon_degraded`` fault makes it ``DEGRADED`` (or ``CREATE_FAILED`` while creating). Errors
 use EKS's codes and wording. The add-on catalog and installation live in ``eks_addons.py``; access
-entries, access policies and pod identity associations in ``eks_access.py``.
+entries, access policies and pod identity associations in ``eks_access.py``; what EKS checks about the IAM
+roles, subnets, security groups and principals a request names (read from moto through ``facts``) in
+``eks_checks.py``.
 """
 
 from __future__ import annotations
