@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,8 @@ from services.settings import Settings
 from tests.support import ROOT, LiveServer, free_port, start_server, wait_until
 
 ROLE = "arn:aws:iam::123456789012:role/eks-cluster"
+EKS_TRUST = json.dumps({"Version": "2012-10-17", "Statement": [
+    {"Effect": "Allow", "Principal": {"Service": "eks.amazonaws.com"}, "Action": "sts:AssumeRole"}]})
 FAST = 5_000.0  # simulated seconds per second: an EKS create (600 s) takes a tenth of a second
 
 
@@ -45,6 +48,11 @@ def eks_cluster(settings: Settings, name: str, mode: str = "API", endpoint: str 
     vpc = ec2.create_vpc(CidrBlock="10.20.0.0/16")["Vpc"]["VpcId"]
     subnets = [ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.20.{16 * i}.0/20",
                                  AvailabilityZone=f"us-west-2{'ab'[i]}")["Subnet"]["SubnetId"] for i in range(2)]
+    iam = client(settings, "iam", endpoint)
+    try:  # EKS refuses a cluster role that does not exist or does not trust eks.amazonaws.com
+        iam.get_role(RoleName=ROLE.rpartition("/")[2])
+    except iam.exceptions.NoSuchEntityException:
+        iam.create_role(RoleName=ROLE.rpartition("/")[2], AssumeRolePolicyDocument=EKS_TRUST)
     eks = client(settings, "eks", endpoint)
     eks.create_cluster(name=name, version="1.32", roleArn=ROLE, resourcesVpcConfig={"subnetIds": subnets},
                        accessConfig={"authenticationMode": mode})

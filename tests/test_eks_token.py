@@ -17,6 +17,7 @@ from sandbox.aws.eks_token import MAX_AGE, verify_eks_token
 from services.aws import AwsClients
 from services.kube import eks_token
 from services.settings import Settings
+from tests.sandbox_support import EKS_TRUST
 from tests.support import clean_env, free_port, start_server, wait_until
 
 KEYS = {"AKIAEXAMPLEEXAMPLE01": "the-secret"}
@@ -75,8 +76,9 @@ def test_aws_eks_update_kubeconfig_then_kubectl(tmp_path: Path) -> None:
         vpc = ec2.create_vpc(CidrBlock="10.8.0.0/16")["Vpc"]["VpcId"]
         subnets = [ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.8.{i}.0/24", AvailabilityZone=f"us-west-2{z}")
                    ["Subnet"]["SubnetId"] for i, z in ((1, "a"), (2, "b"))]
-        eks.create_cluster(name="demo", roleArn="arn:aws:iam::123456789012:role/eks",
-                           resourcesVpcConfig={"subnetIds": subnets})
+        role = session.client("iam", endpoint_url=endpoint).create_role(
+            RoleName="eks", AssumeRolePolicyDocument=EKS_TRUST)["Role"]["Arn"]
+        eks.create_cluster(name="demo", roleArn=role, resourcesVpcConfig={"subnetIds": subnets})
         wait_until(lambda: eks.describe_cluster(name="demo")["cluster"]["status"] == "ACTIVE", 60, "EKS ACTIVE")
 
         # the user's shell: the sandbox's credentials and region, no endpoint variable, no AWS config files

@@ -27,6 +27,7 @@ from services.events import EventBus
 from services.operations import Engine, OperationView, Status
 from tests.conftest import OPERATOR
 from tests.kinds import TagRequest, tag_kind
+from tests.sandbox_support import EKS_TRUST
 from tests.support import LiveServer, free_port, start_server, wait_until
 
 pytestmark = pytest.mark.slow
@@ -45,7 +46,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServ
     vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
     subnets = [ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.9.{i}.0/24", AvailabilityZone=f"us-west-2{z}")
                ["Subnet"]["SubnetId"] for i, z in ((1, "a"), (2, "b"))]
-    role = iam.create_role(RoleName="eng-eks-role", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    role = iam.create_role(RoleName="eng-eks-role", AssumeRolePolicyDocument=EKS_TRUST)["Role"]["Arn"]
     eks.create_cluster(name=CLUSTER, roleArn=role, resourcesVpcConfig={"subnetIds": subnets})
     yield live, endpoint
     live.stop()

@@ -27,7 +27,7 @@ from tests.support import ROOT, LiveServer, clean_env, start_server, wait_until
 
 pytestmark = pytest.mark.slow
 FAST = {"INSTANTSTART_SANDBOX_SPEED": "5000"}
-CREATOR = "arn:aws:iam::123456789012:root"
+CREATOR = "arn:aws:iam::123456789012:user/moto"  # the IAM user the sandbox's credentials sign as (moto's STS)
 
 
 def children(pid: int) -> list[int]:

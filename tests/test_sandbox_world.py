@@ -69,9 +69,9 @@ def test_eks_then_hyperpod_nodes_in_kubectl_and_recovery(sandbox: tuple[LiveServ
                ["Subnet"]["SubnetId"] for i, z in ((1, "a"), (2, "b"))]
     sg = ec2.create_security_group(GroupName="hp-nodes", Description="HyperPod nodes", VpcId=vpc)["GroupId"]
     s3.create_bucket(Bucket="bucket", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
-    role = iam.create_role(RoleName="hp-exec", AssumeRolePolicyDocument=json.dumps({"Statement": [
-        {"Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"}, "Action": "sts:AssumeRole"}]}))[
-        "Role"]["Arn"]
+    trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole", "Principal": {
+        "Service": ["eks.amazonaws.com", "sagemaker.amazonaws.com"]}}]}  # the EKS cluster role and HyperPod's
+    role = iam.create_role(RoleName="hp-exec", AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
     arn = eks.create_cluster(name="hp-eks", roleArn=role, resourcesVpcConfig={"subnetIds": subnets},
                              accessConfig={"authenticationMode": "API_AND_CONFIG_MAP"})["cluster"]["arn"]
     until(lambda: eks.describe_cluster(name="hp-eks")["cluster"]["status"], lambda s: s == "ACTIVE")

@@ -9,7 +9,9 @@ OIDC issuer; ``DELETING`` takes ~5 minutes and removes the emulator cluster. An 
 ``ACTIVE`` installs its CRDs (``sandbox.kube.components``), namespace and controller Deployment in the
 emulator; an ``addon_degraded`` fault makes it ``DEGRADED`` (or ``CREATE_FAILED`` while creating). Errors
 use EKS's codes and wording. The add-on catalog and installation live in ``eks_addons.py``; access
-entries, access policies and pod identity associations in ``eks_access.py``.
+entries, access policies and pod identity associations in ``eks_access.py``; what EKS checks about the IAM
+roles, subnets, security groups and principals a request names (read from moto through ``facts``) in
+``eks_checks.py``.
 """
 
 from __future__ import annotations
@@ -34,11 +36,14 @@ from .eks_addons import (
     install,
     uninstall,
 )
+from .eks_checks import check_cluster_network, check_cluster_role
 
 _log = logging.getLogger("sandbox.aws.eks")
 
 if TYPE_CHECKING:
     from sandbox.kube import Emulator
+
+    from .facts import MotoFacts
 
 CLUSTER_CREATE_SECONDS = 600.0
 CLUSTER_DELETE_SECONDS = 300.0
@@ -47,7 +52,6 @@ ADDON_SECONDS = 60.0
 UPDATE_SECONDS = 120.0
 DEFAULT_VERSION = "1.33"
 PLATFORM = "eks.9"
-SubnetLookup = Callable[[str], str | None]
 
 
 class EksSimulator(AccessOperations):
@@ -66,7 +70,7 @@ class EksSimulator(AccessOperations):
 
     def __init__(self, clock: SimClock, faults: FaultRegistry, kube: Emulator | None, *,
                  kube_base_url: str, region: str = "us-west-2", account: str = "123456789012",
-                 subnet_vpc: SubnetLookup | None = None, ca_pem: bytes) -> None:
+                 facts: MotoFacts | None = None, ca_pem: bytes) -> None:
         self.clock = clock
         self.ca_pem = ca_pem  # the CA that signs the emulator's TLS certificate
         self.ca_data = base64.b64encode(ca_pem).decode()
@@ -75,7 +79,7 @@ class EksSimulator(AccessOperations):
         self.kube_base_url = kube_base_url.rstrip("/")
         self.region = region
         self.account = account
-        self.subnet_vpc = subnet_vpc
+        self.facts = facts  # IAM and EC2 as EKS reads them (None: the simulator alone checks nothing there)
         # name -> {"cluster", "nodegroups", "addons", "access", "pods", "updates", "due": {key: time}}
         self._clusters: dict[str, dict[str, Any]] = {}
 
@@ -230,9 +234,11 @@ class EksSimulator(AccessOperations):
         if len(subnets) < 2:
             raise AwsError("InvalidParameterException",
                            "Subnets specified must be in at least two different AZs")
-        vpc_id = self.subnet_vpc(subnets[0]) if self.subnet_vpc is not None else "vpc-" + secrets.token_hex(8)[:17]
-        if vpc_id is None:
-            raise AwsError("InvalidParameterException", f"The subnet ID '{subnets[0]}' does not exist")
+        groups = list(vpc.get("securityGroupIds") or [])
+        vpc_id = "vpc-" + secrets.token_hex(8)[:17]
+        if self.facts is not None:
+            check_cluster_role(self.facts, p["roleArn"])
+            vpc_id = check_cluster_network(self.facts, subnets, groups)
         access = dict(p.get("accessConfig") or {})
         mode = access.get("authenticationMode", "CONFIG_MAP")
         now = self.clock.now()
@@ -241,7 +247,7 @@ class EksSimulator(AccessOperations):
             "name": name, "arn": self._arn("cluster", name), "createdAt": now, "version": version,
             "roleArn": p["roleArn"], "status": "CREATING", "platformVersion": PLATFORM, "id": str(uuid.uuid4()),
             "resourcesVpcConfig": {
-                "subnetIds": subnets, "securityGroupIds": list(vpc.get("securityGroupIds") or []),
+                "subnetIds": subnets, "securityGroupIds": groups,
                 "clusterSecurityGroupId": "sg-" + secrets.token_hex(9)[:17], "vpcId": vpc_id,
                 "endpointPublicAccess": vpc.get("endpointPublicAccess", True),
                 "endpointPrivateAccess": vpc.get("endpointPrivateAccess", False),

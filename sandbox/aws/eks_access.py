@@ -14,9 +14,11 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from .base import AwsError
+from .eks_checks import check_access_principal, check_pod_identity_role
 
 if TYPE_CHECKING:
     from .base import SimClock
+    from .facts import MotoFacts
 
 POLICY_PREFIX = "arn:aws:eks::aws:cluster-access-policy/"
 ACCESS_POLICIES = ("AmazonEKSAdminPolicy", "AmazonEKSAdminViewPolicy", "AmazonEKSClusterAdminPolicy",
@@ -45,6 +47,7 @@ class AccessOperations:
     if TYPE_CHECKING:  # provided by EksSimulator
         clock: SimClock
         account: str
+        facts: MotoFacts | None
         _clusters: dict[str, dict[str, Any]]
 
         def _rec(self, name: str) -> dict[str, Any]: ...
@@ -57,8 +60,10 @@ class AccessOperations:
 
     @property
     def creator_arn(self) -> str:
-        """The principal every sandbox cluster is created by: the account the sandbox's credentials sign as."""
-        return f"arn:aws:iam::{self.account}:root"
+        """The IAM principal every sandbox cluster is created by: the one the sandbox's credentials sign as.
+        moto's STS answers ``arn:aws:sts::<account>:user/moto`` for them, the IAM user ``moto``; EKS names the
+        creator's access entry by that IAM principal, not by the account root."""
+        return f"arn:aws:iam::{self.account}:user/moto"
 
     def admits(self, name: str, principal: str) -> bool:
         """Whether ``principal`` (an IAM ARN) may use the cluster's Kubernetes API, as EKS decides it: with an
@@ -90,8 +95,9 @@ class AccessOperations:
         principal = p["principalArn"]
         now = self.clock.now()
         kind = p.get("type", "STANDARD")
+        noun = "user" if ":user/" in principal else "role"
         entry = {"clusterName": name, "principalArn": principal, "kubernetesGroups": p.get("kubernetesGroups") or [],
-                 "accessEntryArn": self._arn("access-entry", name, "role", self.account, principal.rsplit("/", 1)[-1],
+                 "accessEntryArn": self._arn("access-entry", name, noun, self.account, principal.rsplit("/", 1)[-1],
                                              str(uuid.uuid4())),
                  "createdAt": now, "modifiedAt": now, "tags": p.get("tags") or {},
                  "username": p.get("username") or principal, "type": kind, "_policies": {}}
@@ -111,9 +117,19 @@ class AccessOperations:
         if p["principalArn"] in rec["access"]:
             raise AwsError("ResourceInUseException", "The specified access entry resource is already in use on this "
                                                      "cluster.", 409)
+        check_access_principal(self.facts, p["principalArn"], p.get("type", "STANDARD"), self.account,
+                               self.creator_arn)
         if p.get("type", "STANDARD") != "STANDARD" and (p.get("kubernetesGroups") or p.get("username")):
             raise AwsError("InvalidParameterException",
                            "kubernetesGroups and username can only be set for access entries of type STANDARD")
+        return {"accessEntry": self._public(self._new_access_entry(p["clusterName"], rec, p))}
+
+    def create_service_access_entry(self, p: dict[str, Any]) -> dict[str, Any]:
+        """An entry an AWS service makes for itself (HyperPod's service-linked role and its execution roles):
+        not a client call, so none of CreateAccessEntry's refusals of client-named principals apply."""
+        rec = self._access_rec(p["clusterName"])
+        if p["principalArn"] in rec["access"]:
+            return {"accessEntry": self._public(rec["access"][p["principalArn"]])}
         return {"accessEntry": self._public(self._new_access_entry(p["clusterName"], rec, p))}
 
     def _op_DescribeAccessEntry(self, p: dict[str, Any]) -> dict[str, Any]:
@@ -174,6 +190,8 @@ class AccessOperations:
     def _new_pod_identity(self, name: str, rec: dict[str, Any], p: dict[str, Any],
                           owner: str | None = None) -> dict[str, Any]:
         namespace, account = p["namespace"], p["serviceAccount"]
+        if self.facts is not None:
+            check_pod_identity_role(self.facts, p["roleArn"])
         if any(a["namespace"] == namespace and a["serviceAccount"] == account for a in rec["pods"].values()):
             raise AwsError("ResourceInUseException", f"Association already exists for service account "
                                                      f"{namespace}/{account}", 409)

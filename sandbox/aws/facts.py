@@ -19,6 +19,7 @@ from .moto_backend import MotoBackend, Subnet
 
 _IAM_VERSION = "2010-05-08"
 _EC2_VERSION = "2016-11-15"
+_STS_VERSION = "2011-06-15"
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,15 @@ class Role:
         """Whether the trust policy lets ``service`` perform every one of ``actions`` (default AssumeRole)."""
         return all(service in self.trusted_services(action) for action in (actions or ("sts:AssumeRole",)))
 
+    def admits(self, caller: str, account: str, action: str = "sts:AssumeRole") -> bool:
+        """Whether the trust policy lets the IAM principal ``caller`` (an ARN; an assumed-role session is
+        named by its session ARN) perform ``action``: an ``Allow`` naming ``*``, the caller's account (its id
+        or ``:root``) or the caller, and no ``Deny`` naming it. Conditions are not evaluated."""
+        names = {"*", account, f"arn:aws:iam::{account}:root", caller, iam_principal(caller)}
+        verdicts = {statement.get("Effect") for statement in _statements(self.trust)
+                    if _covers(statement.get("Action"), action) and names & _aws_principals(statement)}
+        return "Allow" in verdicts and "Deny" not in verdicts
+
 
 @dataclass(frozen=True)
 class SecurityGroup:
@@ -60,6 +70,27 @@ class SecurityGroup:
         """Whether an inbound rule admits ``port`` (protocol ``-1`` admits all)."""
         return any(proto == "-1" or (proto == protocol and low <= port <= high)
                    for proto, low, high, _ in self.ingress)
+
+
+def iam_principal(arn: str) -> str:
+    """The IAM principal behind a caller ARN: an assumed-role session is its role, an STS-style user ARN
+    (moto's ``arn:aws:sts::<account>:user/<name>``) is that IAM user; anything else is itself."""
+    parts = arn.split(":", 5)
+    if len(parts) == 6 and parts[2] == "sts":
+        kind, _, rest = parts[5].partition("/")
+        if kind == "assumed-role":
+            return f"arn:{parts[1]}:iam::{parts[4]}:role/{rest.split('/', 1)[0]}"
+        if kind == "user":
+            return f"arn:{parts[1]}:iam::{parts[4]}:user/{rest}"
+    return arn
+
+
+def _aws_principals(statement: dict[str, Any]) -> set[str]:
+    principal = statement.get("Principal")
+    if principal == "*":
+        return {"*"}
+    listed = principal.get("AWS", []) if isinstance(principal, dict) else []
+    return {listed} if isinstance(listed, str) else {str(p) for p in listed}
 
 
 def _statements(policy: dict[str, Any]) -> list[dict[str, Any]]:
@@ -92,10 +123,11 @@ class MotoFacts:
         self._moto = moto
         self._region = region
 
-    def _query(self, service: str, params: dict[str, str]) -> tuple[int, ET.Element | None]:
+    def _query(self, service: str, params: dict[str, str],
+               access_key: str = "sandbox") -> tuple[int, ET.Element | None]:
         scope_region = "us-east-1" if service == "iam" else self._region
         headers = {"Content-Type": "application/x-www-form-urlencoded; charset=utf-8",
-                   "Authorization": f"AWS4-HMAC-SHA256 Credential=sandbox/20260101/{scope_region}/{service}"
+                   "Authorization": f"AWS4-HMAC-SHA256 Credential={access_key}/20260101/{scope_region}/{service}"
                                     "/aws4_request, SignedHeaders=host, Signature=sandbox"}
         forwarded = self._moto.forward("POST", "/", headers, urlencode(params).encode())
         try:
@@ -108,7 +140,8 @@ class MotoFacts:
             return status, None
 
     def role(self, name_or_arn: str) -> Role | None:
-        """The IAM role named (by name or ARN, a path allowed), or ``None`` if moto has none by that name."""
+        """The IAM role named (by name, or by its exact ARN, path included), or ``None`` if moto has none: an
+        ARN of another account or with the wrong path names no role, as in IAM."""
         name = name_or_arn.rpartition("/")[2] if name_or_arn.startswith("arn:") else name_or_arn
         if not name:
             return None
@@ -124,19 +157,44 @@ class MotoFacts:
                                                "RoleName": name})
         arns = tuple(el.text or "" for el in (attached.iter() if attached is not None and status == 200 else ())
                      if _strip(el.tag) == "PolicyArn")
-        return Role(name=name, arn=_text(root, "Arn"), trust=trust if isinstance(trust, dict) else {},
+        role = Role(name=name, arn=_text(root, "Arn"), trust=trust if isinstance(trust, dict) else {},
                     attached_policies=arns)
+        return role if not name_or_arn.startswith("arn:") or role.arn == name_or_arn else None
+
+    def caller(self, access_key: str) -> str:
+        """Whom an access key signs as (STS ``GetCallerIdentity``, as moto answers it), e.g.
+        ``arn:aws:sts::123456789012:user/moto`` for the sandbox's own credentials."""
+        _, root = self._query("sts", {"Action": "GetCallerIdentity", "Version": _STS_VERSION}, access_key)
+        return _text(root, "Arn")
+
+    def principal_exists(self, arn: str) -> bool:
+        """Whether ``arn`` names an IAM user or role that exists (path included) in moto's IAM."""
+        match = re.fullmatch(r"arn:aws:iam::(\d{12}):(user|role)(/(?:[^/]+/)*)?([\w+=,.@-]+)", arn)
+        if match is None:
+            return False
+        if match.group(2) == "role":
+            return self.role(arn) is not None
+        status, root = self._query("iam", {"Action": "GetUser", "Version": _IAM_VERSION, "UserName": match.group(4)})
+        return status == 200 and _text(root, "Arn") == arn
 
     def security_group(self, group_id: str) -> SecurityGroup | None:
         """The EC2 security group with this id, or ``None``."""
         if not re.fullmatch(r"sg-[0-9a-f]+", group_id):
             return None
-        status, root = self._query("ec2", {"Action": "DescribeSecurityGroups", "Version": _EC2_VERSION,
-                                           "GroupId.1": group_id})
+        return self._security_group({"GroupId.1": group_id})
+
+    def default_security_group(self, vpc: str) -> SecurityGroup | None:
+        """The VPC's ``default`` security group (what FSx and EC2 use when a request names none)."""
+        return self._security_group({"Filter.1.Name": "vpc-id", "Filter.1.Value.1": vpc,
+                                     "Filter.2.Name": "group-name", "Filter.2.Value.1": "default"})
+
+    def _security_group(self, select: dict[str, str]) -> SecurityGroup | None:
+        status, root = self._query("ec2", {"Action": "DescribeSecurityGroups", "Version": _EC2_VERSION, **select})
         info = _find(root, "securityGroupInfo") if status == 200 and root is not None else None
         item = next((child for child in info if _strip(child.tag) == "item"), None) if info is not None else None
         if item is None:
             return None
+        group_id = next((c.text or "" for c in item if _strip(c.tag) == "groupId"), "")
         ingress: list[tuple[str, int, int, bool]] = []
         permissions = next((c for c in item if _strip(c.tag) == "ipPermissions"), None)
         for rule in permissions if permissions is not None else ():
@@ -146,6 +204,9 @@ class MotoFacts:
             ingress.append((proto, int(low) if low.lstrip("-").isdigit() else -1,
                             int(high) if high.lstrip("-").isdigit() else 65535, self_ref))
         vpc = next((c.text or "" for c in item if _strip(c.tag) == "vpcId"), "")
+        if not ingress and next((c.text for c in item if _strip(c.tag) == "groupName"), "") == "default":
+            # moto's default groups have no rules; AWS's admit all inbound traffic from the group itself
+            ingress.append(("-1", -1, 65535, True))
         return SecurityGroup(group_id=group_id, vpc=vpc, ingress=tuple(ingress))
 
     def bucket_exists(self, bucket: str) -> bool:

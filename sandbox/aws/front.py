@@ -5,7 +5,9 @@ it finds the service (SigV4 credential scope) and the operation (``protocol.py``
 error while a ``throttle`` fault is armed and a 403 naming the action while an ``access_denied`` one is
 (for every call, moto-bound ones too), and then either validates
 the input against the botocore model and calls the :class:`~sandbox.aws.base.SimulatedService` that owns
-the operation, or forwards the request byte for byte to the in-process moto server and relays its answer.
+the operation, or forwards the request byte for byte to the in-process moto server and relays its answer
+(once it passed the checks AWS makes and moto does not: model validation, policy JSON, EC2 tags, AssumeRole
+trust, see ``forwarded.py``).
 Every call goes to the call ledger (:mod:`sandbox.ledger`) when the front has one; a mutation's entry is on
 disk before its answer leaves, and so is the simulator's state (``after_write``).
 
@@ -24,6 +26,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from botocore.model import OperationModel
 from tornado.iostream import StreamClosedError
 from tornado.web import Application, RequestHandler
 
@@ -31,6 +34,7 @@ from sandbox.threaded import ThreadedHttpServer
 
 from . import protocol
 from .base import AwsError, Call, FaultRegistry, SimulatedService
+from .forwarded import ForwardedChecks, query_params
 from .moto_backend import Forwarded
 from .validation import validate
 
@@ -70,6 +74,8 @@ class AwsFront:
         # called with the service after a simulator answered a mutating call, before the answer leaves
         # (the world saves that simulator's state there: it is durable before the client hears of it)
         self.after_write: Callable[[str], None] | None = None
+        # what AWS checks on requests bound for moto before moto sees them (the world sets it)
+        self.forwarded: ForwardedChecks | None = None
         self.account = account
         self.region = region
         self._simulators: dict[str, SimulatedService] = {}
@@ -199,9 +205,9 @@ class _AwsHandler(RequestHandler):
         op = protocol.find_operation(service, request)
         self._entry["service"] = service
         params: dict[str, Any] | None = None
+        recorded: dict[str, Any] | None = None
         if op is not None:
             self._entry.update(operation=op.name, write=is_write(op.name))
-            recorded: dict[str, Any] | None = None
             if model.protocol in ("query", "ec2"):
                 recorded = _form_params(self.request.body, query)
             elif len(self.request.body) <= LEDGER_PARSE_LIMIT:
@@ -218,6 +224,17 @@ class _AwsHandler(RequestHandler):
                                                             f"{scope.signing_name}:{op.name}", self._entry["target"]))
             return
         if op is None or front.owner(service, op.name) is None:
+            refusal = None
+            if op is not None and front.forwarded is not None:
+                checked = params
+                if model.protocol in ("query", "ec2"):  # a body too big to parse is not checked
+                    checked = query_params(op, recorded or {}) if len(self.request.body) <= LEDGER_PARSE_LIMIT \
+                        else None
+                refusal = await asyncio.get_running_loop().run_in_executor(None, self._refusal, op, checked,
+                                                                           scope.access_key)
+            if refusal is not None:
+                await self._answer(protocol.serialize_error(model.protocol, refusal, refusal.status), refusal.code)
+                return
             await self._forward(path)
             return
         try:
@@ -232,6 +249,16 @@ class _AwsHandler(RequestHandler):
         except ValueError as exc:
             error = AwsError("SerializationException", f"Could not parse the request: {exc}")
             await self._answer(protocol.serialize_error(model.protocol, error), error.code)
+
+    def _refusal(self, op: OperationModel, params: dict[str, Any] | None, access_key: str) -> AwsError | None:
+        """What AWS answers a request bound for moto with instead of moto's answer (see ``forwarded.py``)."""
+        if params is None or self.front.forwarded is None:
+            return None
+        try:
+            self.front.forwarded.check(op, params, access_key)
+        except AwsError as exc:
+            return exc
+        return None
 
     async def _ledger(self, status: int, error: str | None) -> None:
         """Record the call; a mutation's entry is on disk before its answer leaves."""

@@ -12,10 +12,12 @@ is simulated; other file-system types are refused with ``BadRequest``.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .base import AwsError, Call, SimClock
+
+if TYPE_CHECKING:
+    from .facts import MotoFacts
 
 CREATE_SECONDS = 360.0
 DELETE_SECONDS = 120.0
@@ -28,8 +30,25 @@ _CAPACITY: dict[str, tuple[tuple[int, ...], int]] = {
 }
 _THROUGHPUT = {"PERSISTENT_1": (50, 100, 200), "PERSISTENT_2": (125, 250, 500, 1000)}
 _HDD_THROUGHPUT_STEP = {12: 6000, 40: 1800}  # PERSISTENT_1 on HDD: MB/s/TiB -> capacity step in GiB
+LUSTRE_PORT = 988
+PORT_MESSAGE = ("The file system cannot be created because the default security group in the subnet provided or the "
+                "provided security groups do not permit Lustre LNET network traffic on port 988")
 
-SubnetLookup = Callable[[str], str | None]  # subnet id -> its VPC id, or None when it does not exist
+
+def _lustre_version(deployment: str, lustre: dict[str, Any], asked: str | None) -> str:
+    """The Lustre version, checked against the deployment type as the FSx API reference states it:
+    2.10 only for Scratch and PERSISTENT_1, 2.12 not for PERSISTENT_2 with a metadata configuration; the
+    default is 2.10, or 2.12 (2.15 with a metadata configuration) for PERSISTENT_2."""
+    metadata = bool(lustre.get("MetadataConfiguration"))
+    if asked is None:
+        return ("2.15" if metadata else "2.12") if deployment == "PERSISTENT_2" else "2.10"
+    if asked == "2.10" and deployment == "PERSISTENT_2":
+        raise AwsError("BadRequest", "Lustre version 2.10 is supported only by the SCRATCH_1, SCRATCH_2 and "
+                                     "PERSISTENT_1 deployment types; PERSISTENT_2 needs 2.12 or 2.15.")
+    if asked == "2.12" and deployment == "PERSISTENT_2" and metadata:
+        raise AwsError("BadRequest", "Lustre version 2.12 does not support PERSISTENT_2 with a metadata "
+                                     "configuration; use 2.15.")
+    return asked
 
 
 def _capacity_error(deployment: str, storage_type: str, capacity: int, throughput: int | None) -> str | None:
@@ -55,11 +74,11 @@ class FsxSimulator:
     operations = frozenset({"CreateFileSystem", "DescribeFileSystems", "DeleteFileSystem"})
 
     def __init__(self, clock: SimClock, *, region: str = "us-west-2", account: str = "123456789012",
-                 subnet_vpc: SubnetLookup | None = None) -> None:
+                 facts: MotoFacts | None = None) -> None:
         self.clock = clock
         self.region = region
         self.account = account
-        self.subnet_vpc = subnet_vpc
+        self.facts = facts  # EC2 as FSx reads it (None: the simulator alone checks no network)
         self._systems: dict[str, dict[str, Any]] = {}  # id -> FileSystem (botocore member names)
         self._due: dict[str, float] = {}  # id -> when the current transition ends
         self._tokens: dict[str, str] = {}  # ClientRequestToken -> id
@@ -113,12 +132,11 @@ class FsxSimulator:
         error = _capacity_error(deployment, storage_type, int(p["StorageCapacity"]), throughput)
         if error:
             raise AwsError("BadRequest", error)
+        version = _lustre_version(deployment, lustre, p.get("FileSystemTypeVersion"))
         subnets = list(p["SubnetIds"])
         if len(subnets) != 1:
             raise AwsError("InvalidNetworkSettings", "Lustre file systems take exactly one subnet ID.")
-        vpc_id = self.subnet_vpc(subnets[0]) if self.subnet_vpc is not None else None
-        if self.subnet_vpc is not None and vpc_id is None:
-            raise AwsError("InvalidNetworkSettings", f"The subnet ID '{subnets[0]}' does not exist")
+        vpc_id = self._check_network(subnets[0], list(p.get("SecurityGroupIds") or []))
         fs_id = "fs-" + secrets.token_hex(9)[:17]
         lustre_out: dict[str, Any] = {
             "DeploymentType": deployment,
@@ -140,7 +158,7 @@ class FsxSimulator:
             "DNSName": f"{fs_id}.fsx.{self.region}.amazonaws.com",
             "ResourceARN": f"arn:aws:fsx:{self.region}:{self.account}:file-system/{fs_id}",
             "Tags": list(p.get("Tags") or []), "LustreConfiguration": lustre_out,
-            "FileSystemTypeVersion": p.get("FileSystemTypeVersion", "2.15"),
+            "FileSystemTypeVersion": version,
             "NetworkType": p.get("NetworkType", "IPV4"),
         }
         if vpc_id is not None:
@@ -152,6 +170,30 @@ class FsxSimulator:
         if token:
             self._tokens[token] = fs_id
         return {"FileSystem": fs}
+
+    def _check_network(self, subnet_id: str, group_ids: list[str]) -> str | None:
+        """The subnet's VPC, once the subnet exists and the security groups (the VPC's default one when the
+        request names none) exist in that VPC and let Lustre's LNET traffic in (TCP 988)."""
+        if self.facts is None:
+            return None
+        subnet = self.facts.subnet(subnet_id)
+        if subnet is None:
+            raise AwsError("InvalidNetworkSettings", f"The subnet ID '{subnet_id}' does not exist")
+        groups = []
+        for group_id in group_ids:
+            group = self.facts.security_group(group_id)
+            if group is None:
+                raise AwsError("InvalidNetworkSettings", f"The security group ID '{group_id}' does not exist")
+            if group.vpc != subnet.vpc:
+                raise AwsError("InvalidNetworkSettings", f"The security group '{group_id}' is not in the VPC "
+                                                         f"{subnet.vpc} of subnet {subnet_id}")
+            groups.append(group)
+        if not group_ids:
+            default = self.facts.default_security_group(subnet.vpc)
+            groups = [default] if default is not None else []
+        if not any(group.allows(LUSTRE_PORT) for group in groups):
+            raise AwsError("InvalidNetworkSettings", PORT_MESSAGE)
+        return subnet.vpc
 
     def _describe(self, p: dict[str, Any]) -> dict[str, Any]:
         ids = p.get("FileSystemIds")

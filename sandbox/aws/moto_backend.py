@@ -217,8 +217,3 @@ class MotoBackend:
         if not re.fullmatch(r"vpc-[0-9a-f]+", tag("vpcId")):
             return None
         return Subnet(tag("vpcId"), tag("cidrBlock"), tag("availabilityZone"), tag("availabilityZoneId"))
-
-    def subnet_vpc(self, subnet_id: str, region: str) -> str | None:
-        """The VPC of a moto subnet (``None`` if there is none)."""
-        found = self.subnet(subnet_id, region)
-        return found.vpc if found is not None else None

@@ -359,6 +359,7 @@ ACCESS_DENIED_CODES = {"json": "AccessDeniedException", "rest-json": "AccessDeni
 def access_denied_error(protocol: str, account: str, action: str, resource: str) -> Response:
     """What IAM answers when no policy allows ``action`` (``service:Operation``): 403 naming the action."""
     code = ACCESS_DENIED_CODES.get(protocol, "AccessDeniedException")
-    message = (f"User: arn:aws:iam::{account}:root is not authorized to perform: {action} on resource: "
+    # the caller is the IAM user the sandbox's credentials sign as (moto's STS: user "moto"), as in EKS's creator
+    message = (f"User: arn:aws:iam::{account}:user/moto is not authorized to perform: {action} on resource: "
                f"{resource or '*'} because no identity-based policy allows the {action} action")
     return serialize_error(protocol, AwsError(code, message, 403))

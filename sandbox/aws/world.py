@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .base import FaultRegistry, ManualClock, RealClock, SimClock, SimulatedService
 from .facts import MotoFacts
+from .forwarded import ForwardedChecks
 from .front import ACCOUNT_ID, AwsFront
 from .moto_backend import MOTO_SEED, MotoBackend
 
@@ -98,6 +99,7 @@ class AwsWorld:
                                 region=region, account=account)
         self.facts = MotoFacts(self.moto, region)
         self.front = AwsFront(self.moto, self.faults, account=account, region=region, ledger=ledger)
+        self.front.forwarded = ForwardedChecks(self.facts, account)
         if self.state_dir is not None:
             self.front.after_write = self.save_service
         self._saved: dict[str, str] = {}
@@ -106,10 +108,9 @@ class AwsWorld:
         self._last_save = 0.0
         self.quotas: QuotasSimulator = QuotasSimulator(self.faults, region=region, account=account)
         self.eks: EksSimulator = EksSimulator(self.clock, self.faults, kube, kube_base_url=kube_base_url,
-                                              region=region, account=account, subnet_vpc=self._subnet_vpc,
+                                              region=region, account=account, facts=self.facts,
                                               ca_pem=kube_ca_pem)
-        self.fsx: FsxSimulator = FsxSimulator(self.clock, region=region, account=account,
-                                              subnet_vpc=self._subnet_vpc)
+        self.fsx: FsxSimulator = FsxSimulator(self.clock, region=region, account=account, facts=self.facts)
         self.hyperpod: HyperPodSimulator = HyperPodSimulator(self.clock, self.faults, kube, self.eks.active_cluster,
                                                              self.quotas.limit, account=account, region=region,
                                                              placement_of=self._placement_of,
@@ -135,13 +136,13 @@ class AwsWorld:
         from .base import Call
 
         with self.front.lock(self.eks.service):
-            answer = self.eks.handle(Call(self.eks.service, operation, params, self.region, self.account))
+            if operation == "CreateAccessEntry":  # the service's own entry, not a client's request
+                answer = self.eks.create_service_access_entry(params)
+            else:
+                answer = self.eks.handle(Call(self.eks.service, operation, params, self.region, self.account))
         if self.state_dir is not None and operation.startswith(("Create", "Update", "Delete", "Associate")):
             self.save_service(self.eks.service)
         return answer
-
-    def _subnet_vpc(self, subnet_id: str) -> str | None:
-        return self.moto.subnet_vpc(subnet_id, self.region)
 
     def _placement_of(self, subnet_id: str) -> Placement:
         """A HyperPod node's zone and CIDR block from its EC2 subnet (moto's), else a stable made-up zone."""

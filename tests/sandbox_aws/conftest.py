@@ -8,6 +8,7 @@ of their own (persistence) build one with :func:`new_world`. The Kubernetes emul
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,11 @@ from sandbox.kube import BackgroundServer, Emulator
 from sandbox.tls import ensure_tls
 
 NO_RETRIES = Config(retries={"total_max_attempts": 1, "mode": "standard"})
-ROLE = "arn:aws:iam::123456789012:role/eks-cluster"
+ACCOUNT = "123456789012"
+# roles every test world has (new_world makes them), with the trust AWS wants of them
+ROLE = f"arn:aws:iam::{ACCOUNT}:role/eks-cluster"  # EKS cluster role: trusts eks.amazonaws.com
+POD_ROLE = f"arn:aws:iam::{ACCOUNT}:role/eks-pods"  # pod identity: pods.eks.amazonaws.com, AssumeRole + TagSession
+CREATOR = f"arn:aws:iam::{ACCOUNT}:user/moto"  # whom the sandbox's credentials sign as (moto's STS), as IAM names it
 _names = itertools.count()
 
 Clients = Callable[[str], Any]
@@ -37,6 +42,27 @@ def kube() -> Iterator[BackgroundServer]:
 @pytest.fixture(scope="session")
 def kube_ca(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     return ensure_tls(tmp_path_factory.mktemp("tls")).ca_pem
+
+
+def trust(service: str, *actions: str) -> str:
+    """A trust policy letting ``service`` perform ``actions`` (default ``sts:AssumeRole``)."""
+    return json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": {"Service": service}, "Action": list(actions or ("sts:AssumeRole",))}]})
+
+
+def ensure_role(world: AwsWorld, name: str, service: str, *actions: str) -> str:
+    """The ARN of IAM role ``name`` trusting ``service``, created if the world has none of that name."""
+    iam = make_client(world, "iam")
+    try:
+        return str(iam.get_role(RoleName=name)["Role"]["Arn"])
+    except iam.exceptions.NoSuchEntityException:
+        return str(iam.create_role(RoleName=name, AssumeRolePolicyDocument=trust(service, *actions))["Role"]["Arn"])
+
+
+def standard_roles(world: AwsWorld) -> None:
+    """Make :data:`ROLE` and :data:`POD_ROLE` (the ``world`` fixture does, for every test)."""
+    ensure_role(world, "eks-cluster", "eks.amazonaws.com")
+    ensure_role(world, "eks-pods", "pods.eks.amazonaws.com", "sts:AssumeRole", "sts:TagSession")
 
 
 def new_world(kube: BackgroundServer, data_dir: Path | None = None, ca_pem: bytes = b"") -> AwsWorld:
@@ -56,6 +82,7 @@ def world(shared_world: AwsWorld) -> Iterator[AwsWorld]:
     # A world tells its emulator what time it is; worlds of their own (new_world) take the shared emulator
     # over, so give its clock back to the shared world.
     shared_world.kube.use_clock(shared_world.clock.now)  # type: ignore[union-attr]
+    standard_roles(shared_world)  # a world of its own (new_world) resets moto, the shared world's IAM too
     yield shared_world
     shared_world.faults.clear()
 

@@ -15,9 +15,9 @@ from botocore.exceptions import ClientError
 
 from sandbox.aws import AwsWorld
 
-from .conftest import Clients, make_client
+from .conftest import ROLE, Clients, make_client, standard_roles
 
-EKS_ROLE = "arn:aws:iam::123456789012:role/eks-cluster"
+EKS_ROLE = ROLE  # the conftest's EKS cluster role
 
 
 def trust(service: str) -> str:
@@ -71,6 +71,7 @@ def network(aws: Clients, cidr: str = "10.40", zones: str = "ab") -> tuple[str, 
 
 def prereqs(world: AwsWorld, aws: Clients, unique: Callable[[str], str], *, mode: str = "API",
             version: str = "1.32", zones: str = "ab") -> Prereqs:
+    standard_roles(world)  # EKS_ROLE, trusting eks.amazonaws.com
     vpc, nets, sg = network(aws, zones=zones)
     exec_role = role(aws, unique("hp-exec"), "sagemaker.amazonaws.com")
     bucket = unique("sagemaker-lcc")

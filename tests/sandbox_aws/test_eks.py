@@ -13,7 +13,7 @@ from kubernetes import config as k8s_config
 
 from sandbox.aws import AwsWorld
 from sandbox.aws.eks import ADDON_SECONDS, CLUSTER_CREATE_SECONDS, CLUSTER_DELETE_SECONDS
-from tests.sandbox_aws.conftest import ROLE, Clients, error_code, subnets
+from tests.sandbox_aws.conftest import CREATOR, POD_ROLE, ROLE, Clients, ensure_role, error_code, subnets
 
 POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 
@@ -111,7 +111,7 @@ def test_addon_becoming_active_installs_crds_and_controller(world: AwsWorld, aws
     created = eks.create_addon(clusterName=name, addonName="amazon-sagemaker-hyperpod-training-operator",
                                configurationValues='{"hpTrainingControllerManager": {"nodeSelector": {"a": "b"}}}',
                                podIdentityAssociations=[{"serviceAccount": "hp-training-operator-controller-manager",
-                                                         "roleArn": ROLE}])["addon"]
+                                                         "roleArn": POD_ROLE}])["addon"]
     assert created["status"] == "CREATING" and created["addonVersion"] == "v1.2.0-eksbuild.1"
     world.advance(ADDON_SECONDS)
     addon = eks.describe_addon(clusterName=name, addonName="amazon-sagemaker-hyperpod-training-operator")["addon"]
@@ -177,8 +177,8 @@ def test_addon_failures(world: AwsWorld, aws: Clients, unique: Callable[[str], s
 def test_access_entries_and_policies(world: AwsWorld, aws: Clients, unique: Callable[[str], str]) -> None:
     name = unique("eks")
     eks = active_cluster(world, aws, name)
-    principal = "arn:aws:iam::123456789012:role/hyperpod-exec"
-    assert eks.list_access_entries(clusterName=name)["accessEntries"] == ["arn:aws:iam::123456789012:root"]
+    principal = ensure_role(world, "hyperpod-exec", "sagemaker.amazonaws.com")
+    assert eks.list_access_entries(clusterName=name)["accessEntries"] == [CREATOR]
     entry = eks.create_access_entry(clusterName=name, principalArn=principal, kubernetesGroups=["ops"])["accessEntry"]
     assert entry["type"] == "STANDARD" and entry["username"] == principal
     with pytest.raises(ClientError) as info:
@@ -216,14 +216,14 @@ def test_pod_identity_associations(world: AwsWorld, aws: Clients, unique: Callab
     name = unique("eks")
     eks = active_cluster(world, aws, name)
     assoc = eks.create_pod_identity_association(clusterName=name, namespace="kubeflow", serviceAccount="trainer",
-                                                roleArn=ROLE)["association"]
+                                                roleArn=POD_ROLE)["association"]
     assert assoc["associationId"].startswith("a-")
     with pytest.raises(ClientError) as info:
         eks.create_pod_identity_association(clusterName=name, namespace="kubeflow", serviceAccount="trainer",
-                                            roleArn=ROLE)
+                                            roleArn=POD_ROLE)
     assert error_code(info.value) == "ResourceInUseException"
     described = eks.describe_pod_identity_association(clusterName=name, associationId=assoc["associationId"])
-    assert described["association"]["roleArn"] == ROLE
+    assert described["association"]["roleArn"] == POD_ROLE
     assert len(eks.list_pod_identity_associations(clusterName=name, namespace="kubeflow")["associations"]) == 1
     eks.delete_pod_identity_association(clusterName=name, associationId=assoc["associationId"])
     assert eks.list_pod_identity_associations(clusterName=name)["associations"] == []

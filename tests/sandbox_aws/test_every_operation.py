@@ -46,7 +46,16 @@ from sandbox.aws.fsx import CREATE_SECONDS, FsxSimulator
 from sandbox.aws.hyperpod import HyperPodSimulator
 from sandbox.aws.quotas import QuotasSimulator, quota_code, quota_name
 from sandbox.aws.validation import java_regex
-from tests.sandbox_aws.conftest import NO_RETRIES, ROLE, error_code, subnets
+from tests.sandbox_aws.conftest import (
+    CREATOR,
+    NO_RETRIES,
+    POD_ROLE,
+    ROLE,
+    ensure_role,
+    error_code,
+    standard_roles,
+    subnets,
+)
 
 SIMULATORS: tuple[tuple[str, frozenset[str]], ...] = tuple(
     (cls.service, cls.operations) for cls in (HyperPodSimulator, EksSimulator, QuotasSimulator, FsxSimulator))
@@ -361,7 +370,6 @@ def test_server_side_constraint_is_enforced(world: AwsWorld, clients: dict[str, 
 
 _ids = itertools.count()
 POLICY = "arn:aws:eks::aws:cluster-access-policy/"
-ROOT = "arn:aws:iam::123456789012:root"
 LCC = {"SourceS3Uri": "s3://sagemaker-lifecycle/scripts/", "OnCreate": "on_create.sh"}
 HP_EXEC = "every-hp-exec"  # the HyperPod execution role (trusts sagemaker.amazonaws.com)
 
@@ -405,6 +413,7 @@ class Env:
 @pytest.fixture(scope="module")
 def env(shared_world: AwsWorld, clients: dict[str, Any]) -> Env:
     world = shared_world
+    standard_roles(world)
     eks, sm, fsx = clients["eks"], clients["sagemaker"], clients["fsx"]
     nets = subnets(clients["ec2"])
     # What HyperPod's CreateCluster checks exists: a security group of the subnets' VPC, the execution role
@@ -431,13 +440,13 @@ def env(shared_world: AwsWorld, clients: dict[str, Any]) -> Env:
                              scalingConfig={"minSize": 1, "maxSize": 2, "desiredSize": 1})
     for addon in ("kube-proxy", "coredns", "eks-pod-identity-agent"):
         eks.create_addon(clusterName=name, addonName=addon)
-    principals = [role(fresh("entry")) for _ in range(3)]
+    principals = [ensure_role(world, fresh("entry"), "ec2.amazonaws.com") for _ in range(3)]
     for principal in principals:
         eks.create_access_entry(clusterName=name, principalArn=principal)
     eks.associate_access_policy(clusterName=name, principalArn=principals[2], policyArn=POLICY + "AmazonEKSEditPolicy",
                                 accessScope={"type": "cluster"})
     associations = [eks.create_pod_identity_association(
-        clusterName=name, namespace="training", serviceAccount=account, roleArn=role("pod"))["association"][
+        clusterName=name, namespace="training", serviceAccount=account, roleArn=POD_ROLE)["association"][
         "associationId"] for account in ("reader", "doomed")]
     eks.tag_resource(resourceArn=eks_arn, tags={"keep": "yes", "drop": "yes"})
     update_id = eks.update_cluster_config(name=names["ekscfg"], accessConfig={
@@ -741,7 +750,7 @@ def _delete_addon(e: Env) -> None:
 
 @valid("eks", "CreateAccessEntry")
 def _create_access_entry(e: Env) -> None:
-    principal = role(fresh("entry"))
+    principal = ensure_role(e.world, fresh("entry"), "ec2.amazonaws.com")
     entry = e["eks"].create_access_entry(clusterName=e.eks, principalArn=principal,
                                          kubernetesGroups=["ml-engineers"])["accessEntry"]
     assert entry["principalArn"] == principal and entry["type"] == "STANDARD"
@@ -756,7 +765,7 @@ def _describe_access_entry(e: Env) -> None:
 @valid("eks", "ListAccessEntries")
 def _list_access_entries(e: Env) -> None:
     entries = e["eks"].list_access_entries(clusterName=e.eks)["accessEntries"]
-    assert {ROOT, e.principal} <= set(entries)
+    assert {CREATOR, e.principal} <= set(entries)
 
 
 @valid("eks", "UpdateAccessEntry")
@@ -792,7 +801,7 @@ def _disassociate_access_policy(e: Env) -> None:
 
 @valid("eks", "ListAssociatedAccessPolicies")
 def _list_associated_access_policies(e: Env) -> None:
-    listed = e["eks"].list_associated_access_policies(clusterName=e.eks, principalArn=ROOT)
+    listed = e["eks"].list_associated_access_policies(clusterName=e.eks, principalArn=CREATOR)
     assert [p["policyArn"] for p in listed["associatedAccessPolicies"]] == [POLICY + "AmazonEKSClusterAdminPolicy"]
 
 
@@ -805,8 +814,8 @@ def _list_access_policies(e: Env) -> None:
 @valid("eks", "CreatePodIdentityAssociation")
 def _create_pod_identity(e: Env) -> None:
     assoc = e["eks"].create_pod_identity_association(clusterName=e.eks, namespace="training",
-                                                     serviceAccount=fresh("sa"), roleArn=role("pod"))["association"]
-    assert assoc["associationId"].startswith("a-") and assoc["roleArn"] == role("pod")
+                                                     serviceAccount=fresh("sa"), roleArn=POD_ROLE)["association"]
+    assert assoc["associationId"].startswith("a-") and assoc["roleArn"] == POD_ROLE
 
 
 @valid("eks", "DescribePodIdentityAssociation")

@@ -20,7 +20,7 @@ from sandbox.aws.eks import ADDON_SECONDS, CLUSTER_CREATE_SECONDS
 from sandbox.aws.moto_backend import BODY_INLINE_LIMIT
 from sandbox.kube import BackgroundServer, Emulator, deletion
 from sandbox.kube.cluster import WriteOptions
-from tests.sandbox_aws.conftest import ROLE, Clients, make_client, new_world, subnets
+from tests.sandbox_aws.conftest import ROLE, Clients, make_client, new_world, standard_roles, subnets
 from tests.support import wait_until
 
 
@@ -143,6 +143,7 @@ def test_the_kubeconfig_written_for_an_active_cluster_trusts_the_emulator_ca(tmp
     aws = AwsWorld(tmp_path, ManualClock(), emulator, kube_base_url="https://127.0.0.1:1",
                    kube_ca_pem=kube_ca).start(ticker=False)
     try:
+        standard_roles(aws)
         make_client(aws, "eks").create_cluster(name="tls", roleArn=ROLE,
                                                resourcesVpcConfig={"subnetIds": subnets(make_client(aws, "ec2"))})
         aws.advance(CLUSTER_CREATE_SECONDS)

@@ -18,6 +18,7 @@ from sandbox.aws.hyperpod_access import SLR_USERNAME
 
 from .conftest import make_client
 from .hyperpod_prereqs import (
+    EKS_ROLE,
     Prereqs,
     cleaned_sagemaker,
     fresh,
@@ -52,7 +53,7 @@ def test_eks_cluster_in_config_map_mode_is_refused(world: AwsWorld, sm: Any, env
     aws = lambda service: make_client(world, service)  # noqa: E731
     eks = aws("eks")
     legacy = fresh("cfgmap")
-    arn = eks.create_cluster(name=legacy, roleArn=env.role, resourcesVpcConfig={"subnetIds": env.subnets},
+    arn = eks.create_cluster(name=legacy, roleArn=EKS_ROLE, resourcesVpcConfig={"subnetIds": env.subnets},
                              accessConfig={"authenticationMode": "CONFIG_MAP"})["cluster"]["arn"]
     world.advance(1800)
     name = fresh("hp")

@@ -7,7 +7,7 @@ from pathlib import Path
 from sandbox.aws import AwsWorld, RealClock
 from sandbox.aws.eks import CLUSTER_CREATE_SECONDS
 from sandbox.kube import BackgroundServer
-from tests.sandbox_aws.conftest import ROLE, make_client, new_world, subnets
+from tests.sandbox_aws.conftest import ROLE, make_client, new_world, standard_roles, subnets
 from tests.support import wait_until
 
 
@@ -18,6 +18,7 @@ def test_state_survives_a_restart(kube: BackgroundServer, tmp_path: Path) -> Non
         nets = subnets(ec2)
         vpc = ec2.describe_subnets(SubnetIds=nets)["Subnets"][0]["VpcId"]
         make_client(first, "iam").create_role(RoleName="kept", AssumeRolePolicyDocument="{}")
+        standard_roles(first)
         eks = make_client(first, "eks")
         eks.create_cluster(name="kept-eks", roleArn=ROLE, resourcesVpcConfig={"subnetIds": nets},
                            accessConfig={"authenticationMode": "API"})
@@ -51,6 +52,7 @@ def test_ticker_moves_a_sped_up_clock(kube: BackgroundServer) -> None:
                      kube_ca_pem=b"").start()
     try:
         eks = make_client(world, "eks")
+        standard_roles(world)
         eks.create_cluster(name="ticked", roleArn=ROLE, resourcesVpcConfig={"subnetIds": subnets(make_client(
             world, "ec2"))})
         wait_until(lambda: eks.describe_cluster(name="ticked")["cluster"]["status"] == "ACTIVE", 30,
