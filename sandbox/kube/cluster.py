@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import defaults, deletion
+from . import admission, defaults, deletion, podrules
 from .apply import now_iso, record_update, server_side_apply
 from .errors import ApiError, FieldError, already_exists, bad_request, conflict, gone, invalid, not_found
 from .logs import PodLogs
@@ -241,9 +241,13 @@ class Cluster:
             meta.pop("deletionTimestamp", None)
             self._reset_status_on_create(rt, obj)
             self._default(rt, loc, obj, None)
+            admission.admit_create(self, rt, obj)
             if opts.manager:
                 record_update(obj, opts.manager, body, rt.status, self.now_iso())
-            return self._commit(rt, loc, obj, None, opts, created=True)
+            result = self._commit(rt, loc, obj, None, opts, created=True)
+            if not opts.dry_run:
+                admission.after_create(self, rt, result.obj)
+            return result
 
     def replace(self, rt: ResourceType, namespace: str | None, name: str, body: Obj,
                 opts: WriteOptions | None = None, subresource: str = "") -> WriteResult:
@@ -406,6 +410,7 @@ class Cluster:
         warnings = finish(outcome, obj, mode)
         errors.extend(outcome.errors)
         errors.extend(defaults.template_errors(rt, obj))
+        errors.extend(podrules.errors(rt, obj))
         if rt.key == CRD_KEY:
             errors.extend(_crd_errors(obj))
         if errors:

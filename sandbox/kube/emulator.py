@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .cluster import Cluster
+from .controllers import Controllers
 from .discovery import openapi_v3_docs, openapi_v3_index
 from .kubeconfig import CLUSTER_PREFIX, kubeconfig, write_kubeconfig
 from .persistence import Persister
@@ -83,6 +84,7 @@ class Emulator:
         self._log_file: RequestLog | None = None
         self._persister: Persister | None = None
         self._listeners: list[Callable[[list[str]], None]] = []
+        self._controllers: dict[str, Controllers] = {}
         if self.data_dir is not None:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             self._persister = Persister(self.data_dir / "state.sqlite3", debounce)
@@ -92,6 +94,7 @@ class Emulator:
                 cluster.store.load(rv, objects)
                 cluster.restored()
                 self._persister.attach(cluster)
+                self._controllers[name] = Controllers(cluster).start()
 
     def now(self) -> float:
         return self._clock()
@@ -147,6 +150,7 @@ class Emulator:
                 if self._persister is not None:
                     self._persister.attach(cluster)  # before bootstrap, so its namespaces are persisted too
                 cluster.bootstrap()
+                self._controllers[name] = Controllers(cluster).start()
         if created:
             self._changed()
         return cluster
@@ -154,6 +158,9 @@ class Emulator:
     def delete_cluster(self, name: str) -> None:
         with self._lock:
             existed = self.clusters.pop(name, None) is not None
+            controllers = self._controllers.pop(name, None)
+            if controllers is not None:
+                controllers.stop()
             self._openapi.pop(name, None)
             if self._persister is not None:
                 self._persister.forget(name)
@@ -162,6 +169,10 @@ class Emulator:
 
     def cluster(self, name: str) -> Cluster:
         return self.clusters[name]
+
+    def controllers(self, name: str) -> Controllers:
+        """The control loops of cluster ``name`` (scheduler, kubelets, workload controllers)."""
+        return self._controllers[name]
 
     # --- in-process API for simulated workloads ---------------------------------------------------------
 
@@ -248,6 +259,9 @@ class Emulator:
             self._log_file.flush()
 
     def close(self) -> None:
+        for controllers in list(self._controllers.values()):
+            controllers.stop()
+        self._controllers.clear()
         if self._persister is not None:
             self._persister.close()
             self._persister = None
