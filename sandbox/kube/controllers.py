@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import scheduler, workloads
+from . import disruption, scheduler, workloads
 from .admission import ensure_default_service_account
 from .cluster import Cluster
 from .errors import ApiError
@@ -53,6 +53,7 @@ class Work:
     namespaces: set[str] = field(default_factory=set)
     removed_nodes: set[str] = field(default_factory=set)
     retry: set[str] = field(default_factory=set)  # namespaces whose workloads to reconcile again
+    budgets: set[str] = field(default_factory=set)  # namespaces whose disruption budgets to recount
     schedule: bool = False
     daemonsets: bool = False
 
@@ -97,6 +98,7 @@ class Controllers:
         for key in RECONCILERS:
             work.objects |= {(key, loc) for loc, _ in store.items(key)}
         work.pods = {loc for loc, _ in store.items(POD_KEY)}
+        work.budgets = {loc[0] for loc, _ in store.items(disruption.PDB_KEY)}
         self._pass(work)
 
     def _run(self) -> None:
@@ -128,6 +130,7 @@ class Controllers:
             loc: Loc = (meta.get("namespace", ""), meta["name"])
             if event.key == POD_KEY:
                 work.pods.add(loc)
+                work.budgets.add(loc[0])
                 self._owner_work(work, event)
                 spec = event.obj.get("spec") or {}
                 if event.type == "DELETED" or not spec.get("nodeName") or \
@@ -140,6 +143,8 @@ class Controllers:
             elif event.key in RECONCILERS:
                 work.objects.add((event.key, loc))
                 self._owner_work(work, event)
+            elif event.key == disruption.PDB_KEY:
+                work.budgets.add(loc[0])
             elif event.key == NAMESPACE_KEY and event.type != "DELETED":
                 work.namespaces.add(meta["name"])
             elif event.key == SA_KEY and event.type == "DELETED" and meta["name"] == "default":
@@ -174,6 +179,9 @@ class Controllers:
             scheduler.schedule_pending(cluster)
         for loc in sorted(work.pods):
             _guarded(scheduler.run_pod, cluster, loc)
+        for namespace in sorted(work.budgets):
+            if cluster.store.items(disruption.PDB_KEY, namespace):
+                disruption.reconcile_budgets(cluster, namespace)
 
 
 def _guarded(reconcile: Callable[[Cluster, Loc], None], cluster: Cluster, loc: Loc) -> None:

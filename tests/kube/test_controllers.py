@@ -258,3 +258,33 @@ def test_pod_naming_a_missing_service_account_is_forbidden(api: client.ApiClient
     assert failure.reason == "FailedCreate" and 'serviceaccount "trainer" not found' in failure.message
     core.create_namespaced_service_account("default", {"metadata": {"name": "trainer"}})
     assert core.create_namespaced_pod("default", _pod("p", serviceAccountName="trainer")).metadata.name == "p"
+
+
+def test_eviction_honours_the_disruption_budget(api: client.ApiClient, kube_server: KubeServer,
+                                                cluster_name: str, kubectl: Kubectl) -> None:
+    add_node(_cluster(kube_server, cluster_name), "n1")
+    apps, core, policy = client.AppsV1Api(api), client.CoreV1Api(api), client.PolicyV1Api(api)
+    apps.create_namespaced_deployment("default", {**DEPLOYMENT, "spec": {**DEPLOYMENT["spec"], "replicas": 2}})
+    policy.create_namespaced_pod_disruption_budget("default", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}})
+    wait_until(lambda: apps.read_namespaced_deployment("web", "default").status.available_replicas == 2)
+    pdb = wait_until(lambda: (b := policy.read_namespaced_pod_disruption_budget("web", "default")).status
+                     and b.status.current_healthy == 2 and b)
+    assert (pdb.status.desired_healthy, pdb.status.disruptions_allowed, pdb.status.expected_pods) == (2, 0, 2)
+    victim = core.list_namespaced_pod("default", label_selector="app=web").items[0].metadata.name
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": victim, "namespace": "default"}}
+    with pytest.raises(ApiException) as exc:
+        core.create_namespaced_pod_eviction(victim, "default", eviction)
+    body = json.loads(exc.value.body)
+    assert exc.value.status == 429 and body["reason"] == "TooManyRequests"
+    assert body["message"] == "Cannot evict pod as it would violate the pod's disruption budget."
+    assert body["details"]["causes"] == [{"reason": "DisruptionBudget",
+                                          "message": "The disruption budget web needs 2 healthy pods and has 2 "
+                                                     "currently"}]
+    drained = kubectl("drain", "n1", "--timeout=3s", "--ignore-daemonsets", check=False, timeout=60)
+    assert drained.returncode != 0 and "disruption budget" in drained.stderr
+    policy.patch_namespaced_pod_disruption_budget("web", "default", {"spec": {"minAvailable": 1}})
+    wait_until(lambda: policy.read_namespaced_pod_disruption_budget("web", "default").status.disruptions_allowed == 1)
+    core.create_namespaced_pod_eviction(victim, "default", eviction)
+    wait_until(lambda: victim not in {p.metadata.name for p in core.list_namespaced_pod("default").items})
