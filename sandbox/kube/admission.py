@@ -3,6 +3,7 @@
 * ServiceAccount admission: a pod without ``serviceAccountName`` runs as ``default``; a pod naming a
   ServiceAccount that does not exist in its namespace is refused with the plugin's 403 Forbidden
   (``error looking up service account <ns>/<name>: serviceaccount "<name>" not found``).
+* DefaultStorageClass: a claim naming no class gets the class annotated as the default.
 * The Job create strategy: without ``manualSelector`` the Job's selector is generated from its uid and
   its pod template carries the matching ``controller-uid`` / ``job-name`` labels.
 * Every new namespace gets its ``default`` ServiceAccount at once (the service account controller's
@@ -32,6 +33,8 @@ def admit_create(cluster: Cluster, rt: ResourceType, obj: Obj) -> None:
         _service_account(cluster, obj)
     elif rt.key == ("batch", "jobs"):
         _job_selector(obj)
+    elif rt.key == ("", "persistentvolumeclaims"):
+        _default_storage_class(cluster, obj)
 
 
 def _service_account(cluster: Cluster, pod: Obj) -> None:
@@ -46,6 +49,15 @@ def _service_account(cluster: Cluster, pod: Obj) -> None:
         raise ApiError(403, "Forbidden", f'pods "{meta.get("name", "")}" is forbidden: error looking up service '
                        f'account {namespace}/{account}: serviceaccount "{account}" not found',
                        {"name": meta.get("name", ""), "kind": "pods"})
+
+
+def _default_storage_class(cluster: Cluster, claim: Obj) -> None:
+    """DefaultStorageClass: a claim that names no class (the field absent, not ``""``) gets the default one."""
+    from .volumes import default_class
+
+    spec = claim.get("spec")
+    if isinstance(spec, dict) and "storageClassName" not in spec and (name := default_class(cluster)):
+        spec["storageClassName"] = name
 
 
 def _job_selector(job: Obj) -> None:

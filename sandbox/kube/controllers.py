@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import disruption, scheduler, workloads
+from . import disruption, scheduler, volumes, workloads
 from .admission import ensure_default_service_account
 from .cluster import Cluster
 from .errors import ApiError
@@ -54,6 +54,7 @@ class Work:
     removed_nodes: set[str] = field(default_factory=set)
     retry: set[str] = field(default_factory=set)  # namespaces whose workloads to reconcile again
     budgets: set[str] = field(default_factory=set)  # namespaces whose disruption budgets to recount
+    claims: bool = False
     schedule: bool = False
     daemonsets: bool = False
 
@@ -93,7 +94,7 @@ class Controllers:
     def _resync(self) -> None:
         """Everything, once: at start (a restored snapshot has objects no event will announce)."""
         store = self.cluster.store
-        work = Work(schedule=True, daemonsets=True)
+        work = Work(schedule=True, daemonsets=True, claims=True)
         work.namespaces = {loc[1] for loc, _ in store.items(NAMESPACE_KEY)}
         for key in RECONCILERS:
             work.objects |= {(key, loc) for loc, _ in store.items(key)}
@@ -143,6 +144,9 @@ class Controllers:
             elif event.key in RECONCILERS:
                 work.objects.add((event.key, loc))
                 self._owner_work(work, event)
+            elif event.key in (volumes.PVC_KEY, volumes.PV_KEY, volumes.SC_KEY, volumes.CSI_KEY):
+                work.claims = True
+                work.schedule |= event.key == volumes.PVC_KEY  # a bound claim lets its pods schedule
             elif event.key == disruption.PDB_KEY:
                 work.budgets.add(loc[0])
             elif event.key == NAMESPACE_KEY and event.type != "DELETED":
@@ -175,6 +179,8 @@ class Controllers:
         for key in RECONCILERS:  # owners before what they own: a Deployment's ReplicaSet in the same pass
             for k, loc in sorted(o for o in work.objects if o[0] == key):
                 _guarded(RECONCILERS[k], cluster, loc)
+        if work.claims:
+            volumes.reconcile_claims(cluster)
         if work.schedule:
             scheduler.schedule_pending(cluster)
         for loc in sorted(work.pods):

@@ -18,7 +18,7 @@ from collections import Counter
 from decimal import Decimal
 from typing import Any
 
-from . import deletion
+from . import deletion, volumes
 from .cluster import Cluster, WriteOptions
 from .errors import ApiError
 from .resources import POD_KEY
@@ -64,6 +64,12 @@ def schedule_pending(cluster: Cluster) -> None:
                                 p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]))
     for pod in pending:
         spec = pod.get("spec") or {}
+        blocked = volumes.claims_block(cluster, pod)
+        if blocked is not None:  # the VolumeBinding PreFilter: no node is even considered
+            n = len(nodes)
+            _mark_unschedulable(cluster, pod, f"0/{n} nodes are available: {blocked}. preemption: 0/{n} nodes are "
+                                              f"available: {n} Preemption is not helpful for scheduling.")
+            continue
         requests = pod_requests(pod)
         only = affinity_node_name(spec)
         candidates = [only] if only is not None else sorted(nodes)
@@ -84,6 +90,10 @@ def schedule_pending(cluster: Cluster) -> None:
             reasons["node(s) didn't match Pod's node affinity/selector"] += len(nodes)
         if fits:
             chosen = min(fits, key=lambda n: (counts[n], n))
+            delayed = volumes.unbound_delayed_claims(cluster, pod)
+            if delayed:  # provisioned for the chosen node first; the pod binds once its claims are bound
+                volumes.select_node(cluster, delayed, chosen)
+                continue
             if _bind(cluster, pod, chosen):
                 counts[chosen] += 1
                 for name, q in requests.items():
