@@ -215,7 +215,12 @@ def test_daemonset_runs_one_pod_per_matching_node(api: client.ApiClient, kube_se
 def test_statefulset_starts_pods_in_order_with_their_claims(api: client.ApiClient, kube_server: KubeServer,
                                                             cluster_name: str) -> None:
     add_node(_cluster(kube_server, cluster_name), "n1")
-    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    apps, core, storage = client.AppsV1Api(api), client.CoreV1Api(api), client.StorageV1Api(api)
+    storage.create_csi_driver({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+                               "metadata": {"name": "ebs.csi.aws.com"}, "spec": {}})
+    storage.create_storage_class({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {
+        "name": "gp3", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": "ebs.csi.aws.com"})
     apps.create_namespaced_stateful_set("default", {
         "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
         "spec": {"replicas": 2, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
