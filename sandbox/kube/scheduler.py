@@ -72,24 +72,25 @@ def schedule_pending(cluster: Cluster) -> None:
             continue
         requests = pod_requests(pod)
         only = affinity_node_name(spec)
-        candidates = [only] if only is not None else sorted(nodes)
+        # The least loaded first, so the first node that fits is the choice; only a pod that fits nowhere
+        # is checked against every node (its message counts them all).
+        candidates = [only] if only is not None else sorted(nodes, key=lambda n: (counts[n], n))
         reasons: Counter[str] = Counter()
         resolvable = 0
-        fits: list[str] = []
+        chosen: str | None = None
         for name in candidates:
             node = nodes.get(name)
             if node is None:
                 continue
             why, can_preempt = misfit(spec, requests, node, free[name])
             if not why:
-                fits.append(name)
-            else:
-                reasons.update(why)
-                resolvable += can_preempt
+                chosen = name
+                break
+            reasons.update(why)
+            resolvable += can_preempt
         if only is not None and only not in nodes:
             reasons["node(s) didn't match Pod's node affinity/selector"] += len(nodes)
-        if fits:
-            chosen = min(fits, key=lambda n: (counts[n], n))
+        if chosen is not None:
             delayed = volumes.unbound_delayed_claims(cluster, pod)
             if delayed:  # provisioned for the chosen node first; the pod binds once its claims are bound
                 volumes.select_node(cluster, delayed, chosen)
