@@ -384,7 +384,7 @@ class Cluster:
             meta["resourceVersion"] = old["metadata"]["resourceVersion"]
         else:
             meta.pop("resourceVersion", None)
-        warnings = self._validate(rt, obj, opts.validation)
+        warnings = self._validate(rt, obj, opts.validation, old)
         if rt.key == CRD_KEY:
             _prepare_crd(obj, self.now_iso())
         if rt.key == NAMESPACE_KEY and created:
@@ -399,12 +399,13 @@ class Cluster:
             self._register_crd(stored)
         return WriteResult(self.out(rt, stored), created, warnings)
 
-    def _validate(self, rt: ResourceType, obj: Obj, mode: str) -> Warnings:
+    def _validate(self, rt: ResourceType, obj: Obj, mode: str, old: Obj | None = None) -> Warnings:
         errors = check_metadata(obj, rt)
         if rt.crd is not None:
             crd = self.store.get(CRD_KEY, ("", rt.crd))
             crd_rv = int(crd["metadata"]["resourceVersion"]) if crd else 0
             outcome = self._custom.validate(rt, obj, crd_rv)
+            errors.extend(self._custom.cel.errors(rt.schema, obj, old))
         else:
             outcome = self._builtin.validate(rt, obj)
         warnings = finish(outcome, obj, mode)
