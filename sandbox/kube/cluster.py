@@ -27,6 +27,7 @@ from typing import Any
 
 from . import admission, defaults, deletion, podrules
 from .apply import now_iso, record_update, server_side_apply
+from .devices import DeviceGate
 from .errors import ApiError, FieldError, already_exists, bad_request, conflict, gone, invalid, not_found
 from .logs import PodLogs
 from .patch import apply_patch
@@ -90,6 +91,7 @@ class Cluster:
         self.clock = clock
         self.store = Store(history)
         self.logs = PodLogs()
+        self.devices: DeviceGate | None = None  # set: nodes advertise devices only where their plugin runs
         self._builtin = builtin_validator or BuiltinValidator()
         self._custom = custom_validator or CustomValidator()
         self._types: dict[tuple[str, str, str], ResourceType] = {}
@@ -384,6 +386,8 @@ class Cluster:
             meta["resourceVersion"] = old["metadata"]["resourceVersion"]
         else:
             meta.pop("resourceVersion", None)
+        if rt.key == ("", "nodes") and self.devices is not None:
+            self.devices.filter(obj)
         warnings = self._validate(rt, obj, opts.validation, old)
         if rt.key == CRD_KEY:
             _prepare_crd(obj, self.now_iso())

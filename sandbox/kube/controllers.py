@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from . import disruption, scheduler, volumes, workloads
 from .admission import ensure_default_service_account
 from .cluster import Cluster
+from .devices import plugin_resources
 from .errors import ApiError
 from .resources import NAMESPACE_KEY, POD_KEY
-from .store import Key, Loc, WatchEvent
+from .store import Key, Loc, Obj, WatchEvent
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ class Work:
     retry: set[str] = field(default_factory=set)  # namespaces whose workloads to reconcile again
     budgets: set[str] = field(default_factory=set)  # namespaces whose disruption budgets to recount
     claims: bool = False
+    plugin_pods: list[tuple[Obj, bool]] = field(default_factory=list)  # (pod, deleted) for the device gate
     schedule: bool = False
     daemonsets: bool = False
 
@@ -99,6 +101,7 @@ class Controllers:
         for key in RECONCILERS:
             work.objects |= {(key, loc) for loc, _ in store.items(key)}
         work.pods = {loc for loc, _ in store.items(POD_KEY)}
+        work.plugin_pods = [(pod, False) for _, pod in store.items(POD_KEY) if plugin_resources(pod)]
         work.budgets = {loc[0] for loc, _ in store.items(disruption.PDB_KEY)}
         self._pass(work)
 
@@ -131,6 +134,8 @@ class Controllers:
             loc: Loc = (meta.get("namespace", ""), meta["name"])
             if event.key == POD_KEY:
                 work.pods.add(loc)
+                if self.cluster.devices is not None and plugin_resources(event.obj):
+                    work.plugin_pods.append((event.obj, event.type == "DELETED"))
                 work.budgets.add(loc[0])
                 self._owner_work(work, event)
                 spec = event.obj.get("spec") or {}
@@ -185,6 +190,9 @@ class Controllers:
             scheduler.schedule_pending(cluster)
         for loc in sorted(work.pods):
             _guarded(scheduler.run_pod, cluster, loc)
+        if cluster.devices is not None:
+            for pod, deleted in work.plugin_pods:
+                cluster.devices.observe(cluster, pod, deleted)
         for namespace in sorted(work.budgets):
             if cluster.store.items(disruption.PDB_KEY, namespace):
                 disruption.reconcile_budgets(cluster, namespace)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .cluster import Cluster
 from .controllers import Controllers
+from .devices import DeviceGate
 from .discovery import openapi_v3_docs, openapi_v3_index
 from .kubeconfig import CLUSTER_PREFIX, kubeconfig, write_kubeconfig
 from .persistence import Persister
@@ -59,6 +60,8 @@ class Emulator:
     401 Unauthorized, as EKS answers a principal without an access entry.
     ``ledger``: every request goes to the sandbox's call ledger too (:mod:`sandbox.ledger`).
     A mutation is answered only once its change and its ledger entry are on disk.
+    ``device_plugins``: nodes advertise GPUs, Neuron devices and EFA only where their device plugin's pod runs
+    (:mod:`.devices`); off, they advertise what their writer says.
     ``clock``: the time every cluster tells (epoch seconds): wall time unless the sandbox's AWS world hands
     the emulator its simulated clock (:meth:`use_clock`), so Kubernetes and AWS timestamps agree.
     """
@@ -66,7 +69,8 @@ class Emulator:
     def __init__(self, data_dir: Path | None = None, *, token: str | None = None, history: int = 20_000,
                  debounce: float = 0.2, accept: Callable[[str, str], str | None] | None = None,
                  clock: Callable[[], float] = time.time, token_identity: str = "sandbox",
-                 admit: Callable[[str, str], bool] | None = None, ledger: Ledger | None = None) -> None:
+                 admit: Callable[[str, str], bool] | None = None, ledger: Ledger | None = None,
+                 device_plugins: bool = False) -> None:
         self.data_dir = Path(data_dir) / "kube" if data_dir is not None else None
         self._clock = clock
         self.token = token
@@ -75,6 +79,7 @@ class Emulator:
         self._admit = admit
         self.ledger = ledger
         self.clusters: dict[str, Cluster] = {}
+        self.device_plugins = device_plugins
         self.requests: deque[RequestRecord] = deque(maxlen=REQUEST_LOG_SIZE)
         self._history = history
         self._builtin = BuiltinValidator()
@@ -124,6 +129,8 @@ class Emulator:
         cluster = Cluster(name, history=self._history, builtin_validator=self._builtin,
                           custom_validator=self._custom, clock=self.now)
         cluster.on_types_changed.append(lambda: self._forget_openapi(name))
+        if self.device_plugins:
+            cluster.devices = DeviceGate()
         self.clusters[name] = cluster
         return cluster
 
