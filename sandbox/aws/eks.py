@@ -29,12 +29,17 @@ from .base import AwsError, Call, FaultRegistry, SimClock
 from .eks_access import AccessOperations, not_found, page
 from .eks_addons import (
     ADDONS,
+    DEGRADED_MESSAGE,
+    HEALTHY,
+    INSUFFICIENT,
     VERSIONS,
     addon_versions,
     check_configuration,
     describe_addon_versions,
+    describe_configuration,
     install,
     uninstall,
+    workload_health,
 )
 from .eks_checks import check_cluster_network, check_cluster_role
 
@@ -61,7 +66,8 @@ class EksSimulator(AccessOperations):
     operations = frozenset({
         "CreateCluster", "DescribeCluster", "ListClusters", "DeleteCluster", "UpdateClusterConfig", "DescribeUpdate",
         "CreateNodegroup", "DescribeNodegroup", "ListNodegroups", "DeleteNodegroup",
-        "DescribeAddonVersions", "CreateAddon", "DescribeAddon", "ListAddons", "UpdateAddon", "DeleteAddon",
+        "DescribeAddonVersions", "DescribeAddonConfiguration", "CreateAddon", "DescribeAddon", "ListAddons",
+        "UpdateAddon", "DeleteAddon",
         "CreateAccessEntry", "DescribeAccessEntry", "ListAccessEntries", "UpdateAccessEntry", "DeleteAccessEntry",
         "AssociateAccessPolicy", "DisassociateAccessPolicy", "ListAssociatedAccessPolicies", "ListAccessPolicies",
         "CreatePodIdentityAssociation", "DescribePodIdentityAssociation", "ListPodIdentityAssociations",
@@ -155,8 +161,7 @@ class EksSimulator(AccessOperations):
             return
         if self._degraded(cluster_name, addon_name):
             failed = "CREATE_FAILED" if addon["status"] == "CREATING" else "UPDATE_FAILED"
-            self._set_issue(addon, failed, "InsufficientNumberOfReplicas",
-                            "The add-on is unhealthy because it doesn't have the desired number of replicas.")
+            self._set_issue(addon, failed, "InsufficientNumberOfReplicas", DEGRADED_MESSAGE)
             return
         missing = [dep for dep in ADDONS[addon_name].requires
                    if dep not in rec["addons"] or rec["addons"][dep]["status"] == "DELETING"]
@@ -171,9 +176,18 @@ class EksSimulator(AccessOperations):
             self._set_issue(addon, "CREATE_FAILED" if addon["status"] == "CREATING" else "UPDATE_FAILED",
                             "ConfigurationConflict", f"Installing {addon_name} failed: {exc}")
             return
-        addon["status"] = "ACTIVE"
-        addon["health"] = {"issues": []}
         addon["modifiedAt"] = self.clock.now()
+        self._follow_workloads(cluster_name, addon_name, addon)
+
+    def _follow_workloads(self, cluster_name: str, addon_name: str, addon: dict[str, Any]) -> None:
+        """An installed add-on's status from its workloads (and the ``addon_degraded`` fault)."""
+        health = workload_health(self.kube, cluster_name, addon_name)
+        if self._degraded(cluster_name, addon_name) or health == INSUFFICIENT:
+            if addon["status"] != "DEGRADED":
+                self._set_issue(addon, "DEGRADED", "InsufficientNumberOfReplicas", DEGRADED_MESSAGE)
+        elif health == HEALTHY and addon["status"] != "ACTIVE":
+            addon["status"] = "ACTIVE"
+            addon["health"] = {"issues": []}
 
     @staticmethod
     def _set_issue(addon: dict[str, Any], status: str, code: str, message: str) -> None:
@@ -186,13 +200,10 @@ class EksSimulator(AccessOperations):
 
     def _check_addon_faults(self, cluster_name: str, rec: dict[str, Any]) -> None:
         for addon_name, addon in rec["addons"].items():
-            degraded = self._degraded(cluster_name, addon_name)
-            if addon["status"] == "ACTIVE" and degraded:
-                self._set_issue(addon, "DEGRADED", "InsufficientNumberOfReplicas",
-                                "The add-on is unhealthy because it doesn't have the desired number of replicas.")
-            elif addon["status"] == "DEGRADED" and not degraded:
-                addon["status"] = "ACTIVE"
-                addon["health"] = {"issues": []}
+            installed = addon["status"] in ("ACTIVE", "DEGRADED") or (
+                addon["status"] in ("CREATING", "UPDATING") and "addon:" + addon_name not in rec["due"])
+            if installed:
+                self._follow_workloads(cluster_name, addon_name, addon)
 
     # --- dispatch ---------------------------------------------------------------------------------------
 
@@ -402,6 +413,9 @@ class EksSimulator(AccessOperations):
     def _op_DescribeAddonVersions(self, p: dict[str, Any]) -> dict[str, Any]:
         return page(describe_addon_versions(p), p, "addons")
 
+    def _op_DescribeAddonConfiguration(self, p: dict[str, Any]) -> dict[str, Any]:
+        return describe_configuration(p)
+
     def _op_CreateAddon(self, p: dict[str, Any]) -> dict[str, Any]:
         name, addon_name = p["clusterName"], p["addonName"]
         rec = self._active(name)
@@ -415,7 +429,7 @@ class EksSimulator(AccessOperations):
         if version not in versions:
             raise AwsError("InvalidParameterException", f"Addon version specified is not supported for cluster "
                                                         f"version {rec['cluster']['version']}")
-        check_configuration(p.get("configurationValues"))
+        check_configuration(addon_name, p.get("configurationValues"))
         now = self.clock.now()
         addon: dict[str, Any] = {
             "addonName": addon_name, "clusterName": name, "status": "CREATING", "addonVersion": version,
@@ -459,7 +473,7 @@ class EksSimulator(AccessOperations):
             addon["addonVersion"] = p["addonVersion"]
             params.append({"type": "AddonVersion", "value": p["addonVersion"]})
         if "configurationValues" in p:
-            check_configuration(p["configurationValues"])
+            check_configuration(addon["addonName"], p["configurationValues"])
             addon["configurationValues"] = p["configurationValues"]
             params.append({"type": "ConfigurationValues", "value": p["configurationValues"]})
         if p.get("serviceAccountRoleArn"):

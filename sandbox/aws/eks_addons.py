@@ -2,17 +2,22 @@
 
 Versions are realistic (the HyperPod add-on documentation and the public EKS add-on catalogue of
 2026): the HyperPod add-ons with their eksbuild versions, the base networking add-ons, cert-manager, CSI drivers and
-metrics-server. An add-on that becomes ACTIVE installs the CRDs of its ``sandbox.kube.components``, its
+metrics-server. An add-on that finishes installing applies the CRDs of its ``sandbox.kube.components``, its
 namespace and a controller Deployment labelled ``eks.amazonaws.com/addon``, with server-side apply under
-the field manager ``eks``, so re-installing is a no-op.
+the field manager ``eks``, so re-installing is a no-op; its health is then that Deployment's
+(:func:`workload_health`): ACTIVE once every replica is available, DEGRADED with
+``InsufficientNumberOfReplicas`` while a replica cannot be scheduled. ``configurationValues`` are checked
+against the add-on's schema (:data:`SCHEMAS`, served by DescribeAddonConfiguration): unknown keys are refused.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import jsonschema
 import yaml
 
 from .base import AwsError
@@ -109,8 +114,107 @@ def describe_addon_versions(p: dict[str, Any]) -> list[dict[str, Any]]:
                       "owner": spec.owner, "defaultNamespace": spec.namespace})
     return infos
 
-def check_configuration(values: str | None) -> None:
-    """``configurationValues`` must be a JSON or YAML object, as EKS checks before its schema."""
+# --- configuration schemas (DescribeAddonConfiguration) -----------------------------------------------------
+
+
+def _obj(properties: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "additionalProperties": False, "properties": properties}
+
+
+_STR: dict[str, Any] = {"type": "string"}
+_BOOL: dict[str, Any] = {"type": "boolean"}
+_INT: dict[str, Any] = {"type": "integer", "minimum": 0}
+_QUANTITIES = _obj({"cpu": {"type": ["string", "number"]}, "memory": _STR})
+_RESOURCES = _obj({"requests": _QUANTITIES, "limits": _QUANTITIES})
+_STR_MAP: dict[str, Any] = {"type": "object", "additionalProperties": {"type": "string"}}
+_LIST: dict[str, Any] = {"type": "array", "items": {"type": "object"}}
+# What most EKS add-on schemas share for their controller's pods.
+_POD_FIELDS: dict[str, Any] = {"resources": _RESOURCES, "nodeSelector": _STR_MAP, "tolerations": _LIST,
+                               "affinity": {"type": "object"}, "podAnnotations": _STR_MAP, "podLabels": _STR_MAP,
+                               "priorityClassName": _STR}
+_CONTROLLER = _obj({"replicaCount": _INT, **_POD_FIELDS, "topologySpreadConstraints": _LIST})
+_CSI = _obj({"controller": _CONTROLLER, "node": _obj({**_POD_FIELDS, "tolerateAllTaints": _BOOL}),
+             "sidecars": {"type": "object"}, "defaultStorageClass": _obj({"enabled": _BOOL})})
+_LEVEL = _obj({"level": {"type": "string", "enum": ["INFO", "ADVANCED"]}, "scrapeInterval": _INT})
+_IRSA = _obj({"enabled": _BOOL, "roleArn": _STR})
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "vpc-cni": _obj({"env": _STR_MAP, "init": _obj({"env": _STR_MAP}), "nodeAgent": _obj({"enabled": _BOOL}),
+                     "enableNetworkPolicy": {"type": "string", "enum": ["true", "false"]}, "resources": _RESOURCES,
+                     "tolerations": _LIST}),
+    "kube-proxy": _obj({"ipvs": _obj({"scheduler": _STR}), "mode": {"type": "string", "enum": ["iptables", "ipvs"]},
+                        "resources": _RESOURCES, "podAnnotations": _STR_MAP}),
+    "coredns": _obj({"replicaCount": _INT, **_POD_FIELDS, "corefile": _STR, "topologySpreadConstraints": _LIST,
+                     "autoScaling": _obj({"enabled": _BOOL, "minReplicas": _INT, "maxReplicas": _INT}),
+                     "podDisruptionBudget": _obj({"enabled": _BOOL, "maxUnavailable": {"type": ["integer", "string"]},
+                                                  "minAvailable": {"type": ["integer", "string"]}})}),
+    "eks-pod-identity-agent": _obj({"agent": _obj({"additionalArgs": _STR_MAP}), "resources": _RESOURCES,
+                                    "tolerations": _LIST, "nodeSelector": _STR_MAP, "affinity": {"type": "object"}}),
+    "cert-manager": _obj({"replicaCount": _INT, **_POD_FIELDS, "webhook": _CONTROLLER, "cainjector": _CONTROLLER}),
+    "metrics-server": _obj({"replicas": _INT, **_POD_FIELDS, "args": {"type": "array", "items": _STR}}),
+    "aws-ebs-csi-driver": _CSI,
+    "aws-mountpoint-s3-csi-driver": _CSI,
+    "aws-fsx-csi-driver": _CSI,
+    "amazon-sagemaker-hyperpod-training-operator": _obj({"hpTrainingControllerManager": _obj({
+        "manager": _obj({"resources": _RESOURCES}), "nodeSelector": _STR_MAP, "tolerations": _LIST})}),
+    "amazon-sagemaker-hyperpod-inference": _obj({
+        "executionRoleArn": _STR, "tlsCertificateS3Bucket": _STR, "hyperpodClusterArn": _STR,
+        "jumpstartGatedModelDownloadRoleArn": _STR,
+        "alb": _obj({"enabled": _BOOL, "serviceAccount": _obj({"create": _BOOL, "roleArn": _STR})}),
+        "keda": _obj({"enabled": _BOOL, "auth": _obj({"aws": _obj({"irsa": _IRSA})})}),
+        "inferenceOperator": _obj({"enabled": _BOOL}),
+        "inferenceGateway": _obj({"enabled": _BOOL, "serviceAccount": _obj({"roleArn": _STR})})}),
+    "amazon-sagemaker-hyperpod-taskgovernance": _obj({"controllerManager": _obj({"manager": _obj({
+        "resources": _RESOURCES}), "replicas": _INT, "nodeSelector": _STR_MAP, "tolerations": _LIST})}),
+    "amazon-sagemaker-hyperpod-observability": _obj({
+        "ampWorkspace": _obj({"prometheusEndpoint": _STR, "arn": _STR}),
+        "amgWorkspace": _obj({"workspaceName": _STR, "arn": _STR}),
+        "metricsProvider": _obj({k: _LEVEL for k in (
+            "trainingMetrics", "inferenceMetrics", "taskGovernanceMetrics", "scalingMetrics", "customMetrics",
+            "nodeMetrics", "acceleratedComputeMetrics", "networkMetrics")}),
+        "logging": _obj({"enabled": _BOOL})}),
+}
+
+
+def configuration_schema(name: str) -> dict[str, Any]:
+    """The JSON schema (draft-07) of add-on ``name``'s ``configurationValues``."""
+    return {"$schema": "http://json-schema.org/draft-07/schema#", **SCHEMAS[name]}
+
+
+def describe_configuration(p: dict[str, Any]) -> dict[str, Any]:
+    """DescribeAddonConfiguration: the schema of one add-on version (and the service accounts it runs as)."""
+    name, version = p["addonName"], p["addonVersion"]
+    if name not in ADDONS:
+        raise AwsError("ResourceNotFoundException", f"Addon {name} specified is not supported", 404)
+    known = {v for k8s in VERSIONS for v in addon_versions(name, k8s)}
+    if version not in known:
+        raise AwsError("InvalidParameterException", f"Addon version {version} specified is not supported for "
+                                                    f"addon {name}")
+    spec = ADDONS[name]
+    pod_identity = [{"serviceAccount": spec.controller, "recommendedManagedPolicies": []}] \
+        if spec.iam and spec.controller else []
+    return {"addonName": name, "addonVersion": version, "configurationSchema": json.dumps(configuration_schema(name)),
+            "podIdentityConfiguration": pod_identity}
+
+
+def _schema_error(err: jsonschema.ValidationError) -> str:
+    path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)
+    if err.validator == "additionalProperties":
+        extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+        return ", ".join(f"{path}.{key}: is not defined in the schema and the schema does not allow additional "
+                         "properties" for key in extra)
+    if err.validator == "type":
+        found = {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer", float: "number",
+                 type(None): "null"}.get(type(err.instance), "value")
+        wanted = err.validator_value if isinstance(err.validator_value, str) else ", ".join(err.validator_value)
+        return f"{path}: {found} found, {wanted} expected"
+    if err.validator == "enum":
+        return f"{path}: does not have a value in the enumeration {json.dumps(err.validator_value)}"
+    return f"{path}: {err.message}"
+
+
+def check_configuration(name: str, values: str | None) -> None:
+    """``configurationValues`` must be a JSON or YAML object valid against the add-on's schema, as EKS
+    checks (unknown keys refused: the schemas do not allow additional properties)."""
     if not values:
         return
     try:
@@ -122,6 +226,46 @@ def check_configuration(values: str | None) -> None:
         raise AwsError("InvalidParameterException",
                        "ConfigurationValue provided in request is not supported: Json schema validation failed "
                        "with error: [$: must be an object]")
+    validator = jsonschema.Draft7Validator(SCHEMAS[name])
+    errors = sorted(validator.iter_errors(parsed), key=lambda e: [str(p) for p in e.absolute_path])
+    if errors:
+        raise AwsError("InvalidParameterException",
+                       "ConfigurationValue provided in request is not supported: Json schema validation failed with "
+                       f"error: [{', '.join(_schema_error(e) for e in errors)}]")
+
+
+# --- health from the add-on's workloads ------------------------------------------------------------------
+
+HEALTHY, STARTING, INSUFFICIENT = "healthy", "starting", "insufficient"
+DEGRADED_MESSAGE = "The add-on is unhealthy because it doesn't have the desired number of replicas."
+
+
+def workload_health(kube: Emulator | None, cluster_name: str, addon_name: str) -> str:
+    """How an installed add-on's controller Deployment is doing: ``healthy`` (every replica available, or no
+    workload to watch), ``starting`` (pods on their way) or ``insufficient`` (a replica cannot be scheduled
+    or created, or the Deployment is gone): EKS's ``InsufficientNumberOfReplicas``."""
+    spec = ADDONS[addon_name]
+    if kube is None or cluster_name not in kube.clusters or spec.controller is None:
+        return HEALTHY
+    store = kube.cluster(cluster_name).store
+    deploy = store.get(("apps", "deployments"), (spec.namespace, spec.controller))
+    if deploy is None:
+        return INSUFFICIENT
+    status = deploy.get("status") or {}
+    if int(status.get("availableReplicas", 0)) >= int((deploy.get("spec") or {}).get("replicas", 1)):
+        return HEALTHY
+    for _, rs in store.items(("apps", "replicasets"), spec.namespace):
+        owners = {r.get("uid") for r in rs["metadata"].get("ownerReferences") or ()}
+        if deploy["metadata"]["uid"] in owners and any(
+                c.get("type") == "ReplicaFailure" for c in (rs.get("status") or {}).get("conditions") or []):
+            return INSUFFICIENT
+    labels = ((deploy.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    for _, pod in store.items(("", "pods"), spec.namespace):
+        if labels.items() <= (pod["metadata"].get("labels") or {}).items() and any(
+                c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+                for c in (pod.get("status") or {}).get("conditions") or []):
+            return INSUFFICIENT
+    return STARTING
 
 
 def install(kube: Emulator | None, cluster_name: str, addon_name: str, region: str) -> None:

@@ -25,8 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import defaults, deletion
+from . import admission, defaults, deletion, podrules
 from .apply import now_iso, record_update, server_side_apply
+from .devices import DeviceGate
 from .errors import ApiError, FieldError, already_exists, bad_request, conflict, gone, invalid, not_found
 from .logs import PodLogs
 from .patch import apply_patch
@@ -90,6 +91,7 @@ class Cluster:
         self.clock = clock
         self.store = Store(history)
         self.logs = PodLogs()
+        self.devices: DeviceGate | None = None  # set: nodes advertise devices only where their plugin runs
         self._builtin = builtin_validator or BuiltinValidator()
         self._custom = custom_validator or CustomValidator()
         self._types: dict[tuple[str, str, str], ResourceType] = {}
@@ -241,9 +243,13 @@ class Cluster:
             meta.pop("deletionTimestamp", None)
             self._reset_status_on_create(rt, obj)
             self._default(rt, loc, obj, None)
+            admission.admit_create(self, rt, obj)
             if opts.manager:
                 record_update(obj, opts.manager, body, rt.status, self.now_iso())
-            return self._commit(rt, loc, obj, None, opts, created=True)
+            result = self._commit(rt, loc, obj, None, opts, created=True)
+            if not opts.dry_run:
+                admission.after_create(self, rt, result.obj)
+            return result
 
     def replace(self, rt: ResourceType, namespace: str | None, name: str, body: Obj,
                 opts: WriteOptions | None = None, subresource: str = "") -> WriteResult:
@@ -380,7 +386,9 @@ class Cluster:
             meta["resourceVersion"] = old["metadata"]["resourceVersion"]
         else:
             meta.pop("resourceVersion", None)
-        warnings = self._validate(rt, obj, opts.validation)
+        if rt.key == ("", "nodes") and self.devices is not None:
+            self.devices.filter(obj)
+        warnings = self._validate(rt, obj, opts.validation, old)
         if rt.key == CRD_KEY:
             _prepare_crd(obj, self.now_iso())
         if rt.key == NAMESPACE_KEY and created:
@@ -395,17 +403,19 @@ class Cluster:
             self._register_crd(stored)
         return WriteResult(self.out(rt, stored), created, warnings)
 
-    def _validate(self, rt: ResourceType, obj: Obj, mode: str) -> Warnings:
+    def _validate(self, rt: ResourceType, obj: Obj, mode: str, old: Obj | None = None) -> Warnings:
         errors = check_metadata(obj, rt)
         if rt.crd is not None:
             crd = self.store.get(CRD_KEY, ("", rt.crd))
             crd_rv = int(crd["metadata"]["resourceVersion"]) if crd else 0
             outcome = self._custom.validate(rt, obj, crd_rv)
+            errors.extend(self._custom.cel.errors(rt.schema, obj, old))
         else:
             outcome = self._builtin.validate(rt, obj)
         warnings = finish(outcome, obj, mode)
         errors.extend(outcome.errors)
         errors.extend(defaults.template_errors(rt, obj))
+        errors.extend(podrules.errors(rt, obj))
         if rt.key == CRD_KEY:
             errors.extend(_crd_errors(obj))
         if errors:

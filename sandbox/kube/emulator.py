@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .cluster import Cluster
+from .controllers import Controllers
+from .devices import DeviceGate
 from .discovery import openapi_v3_docs, openapi_v3_index
 from .kubeconfig import CLUSTER_PREFIX, kubeconfig, write_kubeconfig
 from .persistence import Persister
@@ -58,6 +60,8 @@ class Emulator:
     401 Unauthorized, as EKS answers a principal without an access entry.
     ``ledger``: every request goes to the sandbox's call ledger too (:mod:`sandbox.ledger`).
     A mutation is answered only once its change and its ledger entry are on disk.
+    ``device_plugins``: nodes advertise GPUs, Neuron devices and EFA only where their device plugin's pod runs
+    (:mod:`.devices`); off, they advertise what their writer says.
     ``clock``: the time every cluster tells (epoch seconds): wall time unless the sandbox's AWS world hands
     the emulator its simulated clock (:meth:`use_clock`), so Kubernetes and AWS timestamps agree.
     """
@@ -65,7 +69,8 @@ class Emulator:
     def __init__(self, data_dir: Path | None = None, *, token: str | None = None, history: int = 20_000,
                  debounce: float = 0.2, accept: Callable[[str, str], str | None] | None = None,
                  clock: Callable[[], float] = time.time, token_identity: str = "sandbox",
-                 admit: Callable[[str, str], bool] | None = None, ledger: Ledger | None = None) -> None:
+                 admit: Callable[[str, str], bool] | None = None, ledger: Ledger | None = None,
+                 device_plugins: bool = False) -> None:
         self.data_dir = Path(data_dir) / "kube" if data_dir is not None else None
         self._clock = clock
         self.token = token
@@ -74,6 +79,7 @@ class Emulator:
         self._admit = admit
         self.ledger = ledger
         self.clusters: dict[str, Cluster] = {}
+        self.device_plugins = device_plugins
         self.requests: deque[RequestRecord] = deque(maxlen=REQUEST_LOG_SIZE)
         self._history = history
         self._builtin = BuiltinValidator()
@@ -83,6 +89,7 @@ class Emulator:
         self._log_file: RequestLog | None = None
         self._persister: Persister | None = None
         self._listeners: list[Callable[[list[str]], None]] = []
+        self._controllers: dict[str, Controllers] = {}
         if self.data_dir is not None:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             self._persister = Persister(self.data_dir / "state.sqlite3", debounce)
@@ -92,6 +99,7 @@ class Emulator:
                 cluster.store.load(rv, objects)
                 cluster.restored()
                 self._persister.attach(cluster)
+                self._controllers[name] = Controllers(cluster).start()
 
     def now(self) -> float:
         return self._clock()
@@ -121,6 +129,8 @@ class Emulator:
         cluster = Cluster(name, history=self._history, builtin_validator=self._builtin,
                           custom_validator=self._custom, clock=self.now)
         cluster.on_types_changed.append(lambda: self._forget_openapi(name))
+        if self.device_plugins:
+            cluster.devices = DeviceGate()
         self.clusters[name] = cluster
         return cluster
 
@@ -147,6 +157,7 @@ class Emulator:
                 if self._persister is not None:
                     self._persister.attach(cluster)  # before bootstrap, so its namespaces are persisted too
                 cluster.bootstrap()
+                self._controllers[name] = Controllers(cluster).start()
         if created:
             self._changed()
         return cluster
@@ -154,6 +165,9 @@ class Emulator:
     def delete_cluster(self, name: str) -> None:
         with self._lock:
             existed = self.clusters.pop(name, None) is not None
+            controllers = self._controllers.pop(name, None)
+            if controllers is not None:
+                controllers.stop()
             self._openapi.pop(name, None)
             if self._persister is not None:
                 self._persister.forget(name)
@@ -162,6 +176,10 @@ class Emulator:
 
     def cluster(self, name: str) -> Cluster:
         return self.clusters[name]
+
+    def controllers(self, name: str) -> Controllers:
+        """The control loops of cluster ``name`` (scheduler, kubelets, workload controllers)."""
+        return self._controllers[name]
 
     # --- in-process API for simulated workloads ---------------------------------------------------------
 
@@ -248,6 +266,9 @@ class Emulator:
             self._log_file.flush()
 
     def close(self) -> None:
+        for controllers in list(self._controllers.values()):
+            controllers.stop()
+        self._controllers.clear()
         if self._persister is not None:
             self._persister.close()
             self._persister = None

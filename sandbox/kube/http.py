@@ -24,7 +24,7 @@ import yaml
 from tornado import iostream
 from tornado.web import RequestHandler
 
-from . import deletion, discovery, tables
+from . import deletion, discovery, disruption, tables
 from .cluster import Cluster, WriteOptions
 from .errors import ApiError, bad_request, gone, method_not_allowed, not_found
 from .logs import LogLine
@@ -334,7 +334,7 @@ class KubeHandler(RequestHandler):
     def _post(self, cluster: Cluster, rt: ResourceType, namespace: str | None, name: str, sub: str) -> None:
         body = self._body()
         if name and sub == "eviction" and rt.key == POD_KEY:
-            deletion.delete(cluster, rt, namespace, name, dry_run=self._arg("dryRun") == "All")
+            disruption.evict(cluster, rt, namespace, name, dry_run=self._arg("dryRun") == "All")
             self._send(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
             return
         if name:

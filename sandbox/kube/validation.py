@@ -28,6 +28,7 @@ from typing import Any
 import jsonschema
 from referencing import Registry, Resource
 
+from .cel import CelRules
 from .errors import FieldError
 from .resources import ResourceType
 
@@ -225,6 +226,7 @@ class CustomValidator:
     """Compiled validators for CRD versions, keyed by the CRD's name, version and resourceVersion."""
 
     def __init__(self) -> None:
+        self.cel = CelRules()  # x-kubernetes-validations
         self._cache: dict[tuple[str, str, int], jsonschema.protocols.Validator] = {}
         self._lock = threading.Lock()
 

@@ -13,7 +13,9 @@ from kubernetes import config as k8s_config
 
 from sandbox.aws import AwsWorld
 from sandbox.aws.eks import ADDON_SECONDS, CLUSTER_CREATE_SECONDS, CLUSTER_DELETE_SECONDS
+from tests.kube.nodes import add_node
 from tests.sandbox_aws.conftest import CREATOR, POD_ROLE, ROLE, Clients, ensure_role, error_code, subnets
+from tests.support import wait_until
 
 POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 
@@ -24,6 +26,15 @@ def active_cluster(world: AwsWorld, aws: Clients, name: str, mode: str = "API") 
                        accessConfig={"authenticationMode": mode})
     world.advance(CLUSTER_CREATE_SECONDS)
     return eks
+
+
+def addon_status(world: AwsWorld, eks: Any, cluster: str, addon: str, want: str) -> dict[str, Any]:
+    """The add-on once it reached ``want`` (its health follows its pods, which the emulator runs meanwhile)."""
+    def reached() -> dict[str, Any] | None:
+        world.advance(1)
+        got: dict[str, Any] = eks.describe_addon(clusterName=cluster, addonName=addon)["addon"]
+        return got if got["status"] == want else None
+    return wait_until(reached, message=f"{addon} {want}")
 
 
 def test_cluster_lifecycle_and_emulator_endpoint(world: AwsWorld, aws: Clients,
@@ -106,6 +117,8 @@ def test_addon_becoming_active_installs_crds_and_controller(world: AwsWorld, aws
                                                            unique: Callable[[str], str]) -> None:
     name = unique("eks")
     eks = active_cluster(world, aws, name)
+    assert world.kube is not None
+    add_node(world.kube.cluster(name), "worker")  # where the add-ons' controllers run
     for addon in ("cert-manager", "eks-pod-identity-agent"):
         eks.create_addon(clusterName=name, addonName=addon)
     created = eks.create_addon(clusterName=name, addonName="amazon-sagemaker-hyperpod-training-operator",
@@ -114,8 +127,7 @@ def test_addon_becoming_active_installs_crds_and_controller(world: AwsWorld, aws
                                                          "roleArn": POD_ROLE}])["addon"]
     assert created["status"] == "CREATING" and created["addonVersion"] == "v1.2.0-eksbuild.1"
     world.advance(ADDON_SECONDS)
-    addon = eks.describe_addon(clusterName=name, addonName="amazon-sagemaker-hyperpod-training-operator")["addon"]
-    assert addon["status"] == "ACTIVE"
+    addon = addon_status(world, eks, name, "amazon-sagemaker-hyperpod-training-operator", "ACTIVE")
     assert addon["configurationValues"].startswith('{"hpTrainingControllerManager"')
     assert sorted(eks.list_addons(clusterName=name)["addons"]) == [
         "amazon-sagemaker-hyperpod-training-operator", "cert-manager", "eks-pod-identity-agent"]
@@ -157,16 +169,18 @@ def test_addon_failures(world: AwsWorld, aws: Clients, unique: Callable[[str], s
     assert failed["status"] == "CREATE_FAILED"
     assert failed["health"]["issues"][0]["code"] == "ConfigurationConflict"
 
+    assert world.kube is not None
+    add_node(world.kube.cluster(name), "worker")
     eks.create_addon(clusterName=name, addonName="coredns")
     world.advance(ADDON_SECONDS)
+    addon_status(world, eks, name, "coredns", "ACTIVE")
     fault = world.faults.inject("addon_degraded", {"cluster": name, "addon": "coredns"})
     world.advance(1)
     degraded = eks.describe_addon(clusterName=name, addonName="coredns")["addon"]
     assert degraded["status"] == "DEGRADED"
     assert degraded["health"]["issues"][0]["code"] == "InsufficientNumberOfReplicas"
     world.faults.clear(fault.id)
-    world.advance(1)
-    assert eks.describe_addon(clusterName=name, addonName="coredns")["addon"]["status"] == "ACTIVE"
+    addon_status(world, eks, name, "coredns", "ACTIVE")
 
     world.faults.inject("addon_degraded", {"cluster": name, "addon": "metrics-server"})
     eks.create_addon(clusterName=name, addonName="metrics-server")

@@ -293,6 +293,7 @@ NO_SERVER_SIDE_CONSTRAINT: dict[tuple[str, str], str] = {
     ("eks", "DeleteNodegroup"): _PLAIN,
     ("eks", "DeletePodIdentityAssociation"): _PLAIN,
     ("eks", "DescribeAccessEntry"): _PLAIN,
+    ("eks", "DescribeAddonConfiguration"): _PLAIN,
     ("eks", "DescribeCluster"): _PLAIN,
     ("eks", "DescribeNodegroup"): _PLAIN,
     ("eks", "DescribePodIdentityAssociation"): _PLAIN,
@@ -715,6 +716,12 @@ def _delete_nodegroup(e: Env) -> None:
 def _describe_addon_versions(e: Env) -> None:
     addons = e["eks"].describe_addon_versions(kubernetesVersion="1.32", addonName="eks-pod-identity-agent")["addons"]
     assert [a["addonName"] for a in addons] == ["eks-pod-identity-agent"] and addons[0]["addonVersions"]
+
+
+@valid("eks", "DescribeAddonConfiguration")
+def _describe_addon_configuration(e: Env) -> None:
+    got = e["eks"].describe_addon_configuration(addonName="coredns", addonVersion="v1.11.4-eksbuild.14")
+    assert json.loads(got["configurationSchema"])["additionalProperties"] is False
 
 
 @valid("eks", "CreateAddon")
