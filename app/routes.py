@@ -167,11 +167,12 @@ def _backups_create(call: Call) -> Reply:
 OP_ID = {"id": "operation id, e.g. op-1a2b3c4d5e6f7a8b"}
 
 ROUTES: list[Route] = [
-    Route("GET", "/healthz", "healthz", "Liveness", Role.VIEWER, _healthz, response=Health, mcp=False),
+    Route("GET", "/healthz", "healthz", "Liveness", Role.VIEWER, _healthz, response=Health, mcp=False,
+          on_loop=True),
     Route("GET", "/readyz", "readyz", "Readiness: database and operation engine", Role.VIEWER, _readyz,
           response=Health, mcp=False),
     Route("GET", "/api/v1/whoami", "whoami", "Who am I: token name and role", Role.VIEWER, _whoami,
-          response=Whoami,
+          response=Whoami, on_loop=True,
           description="The caller's token name and role, and which roles' routes it may call."),
     Route("GET", "/api/v1/status", "status_get", "Summary of what the control plane is doing", Role.VIEWER,
           _status, response=StatusSummary,
