@@ -46,8 +46,9 @@ def wait_for(ws: websocket.WebSocket, cluster: str, node: str, deadline: float) 
 
 def measure(world: World, changes: int, timeout: float = 30) -> list[float]:
     viewer = world.live.make_token("viewer", "bench-push")
-    api = kube_client.CoreV1Api(kube_config.new_client_from_config(config_file=str(world.kubeconfig)))
-    nodes = [n.metadata.name for n in api.list_node().items]
+    api = kube_client.CoreV1Api(kube_config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=str(world.kubeconfig)))
+    nodes = [str(n.metadata.name) for n in api.list_node().items if n.metadata is not None]
     ws_url = world.live.url.replace("http://", "ws://") + "/api/v1/events"
     ws = websocket.create_connection(ws_url, header=[f"Authorization: Bearer {viewer}"], timeout=10)
     latencies: list[float] = []

@@ -43,7 +43,7 @@ class World:
     kubeconfig: Path
 
     def aws(self, service: str) -> Any:
-        return boto3.client(service, endpoint_url=self.aws_env["AWS_ENDPOINT_URL"],
+        return boto3.client(service, endpoint_url=self.aws_env["AWS_ENDPOINT_URL"],  # type: ignore[call-overload]
                             region_name=self.aws_env["AWS_REGION"], aws_access_key_id=SANDBOX_ACCESS_KEY,
                             aws_secret_access_key=self.aws_env["AWS_SECRET_ACCESS_KEY"])
 

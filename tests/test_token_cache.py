@@ -4,15 +4,18 @@ and only synchronous memory-only routes may run on the loop."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
+import tornado.web
 
-from app.api.base import Reply, Route
+from app.api.base import Call, Reply, Route
 from app.bootstrap import build_services
 from app.rest import rest_patterns
 from services.auth import SYSTEM, Role, TokenCreate, TokenStore
@@ -20,7 +23,7 @@ from services.clock import FakeClock
 from services.db import Database
 from services.errors import Invalid, Unauthorized
 from services.settings import Settings
-from tests.support import ROOT, LiveServer, start_server
+from tests.support import ROOT, LiveServer, free_port, start_server
 
 
 def stores(tmp_path: Path) -> tuple[TokenStore, TokenStore, FakeClock]:
@@ -85,6 +88,41 @@ def test_only_memory_only_routes_run_on_the_loop(tmp_path: Path) -> None:
         assert rest_patterns(services, [Route("GET", "/api/v1/x", "x_get", "x", Role.VIEWER, handler,
                                               on_loop=True)])
     finally:
+        services.db.close()
+
+
+def test_loop_routes_answer_on_the_loop_thread_and_the_others_in_workers(tmp_path: Path) -> None:
+    services = build_services(Settings(data_dir=tmp_path, sandbox=False))
+    seen: dict[str, str] = {}
+
+    def where(label: str) -> Callable[[Call], Reply]:
+        def handler(call: Call) -> Reply:
+            seen[label] = threading.current_thread().name
+            return Reply({"principal": call.principal.name})
+        return handler
+
+    routes = [Route("GET", "/api/v1/memory", "memory_get", "m", Role.VIEWER, where("memory"), on_loop=True),
+              Route("GET", "/api/v1/worker", "worker_get", "w", Role.VIEWER, where("worker"))]
+    token = services.tokens.create(TokenCreate(name="reader", role=Role.VIEWER), "test").token
+    port, loop, started = free_port(), asyncio.new_event_loop(), threading.Event()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        tornado.web.Application(rest_patterns(services, routes)).listen(port, "127.0.0.1")
+        started.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, name="the-loop", daemon=True)
+    thread.start()
+    try:
+        assert started.wait(10)
+        for path in ("/api/v1/memory", "/api/v1/worker", "/api/v1/memory"):
+            r = httpx2.get(f"http://127.0.0.1:{port}{path}", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+            assert r.status_code == 200 and r.json() == {"principal": "reader"}, r.text
+        assert seen["memory"] == "the-loop" and seen["worker"] != "the-loop"
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
         services.db.close()
 
 
