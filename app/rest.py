@@ -148,8 +148,12 @@ async def sign_in(services: Services, token: str, address: str, *, face: str, cl
                   target: str) -> Principal:
     """Check a presented token: a correct one is admitted at once; a failure is audited and answered only
     after the sign-in throttle's delay for this (client address, token id) — never a lockout."""
-    loop = asyncio.get_running_loop()
     token_id = token_id_of(token) or "malformed"
+    cached = services.tokens.cached(token, face, client)  # memory only: no thread, no database
+    if cached is not None:
+        services.signin.succeeded(address, token_id)
+        return cached
+    loop = asyncio.get_running_loop()
     try:
         principal = await loop.run_in_executor(None, services.tokens.authenticate, token, face, client)
     except Unauthorized as exc:
@@ -365,6 +369,8 @@ class ApiHandler(tornado.web.RequestHandler):
                 raise Invalid(f"{route.name} takes no query parameters; got {sorted(self.request.query_arguments)}")
             if inspect.iscoroutinefunction(route.handler):
                 reply = await route.handler(call)
+            elif route.on_loop:  # memory only (Route.on_loop): a thread hop would cost more than the answer
+                reply = route.handler(call)
             else:
                 reply = await asyncio.get_running_loop().run_in_executor(None, route.handler, call)
             assert isinstance(reply, Reply)
@@ -548,6 +554,9 @@ def _pattern(path: str) -> str:
 def rest_patterns(services: Services, routes: list[Route] = ROUTES) -> list[tuple[Any, ...]]:
     """Tornado URL patterns for every route, the OpenAPI document, events and the /api 404 catch-all."""
     check_routes(routes)
+    for r in routes:  # what runs on the loop must not be able to block it
+        if r.on_loop and (r.open_world or not r.read_only or inspect.iscoroutinefunction(r.handler)):
+            raise Invalid(f"route {r.name} cannot run on the loop: on_loop is for synchronous memory-only reads")
     by_path: dict[str, dict[str, Route]] = {}
     for r in routes:
         by_path.setdefault(r.path, {})[r.method] = r

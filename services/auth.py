@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import re
 import secrets
 from dataclasses import dataclass, field, replace
@@ -110,13 +111,65 @@ def token_id_of(token: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class _Admitted:
+    """A token that signed in here: who it is, when its last use was recorded, and under which generation."""
+
+    name: str
+    role: Role
+    token_id: str
+    touched_at: float
+    generation: tuple[int, int, int]
+
+
 class TokenStore:
+    """Token rows, and an in-memory cache of the principals of tokens that signed in (keyed by the sha256 of
+    the whole token), so a request with a known token needs no database read and no thread.
+
+    The cache holds only tokens that signed in; an unknown, wrong or revoked token always takes the database
+    path (same work, same answer). Every revocation, by this process or another one with the same data
+    directory (the CLI), replaces the *generation file* next to the database; :meth:`cached` compares that
+    file's identity (one ``stat``) with the one its entry was admitted under, so a revoked token is refused on
+    its very next request. ``last_used_at`` is still recorded at most every ``TOUCH_INTERVAL``: an entry that
+    is due is not answered from memory, and the database path records the use."""
+
     # last_used_at is refreshed at most this often, so reads do not turn into writes
     TOUCH_INTERVAL = 60.0
 
     def __init__(self, db: Database, clock: Clock) -> None:
         self.db = db
         self.clock = clock
+        self.generation_path = db.path.with_name(db.path.name + ".tokens-generation")
+        self._admitted: dict[str, _Admitted] = {}
+
+    def _generation(self) -> tuple[int, int, int]:
+        try:
+            st = os.stat(self.generation_path)
+        except FileNotFoundError:
+            return (0, 0, 0)
+        return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+
+    def _bump_generation(self) -> None:
+        """A token was revoked: every process's cached principals are void (their next request re-reads)."""
+        self._admitted.clear()
+        fresh = self.generation_path.with_name(f"{self.generation_path.name}.{secrets.token_hex(4)}")
+        fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, secrets.token_hex(8).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(fresh, self.generation_path)  # a new inode: the identity every reader compares
+
+    def cached(self, token: str, face: str = "api", client: str = "") -> Principal | None:
+        """The principal of a token that signed in before, from memory; ``None`` means "ask
+        :meth:`authenticate`" (never seen, revoked since, or its last use is due to be recorded)."""
+        entry = self._admitted.get(_hash(token))
+        if entry is None or entry.generation != self._generation():
+            return None
+        if self.clock.now() - entry.touched_at > self.TOUCH_INTERVAL:
+            return None
+        return Principal(entry.name, entry.role, entry.token_id, face, client)
 
     def create(self, request: TokenCreate, created_by: str) -> TokenCreated:
         with self.db.tx() as conn:
@@ -152,14 +205,19 @@ class TokenStore:
         token_id = token_id_of(token)
         if token_id is None:
             raise Unauthorized("malformed token; expected 'ist_<id>_<secret>'")
+        generation = self._generation()  # read before the row: a revocation after it voids this entry
         row = self.db.query_one("SELECT * FROM tokens WHERE id=?", (token_id,))
-        matches = hmac.compare_digest(row["hash"] if row is not None else _NO_HASH, _hash(token))
+        hashed = _hash(token)
+        matches = hmac.compare_digest(row["hash"] if row is not None else _NO_HASH, hashed)
         if row is None or not matches or row["revoked_at"] is not None:
             raise Unauthorized(INVALID_TOKEN)
         now = self.clock.now()
-        if row["last_used_at"] is None or now - row["last_used_at"] > self.TOUCH_INTERVAL:
+        touched = row["last_used_at"]
+        if touched is None or now - touched > self.TOUCH_INTERVAL:
             with self.db.tx() as conn:
                 conn.execute("UPDATE tokens SET last_used_at=? WHERE id=?", (now, row["id"]))
+            touched = now
+        self._admitted[hashed] = _Admitted(row["name"], Role(row["role"]), row["id"], touched, generation)
         return Principal(row["name"], Role(row["role"]), row["id"], face, client)
 
     def principal(self, token_id: str, face: str) -> Principal:
@@ -188,4 +246,5 @@ class TokenStore:
             if token_id == by.token_id:
                 raise Conflict("a token cannot revoke itself; use another admin token")
             conn.execute("UPDATE tokens SET revoked_at=? WHERE id=?", (self.clock.now(), token_id))
+        self._bump_generation()
         return next(t for t in self.list() if t.id == token_id)

@@ -62,6 +62,9 @@ class Route:
     media_type: str = "application/json"
     #: the route reaches AWS or Kubernetes (MCP ``openWorldHint``)
     open_world: bool = False
+    #: the handler only reads memory (never SQLite, AWS or Kubernetes) and is synchronous: it runs on the
+    #: event loop, with no thread hop; every other handler runs in a worker thread
+    on_loop: bool = False
 
 
 def accepted(view: OperationView, created: bool) -> Reply:

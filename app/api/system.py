@@ -36,11 +36,12 @@ def _metrics(call: Call) -> Reply:
 
 
 ROUTES: list[Route] = [
-    Route("GET", "/healthz", "healthz", "Liveness", Role.VIEWER, _healthz, response=Health, mcp=False),
+    Route("GET", "/healthz", "healthz", "Liveness", Role.VIEWER, _healthz, response=Health, mcp=False,
+          on_loop=True),
     Route("GET", "/readyz", "readyz", "Readiness: database and operation engine", Role.VIEWER, _readyz,
           response=Health, mcp=False),
     Route("GET", "/api/v1/whoami", "whoami", "Who am I: token name and role", Role.VIEWER, _whoami,
-          response=Whoami,
+          response=Whoami, on_loop=True,
           description="The caller's token name and role, and which roles' routes it may call."),
     Route("GET", "/api/v1/status", "status_get", "Summary of what the control plane is doing",
           role_of(Operations.summary), _status, response=StatusSummary, open_world=True,

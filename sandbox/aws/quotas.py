@@ -6,12 +6,22 @@ sandbox shows the real first-run experience: large GPU types start at 0 and need
 types allow a few instances. A ``quota_exhausted`` fault (target ``instance_type``) makes a type's quota 0;
 :meth:`QuotasSimulator.set_limit` plays an approved increase. Quota codes are stable, AWS-shaped
 (``L-`` + 8 hex digits) but not AWS's real codes.
+
+Every quota here is adjustable (``Adjustable: true``, as AWS lists the HyperPod cluster-usage quotas), so
+``RequestServiceQuotaIncrease`` works as in AWS, except that the sandbox approves a request at once: its
+``Status`` is ``APPROVED`` and the applied value is the desired one from the next call on (a 1,000-node
+sandbox cluster needs nothing else). As in AWS, a desired value must be above the applied value
+(``IllegalArgumentException``), and a second open request for the same quota is refused
+(``ResourceAlreadyExistsException``) — an approved one is closed, so it never blocks the next.
+``GetRequestedServiceQuotaChange`` reads a request back by its id.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import time
+import uuid
 from typing import Any
 
 from botocore.model import StringShape
@@ -59,13 +69,15 @@ class QuotasSimulator:
 
     service = "service-quotas"
     operations = frozenset({"GetServiceQuota", "GetAWSDefaultServiceQuota", "ListServiceQuotas",
-                            "ListAWSDefaultServiceQuotas", "ListServices"})
+                            "ListAWSDefaultServiceQuotas", "ListServices", "RequestServiceQuotaIncrease",
+                            "GetRequestedServiceQuotaChange"})
 
     def __init__(self, faults: FaultRegistry, *, region: str = "us-west-2", account: str = "123456789012") -> None:
         self.faults = faults
         self.region = region
         self.account = account
         self._overrides: dict[str, float] = {}
+        self._requests: dict[str, dict[str, Any]] = {}  # request id -> RequestedServiceQuotaChange
         self._defaults: dict[str, tuple[str, float]] = {}  # code -> (name, default)
         self._type_of: dict[str, str] = {}  # code -> instance type
         for instance_type in cluster_instance_types():
@@ -91,10 +103,11 @@ class QuotasSimulator:
         self._overrides[quota_code(quota_name(instance_type))] = float(value)
 
     def to_state(self) -> dict[str, Any]:
-        return {"overrides": dict(self._overrides)}
+        return {"overrides": dict(self._overrides), "requests": dict(self._requests)}
 
     def load_state(self, state: dict[str, Any]) -> None:
         self._overrides = {str(k): float(v) for k, v in state.get("overrides", {}).items()}
+        self._requests = {str(k): dict(v) for k, v in state.get("requests", {}).items()}
 
     def tick(self, now: float) -> None:
         """Quotas do not change with time."""
@@ -105,13 +118,16 @@ class QuotasSimulator:
         params = call.params
         if call.operation == "ListServices":
             return {"Services": [{"ServiceCode": SERVICE_CODE, "ServiceName": SERVICE_NAME}]}
+        if call.operation == "GetRequestedServiceQuotaChange":
+            return {"RequestedQuota": self._request(params["RequestId"])}
         self._check_service(params["ServiceCode"])
+        if call.operation == "RequestServiceQuotaIncrease":
+            return {"RequestedQuota": self._increase(params["QuotaCode"], float(params["DesiredValue"]),
+                                                     call.account)}
         applied = call.operation in ("GetServiceQuota", "ListServiceQuotas")
         if call.operation in ("GetServiceQuota", "GetAWSDefaultServiceQuota"):
             code = params["QuotaCode"]
-            if code not in self._defaults:
-                raise AwsError("NoSuchResourceException", f"The request failed because the specified quota {code} "
-                                                          "does not exist.")
+            self._known(code)
             return {"Quota": self._quota(code, applied)}
         codes = sorted(self._defaults, key=lambda c: self._defaults[c][0])
         if params.get("QuotaCode"):
@@ -123,6 +139,41 @@ class QuotasSimulator:
         if start + size < len(codes):
             result["NextToken"] = str(start + size)
         return result
+
+    def _known(self, code: str) -> None:
+        if code not in self._defaults:
+            raise AwsError("NoSuchResourceException", f"The request failed because the specified quota {code} "
+                                                      "does not exist.")
+
+    def _increase(self, code: str, desired: float, account: str) -> dict[str, Any]:
+        """Submit an increase; the sandbox approves it at once, so it never stays open."""
+        self._known(code)
+        current = self._overrides.get(code, self._defaults[code][1])
+        if desired <= current:
+            raise AwsError("IllegalArgumentException", f"The DesiredValue {desired:g} must be greater than the "
+                                                       f"current quota value {current:g}.")
+        if any(r["QuotaCode"] == code and r["Status"] in ("PENDING", "CASE_OPENED")
+               for r in self._requests.values()):
+            raise AwsError("ResourceAlreadyExistsException", f"A quota increase request for {code} is already "
+                                                             "open.")
+        quota = self._quota(code, applied=False)
+        now = time.time()
+        request = {
+            "Id": uuid.uuid4().hex, "ServiceCode": SERVICE_CODE,
+            "ServiceName": SERVICE_NAME, "QuotaCode": code, "QuotaName": quota["QuotaName"],
+            "DesiredValue": desired, "Status": "APPROVED", "Created": now, "LastUpdated": now,
+            "Requester": f"arn:aws:iam::{account}:root", "QuotaArn": quota["QuotaArn"], "GlobalQuota": False,
+            "Unit": "None", "QuotaRequestedAtLevel": "ACCOUNT",
+        }
+        self._requests[request["Id"]] = request
+        self._overrides[code] = desired
+        return dict(request)
+
+    def _request(self, request_id: str) -> dict[str, Any]:
+        if request_id not in self._requests:
+            raise AwsError("NoSuchResourceException", f"The request failed because the specified quota "
+                                                      f"increase request {request_id} does not exist.")
+        return dict(self._requests[request_id])
 
     def _exhausted(self, instance_type: str) -> bool:
         """Whether a ``quota_exhausted`` fault applies (a read: uses none of the fault's ``remaining``)."""

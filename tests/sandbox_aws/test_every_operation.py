@@ -898,6 +898,28 @@ def _list_services(e: Env) -> None:
         {"ServiceCode": "sagemaker", "ServiceName": "Amazon SageMaker"}]
 
 
+C5 = quota_code(quota_name("ml.c5.xlarge"))  # raised here only: other tests read t3/g5/p5 defaults
+
+
+@valid("service-quotas", "RequestServiceQuotaIncrease")
+def _request_increase(e: Env) -> None:
+    sq = e["service-quotas"]
+    current = sq.get_service_quota(ServiceCode="sagemaker", QuotaCode=C5)["Quota"]["Value"]
+    asked = sq.request_service_quota_increase(ServiceCode="sagemaker", QuotaCode=C5, DesiredValue=current + 1)
+    assert asked["RequestedQuota"]["Status"] == "APPROVED"
+    assert sq.get_service_quota(ServiceCode="sagemaker", QuotaCode=C5)["Quota"]["Value"] == current + 1
+
+
+@valid("service-quotas", "GetRequestedServiceQuotaChange")
+def _get_requested_change(e: Env) -> None:
+    sq = e["service-quotas"]
+    current = sq.get_service_quota(ServiceCode="sagemaker", QuotaCode=C5)["Quota"]["Value"]
+    request_id = sq.request_service_quota_increase(ServiceCode="sagemaker", QuotaCode=C5,
+                                                   DesiredValue=current + 1)["RequestedQuota"]["Id"]
+    got = sq.get_requested_service_quota_change(RequestId=request_id)["RequestedQuota"]
+    assert (got["QuotaCode"], got["DesiredValue"], got["Status"]) == (C5, current + 1, "APPROVED")
+
+
 def world_quota_codes(e: Env) -> set[str]:
     sq = e["service-quotas"]
     return {q["QuotaCode"] for page in sq.get_paginator("list_aws_default_service_quotas").paginate(

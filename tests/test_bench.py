@@ -1,0 +1,54 @@
+"""The benches of issue 9 run at a tiny size, so they cannot rot: each script seeds its own sandbox cluster,
+imports it and prints the lines ``bench/RESULTS.md`` quotes. Figures are not asserted (no wall-clock
+assertions); what is asserted is that every side ran and reported."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.support import ROOT, clean_env
+
+pytestmark = pytest.mark.slow
+
+
+def bench(script: str, *args: str) -> str:
+    out = subprocess.run([sys.executable, f"bench/{script}", *args], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600, env=clean_env(PYTHONUNBUFFERED="1"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None or shutil.which("aws") is None,
+                    reason="the incumbent's side needs kubectl and the aws CLI on PATH")
+def test_cluster_read_bench() -> None:
+    out = bench("cluster_read.py", "--nodes", "3", "-n", "3", "--incumbent-runs", "1")
+    assert "cluster of 3 nodes" in out
+    assert re.search(r"^A GET /api/v1/clusters/\{cluster\} from the caches: median [\d.]+ ms", out, re.M), out
+    assert re.search(r"^B kubectl get nodes -o json \+ aws sagemaker list-cluster-nodes: median \d+ ms", out, re.M)
+    assert re.search(r"^ratio B/A: \d+x$", out, re.M), out
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (apt-get install -y wrk)")
+def test_throughput_bench() -> None:
+    out = bench("throughput.py", "--nodes", "2", "--duration", "1", "--connections", "10")
+    for label in ("A status", "A cluster detail", "B bare Tornado"):
+        assert re.search(rf"^{label}: [\d,]+ req/s, p50 [\d.]+ ms, p99 [\d.]+ ms", out, re.M), out
+    assert "Non-2xx" not in out, "every answer was a 200: the viewer token was accepted throughout"
+
+
+def test_throughput_bench_says_how_to_install_wrk_when_missing() -> None:
+    out = subprocess.run([sys.executable, "bench/throughput.py"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120, env=clean_env(PATH="/nonexistent"))
+    assert out.returncode == 2
+    assert "apt-get install -y wrk" in out.stderr
+
+
+def test_push_latency_bench() -> None:
+    out = bench("push_latency.py", "--nodes", "2", "-n", "5")
+    assert "5 node label changes" in out
+    assert re.search(r"^p50 [\d.]+ ms, p99 [\d.]+ ms", out, re.M), out
