@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import html
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -29,6 +30,7 @@ GROUP_COLUMNS = ["group", "type", "current", "target", "status"]
 COLOURS = {"Schedulable": "#1a7f37", "Ready": "#1a7f37", "NotReady": "#6e7781",
            "UnschedulablePendingReboot": "#bf8700", "UnschedulablePendingReplacement": "#cf222e",
            "Unschedulable": "#cf222e"}
+READING = "Reading the registered clusters and their nodes…"
 
 
 def clusters_frame(clusters: list[ClusterSummary]) -> pd.DataFrame:
@@ -69,6 +71,16 @@ def overview_html(detail: ClusterDetail | None) -> str:
     return "".join(parts)
 
 
+@dataclass(frozen=True)
+class ClustersRead:
+    """One answer of the verbs: the list, the cluster shown (the first when none was chosen) and its detail."""
+
+    clusters: list[ClusterSummary]
+    selected: str
+    detail: ClusterDetail | None
+    error: str = ""
+
+
 class ClustersState(param.Parameterized):
     clusters = param.List(default=[], item_type=ClusterSummary, doc="registered clusters")
     selected = param.String(default="", doc="the cluster whose overview is shown")
@@ -77,6 +89,8 @@ class ClustersState(param.Parameterized):
     hyperpod_cluster = param.String(default="", doc="its HyperPod cluster (optional)")
     message = param.String(default="")
     busy = param.Boolean(default=False)
+    reading = param.Boolean(default=False, doc="a read of the verbs is in flight")
+    loaded = param.Boolean(default=False, doc="a first answer has been assigned")
 
     def __init__(self, clusters: Clusters, principal: Principal,
                  current_principal: Callable[[], Principal] | None = None, **params: Any) -> None:
@@ -84,23 +98,51 @@ class ClustersState(param.Parameterized):
         self.service = clusters
         self.principal = principal
         self._current_principal = current_principal or (lambda: principal)
+        self._asked = 0  # reads started, numbered
+        self._applied = 0  # the number of the newest read assigned: an older answer never overwrites it
+        self._in_flight = 0
+
+    def fetch(self, selected: str) -> ClustersRead:
+        """Ask the verbs (blocking: AWS on a cache miss, an informer's first sync); assigns nothing, so it may
+        run in a worker thread. A cluster no longer listed gives way to the first one."""
+        clusters = self.service.list_clusters(self.principal, wait=0)
+        if selected not in {c.name for c in clusters}:
+            selected = clusters[0].name if clusters else ""
+        try:
+            detail = self.service.describe_cluster(self.principal, selected, wait=2) if selected else None
+        except ServiceError as exc:
+            return ClustersRead(clusters, selected, None, f"{exc.code}: {exc.message}")
+        return ClustersRead(clusters, selected, detail)
+
+    def apply(self, read: ClustersRead) -> None:
+        self.clusters = read.clusters
+        self.selected = read.selected
+        self.detail = read.detail
+        if read.error:
+            self.message = read.error
+        self.loaded = True
 
     def reload(self) -> None:
-        """Read the list (and the selected cluster) synchronously: notebooks, tests, first render."""
-        self.clusters = self.service.list_clusters(self.principal, wait=0)
-        if not self.selected and self.clusters:
-            self.selected = self.clusters[0].name
-        self.read_detail()
-
-    def read_detail(self) -> None:
-        try:
-            self.detail = (self.service.describe_cluster(self.principal, self.selected, wait=2)
-                           if self.selected else None)
-        except ServiceError as exc:
-            self.detail, self.message = None, f"{exc.code}: {exc.message}"
+        """Read and assign synchronously: where there is no loop to read on (a script, a synchronous test)."""
+        self._asked += 1
+        self._applied = self._asked
+        self.apply(self.fetch(self.selected))
 
     async def refresh(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self.reload)
+        """Fetch in a worker thread, assign here on the loop; an answer is dropped when the selection changed
+        while it was read or a newer read already landed."""
+        self._asked += 1
+        number, selected = self._asked, self.selected
+        self._in_flight += 1
+        self.reading = True
+        try:
+            read = await asyncio.get_running_loop().run_in_executor(None, self.fetch, selected)
+        finally:
+            self._in_flight -= 1
+        if number > self._applied and self.selected == selected:
+            self._applied = number
+            self.apply(read)
+        self.reading = self._in_flight > 0
 
     async def import_cluster(self) -> None:
         self.busy = True
@@ -126,15 +168,15 @@ class ClustersPane(pn.viewable.Viewer):
                  current_principal: Callable[[], Principal] | None = None, **params: Any) -> None:
         super().__init__(**params)
         self.state = ClustersState(clusters, principal, current_principal)
-        self.state.reload()
         self.table = ReadOnlyTable(clusters_frame(self.state.clusters), selectable=1, sizing_mode="stretch_width",
                                    css_classes=["clusters-table"],
                                    empty="No clusters yet: import one below ('instantstart sandbox seed' makes a "
                                          "ready one in the sandbox).")
         self.groups = ReadOnlyTable(groups_frame(self.state.detail), sizing_mode="stretch_width",
                                     css_classes=["cluster-groups"], empty="No HyperPod instance groups.")
-        self.overview = pn.pane.HTML(overview_html(self.state.detail), sizing_mode="stretch_width",
+        self.overview = pn.pane.HTML(overview_html(None), sizing_mode="stretch_width",
                                      css_classes=["cluster-overview"])
+        self.reading_hint = pn.pane.Markdown(READING, css_classes=["cluster-reading"])  # until the first answer
         operator = principal.allows(Role.OPERATOR)
         self.import_button = pn.widgets.Button(label="Import", color="primary", disabled=not operator,
                                                css_classes=["cluster-import"], loading=self.state.param.busy)
@@ -145,8 +187,13 @@ class ClustersPane(pn.viewable.Viewer):
         self.table.param.watch(self._on_selection, "selection")
         self.state.param.watch(lambda e: setattr(self.table, "value", clusters_frame(e.new)), "clusters")
         self.state.param.watch(self._on_detail, "detail")
+        self.state.param.watch(self._on_loaded, "loaded")
         self._kube = LiveRefresh(bus, "kube", self._on_kube)
         self._ops = LiveRefresh(bus, "operation", self._on_operation)
+        self._refresh()  # the first read too: in a session or a notebook the page shows at once, then fills
+
+    def _on_loaded(self, event: param.parameterized.Event) -> None:
+        self.reading_hint.visible = not event.new
 
     def _on_detail(self, event: param.parameterized.Event) -> None:
         self.groups.value = groups_frame(event.new)
@@ -167,7 +214,9 @@ class ClustersPane(pn.viewable.Viewer):
             self._refresh()
 
     def _refresh(self) -> None:
-        if not self._kube.spawn(self.state.refresh):  # off the loop it lives on: read here
+        """Read where the pane lives: on its session's or notebook's loop (the verbs in a worker thread), so
+        the loop never waits on AWS or an informer; with no loop (a script), here."""
+        if not self._kube.spawn(self.state.refresh):
             self.state.reload()
 
     async def _import(self, _event: Any) -> None:
@@ -185,6 +234,7 @@ class ClustersPane(pn.viewable.Viewer):
                                                    css_classes=["import-hyperpod"]),
                    self.import_button),
             self.role_hint,
+            self.reading_hint,
             pn.pane.Markdown(state.param.message, css_classes=["cluster-message"]),
             self.overview,
             pn.pane.Markdown("**Instance groups**"),

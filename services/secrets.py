@@ -8,6 +8,8 @@ responses and the sandbox's call ledger never see the value (pydantic prints ``S
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterable
+from typing import Any
 
 from kubernetes import client as k8s
 from pydantic import BaseModel, Field, SecretStr
@@ -29,12 +31,34 @@ class SecretRef(ResponseModel):
 
 
 def secret_values(model: BaseModel) -> dict[str, str]:
-    """The set ``SecretStr`` fields of a request, by field name (for the verb that stashes them)."""
-    return {name: value.get_secret_value() for name, value in model if isinstance(value, SecretStr) and value}
+    """The set ``SecretStr`` values of a request anywhere in it, by dotted path (``token``, ``mlflow.password``,
+    ``env.HF_TOKEN``, ``mounts.0.key``): nested models, dicts, lists and tuples are walked, so a secret cannot
+    hide one level down (for the verb that stashes them, and the engine's guard)."""
+    found: dict[str, str] = {}
+    _walk(model, "", found)
+    return found
+
+
+def _walk(value: Any, path: str, found: dict[str, str]) -> None:
+    if isinstance(value, SecretStr):
+        if value:
+            found[path] = value.get_secret_value()
+        return
+    if isinstance(value, BaseModel):
+        items: Iterable[tuple[Any, Any]] = iter(value)  # its fields (and extra keys, if it allows them)
+    elif isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        items = enumerate(value)
+    else:
+        return
+    for key, item in items:
+        _walk(item, f"{path}.{key}" if path else str(key), found)
 
 
 def refuse_secrets(model: BaseModel) -> None:
-    """The engine's guard: a request that still holds a secret value is a bug in its verb, never stored."""
+    """The engine's guard: a request that still holds a secret value (at any depth) is a bug in its verb,
+    never stored."""
     held = sorted(secret_values(model))
     if held:
         raise Permanent(f"{type(model).__name__} still holds secret fields {held}: its verb must put them in a "

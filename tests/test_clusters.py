@@ -229,6 +229,14 @@ def test_the_dashboard_shows_a_node_fault_live_and_imports(seeded: tuple[LiveSer
     from tests.test_browser import CHROMIUM, FLAGS
 
     live, _ = seeded
+    cleared = httpx2.delete(f"{live.url}/api/v1/sandbox/faults/all", headers=live.headers(), timeout=30)
+    assert cleared.status_code == 200, cleared.text  # no fault left pending from an earlier test
+
+    def settled() -> bool:
+        nodes = live.get("/api/v1/clusters/hp-eks").json()["nodes_by_group"].get("workers", [])
+        return len(nodes) == 2 and all(n["health"] == "Schedulable" for n in nodes)
+
+    wait_until(settled, 120, "both nodes Schedulable (an earlier fault's replacement done)")
     errors: list[str] = []
     with sync_playwright() as p:
         ctx = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=CHROMIUM,
@@ -244,14 +252,17 @@ def test_the_dashboard_shows_a_node_fault_live_and_imports(seeded: tuple[LiveSer
             table = page.locator(".clusters-table")
             expect(table).to_contain_text("hp-eks", timeout=30_000)
             chips = page.locator(".cluster-overview .node-chip")
-            expect(chips).to_have_count(2, timeout=30_000)
-            node = chips.first.inner_text().removeprefix("hyperpod-")
-            made = live.post("/api/v1/sandbox/faults", {"kind": "node_unhealthy",
-                                                        "target": {"cluster": "hp-eks", "node": node}})
+            healthy = page.locator(".cluster-overview .node-chip[data-health='Schedulable']")
+            # an earlier test's fault may still be recovering (a node being replaced): start from all healthy
+            expect(chips).to_have_count(2, timeout=60_000)
+            expect(healthy).to_have_count(2, timeout=60_000)
+            name = chips.first.inner_text()
+            made = live.post("/api/v1/sandbox/faults", {"kind": "node_unhealthy", "target": {
+                "cluster": "hp-eks", "node": name.removeprefix("hyperpod-"), "recovery": "Replace"}})
             assert made.status_code == 201, made.text
-            # pushed by the node watch: no reload, no click
-            expect(page.locator(".cluster-overview .node-chip:not([data-health='Schedulable'])")).not_to_have_count(
-                0, timeout=60_000)
+            # pushed by the node watch: no reload, no click. That node's chip stops showing Schedulable (it is
+            # marked for replacement, then replaced: either way its healthy chip is gone)
+            expect(healthy.filter(has_text=name)).to_have_count(0, timeout=60_000)
 
             # forget, then import again through the form
             gone = httpx2.delete(f"{live.url}/api/v1/clusters/hp-eks/registration", headers=live.headers(),

@@ -42,10 +42,15 @@ def test_dashboard_notebook_executes_and_embeds_the_panes() -> None:
     assert match, stdout
     op_id = match.group(1)
 
-    # the two panes rendered as Panel roots, and the audit pane lists the backup it just watched
+    # the three panes rendered as Panel roots, and the audit pane lists the backup it just watched
     panes = [(i, out) for i, out in outs if out.output_type == "execute_result"
              and "application/vnd.holoviews_exec.v0+json" in out.get("data", {})]
     reprs = [out.data.get("text/plain", "") for _, out in panes]
     assert any(r.startswith("OperationsPane(") for r in reprs) and any(r.startswith("AuditPane(") for r in reprs)
+    assert any(r.startswith("ClustersPane(") for r in reprs), reprs
     audit_html = next(out.data["text/html"] for _, out in panes if out.data["text/plain"].startswith("AuditPane("))
     assert op_id in audit_html and "backup.create" in audit_html
+    # no cluster is registered here: the clusters pane embeds its empty state, which says how to get one
+    clusters_html = next(out.data["text/html"] for _, out in panes
+                         if out.data["text/plain"].startswith("ClustersPane("))
+    assert "clusters-table" in clusters_html and "No clusters yet: import one below" in clusters_html

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import html
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import panel as pn
@@ -11,13 +14,17 @@ from bokeh.model import Model
 
 from app.bootstrap import Services
 from panels.audit import AuditPane
+from panels.clusters import ClustersPane
 from panels.operations import OperationsPane
 from services.audit import AuditQuery
 from services.auth import Principal, Role
 from services.clock import FakeClock
+from services.clusters.models import ClusterImport
 from services.events import Event
 from services.operations import Engine, OperationView, Status
 from tests.kinds import ThingRequest, World
+from tests.sandbox_support import seeded_server
+from tests.support import wait_until
 
 OPERATOR = Principal("olga", Role.OPERATOR, "t-op", "ui")
 VIEWER = Principal("vic", Role.VIEWER, "t-view", "ui")
@@ -307,3 +314,70 @@ def test_operation_text_is_escaped_not_rendered_as_html(services: Services, engi
     text = header_markdown(hostile)
     assert "<img" not in text and "<b>" not in text
     assert "&lt;img src=x onerror=alert(1)&gt;" in text
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
+    """A product installation with one cluster imported from a sandbox (`sandbox seed`, two nodes)."""
+    admin = Principal("pane-admin", Role.ADMIN, "t-adm", "api")
+    with seeded_server(tmp_path_factory.mktemp("clusters-pane"), "pane", nodes=2) as seeded:
+        services = seeded.product(tmp_path_factory.mktemp("product") / "data")
+        try:
+            view, _ = services.clusters.import_cluster(admin, ClusterImport(eks_cluster="pane",
+                                                                            hyperpod_cluster="pane"))
+            wait_until(lambda: services.engine.run_until_idle(view.id).status == "succeeded", 60,
+                       "the import to connect (its node list synced)")
+            yield services
+        finally:
+            services.stop()
+
+
+async def loaded(pane: ClustersPane, what: str) -> None:
+    """Let the loop run until the pane's read has landed (a condition, with a generous bound)."""
+    for _ in range(6_000):
+        if pane.state.loaded and not pane.state.reading:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.slow
+def test_clusters_pane_renders_at_once_and_reads_off_the_loop(imported: Services) -> None:
+    """Made on a running loop (a served session, a notebook kernel) the pane reads nothing while it is built:
+    it shows the 'reading' hint, the verbs run in a worker thread and the answer is assigned on the loop."""
+    loop_thread = threading.get_ident()
+
+    async def main() -> None:
+        pane = ClustersPane(imported.clusters, imported.bus, VIEWER)
+        assert pane.state.clusters == [] and pane.state.detail is None, "the page build read the clusters"
+        assert not pane.state.loaded and pane.reading_hint.visible
+        root = pn.panel(pane).get_root()
+        (hint,) = models_with_class(root, "cluster-reading")
+        assert "Reading" in hint.text
+        assigned: list[int] = []
+        pane.state.param.watch(lambda _e: assigned.append(threading.get_ident()), ["clusters", "selected", "detail"],
+                               onlychanged=False)
+        await loaded(pane, "the first read")
+        assert tabulator_column(root, "clusters-table", "name") == ["pane"]
+        assert tabulator_column(root, "cluster-groups", "group") == ["workers"]
+        (overview,) = models_with_class(root, "cluster-overview")
+        text = html.unescape(overview.text)  # the model carries the pane's HTML escaped
+        assert text.count("class='node-chip'") == 2 and text.count("data-health='Schedulable'") == 2, text
+        assert not pane.reading_hint.visible
+
+        assigned.clear()
+        await pane.state.refresh()  # what a watch event asks for
+        assert assigned and set(assigned) == {loop_thread}, "assigned off the loop, in the executor"
+
+        shown = pane.state.detail
+        stale = asyncio.ensure_future(pane.state.refresh())
+        await asyncio.sleep(0)  # its read is in the executor now
+        pane.state.selected = "elsewhere"  # the user picked another cluster meanwhile
+        await stale
+        assert pane.state.selected == "elsewhere" and pane.state.detail is shown, "a stale answer landed"
+
+    asyncio.run(main())
+
+    sync = ClustersPane(imported.clusters, imported.bus, VIEWER)  # no loop (a script): read at once, here
+    assert sync.state.loaded and [c.name for c in sync.state.clusters] == ["pane"]
+    assert sync.state.detail is not None and sum(len(n) for n in sync.state.detail.nodes_by_group.values()) == 2

@@ -4,6 +4,7 @@ sandbox (a seeded, imported cluster); every file of both data directories is sea
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import logging
 import secrets
@@ -21,6 +22,7 @@ from services.auth import Principal, Role
 from services.clusters.models import ClusterImport
 from services.errors import Permanent
 from services.models import RequestModel
+from services.operation_views import OperationQuery
 from services.secrets import SecretRef, read, secret_values, stash
 from services.stages import Done, Observed, OperationKind, Stage, StageContext
 from tests.sandbox_support import seeded_server
@@ -33,6 +35,21 @@ ADMIN = Principal("secret-tester", Role.ADMIN, "t-sec", "api")
 class UseToken(RequestModel):
     cluster: str
     token: SecretStr
+
+
+class Credentials(RequestModel):
+    user: str
+    password: SecretStr
+
+
+class CarelessNested(RequestModel):
+    """Secrets one level down: a nested model, a map of them, a list of models (all must be refused)."""
+
+    cluster: str
+    mlflow: Credentials | None = None
+    env: dict[str, SecretStr] = {}
+    mounts: list[Credentials] = []
+    pair: tuple[str, SecretStr] | None = None
 
 
 class UseTokenPlan(RequestModel):
@@ -96,6 +113,18 @@ def test_a_planted_secret_is_in_no_store_log_or_response(world: tuple[LiveServer
                                            target=lambda r: f"cluster/{r.cluster}"))
     with pytest.raises(Permanent, match="still holds secret fields"):
         services.engine.submit("test.token.careless", request, ADMIN)
+    services.engine.register(OperationKind("test.token.nested", CarelessNested, (),
+                                           target=lambda r: f"cluster/{r.cluster}"))
+    secret = SecretStr(planted)
+    for nested, field in [(CarelessNested(cluster="sec", mlflow=Credentials(user="u", password=secret)),
+                          "mlflow.password"),
+                         (CarelessNested(cluster="sec", env={"HF_TOKEN": secret}), "env.HF_TOKEN"),
+                         (CarelessNested(cluster="sec", mounts=[Credentials(user="u", password=secret)]),
+                          "mounts.0.password"),
+                         (CarelessNested(cluster="sec", pair=("hf", secret)), "pair.1")]:
+        with pytest.raises(Permanent, match=f"still holds secret fields \\['{field}'\\]"):
+            services.engine.submit("test.token.nested", nested, ADMIN)
+    assert services.engine.list(OperationQuery(kind="test.token.nested")) == [], "none was stored"
 
     caplog.set_level(logging.DEBUG)
     view, _ = use_token(services, request)
@@ -109,7 +138,14 @@ def test_a_planted_secret_is_in_no_store_log_or_response(world: tuple[LiveServer
     for text in responses:
         assert planted not in text
     assert planted not in caplog.text and planted not in live.log()
+    # a value in a Kubernetes Secret body is base64: a record that copied one would hold that form (the
+    # emulator's own store is the target cluster, where the Secret rightly holds it)
+    encoded = base64.b64encode(planted.encode())
+    cluster_store = live.data_dir / "sandbox" / "kube"
     for folder in (mine, live.data_dir):  # state.db and its WAL, the ledger, request logs, the emulator's store
         for path in folder.rglob("*"):
             if path.is_file():
-                assert planted.encode() not in path.read_bytes(), f"the secret leaked into {path}"
+                data = path.read_bytes()
+                assert planted.encode() not in data, f"the secret leaked into {path}"
+                if not path.is_relative_to(cluster_store):
+                    assert encoded not in data, f"the secret leaked (base64) into {path}"
