@@ -431,11 +431,16 @@ class OpenApiHandler(tornado.web.RequestHandler):
 
 
 class EventsSocket(tornado.websocket.WebSocketHandler):
-    """Pushes every operation transition as ``{"topic", "kind", "data"}`` JSON (viewer role).
+    """Pushes bus events as ``{"topic", "kind", "data"}`` JSON (viewer role): every event, or those of
+    ``?topic=`` (``operation``, ``kube``, ``cluster``, ``sandbox``...) and ``?cluster=`` (a cluster's
+    Kubernetes changes and the operations on it).
 
     Bounded: at most ``ws_per_principal`` open sockets per token (past it: 429 with the envelope, before
     the upgrade), and client messages of at most ``ws_max_message_bytes`` (past it: close 1009 "message
-    too big"). The socket only sends; what a client sends within the bound is ignored."""
+    too big"). The socket only sends; what a client sends within the bound is ignored. A client that reads
+    slowly holds up only its own bus subscription: each event is written and flushed before the next is
+    taken, so what does not fit in the subscription's bounded queue is dropped and counted (the bus's
+    dropped-events metric), never piled up in the server's memory."""
 
     SUPPORTED_METHODS = EveryMethod(tornado.web.RequestHandler.SUPPORTED_METHODS)
 
@@ -501,10 +506,27 @@ class EventsSocket(tornado.websocket.WebSocketHandler):
         self._opened = True
         loop = asyncio.get_running_loop()
 
-        def forward(event: Event) -> None:
-            loop.call_soon_threadsafe(self._send, event)
+        def forward(event: Event) -> None:  # on the subscription's own delivery thread
+            try:
+                asyncio.run_coroutine_threadsafe(self._send(event), loop).result()
+            except RuntimeError:  # the loop has ended (server shutting down)
+                return
 
-        self._unsubscribe = self.services.bus.subscribe(forward)
+        def revoked(_event: Event) -> None:
+            loop.call_soon_threadsafe(self._close_revoked)
+
+        topic = self.get_query_argument("topic", None) or None
+        cluster = self.get_query_argument("cluster", None) or None
+        subscriptions = [self.services.bus.subscribe(forward, topic=topic,
+                                                     where={"cluster": cluster} if cluster else None)]
+        if self.principal.token_id is not None:  # whatever the filter, a revocation of this token closes it
+            subscriptions.append(self.services.bus.subscribe(revoked, topic="token",
+                                                             where={"id": str(self.principal.token_id)}))
+        def unsubscribe_all() -> None:
+            for subscription in subscriptions:
+                subscription()
+
+        self._unsubscribe = unsubscribe_all
         if self.principal.token_id is not None:
             # REST revocations close at once (a bus event); this catches revocations by other processes (CLI)
             # and, for a dashboard session, its end (sign-out, idle, lifetime)
@@ -526,13 +548,19 @@ class EventsSocket(tornado.websocket.WebSocketHandler):
         except Unauthorized:
             self.close(1008, "session ended" if principal.session else "token revoked")
 
-    def _send(self, event: Event) -> None:
+    def _close_revoked(self) -> None:
+        if self.ws_connection is not None and not self.ws_connection.is_closing():
+            self.close(1008, "token revoked")
+
+    async def _send(self, event: Event) -> None:
         if self.ws_connection is None or self.ws_connection.is_closing():
             return
-        if event.topic == "token" and event.kind == "revoked" and event.data.get("id") == self.principal.token_id:
-            self.close(1008, "token revoked")
+        if event.topic == "token" and event.kind == "revoked":
+            return  # this token's own revocation closes the socket (its own subscription), others' are private
+        try:
+            await self.write_message(json.dumps(event.to_json()))  # flushed to the client: the bound holds
+        except tornado.websocket.WebSocketClosedError:
             return
-        self.write_message(json.dumps(event.to_json()))
 
     def _release(self) -> None:
         if self._holds_slot:

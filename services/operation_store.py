@@ -297,4 +297,7 @@ class OperationStore:
                           detail=detail, conn=conn)
 
     def publish(self, op_id: str) -> None:
-        self.bus.publish(Event("operation", "updated", self.get(op_id).model_dump(mode="json")))
+        view = self.get(op_id).model_dump(mode="json")
+        parts = str(view["target"]).split("/")
+        cluster = {"cluster": parts[1]} if len(parts) > 1 and parts[0] == "cluster" else {}
+        self.bus.publish(Event("operation", "updated", {**view, **cluster}))  # a cluster's subscribers find it

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -12,13 +14,15 @@ from pathlib import Path
 import httpx2
 import pytest
 import tornado.web
+import websocket
 
 from app.bootstrap import Services, build_services
 from app.rest import rest_patterns
 from services.auth import Principal, Role
+from services.events import Event
 from services.settings import Settings
 from tests.kinds import ThingRequest, World, thing_kind
-from tests.support import free_port
+from tests.support import free_port, wait_until
 
 
 @dataclass
@@ -102,3 +106,32 @@ def test_cancel_and_retry_through_rest(app: App) -> None:
     r = httpx2.post(f"{app.url}/api/v1/operations/{failing}/retry", headers=app.headers, timeout=10)
     assert r.status_code == 202 and r.json()["status_tool"] == "operations_get"
     assert get(app, f"/api/v1/operations/{failing}/wait?timeout=10").json()["status"] == "succeeded"
+
+
+def test_the_events_socket_filters_and_a_slow_reader_only_loses_its_own_events(app: App) -> None:
+    """``?topic=&cluster=`` narrow the stream; a client that stops reading holds up only its own bounded
+    subscription (drops counted there), never the publisher or another socket."""
+    url = app.url.replace("http://", "ws://") + "/api/v1/events"
+    auth = [f"Authorization: {app.headers['Authorization']}"]
+    bus = app.services.bus
+    before = bus.subscriber_count()
+    narrow = websocket.create_connection(url + "?topic=kube&cluster=c1", header=auth, timeout=30, suppress_origin=True)
+    slow = websocket.create_connection(url, header=auth, timeout=30, suppress_origin=True)
+    slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        wait_until(lambda: bus.subscriber_count() == before + 4, 30, "both sockets subscribed (events + revocation)")
+        bus.publish(Event("kube", "modified", {"cluster": "c2", "name": "other"}))
+        bus.publish(Event("operation", "updated", {"cluster": "c1", "id": "op"}))
+        bus.publish(Event("kube", "modified", {"cluster": "c1", "name": "n1"}))
+        assert json.loads(narrow.recv())["data"] == {"cluster": "c1", "name": "n1"}, "only c1's kube events"
+        blob = "x" * 65_536
+        for i in range(2_000):  # ~130 MB if every event had to be kept for a client that does not read
+            bus.publish(Event("kube", "modified", {"cluster": "c9", "name": f"n{i}", "blob": blob}))
+        wait_until(lambda: next(st for st in bus.stats() if st.topic is None).dropped > 0, 60,
+                   "the slow reader's own subscription to drop and count what it could not deliver")
+        bus.publish(Event("kube", "modified", {"cluster": "c1", "name": "n2"}))  # the other socket is unaffected
+        assert json.loads(narrow.recv())["data"] == {"cluster": "c1", "name": "n2"}
+
+    finally:
+        narrow.close()
+        slow.close()
