@@ -15,12 +15,27 @@ if ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 
+if ! command -v wrk >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "== installing Debian wrk (the throughput bench's smoke test)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
+fi
+
 VENV=${VENV:-.venv}
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 echo "== installing the project into $VENV"
 "$VENV/bin/pip" install -q --disable-pip-version-check -e '.[dev]'
+
+# the incumbent's side of the cluster-read bench shells out to the aws CLI: its own venv, never the project's
+if ! command -v aws >/dev/null 2>&1; then
+  AWS_VENV=${AWS_VENV:-.venv-aws}
+  if [ ! -x "$AWS_VENV/bin/aws" ]; then
+    echo "== installing the aws CLI into $AWS_VENV (bench only)"
+    python3 -m venv "$AWS_VENV" && "$AWS_VENV/bin/pip" install -q --disable-pip-version-check awscli
+  fi
+  export INSTANTSTART_BENCH_AWS="$PWD/$AWS_VENV/bin/aws"
+fi
 
 echo "== ruff";     "$VENV/bin/ruff" check .
 echo "== mypy";     "$VENV/bin/mypy"
