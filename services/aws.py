@@ -111,6 +111,13 @@ class ClassifiedClient:
     def get_paginator(self, method: str) -> _Paginator:
         return _Paginator(self._client.get_paginator(method), self.action(method))
 
+    def all_pages(self, method: str, key: str, **params: Any) -> list[Any]:
+        """Every item under ``key`` of every page of a paginated list (a paged list is one logical read)."""
+        items: list[Any] = []
+        for page in self.get_paginator(method).paginate(**params):
+            items.extend(page.get(key, []))
+        return items
+
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._client, name)
         if name in self._client.meta.method_to_api_mapping:

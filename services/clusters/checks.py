@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from services.aws import AwsClients
 from services.errors import Conflict, Invalid, NotFound
@@ -43,14 +42,6 @@ def access_entry_principal(caller_arn: str) -> str:
     return caller_arn
 
 
-def _names(client: Any, method: str, key: str, field: str | None = None) -> list[str]:
-    """Every name a list call pages through (for the alternatives a refusal names)."""
-    out: list[str] = []
-    for page in client.get_paginator(method).paginate():
-        out.extend(item[field] if field else item for item in page.get(key, []))
-    return out
-
-
 def check_import(aws: AwsClients, *, name: str, region: str, eks_name: str, hyperpod_name: str | None,
                  registered_arn: str | None, registered_as: Callable[[str], str | None]) -> ImportFacts:
     """``registered_as(eks arn)``: the name that EKS cluster is registered under here, if any."""
@@ -58,7 +49,7 @@ def check_import(aws: AwsClients, *, name: str, region: str, eks_name: str, hype
     try:
         cluster = eks.describe_cluster(name=eks_name)["cluster"]
     except NotFound:
-        names = _names(eks, "list_clusters", "clusters")
+        names = eks.all_pages("list_clusters", "clusters")
         raise Invalid(f"no EKS cluster named {eks_name!r} in {region}; clusters there: "
                       f"{', '.join(names) or 'none'}", details={"eks_clusters": names}) from None
     if registered_arn is not None and registered_arn != cluster["arn"]:
@@ -75,7 +66,7 @@ def check_import(aws: AwsClients, *, name: str, region: str, eks_name: str, hype
         try:
             described = sagemaker.describe_cluster(ClusterName=hyperpod_name)
         except NotFound:
-            names = _names(sagemaker, "list_clusters", "ClusterSummaries", "ClusterName")
+            names = [c["ClusterName"] for c in sagemaker.all_pages("list_clusters", "ClusterSummaries")]
             raise Invalid(f"no HyperPod cluster named {hyperpod_name!r} in {region}; clusters there: "
                           f"{', '.join(names) or 'none'}", details={"hyperpod_clusters": names}) from None
         orchestrator = ((described.get("Orchestrator") or {}).get("Eks") or {}).get("ClusterArn")
@@ -90,9 +81,7 @@ def check_import(aws: AwsClients, *, name: str, region: str, eks_name: str, hype
         raise Invalid(f"EKS cluster {eks_name} authenticates through the aws-auth ConfigMap only: switch it to "
                       f"API_AND_CONFIG_MAP (aws eks update-cluster-config --name {eks_name} --access-config "
                       "authenticationMode=API_AND_CONFIG_MAP) so access entries can grant this control plane access")
-    entries: list[str] = []
-    for page in eks.get_paginator("list_access_entries").paginate(clusterName=eks_name):
-        entries += page.get("accessEntries", [])
+    entries: list[str] = eks.all_pages("list_access_entries", "accessEntries", clusterName=eks_name)
     if principal not in entries:
         raise Invalid(
             f"{principal} (this control plane's identity) has no access entry on EKS cluster {eks_name}: add one "

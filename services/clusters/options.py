@@ -109,13 +109,6 @@ class ClusterOptions(ResponseModel):
     cache_age_seconds: float = 0.0
 
 
-def _pages(client: Any, method: str, key: str, **params: Any) -> list[Any]:
-    out: list[Any] = []
-    for page in client.get_paginator(method).paginate(**params):
-        out.extend(page.get(key, []))
-    return out
-
-
 def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
@@ -138,14 +131,14 @@ class OptionsReader:
             raise Invalid(f"no AWS region {region!r} is enabled for this account; regions: " + ", ".join(regions),
                           details={"regions": regions})
         key = ("options", "inspect", region, query.zone or "*")
-        options, age = self.cache.get(key, lambda: self._load(region, query.zone), refresh=query.refresh)
+        options, age = self.cache.get(key, lambda: self._load(region, query.zone, regions), refresh=query.refresh)
         return options.model_copy(update={"cache_age_seconds": round(age, 3)})  # type: ignore[no-any-return]
 
     def _regions(self) -> list[str]:
         regions = self.aws.client("ec2", self.default_region).describe_regions()["Regions"]
         return sorted(r["RegionName"] for r in regions)
 
-    def _load(self, region: str, zone: str | None) -> ClusterOptions:
+    def _load(self, region: str, zone: str | None, regions: list[str]) -> ClusterOptions:
         notes: list[str] = []
 
         def attempt(what: str, read: Callable[[], Any], default: Any) -> Any:
@@ -156,7 +149,6 @@ class OptionsReader:
                 return default
 
         ec2 = self.aws.client("ec2", region)
-        regions = self._regions()
         zones = [ZoneOption(name=z["ZoneName"], zone_id=z["ZoneId"], state=z.get("State", ""))
                  for z in ec2.describe_availability_zones()["AvailabilityZones"]]
         if zone is not None and zone not in {z.name for z in zones} | {z.zone_id for z in zones}:
@@ -172,7 +164,7 @@ class OptionsReader:
                 in_use[kind] = in_use.get(kind, 0) + int(group.get("CurrentCount", 0))
         quotas = attempt("SageMaker cluster-usage quotas", lambda: self._cluster_quotas(region), {})
         types = self._instance_types(ec2, wanted_zone, quotas, in_use)
-        vpcs = [self._vpc(v) for v in _pages(ec2, "describe_vpcs", "Vpcs")]
+        vpcs = [self._vpc(v) for v in ec2.all_pages("describe_vpcs", "Vpcs")]
         addresses = attempt("Elastic IPs", lambda: ec2.describe_addresses()["Addresses"], [])
         vpc_limit = attempt("VPC quota", lambda: self._quota(region, *VPC_QUOTA), None)
         eip_limit = attempt("Elastic IP quota", lambda: self._quota(region, *EIP_QUOTA), None)
@@ -188,12 +180,12 @@ class OptionsReader:
 
     def _hyperpod_clusters(self, region: str) -> list[dict[str, Any]]:
         sagemaker = self.aws.client("sagemaker", region)
-        summaries = _pages(sagemaker, "list_clusters", "ClusterSummaries")
+        summaries = sagemaker.all_pages("list_clusters", "ClusterSummaries")
         return [sagemaker.describe_cluster(ClusterName=s["ClusterName"]) for s in summaries]
 
     def _cluster_quotas(self, region: str) -> dict[str, float]:
-        quotas = _pages(self.aws.client("service-quotas", region), "list_service_quotas", "Quotas",
-                        ServiceCode="sagemaker")
+        quotas = self.aws.client("service-quotas", region).all_pages("list_service_quotas", "Quotas",
+                                                                     ServiceCode="sagemaker")
         suffix = " for cluster usage"
         return {q["QuotaName"][:-len(suffix)]: float(q["Value"]) for q in quotas
                 if str(q.get("QuotaName", "")).endswith(suffix)}
@@ -210,11 +202,11 @@ class OptionsReader:
         offered: dict[str, list[str]] = {}
         facts: dict[str, dict[str, Any]] = {}
         for chunk in _chunks(sorted(ec2_names), 100):
-            for offer in _pages(ec2, "describe_instance_type_offerings", "InstanceTypeOfferings",
+            for offer in ec2.all_pages("describe_instance_type_offerings", "InstanceTypeOfferings",
                                 LocationType="availability-zone",
                                 Filters=[{"Name": "instance-type", "Values": chunk}]):
                 offered.setdefault(offer["InstanceType"], []).append(offer["Location"])
-            for described in _pages(ec2, "describe_instance_types", "InstanceTypes",
+            for described in ec2.all_pages("describe_instance_types", "InstanceTypes",
                                     Filters=[{"Name": "instance-type", "Values": chunk}]):
                 facts[described["InstanceType"]] = described
         out = []
@@ -237,7 +229,7 @@ class OptionsReader:
                          if r.region == region and r.hyperpod_name}
         out = []
         try:
-            for name in _pages(self.aws.client("eks", region), "list_clusters", "clusters"):
+            for name in self.aws.client("eks", region).all_pages("list_clusters", "clusters"):
                 out.append(ExistingCluster(name=name, kind="eks", ownership=registered.get(name, "foreign")))
         except ServiceError as exc:
             notes.append(f"EKS clusters: {exc.message}")

@@ -32,9 +32,9 @@ def _int(value: Any) -> int:
 
 
 def node_view(node: dict[str, Any], pods: int) -> NodeView:
-    labels = node["metadata"].get("labels") or {}
+    labels = _labels(node)
     status = node.get("status") or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    ready = _ready(node)
     capacity = status.get("capacity") or {}
     return NodeView(name=node["metadata"]["name"], instance_group=labels.get(GROUP_LABEL),
                     instance_type=labels.get("node.kubernetes.io/instance-type"), health=labels.get(HEALTH_LABEL),
@@ -128,11 +128,12 @@ def _labels(node: dict[str, Any]) -> dict[str, str]:
 
 def _health(node: dict[str, Any]) -> str:
     """The node's health label, else Ready/NotReady from its condition (nodes outside HyperPod)."""
-    health = _labels(node).get(HEALTH_LABEL)
-    if health:
-        return health
+    return _labels(node).get(HEALTH_LABEL) or ("Ready" if _ready(node) else "NotReady")
+
+
+def _ready(node: dict[str, Any]) -> bool:
     conditions = (node.get("status") or {}).get("conditions") or []
-    return "Ready" if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions) else "NotReady"
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def _matches(node: dict[str, Any], page: ClusterDetailQuery) -> bool:
