@@ -28,7 +28,7 @@ echo "== installing the project into $VENV"
 "$VENV/bin/pip" install -q --disable-pip-version-check -e '.[dev]'
 
 # the incumbent's side of the cluster-read bench shells out to the aws CLI: its own venv, never the project's
-if ! command -v aws >/dev/null 2>&1; then
+if ! aws --version >/dev/null 2>&1; then  # (a pyenv shim may exist without an aws behind it)
   AWS_VENV=${AWS_VENV:-.venv-aws}
   if [ ! -x "$AWS_VENV/bin/aws" ]; then
     echo "== installing the aws CLI into $AWS_VENV (bench only)"
