@@ -83,6 +83,10 @@ class Settings(BaseSettings):
     retry_backoff_base: float = Field(1.0, gt=0, le=600,
                                       description="seconds before the first retry of a transient stage failure "
                                                   "(doubles per failure in a row, jittered)")
+    shared_bucket: str | None = Field(
+        None, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
+        description="the installation's shared S3 bucket (lifecycle scripts, every cluster's shared storage); "
+                    "unset: instantstart-shared-<account>-<region>, ensured at first use")
     retry_backoff_max: float = Field(60.0, gt=0, le=3600,
                                      description="the transient-failure backoff never grows past this (seconds)")
 

@@ -79,6 +79,13 @@ class ClusterRegistry:
         self.kube.register_eks(record.name, record.eks_name, record.region)
         return self.get(record.name)
 
+    def set_hyperpod(self, name: str, hyperpod_name: str, hyperpod_arn: str) -> ClusterRecord:
+        """Record the HyperPod cluster a created cluster runs (its ARN exists only once HyperPod made it)."""
+        with self.db.tx() as conn:
+            conn.execute("UPDATE clusters SET hyperpod_name = ?, hyperpod_arn = ? WHERE name = ?",
+                         (hyperpod_name, hyperpod_arn, name))
+        return self.get(name)
+
     def remove_if_idle(self, name: str, active_statuses: Sequence[str]) -> None:
         """Forget ``name`` unless an operation on it (or on anything in it) is active: checked and deleted in
         one write transaction, so no operation can be submitted between the two."""
