@@ -1,4 +1,5 @@
-"""Service Quotas for SageMaker HyperPod cluster usage, which moto does not have (only ``vpc`` quotas).
+"""Service Quotas for SageMaker HyperPod cluster usage, which moto does not have, and the two network quotas a
+cluster create reads (VPCs per Region, EC2-VPC Elastic IPs: AWS's real codes and defaults).
 
 The product checks "<type> for cluster usage" before it creates a cluster, and the HyperPod simulator asks
 :meth:`QuotasSimulator.limit` when a create or scale would exceed it (``ResourceLimitExceeded``), so the
@@ -6,6 +7,9 @@ sandbox shows the real first-run experience: large GPU types start at 0 and need
 types allow a few instances. A ``quota_exhausted`` fault (target ``instance_type``) makes a type's quota 0;
 :meth:`QuotasSimulator.set_limit` plays an approved increase. Quota codes are stable, AWS-shaped
 (``L-`` + 8 hex digits) but not AWS's real codes.
+
+The network quotas are served under their own service codes (``vpc`` ``L-F678F1CE``, ``ec2`` ``L-0263D0A3``,
+both 5 by default as in a new account), with the same increase rules.
 
 Every quota here is adjustable (``Adjustable: true``, as AWS lists the HyperPod cluster-usage quotas), so
 ``RequestServiceQuotaIncrease`` works as in AWS, except that the sandbox approves a request at once: its
@@ -38,6 +42,11 @@ ACCOUNT_WIDE = {
     "Maximum number of instances allowed per SageMaker HyperPod cluster": 100,
     "Total number of instances allowed across SageMaker HyperPod clusters": 100,
 }
+#: service code -> (service name, {quota code: (quota name, default)}): AWS's real codes for these
+NETWORK_QUOTAS: dict[str, tuple[str, dict[str, tuple[str, float]]]] = {
+    "vpc": ("Amazon Virtual Private Cloud (Amazon VPC)", {"L-F678F1CE": ("VPCs per Region", 5.0)}),
+    "ec2": ("Amazon Elastic Compute Cloud (Amazon EC2)", {"L-0263D0A3": ("EC2-VPC Elastic IPs", 5.0)}),
+}
 
 
 def cluster_instance_types() -> list[str]:
@@ -65,7 +74,7 @@ def quota_code(name: str) -> str:
 
 
 class QuotasSimulator:
-    """``service-quotas`` for ServiceCode ``sagemaker``; other service codes are unknown here."""
+    """``service-quotas`` for ServiceCodes ``sagemaker``, ``vpc`` and ``ec2``; other codes are unknown here."""
 
     service = "service-quotas"
     operations = frozenset({"GetServiceQuota", "GetAWSDefaultServiceQuota", "ListServiceQuotas",
@@ -86,6 +95,11 @@ class QuotasSimulator:
             self._type_of[quota_code(name)] = instance_type
         for name, value in ACCOUNT_WIDE.items():
             self._defaults[quota_code(name)] = (name, float(value))
+        self._service_of: dict[str, str] = dict.fromkeys(self._defaults, SERVICE_CODE)  # code -> service code
+        for service, (_, quotas) in NETWORK_QUOTAS.items():
+            for code, default in quotas.items():
+                self._defaults[code] = default
+                self._service_of[code] = service
 
     # --- the Python API simulators use ---------------------------------------------------------------
 
@@ -117,19 +131,23 @@ class QuotasSimulator:
     def handle(self, call: Call) -> dict[str, Any]:
         params = call.params
         if call.operation == "ListServices":
-            return {"Services": [{"ServiceCode": SERVICE_CODE, "ServiceName": SERVICE_NAME}]}
+            return {"Services": [{"ServiceCode": code, "ServiceName": self._service_name(code)}
+                                 for code in sorted({SERVICE_CODE, *NETWORK_QUOTAS})]}
         if call.operation == "GetRequestedServiceQuotaChange":
             return {"RequestedQuota": self._request(params["RequestId"])}
-        self._check_service(params["ServiceCode"])
+        service = params["ServiceCode"]
+        self._check_service(service)
         if call.operation == "RequestServiceQuotaIncrease":
+            self._known(params["QuotaCode"], service)
             return {"RequestedQuota": self._increase(params["QuotaCode"], float(params["DesiredValue"]),
                                                      call.account)}
         applied = call.operation in ("GetServiceQuota", "ListServiceQuotas")
         if call.operation in ("GetServiceQuota", "GetAWSDefaultServiceQuota"):
             code = params["QuotaCode"]
-            self._known(code)
+            self._known(code, service)
             return {"Quota": self._quota(code, applied)}
-        codes = sorted(self._defaults, key=lambda c: self._defaults[c][0])
+        codes = sorted((c for c in self._defaults if self._service_of[c] == service),
+                       key=lambda c: self._defaults[c][0])
         if params.get("QuotaCode"):
             codes = [c for c in codes if c == params["QuotaCode"]]
         start = int(params.get("NextToken") or 0)
@@ -140,8 +158,8 @@ class QuotasSimulator:
             result["NextToken"] = str(start + size)
         return result
 
-    def _known(self, code: str) -> None:
-        if code not in self._defaults:
+    def _known(self, code: str, service: str | None = None) -> None:
+        if code not in self._defaults or (service is not None and self._service_of[code] != service):
             raise AwsError("NoSuchResourceException", f"The request failed because the specified quota {code} "
                                                       "does not exist.")
 
@@ -159,8 +177,8 @@ class QuotasSimulator:
         quota = self._quota(code, applied=False)
         now = time.time()
         request = {
-            "Id": uuid.uuid4().hex, "ServiceCode": SERVICE_CODE,
-            "ServiceName": SERVICE_NAME, "QuotaCode": code, "QuotaName": quota["QuotaName"],
+            "Id": uuid.uuid4().hex, "ServiceCode": quota["ServiceCode"],
+            "ServiceName": quota["ServiceName"], "QuotaCode": code, "QuotaName": quota["QuotaName"],
             "DesiredValue": desired, "Status": "APPROVED", "Created": now, "LastUpdated": now,
             "Requester": f"arn:aws:iam::{account}:root", "QuotaArn": quota["QuotaArn"], "GlobalQuota": False,
             "Unit": "None", "QuotaRequestedAtLevel": "ACCOUNT",
@@ -180,8 +198,12 @@ class QuotasSimulator:
         return any(f.kind == "quota_exhausted" and f.target.get("instance_type", instance_type) == instance_type
                    for f in self.faults.list())
 
+    @staticmethod
+    def _service_name(code: str) -> str:
+        return NETWORK_QUOTAS[code][0] if code in NETWORK_QUOTAS else SERVICE_NAME
+
     def _check_service(self, code: str) -> None:
-        if code != SERVICE_CODE:
+        if code != SERVICE_CODE and code not in NETWORK_QUOTAS:
             raise AwsError("NoSuchResourceException", "This service is not available in the current Region. "
                                                       "Choose a different Region or a different service.")
 
@@ -193,9 +215,10 @@ class QuotasSimulator:
             value = self._overrides.get(code, default)
             if instance_type is not None and self._exhausted(instance_type):
                 value = 0.0
+        service = self._service_of[code]
         return {
-            "ServiceCode": SERVICE_CODE, "ServiceName": SERVICE_NAME, "QuotaCode": code, "QuotaName": name,
-            "QuotaArn": f"arn:aws:servicequotas:{self.region}:{self.account}:{SERVICE_CODE}/{code}",
+            "ServiceCode": service, "ServiceName": self._service_name(service), "QuotaCode": code, "QuotaName": name,
+            "QuotaArn": f"arn:aws:servicequotas:{self.region}:{self.account}:{service}/{code}",
             "Value": value, "Unit": "None", "Adjustable": True, "GlobalQuota": False,
             "QuotaAppliedAtLevel": "ACCOUNT",
             "Description": f"The maximum number of {name[:-len(' for cluster usage')]} instances allowed for "

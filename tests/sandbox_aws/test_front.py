@@ -89,7 +89,7 @@ def test_botocore_retries_absorb_a_short_throttle(world: AwsWorld) -> None:
                           aws_access_key_id="testing", aws_secret_access_key="testing")
     response = client.list_services()
     assert response["ResponseMetadata"]["RetryAttempts"] == 1
-    assert response["Services"] == [{"ServiceCode": "sagemaker", "ServiceName": "Amazon SageMaker"}]
+    assert {"ServiceCode": "sagemaker", "ServiceName": "Amazon SageMaker"} in response["Services"]
 
 
 def test_front_mounts_under_a_prefix_in_another_application(world: AwsWorld) -> None:

@@ -1,0 +1,302 @@
+"""The ``network`` stage of ``cluster.delete``: everything carrying the cluster's two tags goes, in the order
+AWS allows, and nothing else does (a VPC the user gave stays; only our security group and subnet in it go).
+
+Each step observes what is left, so a crash or a retry resumes where it was. Deletes AWS finishes later
+(NAT gateways, VPC endpoints) and dependencies that clear by themselves (network interfaces of a deleted
+HyperPod cluster or load balancer still detaching) are waits with their reason, never failures. The only
+untagged things touched are load balancers' and the VPC CNI's network interfaces left ``available`` in our
+subnets (they would keep the subnet from being deleted), and the CIDR block a compute subnet's tag says we
+added to a user's VPC.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.clusters.create_base import ClusterDeletePlan, DeleteStage, ec2_cluster_filters, owned
+from services.clusters.network import CIDR_TAG
+from services.errors import NotFound, ServiceError
+from services.stages import Done, Observed, StageContext, Wait
+
+#: descriptions of network interfaces left behind by load balancers and the VPC CNI (safe to delete)
+LEFTOVER_ENI_PREFIXES = ("ELB ", "aws-K8S")
+DELETE_WAIT = 10.0
+NAT_DELETE_WAIT = 15.0  # AWS deletes a NAT gateway in about a minute
+
+
+def _dependency(exc: ServiceError) -> bool:
+    """Whether AWS refused a delete because something still depends on the resource (it may clear)."""
+    details = exc.details if isinstance(exc.details, dict) else {}
+    return details.get("aws_code") in ("DependencyViolation", "InvalidIPAddress.InUse")
+
+
+class _Teardown:
+    """One pass of the teardown: answers a Wait while something is still going, None once nothing is left."""
+
+    def __init__(self, ec2: Any, cluster: str, data: dict[str, Any]) -> None:
+        self.ec2 = ec2
+        self.cluster = cluster
+        self.data = data
+        self.filters = ec2_cluster_filters(cluster)
+
+    def ours(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [i for i in items if owned(i.get("Tags"), self.cluster)]
+
+    def vpcs(self) -> list[str]:
+        return [v["VpcId"] for v in self.ours(self.ec2.describe_vpcs(Filters=self.filters)["Vpcs"])]
+
+    def subnets(self) -> list[dict[str, Any]]:
+        return self.ours(self.ec2.all_pages("describe_subnets", "Subnets", Filters=self.filters))
+
+    def record_cidrs(self, subnets: list[dict[str, Any]]) -> None:
+        """Remember (in the stage's data, saved before any subnet goes) the CIDR blocks we added."""
+        cidrs: dict[str, str] = self.data.setdefault("cidrs", {})
+        for subnet in subnets:
+            tag = next((t["Value"] for t in subnet.get("Tags", []) if t["Key"] == CIDR_TAG), None)
+            if tag:
+                cidrs[tag] = subnet["VpcId"]
+
+    def leftovers(self) -> list[str]:
+        """What of ours is still there (read only)."""
+        left = [f"VPC {v}" for v in self.vpcs()]
+        left += [f"subnet {s['SubnetId']}" for s in self.subnets()]
+        left += [f"internet gateway {g['InternetGatewayId']}" for g in self.ours(
+            self.ec2.describe_internet_gateways(Filters=self.filters)["InternetGateways"])]
+        left += [f"NAT gateway {n['NatGatewayId']}" for n in self.nat_gateways() if n["State"] != "failed"]
+        left += [f"Elastic IP {a['AllocationId']}" for a in self.addresses()]
+        left += [f"VPC endpoint {e['VpcEndpointId']}" for e in self.endpoints()]
+        left += [f"route table {t['RouteTableId']}" for t in self.route_tables()]
+        left += [f"security group {g['GroupId']}" for g in self.security_groups()]
+        left += [f"CIDR block association {a}" for a in self.data.get("cidrs", {})]
+        return left
+
+    def dead_nat_interfaces(self) -> set[str]:
+        """The network interfaces of our deleted NAT gateways (AWS removes them with the gateway; moto
+        keeps them ``available``)."""
+        return {str(a["NetworkInterfaceId"]) for n in self.ours(self.ec2.describe_nat_gateways(
+            Filter=self.filters)["NatGateways"]) if n["State"] == "deleted"
+            for a in n.get("NatGatewayAddresses", []) if a.get("NetworkInterfaceId")}
+
+    def nat_gateways(self) -> list[dict[str, Any]]:
+        return [n for n in self.ours(self.ec2.describe_nat_gateways(Filter=self.filters)["NatGateways"])
+                if n["State"] != "deleted"]
+
+    def addresses(self) -> list[dict[str, Any]]:
+        return self.ours(self.ec2.describe_addresses(Filters=self.filters)["Addresses"])
+
+    def endpoints(self) -> list[dict[str, Any]]:
+        return [e for e in self.ours(self.ec2.describe_vpc_endpoints(Filters=self.filters)["VpcEndpoints"])
+                if str(e.get("State", "")).lower() != "deleted"]
+
+    def route_tables(self) -> list[dict[str, Any]]:
+        return [t for t in self.ours(self.ec2.describe_route_tables(Filters=self.filters)["RouteTables"])
+                if not any(a.get("Main") for a in t.get("Associations", []))]
+
+    def security_groups(self) -> list[dict[str, Any]]:
+        return self.ours(self.ec2.describe_security_groups(Filters=self.filters)["SecurityGroups"])
+
+    # ----- the pass ----------------------------------------------------------------------------------
+
+    def run(self) -> Wait | None:
+        subnets = self.subnets()
+        self.record_cidrs(subnets)
+        subnet_ids = [s["SubnetId"] for s in subnets]
+        for step in (self.delete_endpoints, self.delete_nat_gateways, self.release_addresses,
+                     self.delete_internet_gateways):
+            waiting = step()
+            if waiting is not None:
+                return waiting
+        blocking = self.interfaces(subnet_ids)
+        self.disassociate(subnet_ids)
+        if blocking:
+            return Wait(DELETE_WAIT, f"{len(blocking)} network interface(s) still in subnets of cluster "
+                                     f"{self.cluster}: {', '.join(blocking[:5])}; the subnets go once they do")
+        for subnet_id in subnet_ids:
+            waiting = self.delete(f"subnet {subnet_id}", self.ec2.delete_subnet, SubnetId=subnet_id)
+            if waiting is not None:
+                return waiting
+        for table in self.route_tables():
+            waiting = self.delete(f"route table {table['RouteTableId']}", self.ec2.delete_route_table,
+                                  RouteTableId=table["RouteTableId"])
+            if waiting is not None:
+                return waiting
+        waiting = self.delete_security_groups()
+        if waiting is not None:
+            return waiting
+        waiting = self.remove_cidrs()
+        if waiting is not None:
+            return waiting
+        for vpc_id in self.vpcs():
+            waiting = self.delete(f"VPC {vpc_id}", self.ec2.delete_vpc, VpcId=vpc_id)
+            if waiting is not None:
+                return waiting
+        return None
+
+    def delete(self, what: str, call: Any, **params: Any) -> Wait | None:
+        """One delete; a dependency AWS still sees is a wait that names it, not a failure."""
+        try:
+            call(**params)
+        except ServiceError as exc:
+            if not _dependency(exc):
+                raise
+            return Wait(DELETE_WAIT, f"{what} still has dependencies: {exc.message}")
+        return None
+
+    def interfaces(self, subnet_ids: list[str]) -> list[str]:
+        """Delete load balancers' and the VPC CNI's leftover interfaces in our subnets; answer the others."""
+        if not subnet_ids:
+            return []
+        blocking: list[str] = []
+        dead = self.dead_nat_interfaces()
+        for eni in self.ec2.all_pages("describe_network_interfaces", "NetworkInterfaces",
+                                      Filters=[{"Name": "subnet-id", "Values": subnet_ids}]):
+            description = str(eni.get("Description", ""))
+            if eni.get("Status") == "available" and (description.startswith(LEFTOVER_ENI_PREFIXES)
+                                                     or eni["NetworkInterfaceId"] in dead):
+                self.ec2.delete_network_interface(NetworkInterfaceId=eni["NetworkInterfaceId"])
+            else:
+                blocking.append(f"{eni['NetworkInterfaceId']} ({eni.get('Status')}: {description or 'no description'})")
+        return blocking
+
+    def delete_endpoints(self) -> Wait | None:
+        endpoints = self.endpoints()
+        going = [e["VpcEndpointId"] for e in endpoints if str(e.get("State", "")).lower() != "deleting"]
+        if going:
+            self.ec2.delete_vpc_endpoints(VpcEndpointIds=going)
+        if any(str(e.get("State", "")).lower() == "deleting" for e in self.endpoints()):
+            return Wait(DELETE_WAIT, "VPC endpoint(s) deleting")
+        return None
+
+    def delete_nat_gateways(self) -> Wait | None:
+        for nat in self.nat_gateways():
+            if nat["State"] in ("pending", "available"):
+                self.ec2.delete_nat_gateway(NatGatewayId=nat["NatGatewayId"])
+        going = [n["NatGatewayId"] for n in self.nat_gateways() if n["State"] not in ("deleted", "failed")]
+        if going:
+            return Wait(NAT_DELETE_WAIT, f"NAT gateway {', '.join(going)} deleting (about a minute in AWS); its "
+                                         "Elastic IP is released after")
+        return None
+
+    def release_addresses(self) -> Wait | None:
+        """Our Elastic IPs, once free. One still shown on a deleted NAT gateway of ours is free too (AWS
+        frees it with the gateway; the sandbox's moto keeps the association, which release then drops)."""
+        gone = self.dead_nat_interfaces()
+        for address in self.addresses():
+            if address.get("AssociationId") and address.get("NetworkInterfaceId") not in gone:
+                return Wait(DELETE_WAIT, f"Elastic IP {address.get('PublicIp')} is still associated "
+                                         f"({address['AssociationId']})")
+            waiting = self.delete(f"Elastic IP {address.get('PublicIp')}", self.ec2.release_address,
+                                  AllocationId=address["AllocationId"])
+            if waiting is not None:
+                return waiting
+        return None
+
+    def delete_internet_gateways(self) -> Wait | None:
+        for gateway in self.ours(self.ec2.describe_internet_gateways(Filters=self.filters)["InternetGateways"]):
+            igw = gateway["InternetGatewayId"]
+            for attachment in gateway.get("Attachments", []):
+                waiting = self.delete(f"internet gateway {igw}", self.ec2.detach_internet_gateway,
+                                      InternetGatewayId=igw, VpcId=attachment["VpcId"])
+                if waiting is not None:
+                    return waiting
+            waiting = self.delete(f"internet gateway {igw}", self.ec2.delete_internet_gateway, InternetGatewayId=igw)
+            if waiting is not None:
+                return waiting
+        return None
+
+    def disassociate(self, subnet_ids: list[str]) -> None:
+        """Our route tables' associations, and our subnets' associations with anyone's route table."""
+        tables = self.route_tables()
+        ours = {t["RouteTableId"] for t in tables}
+        if subnet_ids:
+            tables += self.ec2.describe_route_tables(Filters=[{"Name": "association.subnet-id",
+                                                               "Values": subnet_ids}])["RouteTables"]
+        done: set[str] = set()
+        for table in tables:
+            for association in table.get("Associations", []):
+                if association.get("Main") or association["RouteTableAssociationId"] in done:
+                    continue
+                if table["RouteTableId"] in ours or association.get("SubnetId") in subnet_ids:
+                    self.ec2.disassociate_route_table(AssociationId=association["RouteTableAssociationId"])
+                    done.add(association["RouteTableAssociationId"])
+
+    def delete_security_groups(self) -> Wait | None:
+        groups = self.security_groups()
+        if not groups:
+            return None
+        ids = [g["GroupId"] for g in groups]
+        using = self.ec2.all_pages("describe_network_interfaces", "NetworkInterfaces",
+                                   Filters=[{"Name": "group-id", "Values": ids}])
+        if using:
+            return Wait(DELETE_WAIT, f"security group(s) {', '.join(ids)} still used by "
+                                     + ", ".join(e["NetworkInterfaceId"] for e in using[:5]))
+        for group in groups:  # rules naming a group (EFA's self-reference) go first
+            ingress = [r for r in group.get("IpPermissions", []) if r.get("UserIdGroupPairs")]
+            egress = [r for r in group.get("IpPermissionsEgress", []) if r.get("UserIdGroupPairs")]
+            if ingress:
+                self.ec2.revoke_security_group_ingress(GroupId=group["GroupId"], IpPermissions=_pairs_only(ingress))
+            if egress:
+                self.ec2.revoke_security_group_egress(GroupId=group["GroupId"], IpPermissions=_pairs_only(egress))
+        for group_id in ids:
+            waiting = self.delete(f"security group {group_id}", self.ec2.delete_security_group, GroupId=group_id)
+            if waiting is not None:
+                return waiting
+        return None
+
+    def remove_cidrs(self) -> Wait | None:
+        """Disassociate the CIDR blocks we added to VPCs that are not ours (ours go with the VPC)."""
+        cidrs: dict[str, str] = self.data.get("cidrs", {})
+        own = set(self.vpcs())
+        for association_id, vpc_id in sorted(cidrs.items()):
+            if vpc_id in own:
+                del cidrs[association_id]
+                continue
+            try:
+                found = self.ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"]
+            except NotFound:  # the VPC is gone, and its blocks with it
+                found = []
+            blocks = [a for v in found for a in v.get("CidrBlockAssociationSet", [])
+                      if a["AssociationId"] == association_id]
+            state = blocks[0]["CidrBlockState"]["State"] if blocks else "disassociated"
+            if state in ("associated", "associating"):
+                waiting = self.delete(f"CIDR block {blocks[0]['CidrBlock']} of VPC {vpc_id}",
+                                      self.ec2.disassociate_vpc_cidr_block, AssociationId=association_id)
+                if waiting is not None:
+                    return waiting
+                state = "disassociating"
+            if state == "disassociating":
+                return Wait(DELETE_WAIT, f"CIDR block {association_id} of VPC {vpc_id} disassociating")
+            del cidrs[association_id]
+        return None
+
+
+def _pairs_only(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The group-referencing part of each rule, as Revoke* takes it."""
+    return [{"IpProtocol": r["IpProtocol"],
+             **({"FromPort": r["FromPort"], "ToPort": r["ToPort"]} if "FromPort" in r else {}),
+             "UserIdGroupPairs": [{"GroupId": p["GroupId"]} for p in r["UserIdGroupPairs"]]} for r in rules]
+
+
+class NetworkTeardown(DeleteStage):
+    """``network`` of ``cluster.delete``: observe what of ours is left; act records the CIDR blocks we added
+    (saved before any subnet goes); each poll deletes what it can and waits for what AWS is still doing."""
+
+    name = "network"
+    expected_seconds = 120.0
+
+    def _pass(self, ctx: StageContext[ClusterDeletePlan]) -> _Teardown:
+        return _Teardown(self.deps.aws.client("ec2", ctx.request.region), ctx.request.name, ctx.data)
+
+    def observe(self, ctx: StageContext[ClusterDeletePlan]) -> Observed:
+        return Observed.ABSENT if self._pass(ctx).leftovers() else Observed.DONE
+
+    def act(self, ctx: StageContext[ClusterDeletePlan]) -> None:
+        teardown = self._pass(ctx)
+        teardown.record_cidrs(teardown.subnets())
+
+    def poll(self, ctx: StageContext[ClusterDeletePlan]) -> Done | Wait:
+        waiting = self._pass(ctx).run()
+        return Done() if waiting is None else waiting
+
+    def result(self, ctx: StageContext[ClusterDeletePlan]) -> dict[str, Any]:
+        return {}
