@@ -19,6 +19,9 @@ from services.clusters.iam_stage import INLINE_POLICY, IamStage, IamTeardown
 from services.clusters.models import Ownership
 from tests.create_support import Given, SandboxProduct, make_plan, run_stages, sandbox_product
 from tests.ledger import CallLedger
+from tests.support import wait_until
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +36,7 @@ def ledger(product: SandboxProduct) -> CallLedger:
     return CallLedger(product.live)
 
 
-def network(product: SandboxProduct, name: str) -> Given:
+def network(product: SandboxProduct, name: str) -> NetworkResult:
     """What the network stage would hand on: a VPC, private subnets in two zones and a security group, made
     here with boto3 as a user would."""
     ec2 = product.client("ec2")
@@ -41,8 +44,8 @@ def network(product: SandboxProduct, name: str) -> Given:
     subnets = [ec2.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone=zone)["Subnet"]["SubnetId"]
                for cidr, zone in (("10.192.0.0/20", "us-west-2a"), ("10.192.16.0/20", "us-west-2b"))]
     group = ec2.create_security_group(GroupName=f"{name}-efa", Description="efa", VpcId=vpc)["GroupId"]
-    return Given("network", NetworkResult(vpc_id=vpc, public_subnets=[], private_subnets=subnets,
-                                          compute_subnet=subnets[0], security_group=group).model_dump())
+    return NetworkResult(vpc_id=vpc, public_subnets=[], private_subnets=subnets, compute_subnet=subnets[0],
+                         security_group=group)
 
 
 def admin_role(product: SandboxProduct, name: str) -> str:
@@ -55,7 +58,8 @@ def admin_role(product: SandboxProduct, name: str) -> str:
 def create(product: SandboxProduct, name: str, **overrides: Any) -> tuple[Any, Any]:
     plan = make_plan(name, **overrides)
     deps = product.deps()
-    view = run_stages(product.services, [network(product, name), IamStage(deps), EksStage(deps)], plan)
+    given = Given("network", network(product, name).model_dump())
+    view = run_stages(product.services, [given, IamStage(deps), EksStage(deps)], plan)
     return plan, view
 
 
@@ -188,6 +192,29 @@ def test_a_rerun_observes_and_writes_nothing(product: SandboxProduct, ledger: Ca
     assert len(ledger.succeeded("iam", "CreateRole", since=alpha["mark"])) == 2
 
 
+def test_a_rerun_makes_only_what_is_missing(product: SandboxProduct, ledger: CallLedger,
+                                            alpha: dict[str, Any]) -> None:
+    """What a crash between two calls leaves (an inline policy not yet put, an access entry without its policy)
+    is observed and made, and nothing else is written."""
+    plan, first = alpha["plan"], alpha["view"]
+    product.client("iam").delete_role_policy(RoleName=plan.names.execution_role, PolicyName=INLINE_POLICY)
+    product.client("eks").disassociate_access_policy(clusterName="alpha", principalArn=alpha["admin"],
+                                                     policyArn=ADMIN_POLICY)
+    mark = ledger.mark()
+    deps = product.deps()
+    again = run_stages(product.services, [Given("network", first.stages[0].result or {}), IamStage(deps),
+                                          EksStage(deps)], plan)
+    assert again.status == "succeeded", failure(again)
+    assert sorted(f"{w['service']}:{w['operation']}" for w in ledger.writes(since=mark)) == [
+        "eks:AssociateAccessPolicy", "iam:PutRolePolicy"]
+    document = product.client("iam").get_role_policy(RoleName=plan.names.execution_role,
+                                                      PolicyName=INLINE_POLICY)["PolicyDocument"]
+    assert any(s["Sid"] == "SharedBucketObjects" for s in document["Statement"])
+    associated = product.client("eks").list_associated_access_policies(clusterName="alpha",
+                                                                       principalArn=alpha["admin"])
+    assert [p["policyArn"] for p in associated["associatedAccessPolicies"]] == [ADMIN_POLICY]
+
+
 def test_a_role_with_our_name_but_not_our_tags_is_refused(product: SandboxProduct, ledger: CallLedger) -> None:
     iam = product.client("iam")
     trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
@@ -251,3 +278,53 @@ def test_teardown_removes_eks_provider_and_roles_and_keeps_the_bucket(product: S
     again = run_stages(product.services, [EksTeardown(deps), IamTeardown(deps)], delete)
     assert again.status == "succeeded", failure(again)
     ledger.assert_no_writes(since=mark)
+
+
+def test_an_eks_cluster_of_that_name_that_is_not_ours_is_neither_adopted_nor_deleted(
+        product: SandboxProduct, ledger: CallLedger, alpha: dict[str, Any]) -> None:
+    made = network(product, "zeta")
+    given = Given("network", made.model_dump())
+    subnets = made.private_subnets
+    role = product.client("iam").get_role(RoleName=alpha["plan"].names.eks_role)["Role"]["Arn"]
+    eks = product.client("eks")
+    eks.create_cluster(name="zeta", roleArn=role, resourcesVpcConfig={"subnetIds": subnets},
+                       tags={"owner": "someone-else"})
+    deps = product.deps()
+    iam_given = Given("iam", alpha["view"].stages[1].result or {})
+    mark = ledger.mark()
+    view = run_stages(product.services, [given, iam_given, EksStage(deps)], make_plan("zeta"))
+    assert view.status == "failed" and view.error is not None and view.error["code"] == "permanent"
+    assert "EKS cluster named zeta" in view.error["message"]
+    delete = ClusterDeletePlan(name="zeta", region="us-west-2", account="123456789012", eks_cluster="zeta",
+                               bucket=alpha["plan"].bucket, requested_by="tester")
+    refused = run_stages(product.services, [EksTeardown(deps)], delete)
+    assert refused.status == "failed" and refused.error is not None and "zeta" in refused.error["message"]
+    ledger.assert_no_writes(since=mark)
+    assert eks.describe_cluster(name="zeta")["cluster"]["tags"] == {"owner": "someone-else"}
+
+
+def test_teardown_finds_the_provider_by_its_tags_when_the_cluster_went_first(product: SandboxProduct,
+                                                                              ledger: CallLedger) -> None:
+    plan, view = create(product, "epsilon")
+    assert view.status == "succeeded", failure(view)
+    provider_arn = view.stages[2].result["oidc_provider_arn"]
+    eks = product.client("eks")
+    eks.delete_cluster(name="epsilon")  # deleted outside this control plane, before its teardown
+
+    def gone() -> bool:
+        try:
+            eks.describe_cluster(name="epsilon")
+        except ClientError as exc:
+            return bool(exc.response["Error"]["Code"] == "ResourceNotFoundException")
+        return False
+
+    wait_until(gone, 60, "epsilon deleted by EKS")
+    delete = ClusterDeletePlan(name="epsilon", region="us-west-2", account="123456789012", eks_cluster="epsilon",
+                               bucket=plan.bucket, requested_by="tester")
+    mark = ledger.mark()
+    done = run_stages(product.services, [EksTeardown(product.deps())], delete)
+    assert done.status == "succeeded", failure(done)
+    assert ledger.once("iam", "DeleteOpenIDConnectProvider", since=mark)["request"][
+        "OpenIDConnectProviderArn"] == provider_arn
+    assert ledger.succeeded("eks", "DeleteCluster", since=mark) == []
+    assert product.services.clusters.registry.find("epsilon") is None

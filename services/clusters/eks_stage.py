@@ -144,9 +144,8 @@ class EksStage(CreateStage):
         issuer = cluster.get("identity", {}).get("oidc", {}).get("issuer")
         if issuer and not self._provider_exists(provider_arn(plan.account, plan.region, issuer)):
             return True
-        entries = set(self.deps.aws.client("eks", plan.region).all_pages(
-            "list_access_entries", "accessEntries", clusterName=plan.names.eks_cluster))
-        if any(p not in entries for p in self._admins(plan)):
+        admins = self._entries(plan, ADMIN_POLICY)
+        if any(p not in admins for p in self._admins(plan)):
             return True
         record = self.deps.registry.find(plan.name)
         return record is None or record.eks_arn != cluster.get("arn")
@@ -169,16 +168,22 @@ class EksStage(CreateStage):
 
     def _access_entries(self, plan: ClusterCreatePlan) -> None:
         """Cluster-admin access entries for this control plane (unless the creator's entry is it) and each of
-        the plan's admin principals; an entry that exists already is left as it is."""
+        the plan's admin principals; an entry that exists already only gets the admin policy if it lacks it."""
         eks = self.deps.aws.client("eks", plan.region)
-        existing = set(eks.all_pages("list_access_entries", "accessEntries", clusterName=plan.names.eks_cluster))
+        existing, admins = self._entries(plan), self._entries(plan, ADMIN_POLICY)
         for principal in self._admins(plan):
-            if principal in existing:
-                continue
-            eks.create_access_entry(clusterName=plan.names.eks_cluster, principalArn=principal, type="STANDARD",
-                                    tags=plan.tags)
-            eks.associate_access_policy(clusterName=plan.names.eks_cluster, principalArn=principal,
-                                        policyArn=ADMIN_POLICY, accessScope={"type": "cluster"})
+            if principal not in existing:
+                eks.create_access_entry(clusterName=plan.names.eks_cluster, principalArn=principal, type="STANDARD",
+                                        tags=plan.tags)
+            if principal not in admins:  # also an entry made before a crash that came before its policy
+                eks.associate_access_policy(clusterName=plan.names.eks_cluster, principalArn=principal,
+                                            policyArn=ADMIN_POLICY, accessScope={"type": "cluster"})
+
+    def _entries(self, plan: ClusterCreatePlan, policy: str | None = None) -> set[str]:
+        """Principals with an access entry on the cluster (with ``policy`` associated, if given)."""
+        filters = {"associatedPolicyArn": policy} if policy else {}
+        return set(self.deps.aws.client("eks", plan.region).all_pages(
+            "list_access_entries", "accessEntries", clusterName=plan.names.eks_cluster, **filters))
 
     def _register(self, plan: ClusterCreatePlan, cluster: dict[str, Any]) -> None:
         """The registry row (it also registers the cluster's Kubernetes client): written once."""
@@ -213,17 +218,24 @@ class EksTeardown(DeleteStage):
     def _provider(self, plan: ClusterDeletePlan, ctx: StageContext[ClusterDeletePlan],
                   cluster: dict[str, Any] | None) -> str | None:
         """The cluster's OIDC provider ARN if it still exists and is ours (the issuer is kept in ``ctx.data``,
-        since the cluster that names it goes first)."""
+        since the cluster that names it goes first; without one, the providers of EKS issuers are read)."""
+        iam = self.deps.aws.client("iam")
         issuer = (cluster or {}).get("identity", {}).get("oidc", {}).get("issuer") or ctx.data.get("issuer")
-        if not issuer:
-            return None
-        ctx.data["issuer"] = issuer
-        arn = provider_arn(plan.account, plan.region, issuer)
-        try:
-            found = self.deps.aws.client("iam").get_open_id_connect_provider(OpenIDConnectProviderArn=arn)
-        except NotFound:
-            return None
-        return arn if owned(found.get("Tags"), plan.name) else None
+        if issuer:
+            ctx.data["issuer"] = issuer
+            candidates = [provider_arn(plan.account, plan.region, issuer)]
+        else:  # the cluster went before we saw it (deleted outside): look for a provider tagged as its
+            prefix = f"oidc-provider/oidc.eks.{plan.region}."
+            candidates = [p["Arn"] for p in iam.list_open_id_connect_providers()["OpenIDConnectProviderList"]
+                          if prefix in p["Arn"]]
+        for arn in candidates:
+            try:
+                found = iam.get_open_id_connect_provider(OpenIDConnectProviderArn=arn)
+            except NotFound:
+                continue
+            if owned(found.get("Tags"), plan.name):
+                return str(arn)
+        return None
 
     def observe(self, ctx: StageContext[ClusterDeletePlan]) -> Observed:
         plan = ctx.request

@@ -15,7 +15,7 @@ from typing import Any
 
 from services.clusters.create_base import ClusterDeletePlan, CreateStage, DeleteStage, owned, tag_list
 from services.clusters.create_models import ClusterCreatePlan, IamResult, PlannedResource
-from services.errors import NotFound, Permanent, ServiceError
+from services.errors import Forbidden, NotFound, Permanent, ServiceError
 from services.stages import Done, Observed, StageContext, Wait
 
 EKS_TRUST = "eks.amazonaws.com"
@@ -143,7 +143,7 @@ class IamStage(CreateStage):
             self.deps.aws.client("s3", plan.region).get_bucket_location(Bucket=plan.bucket)
         except NotFound:
             return False
-        except ServiceError as exc:
+        except Forbidden as exc:
             raise Permanent(f"the shared bucket {plan.bucket} exists but this control plane cannot use it "
                             f"({exc.message}); set shared_bucket to a bucket of this account",
                             details={"bucket": plan.bucket}) from exc
