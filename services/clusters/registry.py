@@ -86,6 +86,13 @@ class ClusterRegistry:
                          (hyperpod_name, hyperpod_arn, name))
         return self.get(name)
 
+    def remove(self, name: str) -> None:
+        """Forget ``name`` unconditionally: for the delete operation itself, once its cluster is gone (it is
+        the active operation :meth:`remove_if_idle` would refuse on)."""
+        with self.db.tx() as conn:
+            conn.execute("DELETE FROM clusters WHERE name = ?", (name,))
+        self.kube.forget(name)
+
     def remove_if_idle(self, name: str, active_statuses: Sequence[str]) -> None:
         """Forget ``name`` unless an operation on it (or on anything in it) is active: checked and deleted in
         one write transaction, so no operation can be submitted between the two."""
