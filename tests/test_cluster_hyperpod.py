@@ -20,12 +20,20 @@ from services.clusters.create_base import ClusterDeletePlan
 from services.clusters.create_models import (
     ClusterCreatePlan,
     EksResult,
+    FsxChoice,
     IamResult,
     NetworkResult,
 )
 from services.clusters.hyperpod_stage import HyperpodStage, HyperpodTeardown, lifecycle_scripts
 from services.clusters.models import ClusterRecord, Ownership
-from services.clusters.storage_stage import S3_CLAIM, StorageStage, StorageTeardown, s3_prefix, volume_name
+from services.clusters.storage_stage import (
+    FSX_CLAIM,
+    S3_CLAIM,
+    StorageStage,
+    StorageTeardown,
+    s3_prefix,
+    volume_name,
+)
 from services.clusters.verify_stage import VerifyStage
 from services.operations import TERMINAL, OperationView
 from services.stages import OperationKind, Stage
@@ -35,6 +43,7 @@ from tests.ledger import CallLedger
 from tests.support import wait_until
 
 SPEED = 300.0  # a HyperPod create (300 s setup + 900 s boot) takes ~4 s; the stage's deadline ~48 s
+# each test uses its own instance type or stays within the sandbox account's default quota of 4 ml.g5.8xlarge
 BUCKET = "instantstart-shared-123456789012-us-west-2"
 
 
@@ -155,7 +164,7 @@ def test_a_cluster_of_that_name_without_our_tags_is_refused(world: World) -> Non
     sagemaker.create_cluster(  # someone else's cluster, by the name the plan derived
         ClusterName="hp-foreign", Orchestrator={"Eks": {"ClusterArn": eks.eks_arn}},
         VpcConfig={"SecurityGroupIds": [world.network.security_group], "Subnets": [world.network.compute_subnet]},
-        InstanceGroups=[{"InstanceGroupName": "workers", "InstanceType": "ml.g5.8xlarge", "InstanceCount": 1,
+        InstanceGroups=[{"InstanceGroupName": "workers", "InstanceType": "ml.m5.2xlarge", "InstanceCount": 1,
                          "ExecutionRole": world.iam.execution_role_arn,
                          "LifeCycleConfig": {"SourceS3Uri": f"s3://{BUCKET}/theirs/", "OnCreate": "on_create.sh"}}])
     mark = world.ledger.mark()
@@ -184,10 +193,12 @@ def test_a_capacity_shortfall_is_reported_and_the_group_fills_once_capacity_retu
 
     def short() -> str | None:
         stage = next(s for s in engine.get(op).stages if s.name == "hyperpod")
-        return stage.message if stage.message and "sufficient capacity" in stage.message else None
+        message = stage.message or ""
+        return message if "InService" in message and "sufficient capacity" in message else None
 
-    message = wait_until(short, 60, "the hyperpod stage reporting AWS's capacity reason")
-    assert "InService; 0/1 nodes of workers Running" in message and "ml.g5.4xlarge in us-west-2a" in message
+    # continuous provisioning: AWS calls the cluster InService while the group is short; the stage waits on
+    message = wait_until(short, 60, "the hyperpod stage reporting AWS's capacity reason while InService")
+    assert "0/1 nodes of workers Running" in message and "ml.g5.4xlarge in us-west-2a" in message
     assert engine.get(op).status not in TERMINAL
     cleared = httpx2.delete(f"{live.url}/api/v1/sandbox/faults/{fault.json()['id']}", headers=live.headers(),
                             timeout=30)
@@ -196,9 +207,58 @@ def test_a_capacity_shortfall_is_reported_and_the_group_fills_once_capacity_retu
     assert next(s for s in view.stages if s.name == "hyperpod").result["groups"] == {"workers": 1}
 
 
-def test_teardown_deletes_the_cluster_and_claims_and_keeps_the_bucket(world: World) -> None:
-    plan = make_plan("hp-gone", count=1)
-    _succeeded(run_stages(world.product.services, world.given(plan) + world.create_stages(), plan))
+def test_a_failed_create_call_is_retried_without_uploading_the_scripts_again(world: World) -> None:
+    plan = make_plan("hp-retry", instance_type="ml.m5.2xlarge", count=1)
+    live = world.product.live
+    throttled = live.post("/api/v1/sandbox/faults", {"kind": "throttle", "count": 1, "target": {
+        "service": "sagemaker", "operation": "CreateCluster"}})
+    assert throttled.status_code in (200, 201), throttled.text
+    mark = world.ledger.mark()
+    view = _succeeded(run_stages(world.product.services, [*world.given(plan), HyperpodStage(world.product.deps())],
+                                 plan))
+    tries = world.ledger.calls(service="sagemaker", operation="CreateCluster", since=mark)
+    assert [c["status"] >= 400 for c in tries] == [True, False]  # throttled once, then made once
+    assert len(world.ledger.succeeded("s3", "PutObject", since=mark)) == 1  # the retry found the script there
+    assert next(s for s in view.stages if s.name == "hyperpod").retries >= 1
+
+
+def test_an_existing_file_system_in_another_vpc_is_refused_before_anything_is_applied(world: World) -> None:
+    ec2, fsx = world.product.client("ec2"), world.product.client("fsx")
+    other_vpc = ec2.create_vpc(CidrBlock="10.50.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=other_vpc, CidrBlock="10.50.0.0/20", AvailabilityZone="us-west-2a")
+    theirs = fsx.create_file_system(FileSystemType="LUSTRE", StorageCapacity=1200,
+                                    SubnetIds=[subnet["Subnet"]["SubnetId"]],
+                                    LustreConfiguration={"DeploymentType": "SCRATCH_2"})["FileSystem"]
+    plan = make_plan("hp-elsewhere", fsx=FsxChoice(mode="existing", file_system_id=theirs["FileSystemId"]))
+    given = world.given(plan)
+    mark = world.ledger.mark()
+    view = run_stages(world.product.services, [*given, Given("hyperpod", {"hyperpod_arn": "arn:aws:sagemaker:"
+                                                                          "us-west-2:123456789012:cluster/x",
+                                                                          "status": "InService"}),
+                                               StorageStage(world.product.deps())], plan)
+    assert view.status == "failed" and f"is in {other_vpc}, not in the cluster's VPC" in str(view.error)
+    world.ledger.assert_no_writes(since=mark, service="kubernetes")
+    assert world.ledger.writes(since=mark, service="fsx") == []
+
+
+def test_teardown_deletes_the_cluster_claims_and_our_file_system_and_keeps_the_bucket(world: World) -> None:
+    plan = make_plan("hp-gone", instance_type="ml.m5.2xlarge", count=1, fsx=FsxChoice(mode="new"))
+    view = _succeeded(run_stages(world.product.services, world.given(plan) + world.create_stages(), plan))
+    storage = next(s for s in view.stages if s.name == "storage").result
+    fs_id = storage["fsx_file_system_id"]
+    assert storage["claims"] == ["default/shared-s3", "default/fsx"]
+    fsx = world.product.client("fsx")
+    fs = fsx.describe_file_systems(FileSystemIds=[fs_id])["FileSystems"][0]
+    assert {"Key": "instantstart:cluster", "Value": "hp-gone"} in fs["Tags"]
+    assert fs["SubnetIds"] == [world.network.compute_subnet]
+    core = world.core(plan)
+    pv = core.read_persistent_volume(volume_name("hp-gone", FSX_CLAIM))
+    assert pv.spec.csi.driver == "fsx.csi.aws.com" and pv.spec.csi.volume_handle == fs_id
+    assert pv.spec.csi.volume_attributes == {"dnsname": fs["DNSName"],
+                                             "mountname": fs["LustreConfiguration"]["MountName"]}
+    assert core.read_namespaced_persistent_volume_claim(FSX_CLAIM, "default").status.phase == "Bound"
+    assert next(s for s in view.stages if s.name == "verify").result["claims_bound"] == 2
+
     s3 = world.product.client("s3")
     s3.put_object(Bucket=BUCKET, Key="instantstart/hp-gone/lifecycle/notes.txt", Body=b"a user's file")
     deps = world.product.deps()
@@ -208,12 +268,15 @@ def test_teardown_deletes_the_cluster_and_claims_and_keeps_the_bucket(world: Wor
     _succeeded(run_stages(world.product.services, [StorageTeardown(deps), HyperpodTeardown(deps)], teardown))
 
     world.ledger.once("sagemaker", "DeleteCluster", since=mark)
+    world.ledger.once("fsx", "DeleteFileSystem", since=mark)
+    assert fs_id not in [f["FileSystemId"] for f in fsx.describe_file_systems()["FileSystems"]]
     names = [c["ClusterName"] for c in world.product.client("sagemaker").list_clusters()["ClusterSummaries"]]
     assert "hp-gone" not in names
-    core = world.core(plan)
-    assert [c.metadata.name for c in core.list_namespaced_persistent_volume_claim("default").items
-            if c.metadata.name == S3_CLAIM] == []  # this EKS cluster's claim is gone
-    assert volume_name("hp-gone", S3_CLAIM) not in [v.metadata.name for v in core.list_persistent_volume().items]
+    assert {S3_CLAIM, FSX_CLAIM} & {c.metadata.name for c in
+                                    core.list_namespaced_persistent_volume_claim("default").items} == set()
+    assert {volume_name("hp-gone", c) for c in (S3_CLAIM, FSX_CLAIM)} & {
+        v.metadata.name for v in core.list_persistent_volume().items} == set()
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="instantstart/hp-gone/")["Contents"]]
     assert keys == ["instantstart/hp-gone/lifecycle/notes.txt"]  # our script went, the user's file and bucket stay
+    s3.head_bucket(Bucket=BUCKET)
     assert world.ledger.succeeded("s3", "DeleteBucket", since=mark) == []

@@ -153,9 +153,9 @@ class StorageStage(CreateStage):
 
     def act(self, ctx: StageContext[ClusterCreatePlan]) -> None:
         plan = ctx.request
-        self._apply(plan, *s3_volume(plan))
-        if plan.fsx is not None:
+        if plan.fsx is not None:  # first: an existing file system that will not do is refused before anything
             ctx.data["fsx_id"] = self._file_system(ctx, plan.fsx)
+        self._apply(plan, *s3_volume(plan))
 
     def poll(self, ctx: StageContext[ClusterCreatePlan]) -> Done | Wait:
         plan = ctx.request
@@ -265,21 +265,22 @@ class StorageTeardown(DeleteStage):
             name = volume_name(plan.name, claim)
             if _ours(_read_volume(core, name)):
                 _ignore_missing(core.delete_persistent_volume, name)
-        fs_id = ctx.data.get("fsx_id")
-        if fs_id:
-            fsx = self._fsx(plan)
-            fs = describe_file_system(fsx, fs_id)
-            if fs is not None and fs.get("Lifecycle") != "DELETING" and owned(fs.get("Tags"), plan.name):
-                fsx.delete_file_system(FileSystemId=fs_id, ClientRequestToken=_client_token(ctx.operation_id))
 
     def poll(self, ctx: StageContext[ClusterDeletePlan]) -> Done | Wait:
+        """Converges the file system to gone: waits out a create in flight (FSx refuses to delete it), then
+        deletes it once (a DELETING one is only waited for)."""
         fs_id = ctx.data.get("fsx_id")
         if not fs_id:
             return Done()
-        fs = describe_file_system(self._fsx(ctx.request), fs_id)
+        fsx = self._fsx(ctx.request)
+        fs = describe_file_system(fsx, fs_id)
         if fs is None:
             return Done()
-        return Wait(FSX_POLL, f"FSx file system {fs_id} is {fs.get('Lifecycle')}")
+        state = fs.get("Lifecycle")
+        if state in ("AVAILABLE", "FAILED", "MISCONFIGURED") and owned(fs.get("Tags"), ctx.request.name):
+            fsx.delete_file_system(FileSystemId=fs_id, ClientRequestToken=_client_token(ctx.operation_id))
+            state = "DELETING"
+        return Wait(FSX_POLL, f"FSx file system {fs_id} is {state}")
 
     def _core(self, plan: ClusterDeletePlan) -> k8s.CoreV1Api:
         return k8s.CoreV1Api(self.deps.kube.api_client(plan.name))
