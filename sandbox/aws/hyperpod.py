@@ -51,7 +51,7 @@ class HyperPodSimulator:
         "DescribeClusterNode", "BatchRebootClusterNodes", "BatchReplaceClusterNodes", "BatchDeleteClusterNodes",
         "BatchAddClusterNodes", "UpdateClusterSoftware", "StartClusterHealthCheck", "ListClusterEvents",
         "DescribeClusterEvent", "SearchTrainingPlanOfferings", "CreateTrainingPlan", "ListTrainingPlans",
-        "DescribeTrainingPlan",
+        "DescribeTrainingPlan", "ListTags",
     })
 
     def __init__(self, clock: SimClock, faults: FaultRegistry, kube: Emulator | None,
@@ -494,6 +494,10 @@ class HyperPodSimulator:
 
     def _op_StartClusterHealthCheck(self, p: dict[str, Any], now: float) -> dict[str, Any]:
         return node_ops.start_health_check(self._find(p["ClusterName"]), p, now, self.life)
+
+    def _op_ListTags(self, p: dict[str, Any], now: float) -> dict[str, Any]:
+        """The tags a cluster was created with (``Tags`` of CreateCluster); only cluster ARNs are simulated."""
+        return {"Tags": list(self._find(p["ResourceArn"]).config.get("Tags") or [])}
 
     def _op_ListClusterEvents(self, p: dict[str, Any], now: float) -> dict[str, Any]:
         return node_ops.list_events(self._find(p["ClusterName"]), p)

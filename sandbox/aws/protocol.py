@@ -101,6 +101,9 @@ class Route:
     path: re.Pattern[str]
     query_literals: tuple[tuple[str, str | None], ...]
     specificity: int
+    #: headers the operation's required members travel in (lower case): S3 PutObject and CopyObject share
+    #: ``PUT /{Bucket}/{Key+}`` and only CopyObject's required ``x-amz-copy-source`` tells them apart
+    required_headers: tuple[str, ...] = ()
 
 
 def _compile_route(op: OperationModel) -> Route:
@@ -120,7 +123,12 @@ def _compile_route(op: OperationModel) -> Route:
         key, eq, value = item.partition("=")
         literals.append((key, value if eq else None))
     literal_chars = len(re.sub(r"\{[^}]+\}", "", path))
-    return Route(op, op.http["method"], re.compile(regex + "/?"), tuple(literals), literal_chars * 10 + len(literals))
+    members = op.input_shape.members if op.input_shape is not None else {}
+    required = op.input_shape.required_members if op.input_shape is not None else []
+    headers = tuple(sorted(str(members[m].serialization.get("name", m)).lower() for m in required
+                           if members[m].serialization.get("location") == "header"))
+    return Route(op, op.http["method"], re.compile(regex + "/?"), tuple(literals),
+                 literal_chars * 10 + len(literals) + len(headers), headers)
 
 
 @functools.lru_cache(maxsize=64)
@@ -154,8 +162,11 @@ def find_operation(service: str, request: Request) -> OperationModel | None:
         if not action and request.body:
             action = (parse_qs(request.body.decode("utf-8", "replace")).get("Action") or [""])[0]
         return model.operation_model(action) if action in model.operation_names else None
+    sent = {key.lower() for key in request.headers}
     for route in _routes(service):
         if route.method != request.method or not route.path.fullmatch(request.path):
+            continue
+        if not all(header in sent for header in route.required_headers):
             continue
         if all(key in request.query and (value is None or value in request.query[key])
                for key, value in route.query_literals):

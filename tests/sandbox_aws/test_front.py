@@ -6,7 +6,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from sandbox.aws import AwsWorld
-from sandbox.aws.protocol import service_for_signing_name
+from sandbox.aws.protocol import Request, find_operation, service_for_signing_name
 from tests.sandbox_aws.conftest import Clients, error_code
 
 
@@ -26,6 +26,15 @@ def test_aws_managed_policies_exist(aws: Clients) -> None:
                            PolicyArn="arn:aws:iam::aws:policy/AmazonSageMakerClusterInstanceRolePolicy")
     attached = iam.list_attached_role_policies(RoleName="hp-exec")["AttachedPolicies"]
     assert [p["PolicyName"] for p in attached] == ["AmazonSageMakerClusterInstanceRolePolicy"]
+
+
+def test_rest_operations_sharing_a_path_are_told_apart_by_their_required_headers() -> None:
+    def operation(headers: dict[str, str]) -> str | None:
+        found = find_operation("s3", Request("PUT", "/bucket/a/b.sh", {}, headers, b"x"))
+        return found.name if found is not None else None
+
+    assert operation({"Content-Length": "1"}) == "PutObject"  # the call ledger names what was called
+    assert operation({"X-Amz-Copy-Source": "/bucket/other"}) == "CopyObject"
 
 
 def test_signing_names_map_to_botocore_services() -> None:

@@ -1,0 +1,282 @@
+"""The hyperpod, storage and verify stages of ``cluster.create`` and their teardowns, against the sandbox.
+
+The earlier stages' work (VPC, subnets, security group, roles, bucket, an EKS cluster registered as managed)
+is built with boto3 as a user would, and handed to the stages under test with ``Given``. Assertions are on
+what AWS and Kubernetes saw: the call ledger, the emulator's nodes and claims, the bucket's objects.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2
+import pytest
+from kubernetes import client as k8s
+
+from services.clusters.create_base import ClusterDeletePlan
+from services.clusters.create_models import (
+    ClusterCreatePlan,
+    EksResult,
+    FsxChoice,
+    IamResult,
+    NetworkResult,
+)
+from services.clusters.hyperpod_stage import HyperpodStage, HyperpodTeardown, lifecycle_scripts
+from services.clusters.models import ClusterRecord, Ownership
+from services.clusters.storage_stage import (
+    FSX_CLAIM,
+    S3_CLAIM,
+    StorageStage,
+    StorageTeardown,
+    s3_prefix,
+    volume_name,
+)
+from services.clusters.verify_stage import VerifyStage
+from services.operations import TERMINAL, OperationView
+from services.stages import OperationKind, Stage
+from tests.conftest import ADMIN
+from tests.create_support import Given, SandboxProduct, make_plan, run_stages, sandbox_product
+from tests.ledger import CallLedger
+from tests.support import wait_until
+
+SPEED = 300.0  # a HyperPod create (300 s setup + 900 s boot) takes ~4 s; the stage's deadline ~48 s
+# each test uses its own instance type or stays within the sandbox account's default quota of 4 ml.g5.8xlarge
+BUCKET = "instantstart-shared-123456789012-us-west-2"
+
+
+def _trust(service: str) -> str:
+    return json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}]})
+
+
+@dataclass
+class World:
+    product: SandboxProduct
+    network: NetworkResult
+    iam: IamResult
+    ledger: CallLedger
+
+    def eks(self, plan: ClusterCreatePlan) -> EksResult:
+        """An EKS cluster for ``plan`` (API authentication), ACTIVE and registered as managed."""
+        eks = self.product.client("eks")
+        made = eks.create_cluster(
+            name=plan.names.eks_cluster, roleArn=self.iam.eks_role_arn,
+            resourcesVpcConfig={"subnetIds": self.network.private_subnets,
+                                "securityGroupIds": [self.network.security_group]},
+            accessConfig={"authenticationMode": "API", "bootstrapClusterCreatorAdminPermissions": True},
+            tags=plan.tags)["cluster"]
+        active = wait_until(lambda: (c := eks.describe_cluster(name=plan.names.eks_cluster)["cluster"])["status"]
+                            == "ACTIVE" and c, 60, "EKS cluster ACTIVE")
+        self.product.services.clusters.registry.add(ClusterRecord(
+            name=plan.name, region=plan.region, eks_name=plan.names.eks_cluster, eks_arn=made["arn"],
+            ownership=Ownership.MANAGED, created_at="", created_by="tester"), 0.0)
+        return EksResult(eks_arn=made["arn"], endpoint=active["endpoint"], oidc_issuer=active["identity"]["oidc"]
+                         ["issuer"])
+
+    def given(self, plan: ClusterCreatePlan, eks: EksResult | None = None) -> list[Stage[Any]]:
+        """Stand-ins for the network, iam and eks stages (a new EKS cluster unless ``eks`` is given)."""
+        return [Given("network", self.network.model_dump()), Given("iam", self.iam.model_dump()),
+                Given("eks", (eks or self.eks(plan)).model_dump())]
+
+    def core(self, plan: ClusterCreatePlan) -> k8s.CoreV1Api:
+        return k8s.CoreV1Api(self.product.services.kube.api_client(plan.name))
+
+    def create_stages(self) -> list[Stage[Any]]:
+        deps = self.product.deps()
+        return [HyperpodStage(deps), StorageStage(deps), VerifyStage(deps)]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    with sandbox_product(tmp_path_factory.mktemp("hyperpod"), speed=SPEED) as product:
+        ec2, iam, s3 = product.client("ec2"), product.client("iam"), product.client("s3")
+        vpc = ec2.create_vpc(CidrBlock="10.192.0.0/16")["Vpc"]["VpcId"]
+        subnets = [ec2.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone=zone)["Subnet"]["SubnetId"]
+                   for cidr, zone in (("10.192.0.0/20", "us-west-2a"), ("10.192.16.0/20", "us-west-2b"),
+                                      ("10.192.128.0/18", "us-west-2a"))]
+        sg = ec2.create_security_group(GroupName="nodes", VpcId=vpc, Description="all traffic within")["GroupId"]
+        ec2.authorize_security_group_ingress(GroupId=sg, IpPermissions=[
+            {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": sg}]}])
+        roles = {svc: iam.create_role(RoleName=name, AssumeRolePolicyDocument=_trust(svc))["Role"]["Arn"]
+                 for svc, name in (("eks.amazonaws.com", "eks-cluster-role"),
+                                   ("sagemaker.amazonaws.com", "hyperpod-exec-role"))}
+        s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+        network = NetworkResult(vpc_id=vpc, public_subnets=subnets[:2], private_subnets=subnets[:2],
+                                compute_subnet=subnets[2], security_group=sg)
+        yield World(product, network, IamResult(eks_role_arn=roles["eks.amazonaws.com"],
+                                                execution_role_arn=roles["sagemaker.amazonaws.com"], bucket=BUCKET),
+                    CallLedger(product.live))
+
+
+def _succeeded(view: OperationView) -> OperationView:
+    assert view.status == "succeeded", [(s.name, s.status, s.message) for s in view.stages]
+    return view
+
+
+def test_create_runs_nodes_join_claims_bind_and_a_rerun_makes_nothing(world: World) -> None:
+    plan = make_plan("hp-make")
+    mark = world.ledger.mark()
+    view = _succeeded(run_stages(world.product.services, world.given(plan) + world.create_stages(), plan))
+
+    created = world.ledger.once("sagemaker", "CreateCluster", since=mark)["request"]
+    assert created["NodeProvisioningMode"] == "Continuous" and created["NodeRecovery"] == "Automatic"
+    group = created["InstanceGroups"][0]
+    assert group["InstanceGroupName"] == "workers" and group["InstanceCount"] == 2
+    assert group["ExecutionRole"] == world.iam.execution_role_arn
+    assert group["InstanceStorageConfigs"] == [{"EbsVolumeConfig": {"VolumeSizeInGB": 500}}]
+    assert group["CapacityRequirements"] == {"OnDemand": {}}
+    assert group["LifeCycleConfig"] == {"SourceS3Uri": f"s3://{BUCKET}/instantstart/hp-make/lifecycle/",
+                                        "OnCreate": "on_create.sh"}
+    assert created["VpcConfig"] == {"SecurityGroupIds": [world.network.security_group],
+                                    "Subnets": [world.network.compute_subnet]}
+    assert {"Key": "instantstart:cluster", "Value": "hp-make"} in created["Tags"]
+    body = world.product.client("s3").get_object(Bucket=BUCKET, Key="instantstart/hp-make/lifecycle/on_create.sh")
+    assert body["Body"].read() == lifecycle_scripts()["on_create.sh"]  # the shipped script, byte for byte
+
+    nodes = world.core(plan).list_node(label_selector="sagemaker.amazonaws.com/instance-group-name=workers").items
+    assert len(nodes) == 2
+    assert {n.metadata.labels["sagemaker.amazonaws.com/node-health-status"] for n in nodes} == {"Schedulable"}
+    claim = world.core(plan).read_namespaced_persistent_volume_claim(S3_CLAIM, "default")
+    assert claim.status.phase == "Bound" and claim.spec.volume_name == volume_name("hp-make", S3_CLAIM)
+    pv = world.core(plan).read_persistent_volume(volume_name("hp-make", S3_CLAIM))
+    assert pv.spec.csi.driver == "s3.csi.aws.com" and pv.spec.csi.volume_attributes == {"bucketName": BUCKET}
+    assert f"prefix {s3_prefix('hp-make')}" in pv.spec.mount_options
+    arn = view.stages[3].result["hyperpod_arn"]
+    assert view.stages[3].result["groups"] == {"workers": 2}
+    assert view.stages[5].result == {"nodes_ready": 2, "components_healthy": 0, "claims_bound": 1}
+    assert world.product.services.clusters.registry.get("hp-make").hyperpod_arn == arn
+
+    again = world.ledger.mark()
+    eks = EksResult.model_validate(view.stages[2].result)
+    _succeeded(run_stages(world.product.services, world.given(plan, eks) + world.create_stages(), plan))
+    assert world.ledger.succeeded("sagemaker", "CreateCluster", since=again) == []
+    assert world.ledger.succeeded("s3", "PutObject", since=again) == []
+    world.ledger.assert_no_writes(since=again, service="kubernetes")
+
+
+def test_a_cluster_of_that_name_without_our_tags_is_refused(world: World) -> None:
+    plan = make_plan("hp-foreign")
+    eks = world.eks(plan)
+    sagemaker = world.product.client("sagemaker")
+    sagemaker.create_cluster(  # someone else's cluster, by the name the plan derived
+        ClusterName="hp-foreign", Orchestrator={"Eks": {"ClusterArn": eks.eks_arn}},
+        VpcConfig={"SecurityGroupIds": [world.network.security_group], "Subnets": [world.network.compute_subnet]},
+        InstanceGroups=[{"InstanceGroupName": "workers", "InstanceType": "ml.m5.2xlarge", "InstanceCount": 1,
+                         "ExecutionRole": world.iam.execution_role_arn,
+                         "LifeCycleConfig": {"SourceS3Uri": f"s3://{BUCKET}/theirs/", "OnCreate": "on_create.sh"}}])
+    mark = world.ledger.mark()
+    view = run_stages(world.product.services, [*world.given(plan, eks), HyperpodStage(world.product.deps())], plan)
+    assert view.status == "failed" and "was not made by this control plane" in str(view.error)
+    assert world.ledger.writes(since=mark, service="sagemaker") == []
+    assert world.ledger.writes(since=mark, service="s3") == []
+
+
+def _submit(world: World, stages: list[Stage[Any]], plan: ClusterCreatePlan) -> str:
+    kind = f"test.hyperpod.{plan.name}"
+    engine = world.product.services.engine
+    engine.register(OperationKind(kind, ClusterCreatePlan, tuple(stages), target=lambda r: f"test/{kind}"))
+    view, _ = engine.submit(kind, plan, ADMIN)
+    return view.id
+
+
+def test_a_capacity_shortfall_is_reported_and_the_group_fills_once_capacity_returns(world: World) -> None:
+    plan = make_plan("hp-short", instance_type="ml.g5.4xlarge", count=1)
+    live = world.product.live
+    fault = live.post("/api/v1/sandbox/faults", {"kind": "insufficient_capacity",
+                                                  "target": {"instance_type": "ml.g5.4xlarge"}})
+    assert fault.status_code in (200, 201), fault.text
+    op = _submit(world, world.given(plan) + world.create_stages(), plan)
+    engine = world.product.services.engine
+
+    def short() -> str | None:
+        stage = next(s for s in engine.get(op).stages if s.name == "hyperpod")
+        message = stage.message or ""
+        return message if "InService" in message and "sufficient capacity" in message else None
+
+    # continuous provisioning: AWS calls the cluster InService while the group is short; the stage waits on
+    message = wait_until(short, 60, "the hyperpod stage reporting AWS's capacity reason while InService")
+    assert "0/1 nodes of workers Running" in message and "ml.g5.4xlarge in us-west-2a" in message
+    assert engine.get(op).status not in TERMINAL
+    cleared = httpx2.delete(f"{live.url}/api/v1/sandbox/faults/{fault.json()['id']}", headers=live.headers(),
+                            timeout=30)
+    assert cleared.status_code == 200, cleared.text
+    view = _succeeded(wait_until(lambda: (v := engine.get(op)).status in TERMINAL and v, 120, "operation done"))
+    assert next(s for s in view.stages if s.name == "hyperpod").result["groups"] == {"workers": 1}
+
+
+def test_a_failed_create_call_is_retried_without_uploading_the_scripts_again(world: World) -> None:
+    plan = make_plan("hp-retry", instance_type="ml.m5.2xlarge", count=1)
+    live = world.product.live
+    throttled = live.post("/api/v1/sandbox/faults", {"kind": "throttle", "count": 1, "target": {
+        "service": "sagemaker", "operation": "CreateCluster"}})
+    assert throttled.status_code in (200, 201), throttled.text
+    mark = world.ledger.mark()
+    view = _succeeded(run_stages(world.product.services, [*world.given(plan), HyperpodStage(world.product.deps())],
+                                 plan))
+    tries = world.ledger.calls(service="sagemaker", operation="CreateCluster", since=mark)
+    assert [c["status"] >= 400 for c in tries] == [True, False]  # throttled once, then made once
+    assert len(world.ledger.succeeded("s3", "PutObject", since=mark)) == 1  # the retry found the script there
+    assert next(s for s in view.stages if s.name == "hyperpod").retries >= 1
+
+
+def test_an_existing_file_system_in_another_vpc_is_refused_before_anything_is_applied(world: World) -> None:
+    ec2, fsx = world.product.client("ec2"), world.product.client("fsx")
+    other_vpc = ec2.create_vpc(CidrBlock="10.50.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=other_vpc, CidrBlock="10.50.0.0/20", AvailabilityZone="us-west-2a")
+    theirs = fsx.create_file_system(FileSystemType="LUSTRE", StorageCapacity=1200,
+                                    SubnetIds=[subnet["Subnet"]["SubnetId"]],
+                                    LustreConfiguration={"DeploymentType": "SCRATCH_2"})["FileSystem"]
+    plan = make_plan("hp-elsewhere", fsx=FsxChoice(mode="existing", file_system_id=theirs["FileSystemId"]))
+    given = world.given(plan)
+    mark = world.ledger.mark()
+    view = run_stages(world.product.services, [*given, Given("hyperpod", {"hyperpod_arn": "arn:aws:sagemaker:"
+                                                                          "us-west-2:123456789012:cluster/x",
+                                                                          "status": "InService"}),
+                                               StorageStage(world.product.deps())], plan)
+    assert view.status == "failed" and f"is in {other_vpc}, not in the cluster's VPC" in str(view.error)
+    world.ledger.assert_no_writes(since=mark, service="kubernetes")
+    assert world.ledger.writes(since=mark, service="fsx") == []
+
+
+def test_teardown_deletes_the_cluster_claims_and_our_file_system_and_keeps_the_bucket(world: World) -> None:
+    plan = make_plan("hp-gone", instance_type="ml.m5.2xlarge", count=1, fsx=FsxChoice(mode="new"))
+    view = _succeeded(run_stages(world.product.services, world.given(plan) + world.create_stages(), plan))
+    storage = next(s for s in view.stages if s.name == "storage").result
+    fs_id = storage["fsx_file_system_id"]
+    assert storage["claims"] == ["default/shared-s3", "default/fsx"]
+    fsx = world.product.client("fsx")
+    fs = fsx.describe_file_systems(FileSystemIds=[fs_id])["FileSystems"][0]
+    assert {"Key": "instantstart:cluster", "Value": "hp-gone"} in fs["Tags"]
+    assert fs["SubnetIds"] == [world.network.compute_subnet]
+    core = world.core(plan)
+    pv = core.read_persistent_volume(volume_name("hp-gone", FSX_CLAIM))
+    assert pv.spec.csi.driver == "fsx.csi.aws.com" and pv.spec.csi.volume_handle == fs_id
+    assert pv.spec.csi.volume_attributes == {"dnsname": fs["DNSName"],
+                                             "mountname": fs["LustreConfiguration"]["MountName"]}
+    assert core.read_namespaced_persistent_volume_claim(FSX_CLAIM, "default").status.phase == "Bound"
+    assert next(s for s in view.stages if s.name == "verify").result["claims_bound"] == 2
+
+    s3 = world.product.client("s3")
+    s3.put_object(Bucket=BUCKET, Key="instantstart/hp-gone/lifecycle/notes.txt", Body=b"a user's file")
+    deps = world.product.deps()
+    teardown = ClusterDeletePlan(name="hp-gone", region="us-west-2", account="123456789012", eks_cluster="hp-gone",
+                                 hyperpod_cluster="hp-gone", bucket=BUCKET, requested_by="tester")
+    mark = world.ledger.mark()
+    _succeeded(run_stages(world.product.services, [StorageTeardown(deps), HyperpodTeardown(deps)], teardown))
+
+    world.ledger.once("sagemaker", "DeleteCluster", since=mark)
+    world.ledger.once("fsx", "DeleteFileSystem", since=mark)
+    assert fs_id not in [f["FileSystemId"] for f in fsx.describe_file_systems()["FileSystems"]]
+    names = [c["ClusterName"] for c in world.product.client("sagemaker").list_clusters()["ClusterSummaries"]]
+    assert "hp-gone" not in names
+    assert {S3_CLAIM, FSX_CLAIM} & {c.metadata.name for c in
+                                    core.list_namespaced_persistent_volume_claim("default").items} == set()
+    assert {volume_name("hp-gone", c) for c in (S3_CLAIM, FSX_CLAIM)} & {
+        v.metadata.name for v in core.list_persistent_volume().items} == set()
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="instantstart/hp-gone/")["Contents"]]
+    assert keys == ["instantstart/hp-gone/lifecycle/notes.txt"]  # our script went, the user's file and bucket stay
+    s3.head_bucket(Bucket=BUCKET)
+    assert world.ledger.succeeded("s3", "DeleteBucket", since=mark) == []
