@@ -82,8 +82,9 @@ def cmd_env(args: argparse.Namespace) -> int:
 def cmd_seed(args: argparse.Namespace) -> int:
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
+    from kubernetes import config as kube_config
 
-    from app.sandbox import SANDBOX_ACCESS_KEY, sandbox_secret_key
+    from app.sandbox import SANDBOX_ACCESS_KEY, sandbox_secret_key, write_kubeconfig
     from sandbox.seed import Seeder, SeedFailed, SeedRequest
 
     where = located(args)
@@ -95,7 +96,8 @@ def cmd_seed(args: argparse.Namespace) -> int:
     say(f"seeding {request.name}: VPC, IAM roles, lifecycle bucket, EKS, then HyperPod with {request.nodes} x "
         f"{request.instance_type} through {endpoint} (a minute or two at sandbox speed)")
     try:
-        seeded = Seeder(session, endpoint, say).run(request)
+        seeded = Seeder(session, endpoint, say, kube=lambda name: kube_config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(write_kubeconfig(where.settings, name)))).run(request)
     except ClientError as exc:
         error = exc.response.get("Error", {})
         raise RestFailed(f"AWS refused {exc.operation_name}: {error.get('Code')}: {error.get('Message')}") from None

@@ -68,7 +68,7 @@ class SandboxHost:
         self.ledger = Ledger(config.data_dir / "calls.jsonl")
         self._sts_hosts = {f"127.0.0.1:{config.aws_port}"}  # presigned against the sandbox's own STS only
         self.emulator = Emulator(config.data_dir, token=config.kube_token, accept=self._eks_principal,
-                                 admit=self._admits, ledger=self.ledger)
+                                 admit=self._admits, ledger=self.ledger, device_plugins=True)
         self.kube_server = BackgroundServer(self.emulator, "127.0.0.1", config.kube_port,
                                             ssl_context=tls.server_context())
         self.world = AwsWorld(config.data_dir, None, self.emulator,

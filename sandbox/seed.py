@@ -5,8 +5,10 @@ Terraform would: a VPC with two public subnets (EKS wants two Availability Zones
 HyperPod's nodes, a security group that admits itself (EFA needs that), the EKS cluster role and the
 HyperPod execution role with their trust principals and AWS managed policies, a ``sagemaker-`` lifecycle
 script bucket (the instance-role policy reads only ``sagemaker-*`` buckets), an EKS cluster with API
-authentication, and a HyperPod cluster with automatic node recovery. Nothing is tagged as InstantStart's:
-to the product it is a pre-existing cluster, to import, not to own.
+authentication, the device plugin DaemonSets a HyperPod cluster needs before its nodes come (through the
+Kubernetes API, as ``kubectl apply`` would; the sandbox's nodes advertise GPUs and EFA only where those
+run), and a HyperPod cluster with automatic node recovery. Nothing is tagged as InstantStart's: to the
+product it is a pre-existing cluster, to import, not to own.
 
 Re-running with the same name finds what exists and makes only what is missing.
 """
@@ -21,6 +23,10 @@ from typing import Any
 
 import boto3
 from botocore.exceptions import ClientError
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from sandbox.kube.devices import plugin_daemonsets
 
 LIFECYCLE_SCRIPT = """#!/bin/bash
 # on_create.sh: run by HyperPod on each new node (the sandbox records it; real nodes execute it)
@@ -66,10 +72,15 @@ def _trust(service: str) -> str:
 
 
 class Seeder:
-    def __init__(self, session: boto3.Session, endpoint_url: str, say: Callable[[str], None]) -> None:
+    """``kube``: the cluster's Kubernetes ``ApiClient`` by name (the device plugins are installed through it);
+    None leaves them out."""
+
+    def __init__(self, session: boto3.Session, endpoint_url: str, say: Callable[[str], None],
+                 kube: Callable[[str], Any] | None = None) -> None:
         self.session = session
         self.endpoint_url = endpoint_url
         self.say = say
+        self.kube = kube
         self.created: list[str] = []
 
     def run(self, req: SeedRequest) -> Seeded:
@@ -83,8 +94,11 @@ class Seeder:
         bucket = self._bucket(s3, f"sagemaker-{req.name}-lifecycle-{account}")
         eks_arn = self._eks(eks, req, cluster_role, public, sg)
         self._creator_access(eks, req.name, self._client("sts").get_caller_identity()["Arn"])
+        apps = self._device_plugins(req.name) if self.kube is not None else None
         hp_arn = self._hyperpod(sagemaker, req, eks_arn, exec_role, bucket, private, sg)
         nodes = self._nodes(sagemaker, req)
+        if apps is not None:
+            self._plugins_ready(apps, req, len(nodes))
         return Seeded(eks_arn, hp_arn, vpc_id, nodes, list(self.created))
 
     # ----- steps -----------------------------------------------------------------------------------
@@ -195,6 +209,30 @@ class Seeder:
                    lambda: sagemaker.describe_cluster(ClusterName=req.name)["ClusterStatus"],
                    "InService", {"Failed", "Deleting", "RollingBack"})
         return str(arn)
+
+    def _device_plugins(self, name: str) -> Any:
+        assert self.kube is not None
+        apps = k8s.AppsV1Api(self.kube(name))
+        for daemonset in plugin_daemonsets():
+            meta = daemonset["metadata"]
+            try:
+                apps.read_namespaced_daemon_set(meta["name"], meta["namespace"])
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                apps.create_namespaced_daemon_set(meta["namespace"], daemonset)  # type: ignore[arg-type]
+                self._made(f"DaemonSet {meta['namespace']}/{meta['name']}")
+        return apps
+
+    def _plugins_ready(self, apps: Any, req: SeedRequest, nodes: int) -> None:
+        names = [d["metadata"]["name"] for d in plugin_daemonsets()]
+
+        def ready() -> str:
+            counts = [apps.read_namespaced_daemon_set_status(n, "kube-system").status for n in names]
+            done = all((c.number_ready or 0) >= nodes for c in counts)
+            return "ready" if done else f"{min(c.number_ready or 0 for c in counts)}/{nodes} nodes"
+
+        self._wait(req, "device plugins", ready, "ready", set())
 
     def _nodes(self, sagemaker: Any, req: SeedRequest) -> list[str]:
         def statuses() -> list[tuple[str, str]]:

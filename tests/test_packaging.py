@@ -28,7 +28,9 @@ def test_wheel_has_every_crd_and_the_console_script(tmp_path: Path) -> None:
                    check=True, capture_output=True, timeout=300)
     wheel = next(tmp_path.glob("instantstart-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    crds = {p.relative_to(ROOT).as_posix() for p in (ROOT / "sandbox" / "kube" / "crds").rglob("*") if p.is_file()}
+    crds = {p.relative_to(ROOT).as_posix() for folder in ("sandbox/kube/crds", "services/components/crds",
+                                                          "services/components/manifests")
+            for p in (ROOT / folder).rglob("*") if p.is_file()}
     assert crds and crds <= names, sorted(crds - names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "instantstart = app.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

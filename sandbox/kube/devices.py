@@ -6,8 +6,9 @@ node, the resource is not in the node's capacity and no pod asking for it can sc
 (``Emulator(device_plugins=True)``), whoever writes a Node (HyperPod's node agent in the sandbox) writes
 the hardware it has; the gate keeps those counts aside and strips each device resource from the stored
 status until a pod of its plugin (recognised by image) is running on that node, then writes it in, and
-takes it out again when that pod goes. Off (the default until the product installs the device plugins),
-nodes advertise what their writer says.
+takes it out again when that pod goes. The sandbox host turns it on (the product's dependencies stage
+installs the plugins, and ``sandbox seed`` installs them as a user's cluster has them); off, as in a bare
+``Emulator()``, nodes advertise what their writer says.
 """
 
 from __future__ import annotations
@@ -104,3 +105,22 @@ def _write_devices(cluster: Cluster, node: str, changed: dict[str, bool], hardwa
     with contextlib.suppress(ApiError):  # the node is gone
         cluster.patch(cluster.builtin("", "nodes"), None, node, "merge", {"status": patch},
                       WriteOptions(manager="kubelet"), subresource="status")
+
+
+def plugin_daemonsets() -> list[dict[str, Any]]:
+    """The device plugin DaemonSets a user's HyperPod cluster runs in ``kube-system`` (the HyperPod dependency
+    chart's NVIDIA, EFA and Neuron plugins, with their upstream images), tolerating every taint; what
+    ``sandbox seed`` installs, so seeded nodes advertise their GPUs, Neuron devices and EFA."""
+    images = {
+        "nvidia-device-plugin-daemonset": "nvcr.io/nvidia/k8s-device-plugin:v0.16.1",
+        "aws-efa-k8s-device-plugin-daemonset":
+            "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin:v0.5.20",
+        "neuron-device-plugin-daemonset": "public.ecr.aws/neuron/neuron-device-plugin:2.19.16.0",
+    }
+    return [{"apiVersion": "apps/v1", "kind": "DaemonSet",
+             "metadata": {"name": name, "namespace": "kube-system"},
+             "spec": {"selector": {"matchLabels": {"name": name}}, "template": {
+                 "metadata": {"labels": {"name": name}},
+                 "spec": {"priorityClassName": "system-node-critical", "tolerations": [{"operator": "Exists"}],
+                          "containers": [{"name": "device-plugin", "image": image}]}}}}
+            for name, image in images.items()]

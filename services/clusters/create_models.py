@@ -176,6 +176,7 @@ class ComponentState(ResponseModel):
     version: str
     status: str
     detail: str = ""
+    healthy: bool = Field(False, description="ready to serve now (add-on ACTIVE, workloads' pods ready)")
 
 
 class DependenciesResult(ResponseModel):

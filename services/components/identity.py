@@ -1,0 +1,135 @@
+"""The IAM role a component's pods run as through EKS Pod Identity: trusted by ``pods.eks.amazonaws.com``
+(``sts:AssumeRole`` + ``sts:TagSession``), tagged in ``CreateRole``, with its policies; and, for components
+that are not add-ons, the pod identity association tying it to the component's service account.
+
+Each piece is observed before it is made, so a reconcile that finds everything in place writes nothing, and
+teardown deletes a role or association only when it carries our tags.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.clusters.create_base import owned, tag_list
+from services.components.base import Target
+from services.errors import NotFound
+
+POD_IDENTITY_TRUST = json.dumps({"Version": "2012-10-17", "Statement": [{
+    "Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},
+    "Action": ["sts:AssumeRole", "sts:TagSession"]}]})
+INLINE_POLICY = "instantstart"  # the name of the inline policy a role carries, when it has one
+
+
+@dataclass(frozen=True)
+class PodRole:
+    """The role ``<cluster>-<suffix>`` for the service account ``namespace/service_account``."""
+
+    suffix: str
+    namespace: str
+    service_account: str
+    managed_policies: tuple[str, ...] = ()
+    inline: Callable[[Target], dict[str, Any]] | None = None
+    #: make the pod identity association here (False: the add-on's CreateAddon makes it and deletes it)
+    associate: bool = False
+    description: str = field(default="")
+
+    def role_name(self, target: Target) -> str:
+        return f"{target.cluster}-{self.suffix}"
+
+    def role_arn(self, target: Target) -> str:
+        return f"arn:aws:iam::{target.account}:role/{self.role_name(target)}"
+
+    # ----- observe ------------------------------------------------------------------------------------------
+
+    def _role(self, target: Target) -> dict[str, Any] | None:
+        try:
+            role: dict[str, Any] = target.client("iam").get_role(RoleName=self.role_name(target))["Role"]
+        except NotFound:
+            return None
+        return role
+
+    def _role_tags(self, target: Target) -> dict[str, str]:
+        tags = target.client("iam").list_role_tags(RoleName=self.role_name(target)).get("Tags", [])
+        return {t["Key"]: t["Value"] for t in tags}
+
+    def _attached(self, target: Target) -> set[str]:
+        pages = target.client("iam").all_pages("list_attached_role_policies", "AttachedPolicies",
+                                               RoleName=self.role_name(target))
+        return {p["PolicyArn"] for p in pages}
+
+    def _has_inline(self, target: Target) -> bool:
+        names = target.client("iam").all_pages("list_role_policies", "PolicyNames", RoleName=self.role_name(target))
+        return INLINE_POLICY in names
+
+    def _association(self, target: Target) -> dict[str, Any] | None:
+        found = target.client("eks").all_pages(
+            "list_pod_identity_associations", "associations", clusterName=target.eks_cluster,
+            namespace=self.namespace, serviceAccount=self.service_account)
+        if not found:
+            return None
+        described: dict[str, Any] = target.client("eks").describe_pod_identity_association(
+            clusterName=target.eks_cluster, associationId=found[0]["associationId"])["association"]
+        return described
+
+    def missing(self, target: Target) -> list[str]:
+        """The pieces not there yet: ``role``, ``policies``, ``association``."""
+        if self._role(target) is None:
+            return ["role", "policies"] + (["association"] if self.associate else [])
+        out = []
+        if not set(self.managed_policies) <= self._attached(target) or (
+                self.inline is not None and not self._has_inline(target)):
+            out.append("policies")
+        if self.associate and target.kube is not None and self._association(target) is None:
+            out.append("association")
+        return out
+
+    # ----- act ----------------------------------------------------------------------------------------------
+
+    def ensure(self, target: Target, missing: list[str]) -> None:
+        iam = target.client("iam")
+        name = self.role_name(target)
+        if "role" in missing:
+            iam.create_role(RoleName=name, AssumeRolePolicyDocument=POD_IDENTITY_TRUST, Tags=tag_list(target.tags),
+                            Description=self.description or f"{self.namespace}/{self.service_account} of "
+                                                             f"{target.cluster} (EKS Pod Identity)")
+        if "policies" in missing:
+            attached = set() if "role" in missing else self._attached(target)
+            for arn in self.managed_policies:
+                if arn not in attached:
+                    iam.attach_role_policy(RoleName=name, PolicyArn=arn)
+            if self.inline is not None:
+                iam.put_role_policy(RoleName=name, PolicyName=INLINE_POLICY,
+                                    PolicyDocument=json.dumps(self.inline(target)))
+        if "association" in missing:
+            target.client("eks").create_pod_identity_association(
+                clusterName=target.eks_cluster, namespace=self.namespace, serviceAccount=self.service_account,
+                roleArn=self.role_arn(target), tags=target.tags)
+
+    # ----- teardown -----------------------------------------------------------------------------------------
+
+    def leftover(self, target: Target) -> list[str]:
+        out = []
+        if self.associate and target.kube is not None:
+            assoc = self._association(target)
+            if assoc is not None and owned(assoc.get("tags"), target.cluster):
+                out.append(f"association:{assoc['associationId']}")
+        if self._role(target) is not None and owned(self._role_tags(target), target.cluster):
+            out.append(f"role:{self.role_name(target)}")
+        return out
+
+    def delete(self, target: Target, pieces: list[str]) -> None:
+        iam = target.client("iam")
+        for piece in pieces:
+            kind, _, ident = piece.partition(":")
+            if kind == "association":
+                target.client("eks").delete_pod_identity_association(clusterName=target.eks_cluster,
+                                                                      associationId=ident)
+            elif kind == "role":
+                for arn in self._attached(target):
+                    iam.detach_role_policy(RoleName=ident, PolicyArn=arn)
+                if self._has_inline(target):
+                    iam.delete_role_policy(RoleName=ident, PolicyName=INLINE_POLICY)
+                iam.delete_role(RoleName=ident)

@@ -1,0 +1,82 @@
+"""The few Kubernetes requests the manifest components make, through the official client's ``ApiClient``:
+get, server-side apply (``application/apply-patch+yaml`` under our one field manager, forced: these objects
+are ours) and delete, for the object kinds the shipped manifests use. A fixed kind table instead of
+discovery keeps a reconcile at one request per object.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes.client import ApiClient
+
+from services.clusters.create_base import FIELD_MANAGER
+from services.errors import NotFound
+
+#: (apiVersion, kind) -> (plural, namespaced)
+KINDS: dict[tuple[str, str], tuple[str, bool]] = {
+    ("v1", "Namespace"): ("namespaces", False),
+    ("v1", "ServiceAccount"): ("serviceaccounts", True),
+    ("v1", "Service"): ("services", True),
+    ("v1", "ConfigMap"): ("configmaps", True),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): ("clusterroles", False),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): ("clusterrolebindings", False),
+    ("rbac.authorization.k8s.io/v1", "Role"): ("roles", True),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): ("rolebindings", True),
+    ("apps/v1", "DaemonSet"): ("daemonsets", True),
+    ("apps/v1", "Deployment"): ("deployments", True),
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): ("customresourcedefinitions", False),
+}
+
+
+def object_path(obj: dict[str, Any]) -> str:
+    """The API path of ``obj`` (its apiVersion, kind, namespace and name)."""
+    api_version, kind = obj["apiVersion"], obj["kind"]
+    plural, namespaced = KINDS[(api_version, kind)]
+    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    meta = obj["metadata"]
+    scope = f"/namespaces/{quote(meta['namespace'], safe='')}" if namespaced else ""
+    return f"{base}{scope}/{plural}/{quote(meta['name'], safe='')}"
+
+
+def _call(api: ApiClient, method: str, path: str, query: list[tuple[str, str]] | None = None,
+          body: str | None = None, content_type: str | None = None) -> dict[str, Any] | None:
+    headers = {"Accept": "application/json", **({"Content-Type": content_type} if content_type else {})}
+    method, url, headers, _, _ = api.param_serialize(method=method, resource_path=path, query_params=query or [],
+                                                     header_params=headers, auth_settings=["BearerToken"])
+    response = api.call_api(method, url, header_params=headers, body=body)
+    data = response.read()  # type: ignore[no-untyped-call]
+    parsed: dict[str, Any] | None = json.loads(data) if data else None
+    return parsed
+
+
+def get(api: ApiClient, obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The live object at ``obj``'s path, or None."""
+    try:
+        return _call(api, "GET", object_path(obj))
+    except NotFound:
+        return None
+
+
+def apply(api: ApiClient, obj: dict[str, Any]) -> dict[str, Any] | None:
+    """Server-side apply ``obj`` under :data:`FIELD_MANAGER`."""
+    return _call(api, "PATCH", object_path(obj), [("fieldManager", FIELD_MANAGER), ("force", "true")],
+                 body=json.dumps(obj), content_type="application/apply-patch+yaml")
+
+
+def delete(api: ApiClient, obj: dict[str, Any]) -> None:
+    """Delete ``obj`` (background propagation: its pods go with it); already gone is fine."""
+    try:
+        _call(api, "DELETE", object_path(obj), [("propagationPolicy", "Background")])
+    except NotFound:
+        return
+
+
+def ready_nodes(api: ApiClient) -> int:
+    """How many nodes of the cluster are Ready (0 before HyperPod adds any)."""
+    listed = _call(api, "GET", "/api/v1/nodes") or {}
+    return sum(1 for node in listed.get("items") or []
+               if any(c.get("type") == "Ready" and c.get("status") == "True"
+                      for c in (node.get("status") or {}).get("conditions") or []))

@@ -1,0 +1,165 @@
+"""A component made of Kubernetes objects shipped in this package: YAML under ``manifests/`` (written from the
+upstream charts' templates and values, see ``deploy/components.md``; ``${region}``, ``${eks_cluster}`` and
+``${hma_image}`` are filled in per cluster) and byte-for-byte upstream CRDs under ``crds/`` (``SOURCES.md``).
+
+Each object is labelled as ours and carries the sha256 of what we applied (``instantstart.io/applied``), so
+observing is one GET per object and a rerun whose objects match applies nothing. Apply is server-side apply
+under one field manager. Teardown deletes only objects with our label, in reverse order.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import string
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Literal
+
+import yaml
+
+from services.components import kubeapi
+from services.components.base import Component, Leftover, Observation, Target
+from services.components.identity import PodRole
+from services.errors import Permanent
+
+MANAGED_LABEL = "app.kubernetes.io/managed-by"
+COMPONENT_LABEL = "instantstart.io/component"
+APPLIED = "instantstart.io/applied"  # annotation: sha256 of the object as we applied it
+OURS = "instantstart"
+WORKLOADS = ("DaemonSet", "Deployment")
+
+#: the health-monitoring agent's ECR account per region (HyperPod chart readme, aws/sagemaker-hyperpod-cli)
+HMA_ACCOUNTS = {
+    "us-east-1": "767398015722", "us-west-2": "905418368575", "us-east-2": "851725546812",
+    "us-west-1": "011528288828", "eu-central-1": "211125453373", "eu-north-1": "654654141839",
+    "eu-west-1": "533267293120", "eu-west-2": "011528288831",
+}
+HMA_TAG = "1.0.1892.0_1.0.424.0"
+
+
+def hma_image(region: str) -> str:
+    account = HMA_ACCOUNTS.get(region)
+    if account is None:
+        raise Permanent(f"the HyperPod health-monitoring agent has no published image in {region}; regions with "
+                        f"one: {', '.join(sorted(HMA_ACCOUNTS))}")
+    return f"{account}.dkr.ecr.{region}.amazonaws.com/hyperpod-health-monitoring-agent:{HMA_TAG}"
+
+
+@functools.lru_cache(maxsize=16)
+def _text(folder: str, name: str) -> str:
+    return (resources.files("services.components") / folder / name).read_text()
+
+
+@functools.lru_cache(maxsize=16)
+def _crd(name: str) -> tuple[dict[str, Any], ...]:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return tuple(d for d in yaml.load_all(_text("crds", name), Loader=loader) if d)
+
+
+def _digest(obj: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+@dataclass(frozen=True, eq=False)
+class Manifests(Component):
+    name: str
+    version: str
+    files: tuple[str, ...] = ()  # under manifests/, templated
+    crds: tuple[str, ...] = ()  # under crds/, verbatim
+    resource_type: str = "Kubernetes manifests"
+    node_bound: bool = False
+    identity: PodRole | None = None
+    kind: Literal["addon", "manifest"] = "manifest"
+
+    def objects(self, target: Target) -> list[dict[str, Any]]:
+        """What this component applies for ``target``, labelled and stamped, CRDs first."""
+        values = {"region": target.region, "eks_cluster": target.eks_cluster}
+        if any("${hma_image}" in _text("manifests", f) for f in self.files):
+            values["hma_image"] = hma_image(target.region)
+        docs: list[dict[str, Any]] = [json.loads(json.dumps(d)) for name in self.crds for d in _crd(name)]
+        for name in self.files:
+            rendered = string.Template(_text("manifests", name)).substitute(values)
+            docs.extend(d for d in yaml.safe_load_all(rendered) if d)
+        for obj in docs:
+            meta = obj.setdefault("metadata", {})
+            meta.setdefault("labels", {}).update({MANAGED_LABEL: OURS, COMPONENT_LABEL: self.name})
+            digest = _digest(obj)
+            meta.setdefault("annotations", {})[APPLIED] = digest
+        return docs
+
+    @staticmethod
+    def _label(obj: dict[str, Any]) -> str:
+        meta = obj["metadata"]
+        where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+        return f"{obj['kind']} {where}{meta['name']}"
+
+    def observe(self, target: Target) -> Observation:
+        if target.kube is None:
+            raise Permanent(f"component {self.name}: the cluster's Kubernetes API is not registered")
+        missing = self.identity.missing(target) if self.identity is not None else []
+        waiting: list[str] = []  # what the dependencies stage waits for (a CRD being established)
+        unready: list[str] = []  # workloads whose pods are not ready (they may wait for the nodes)
+        for obj in self.objects(target):
+            live = kubeapi.get(target.kube, obj)
+            label = self._label(obj)
+            if live is None or (live["metadata"].get("annotations") or {}).get(APPLIED) != \
+                    obj["metadata"]["annotations"][APPLIED]:
+                missing.append(label)
+                continue
+            ok, why = _object_health(live)
+            if not ok:
+                (unready if obj["kind"] in WORKLOADS else waiting).append(f"{label}: {why}")
+        status = "ABSENT" if missing else ("Ready" if not waiting and not unready else "Applied")
+        return Observation(status=status, missing=missing, settled=not missing and not waiting,
+                           healthy=not missing and not waiting and not unready,
+                           detail="; ".join(waiting + unready), version=self.version)
+
+    def apply(self, target: Target, observed: Observation) -> None:
+        assert target.kube is not None
+        if self.identity is not None:
+            self.identity.ensure(target, [m for m in observed.missing if m in ("role", "policies", "association")])
+        wanted = set(observed.missing)
+        for obj in self.objects(target):
+            if self._label(obj) in wanted:
+                kubeapi.apply(target.kube, obj)
+
+    def leftover(self, target: Target) -> Leftover:
+        left = Leftover()
+        if target.kube is not None:
+            for obj in self.objects(target):
+                live = kubeapi.get(target.kube, obj)
+                if live is None or (live["metadata"].get("labels") or {}).get(MANAGED_LABEL) != OURS:
+                    continue
+                (left.going if live["metadata"].get("deletionTimestamp") else left.to_delete).append(
+                    self._label(obj))
+        if self.identity is not None:
+            left.to_delete.extend(self.identity.leftover(target))
+        return left
+
+    def delete(self, target: Target, left: Leftover) -> None:
+        wanted = set(left.to_delete)
+        if target.kube is not None:
+            for obj in reversed(self.objects(target)):
+                if self._label(obj) in wanted:
+                    kubeapi.delete(target.kube, obj)
+        if self.identity is not None:
+            self.identity.delete(target, [p for p in left.to_delete if p.startswith(("association:", "role:"))])
+
+
+def _object_health(live: dict[str, Any]) -> tuple[bool, str]:
+    """Whether one live object is doing its job: a CRD established, a workload's pods ready."""
+    kind, status = live["kind"], live.get("status") or {}
+    if kind == "CustomResourceDefinition":
+        ok = any(c.get("type") == "Established" and c.get("status") == "True" for c in status.get("conditions") or [])
+        return ok, "" if ok else "not established yet"
+    if kind == "DaemonSet":
+        desired, ready = int(status.get("desiredNumberScheduled", 0)), int(status.get("numberReady", 0))
+        if desired == 0:
+            return False, "no node to run on"
+        return ready >= desired, f"{ready}/{desired} pods ready"
+    if kind == "Deployment":
+        wanted, available = int((live.get("spec") or {}).get("replicas", 1)), int(status.get("availableReplicas", 0))
+        return available >= wanted, f"{available}/{wanted} replicas available"
+    return True, ""

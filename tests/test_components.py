@@ -1,0 +1,171 @@
+"""The dependencies stage of ``cluster.create`` and its teardown, against a sandbox EKS cluster with no nodes
+(as in AWS before the HyperPod stage): every component applied once (CreateAddon once each, one server-side
+apply per object), real workloads visible through the kubernetes client, add-ons DEGRADED for want of nodes
+and the stage still done, a rerun that writes nothing, and a teardown that deletes the add-ons, roles and pod
+identity associations it made (and nothing that is not ours)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client as k8s
+
+from services.clusters.create_base import ClusterDeletePlan
+from services.clusters.dependencies_stage import DependenciesStage, DependenciesTeardown, components_health
+from services.components import COMPONENTS, components_for
+from services.components.addons import Addon
+from services.components.base import Target
+from services.components.manifests import APPLIED, Manifests
+from services.operations import Status
+from tests.create_support import SandboxProduct, make_plan, run_stages, sandbox_product
+from tests.ledger import CallLedger
+from tests.sandbox_support import EKS_TRUST
+from tests.support import wait_until
+
+pytestmark = pytest.mark.slow
+NAME = "deps"
+PLAN = make_plan(NAME)  # ml.g5.8xlarge: NVIDIA + EFA; no FSx
+ADDONS = [c.name for c in components_for(PLAN) if isinstance(c, Addon)]
+MANIFESTS = [c for c in components_for(PLAN) if isinstance(c, Manifests)]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProduct]:
+    with sandbox_product(tmp_path_factory.mktemp("components")) as product:
+        ec2, iam, eks = product.client("ec2"), product.client("iam"), product.client("eks")
+        vpc = ec2.create_vpc(CidrBlock="10.30.0.0/16")["Vpc"]["VpcId"]
+        subnets = [ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.30.{16 * i}.0/20", AvailabilityZone=f"us-west-2{z}")
+                   ["Subnet"]["SubnetId"] for i, z in enumerate("ab")]
+        role = iam.create_role(RoleName="deps-eks", AssumeRolePolicyDocument=EKS_TRUST)["Role"]["Arn"]
+        eks.create_cluster(name=NAME, version="1.32", roleArn=role, resourcesVpcConfig={"subnetIds": subnets},
+                           accessConfig={"authenticationMode": "API"})
+        wait_until(lambda: eks.describe_cluster(name=NAME)["cluster"]["status"] == "ACTIVE", 60, "EKS ACTIVE")
+        product.services.kube.register_eks(NAME)  # what the eks stage's registry row does
+        yield product
+
+
+def _objects(product: SandboxProduct) -> list[dict[str, object]]:
+    target = Target(NAME, NAME, "us-west-2", PLAN.account, PLAN.tags, product.deps().aws)
+    return [o for c in MANIFESTS for o in c.objects(target)]
+
+
+def test_the_plan_picks_components_by_hardware() -> None:
+    names = [c.name for c in components_for(PLAN)]
+    assert "nvidia-device-plugin" in names and "aws-efa-k8s-device-plugin" in names
+    assert "neuron-device-plugin" not in names and "aws-fsx-csi-driver" not in names
+    trn = [c.name for c in components_for(make_plan(NAME, instance_type="ml.trn1.32xlarge",
+                                                    accelerator="AWS Trainium", efa=False,
+                                                    fsx={"mode": "new"}))]
+    assert "neuron-device-plugin" in trn and "aws-fsx-csi-driver" in trn
+    assert "nvidia-device-plugin" not in trn and "aws-efa-k8s-device-plugin" not in trn
+    planned = DependenciesStage.resources(DependenciesStage.__new__(DependenciesStage), PLAN)
+    assert {r.name for r in planned if r.action == "apply"} == set(names)
+    assert {r.name for r in planned if r.type == "AWS::IAM::Role"} == {f"{NAME}-s3-csi-role", f"{NAME}-lbc-role"}
+
+
+def test_the_stage_applies_every_component_once_and_completes_without_nodes(world: SandboxProduct) -> None:
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    view = run_stages(world.services, [DependenciesStage(world.deps())], PLAN)
+    assert view.status == Status.SUCCEEDED, view.error
+
+    created = Counter(e["request"]["addonName"] for e in ledger.succeeded("eks", "CreateAddon", since=mark))
+    assert created == Counter(ADDONS)
+    s3 = next(e["request"] for e in ledger.succeeded("eks", "CreateAddon", since=mark)
+              if e["request"]["addonName"] == "aws-mountpoint-s3-csi-driver")
+    assert s3["podIdentityAssociations"] == [{"serviceAccount": "s3-csi-driver-sa",
+                                             "roleArn": f"arn:aws:iam::123456789012:role/{NAME}-s3-csi-role"}]
+    assert s3["tags"]["instantstart:cluster"] == NAME and s3["resolveConflicts"] == "OVERWRITE"
+    roles = Counter(e["request"]["RoleName"] for e in ledger.succeeded("iam", "CreateRole", since=mark))
+    assert roles == Counter([f"{NAME}-s3-csi-role", f"{NAME}-lbc-role"])
+    assoc = ledger.once("eks", "CreatePodIdentityAssociation", since=mark)["request"]
+    assert (assoc["namespace"], assoc["serviceAccount"]) == ("kube-system", "aws-load-balancer-controller")
+
+    applied = Counter((e["resource"], e.get("namespace"), e["name"])
+                      for e in ledger.writes(since=mark, cluster=NAME, verb="patch"))
+    assert all(n == 1 for n in applied.values()), applied
+    assert len(applied) == len(_objects(world)), (len(applied), len(_objects(world)))
+    assert not ledger.writes(since=mark, cluster=NAME, verb="create")  # server-side apply only
+
+    api = world.services.kube.api_client(NAME)
+    apps = k8s.AppsV1Api(api)
+    daemonsets = {(d.metadata.namespace, d.metadata.name) for d in apps.list_daemon_set_for_all_namespaces().items}
+    assert {("kube-system", "nvidia-device-plugin-daemonset"), ("kube-system", "aws-efa-k8s-device-plugin-daemonset"),
+            ("aws-hyperpod", "health-monitoring-agent")} <= daemonsets
+    deployments = {(d.metadata.namespace, d.metadata.name)
+                   for d in apps.list_deployment_for_all_namespaces().items}
+    assert {("kubeflow", "training-operator"), ("kuberay-operator", "kuberay-operator"),
+            ("kube-system", "aws-load-balancer-controller"), ("kube-system", "coredns")} <= deployments
+    crds = {c.metadata.name for c in k8s.ApiextensionsV1Api(api).list_custom_resource_definition().items}
+    assert {"pytorchjobs.kubeflow.org", "rayjobs.ray.io", "rayclusters.ray.io", "rayservices.ray.io"} <= crds
+    role = k8s.RbacAuthorizationV1Api(api).read_cluster_role("hyperpod-patching")
+    assert role.metadata.labels["app.kubernetes.io/managed-by"] == "instantstart"
+    assert [(f.manager, f.operation) for f in role.metadata.managed_fields] == [("instantstart", "Apply")]
+
+    # no node yet: coredns cannot run, EKS says DEGRADED, yet the stage counted it as applied
+    assert view.result is not None
+    states = {s["name"]: s for s in view.result["dependencies"]["components"]}
+    assert set(states) == {c.name for c in components_for(PLAN)}
+    assert states["coredns"]["status"] == "DEGRADED" and "no node yet" in states["coredns"]["detail"]
+    health = {s.name: s for s in components_health(world.deps(), PLAN)}
+    assert health["coredns"].status == "DEGRADED" and not health["coredns"].healthy
+    assert "InsufficientNumberOfReplicas" in health["coredns"].detail
+    assert health["kube-proxy"].healthy  # nothing of it has to schedule in the sandbox
+    assert not health["nvidia-device-plugin"].healthy and "no node" in health["nvidia-device-plugin"].detail
+    assert health["hyperpod-rbac"].healthy and health["kuberay-operator"].status == "Applied"
+
+
+def test_a_rerun_applies_nothing(world: SandboxProduct) -> None:
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    view = run_stages(world.services, [DependenciesStage(world.deps())], PLAN)
+    assert view.status == Status.SUCCEEDED, view.error
+    ledger.assert_no_writes(since=mark)
+    assert not ledger.succeeded("eks", "CreateAddon", since=mark)
+    assert not view.stages[0].acted
+
+
+def test_a_changed_object_is_applied_again_alone(world: SandboxProduct) -> None:
+    apps = k8s.AppsV1Api(world.services.kube.api_client(NAME))
+    apps.patch_namespaced_deployment("kuberay-operator", "kuberay-operator",
+                                     {"metadata": {"annotations": {APPLIED: "edited"}}})
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    view = run_stages(world.services, [DependenciesStage(world.deps())], PLAN)
+    assert view.status == Status.SUCCEEDED, view.error
+    assert [(e["resource"], e["name"]) for e in ledger.writes(since=mark)] == [("deployments.apps", "kuberay-operator")]
+
+
+def test_teardown_deletes_ours_and_keeps_what_is_not(world: SandboxProduct) -> None:
+    eks, iam = world.client("eks"), world.client("iam")
+    eks.create_addon(clusterName=NAME, addonName="aws-ebs-csi-driver")  # a user's add-on: not ours
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    plan = ClusterDeletePlan(name=NAME, region="us-west-2", account=PLAN.account, eks_cluster=NAME,
+                             bucket=PLAN.bucket, requested_by="tester")
+    view = run_stages(world.services, [DependenciesTeardown(world.deps())], plan)
+    assert view.status == Status.SUCCEEDED, view.error
+
+    deleted = Counter(e["request"]["addonName"] for e in ledger.succeeded("eks", "DeleteAddon", since=mark))
+    assert deleted == Counter(ADDONS)
+    assert eks.list_addons(clusterName=NAME)["addons"] == ["aws-ebs-csi-driver"]
+    for role in (f"{NAME}-s3-csi-role", f"{NAME}-lbc-role"):
+        with pytest.raises(iam.exceptions.NoSuchEntityException):
+            iam.get_role(RoleName=role)
+    assert eks.list_pod_identity_associations(clusterName=NAME)["associations"] == []
+    api = world.services.kube.api_client(NAME)
+    apps = k8s.AppsV1Api(api)
+    ours = "app.kubernetes.io/managed-by=instantstart"
+    assert not apps.list_daemon_set_for_all_namespaces(label_selector=ours).items
+    assert not apps.list_deployment_for_all_namespaces(label_selector=ours).items
+    assert not k8s.ApiextensionsV1Api(api).list_custom_resource_definition(label_selector=ours).items
+    assert view.result is not None
+    deleted_names = {line.partition(":")[0] for line in view.result["dependencies"]["deleted"]}
+    assert deleted_names == {c.name for c in COMPONENTS if c.name in {*ADDONS, *(m.name for m in MANIFESTS)}}
+
+    mark = ledger.mark()
+    again = run_stages(world.services, [DependenciesTeardown(world.deps())], plan)
+    assert again.status == Status.SUCCEEDED, again.error
+    ledger.assert_no_writes(since=mark)
