@@ -7,6 +7,14 @@ from __future__ import annotations
 from services.auth import Role
 from services.clusters.create_base import ClusterDeletePlan, CreateStage, DeleteStage, StageDeps
 from services.clusters.create_models import ClusterCreatePlan, PlannedResource
+from services.clusters.dependencies_stage import DependenciesStage, DependenciesTeardown
+from services.clusters.eks_stage import EksStage, EksTeardown
+from services.clusters.hyperpod_stage import HyperpodStage, HyperpodTeardown
+from services.clusters.iam_stage import IamStage, IamTeardown
+from services.clusters.network import NetworkStage
+from services.clusters.network_teardown import NetworkTeardown
+from services.clusters.storage_stage import StorageStage, StorageTeardown
+from services.clusters.verify_stage import VerifyStage
 from services.stages import OperationKind
 
 CREATE_KIND = "cluster.create"
@@ -18,11 +26,13 @@ def cluster_target(name: str) -> str:
 
 
 def create_stages(deps: StageDeps) -> tuple[CreateStage, ...]:
-    return ()  # being built: network, iam, eks, dependencies, hyperpod, storage, verify land in that order
+    return (NetworkStage(deps), IamStage(deps), EksStage(deps), DependenciesStage(deps), HyperpodStage(deps),
+            StorageStage(deps), VerifyStage(deps))
 
 
 def delete_stages(deps: StageDeps) -> tuple[DeleteStage, ...]:
-    return ()  # being built: storage, hyperpod, dependencies, eks, network, iam
+    return (StorageTeardown(deps), HyperpodTeardown(deps), DependenciesTeardown(deps), EksTeardown(deps),
+            NetworkTeardown(deps), IamTeardown(deps))
 
 
 def create_kind(deps: StageDeps) -> OperationKind[ClusterCreatePlan]:

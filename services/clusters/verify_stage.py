@@ -7,13 +7,13 @@ stage's claims are Bound. Until all hold it waits, saying what is missing, up to
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client as k8s
 
-from services.clusters.create_base import CreateStage, StageDeps, result_of
-from services.clusters.create_models import ClusterCreatePlan, ComponentState, StorageResult, VerifyResult
+from services.clusters.create_base import CreateStage, result_of
+from services.clusters.create_models import ClusterCreatePlan, StorageResult, VerifyResult
+from services.clusters.dependencies_stage import components_health
 from services.errors import NotFound
 from services.stages import Done, Observed, StageContext, Wait
 
@@ -23,21 +23,11 @@ SCHEDULABLE = "Schedulable"
 HEALTHY = frozenset({"active", "healthy", "available", "ready"})
 POLL_SECONDS = 15.0
 
-#: the health of every component the dependencies stage installed (add-ons and manifests)
-ComponentsHealth = Callable[[StageDeps, ClusterCreatePlan], list[ComponentState]]
-
-
 class VerifyStage(CreateStage):
     name = "verify"
     read_only = True
     expected_seconds = 30.0
     deadline = 1800.0  # nodes that joined may still be finishing their deep health checks
-
-    def __init__(self, deps: StageDeps, components_health: ComponentsHealth | None = None) -> None:
-        super().__init__(deps)
-        # HOOK (lead): pass services.components' components_health(deps, plan) here once branch h-deps is
-        # merged; without it only nodes and claims are verified and components_healthy counts 0.
-        self.components_health = components_health
 
     def observe(self, ctx: StageContext[ClusterCreatePlan]) -> Observed:
         return Observed.DONE if not self._missing(ctx) else Observed.IN_PROGRESS
@@ -70,7 +60,7 @@ class VerifyStage(CreateStage):
             unusable = sorted(f"{n.metadata.name} ({_why_not(n)})" for n in nodes if not _usable(n))
             missing.append(f"{len(usable)}/{plan.count} nodes of {group} Ready and Schedulable"
                            + (f": {', '.join(unusable)}" if unusable else ""))
-        components = self.components_health(self.deps, plan) if self.components_health is not None else []
+        components = components_health(self.deps, plan)
         healthy = [c for c in components if c.status.lower() in HEALTHY]
         missing += [f"component {c.name} {c.status}" + (f" ({c.detail})" if c.detail else "")
                     for c in components if c.status.lower() not in HEALTHY]
