@@ -101,7 +101,7 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     registry.load()  # after the sandbox's kubeconfigs: a registered cluster is reached as EKS, as in AWS
     informers = Informers(kube, bus, on_list=metrics.informer_listed)
     metrics.track_informers(informers.ages)
-    clusters = Clusters(settings, clock, aws, registry, informers, AwsCache(clock), engine, audit, bus)
+    clusters = Clusters(settings, clock, aws, registry, informers, AwsCache(clock), engine, audit, bus, kube)
     for kind in clusters.kinds():
         engine.register(kind)
     tokens = TokenStore(db, clock)

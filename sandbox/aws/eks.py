@@ -64,7 +64,7 @@ class EksSimulator(AccessOperations):
 
     service = "eks"
     operations = frozenset({
-        "CreateCluster", "DescribeCluster", "ListClusters", "DeleteCluster", "UpdateClusterConfig", "DescribeUpdate",
+        "CreateCluster", "DescribeCluster", "ListClusters", "DescribeClusterVersions", "DeleteCluster", "UpdateClusterConfig", "DescribeUpdate",
         "CreateNodegroup", "DescribeNodegroup", "ListNodegroups", "DeleteNodegroup",
         "DescribeAddonVersions", "DescribeAddonConfiguration", "CreateAddon", "DescribeAddon", "ListAddons",
         "UpdateAddon", "DeleteAddon",
@@ -299,6 +299,18 @@ class EksSimulator(AccessOperations):
 
     def _op_DescribeCluster(self, p: dict[str, Any]) -> dict[str, Any]:
         return {"cluster": self._cluster_out(self._rec(p["name"])["cluster"])}
+
+    def _op_DescribeClusterVersions(self, p: dict[str, Any]) -> dict[str, Any]:
+        """The versions CreateCluster accepts, newest first; the default is the one CreateCluster uses."""
+        wanted = set(p.get("clusterVersions") or [])
+        rows = [{"clusterVersion": v, "clusterType": "eks", "defaultPlatformVersion": PLATFORM,
+                 "defaultVersion": v == DEFAULT_VERSION,
+                 "versionStatus": "STANDARD_SUPPORT" if v >= "1.31" else "EXTENDED_SUPPORT",
+                 "status": "STANDARD_SUPPORT" if v >= "1.31" else "EXTENDED_SUPPORT"}
+                for v in VERSIONS if (not wanted or v in wanted)]
+        if str(p.get("defaultOnly", "")).lower() == "true":
+            rows = [r for r in rows if r["defaultVersion"]]
+        return page(rows, p, "clusterVersions")
 
     def _op_ListClusters(self, p: dict[str, Any]) -> dict[str, Any]:
         return page(sorted(self._clusters), p, "clusters")

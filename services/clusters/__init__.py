@@ -1,10 +1,11 @@
 """The ``clusters`` noun: its verbs are the only entry points for every face.
 
-Reads (``list_clusters``, ``describe_cluster``) answer from the AWS TTL cache and the informers. Mutations
-(``import_cluster``, ``forget_cluster``) precheck synchronously — bad input is a 422/409 before any
-operation row exists — then submit an operation (``cluster.import``) or, for forgetting a registration,
-which touches nothing outside this control plane, change the registry at once. Imported clusters are
-never mutated beyond what a user asks, and never deleted.
+Reads (``list_clusters``, ``describe_cluster``, ``cluster_options``, ``cluster_kubeconfig``) answer from the
+AWS TTL cache and the informers. Mutations (``import_cluster``, ``plan_cluster``/``create_cluster``,
+``delete_cluster``, ``forget_cluster``) precheck synchronously — bad input is a 422/409 before any operation
+row exists — then submit an operation (``cluster.import``, ``cluster.create``, ``cluster.delete``) or, for
+forgetting a registration, which touches nothing outside this control plane, change the registry at once.
+Imported clusters are never mutated beyond what a user asks, and never deleted.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from services.aws import AwsClients
 from services.awscache import AwsCache
 from services.clock import Clock
 from services.clusters.checks import check_import
+from services.clusters.create import CreatePlanner
+from services.clusters.create_base import ClusterDeletePlan, StageDeps
+from services.clusters.create_models import ClusterCreate, ClusterCreatePlan, ClusterDelete, CreatePlanView
+from services.clusters.kubeconfig import kubeconfig_yaml
 from services.clusters.models import (
     ClusterDetail,
     ClusterDetailQuery,
@@ -27,30 +32,38 @@ from services.clusters.models import (
     Ownership,
 )
 from services.clusters.options import ClusterOptions, OptionsQuery, OptionsReader
+from services.clusters.pipeline import (
+    CREATE_KIND,
+    DELETE_KIND,
+    cluster_target,
+    create_kind,
+    create_stages,
+    delete_kind,
+    planned_resources,
+)
 from services.clusters.reads import FIRST_SYNC_SECONDS, ClusterReader
 from services.clusters.registry import ClusterRegistry
 from services.clusters.stages import Connect, Register
-from services.errors import Conflict, Invalid
+from services.errors import Conflict, Invalid, NotFound
 from services.events import Event, EventBus
 from services.informers import Informers
-from services.operations import ACTIVE, Engine, OperationView
+from services.kube import KubeClients
+from services.operations import ACTIVE, Engine, OperationQuery, OperationView, Status
 from services.settings import Settings
 from services.stages import OperationKind
 from services.verbs import verb
 
 IMPORT_KIND = "cluster.import"
 RESERVED_NAMES = frozenset({"options", "import"})  # /api/v1/clusters/<these> are routes
-
-
-def cluster_target(name: str) -> str:
-    return f"cluster/{name}"
+__all__ = ["CREATE_KIND", "DELETE_KIND", "IMPORT_KIND", "Clusters", "cluster_target"]
 
 
 class Clusters:
     """Verbs of the clusters noun (the service object the composition root builds once)."""
 
     def __init__(self, settings: Settings, clock: Clock, aws: AwsClients, registry: ClusterRegistry,
-                 informers: Informers, cache: AwsCache, engine: Engine, audit: AuditLog, bus: EventBus) -> None:
+                 informers: Informers, cache: AwsCache, engine: Engine, audit: AuditLog, bus: EventBus,
+                 kube: KubeClients) -> None:
         self.settings = settings
         self.clock = clock
         self.aws = aws
@@ -62,11 +75,16 @@ class Clusters:
         self.bus = bus
         self.reader = ClusterReader(aws, cache, informers)
         self.options = OptionsReader(aws, cache, registry, settings.region)
+        self.planner = CreatePlanner(aws, self.options, registry, settings)
+        self.deps = StageDeps(aws=aws.for_stages(), kube=kube, registry=registry, informers=informers,
+                              settings=settings, clock=clock)
+        self._create_stages = create_stages(self.deps)
 
-    def kinds(self) -> list[OperationKind[ClusterImportPlan]]:
+    def kinds(self) -> list[OperationKind[Any]]:
         return [OperationKind(IMPORT_KIND, ClusterImportPlan, (Register(self.registry), Connect(self.informers)),
                               target=lambda plan: cluster_target(plan.name), role=Role.OPERATOR,
-                              description="register an existing EKS (+ HyperPod) cluster and connect to it")]
+                              description="register an existing EKS (+ HyperPod) cluster and connect to it"),
+                create_kind(self.deps), delete_kind(self.deps)]
 
     # ----- reads -------------------------------------------------------------------------------------
 
@@ -121,6 +139,76 @@ class Clusters:
                                  hyperpod_arn=facts.hyperpod_arn, requested_by=principal.name)
         self.cache.invalidate(region, request.eks_cluster)
         return self._engine.submit(IMPORT_KIND, plan, principal, idempotency_key)
+
+    @verb(Role.OPERATOR)
+    def plan_cluster(self, principal: Principal, request: ClusterCreate) -> CreatePlanView:
+        """The dry run of ``create_cluster``: the same precheck, then every resource it would make; nothing
+        is made and no operation is recorded."""
+        plan, warnings = self.planner.plan(request, principal.name, RESERVED_NAMES)
+        return CreatePlanView(plan=plan, resources=planned_resources(self._create_stages, plan),
+                              stages=[s.name for s in self._create_stages],
+                              expected_seconds={s.name: s.expected_seconds for s in self._create_stages},
+                              warnings=warnings)
+
+    @verb(Role.OPERATOR)
+    def create_cluster(self, principal: Principal, request: ClusterCreate,
+                       idempotency_key: str | None = None) -> tuple[OperationView, bool]:
+        """Precheck and plan (see ``plan_cluster``), then submit ``cluster.create``. A replay with the same
+        Idempotency-Key answers its operation without asking AWS again."""
+        asked = request.model_dump(mode="json")
+
+        def same(stored: dict[str, Any]) -> bool:
+            return stored.get("name") == request.name and stored.get("instance_type") == asked["instance_type"]
+
+        prior = self._engine.replayed(CREATE_KIND, principal, idempotency_key, same)
+        if prior is not None:
+            return prior, False
+        plan, _ = self.planner.plan(request, principal.name, RESERVED_NAMES)
+        self.cache.invalidate(plan.region, plan.names.eks_cluster)
+        return self._engine.submit(CREATE_KIND, plan, principal, idempotency_key)
+
+    @verb(Role.ADMIN)
+    def delete_cluster(self, principal: Principal, name: str, request: ClusterDelete | None = None,
+                       idempotency_key: str | None = None) -> tuple[OperationView, bool]:
+        """Delete a cluster this control plane created (also a failed or cancelled create) and everything
+        tagged with it; imported clusters are refused (forget them instead); the shared bucket stays."""
+        if request is not None and request.confirm is not None and request.confirm != name:
+            raise Invalid(f"the confirmation {request.confirm!r} is not the cluster's name {name!r}")
+        record = self.registry.find(name)
+        if record is not None and record.ownership is not Ownership.MANAGED:
+            raise Conflict(f"{name} was imported: this control plane never deletes it. Forget its registration "
+                           "instead (DELETE /api/v1/clusters/{cluster}/registration)", details={"cluster": name})
+        created = self._engine.list(OperationQuery(kind=CREATE_KIND, target=cluster_target(name), limit=1))
+        if not created and record is None:
+            raise NotFound(f"no cluster named {name!r} was created here; known: "
+                           + (", ".join(r.name for r in self.registry.list()) or "none"))
+        if created and created[0].status in {Status(s) for s in ACTIVE}:
+            raise Conflict(f"{name} is being created by {created[0].id}: cancel it first (operations_cancel), "
+                           "then delete", details={"operation_id": created[0].id, "status_tool": "operations_get"})
+        if created:
+            plan = ClusterCreatePlan.model_validate(created[0].request)
+            delete = ClusterDeletePlan(name=name, region=plan.region, account=plan.account,
+                                       eks_cluster=plan.names.eks_cluster, hyperpod_cluster=plan.names.hyperpod_cluster,
+                                       bucket=plan.bucket, requested_by=principal.name)
+        else:
+            assert record is not None
+            account = record.eks_arn.split(":")[4]
+            delete = ClusterDeletePlan(name=name, region=record.region, account=account, eks_cluster=record.eks_name,
+                                       hyperpod_cluster=record.hyperpod_name, requested_by=principal.name,
+                                       bucket=self.settings.shared_bucket
+                                       or f"instantstart-shared-{account}-{record.region}")
+        return self._engine.submit(DELETE_KIND, delete, principal, idempotency_key)
+
+    @verb(Role.VIEWER)
+    def cluster_kubeconfig(self, principal: Principal, name: str) -> str:
+        """A kubeconfig for a registered cluster whose user runs an exec plugin (``instantstart kube-token``)
+        for a short-lived EKS token: no long-lived secret is written into it."""
+        record = self.registry.get(name)
+        cluster = self.aws.client("eks", record.region).describe_cluster(name=record.eks_name)["cluster"]
+        if "endpoint" not in cluster:
+            raise Conflict(f"EKS cluster {record.eks_name} has no endpoint yet (status {cluster.get('status')})")
+        return kubeconfig_yaml(name, record.eks_name, record.region, cluster["endpoint"],
+                               cluster["certificateAuthority"]["data"])
 
     def _registered_as(self, eks_arn: str) -> str | None:
         record = self.registry.find_by_arn(eks_arn)
