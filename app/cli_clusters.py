@@ -153,16 +153,10 @@ def cmd_kubeconfig(args: argparse.Namespace) -> int:
     return 0
 
 
-def exec_credential(token: str, now: datetime.datetime) -> dict[str, Any]:
-    """What kubectl's exec plugin protocol wants: the token, and when kubectl should ask again."""
-    expires = now + datetime.timedelta(seconds=TOKEN_LIFETIME - TOKEN_REFRESH_MARGIN)
-    return {"kind": "ExecCredential", "apiVersion": "client.authentication.k8s.io/v1beta1", "spec": {},
-            "status": {"expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ"), "token": token}}
-
-
 def cmd_kube_token(args: argparse.Namespace) -> int:
     from app.sandbox import aws_session, sandbox_mode
     from services.aws import AwsClients
+    from services.clusters.kubeconfig import exec_credential
     from services.kube import eks_token
 
     where = located(args, quiet=True)  # stdout is kubectl's; a word on stderr would show on every call
@@ -176,7 +170,8 @@ def cmd_kube_token(args: argparse.Namespace) -> int:
     else:
         clients = AwsClients(region, os.environ.get("AWS_ENDPOINT_URL") or settings.aws_endpoint_url)
     token = eks_token(clients, args.cluster_name, region)
-    json.dump(exec_credential(token, datetime.datetime.now(datetime.UTC)), sys.stdout)
+    expires = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=TOKEN_LIFETIME - TOKEN_REFRESH_MARGIN)
+    json.dump(exec_credential(token, expires.strftime("%Y-%m-%dT%H:%M:%SZ")), sys.stdout)
     print()
     return 0
 

@@ -9,6 +9,7 @@ has an access entry, exactly as EKS does.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -16,22 +17,40 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 import yaml
 
+from tests.ledger import CallLedger
 from tests.sandbox_support import SeededServer, seeded_server
-from tests.support import ROOT, clean_env
+from tests.support import ROOT, LiveServer, clean_env
 
 pytestmark = pytest.mark.slow
 
 KUBECTL = shutil.which("kubectl")
 EKS = "faces-eks"
+CREATE_STAGES = ["network", "iam", "eks", "dependencies", "hyperpod", "storage", "verify"]
+ASK = {"name": "faces-new", "zone": "us-west-2a", "instance_type": "ml.g5.8xlarge", "count": 2}
 
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeededServer]:
+    """The seeded cluster, imported (registered here but not created here)."""
     with seeded_server(tmp_path_factory.mktemp("faces"), EKS, nodes=1) as server:
+        accepted = server.live.post("/api/v1/clusters/import", {"eks_cluster": EKS, "hyperpod_cluster": EKS})
+        assert accepted.status_code == 202, accepted.text
+        done = server.live.get(f"/api/v1/operations/{accepted.json()['operation']['id']}/wait?timeout=60").json()
+        assert done["status"] == "succeeded", done
         yield server
+
+
+def creates(live: LiveServer) -> list[dict[str, Any]]:
+    return list(live.get("/api/v1/operations?kind=cluster.create").json())
+
+
+def delete(live: LiveServer, cluster: str, body: Any = None, token: str | None = None) -> httpx2.Response:
+    return httpx2.request("DELETE", f"{live.url}/api/v1/clusters/{cluster}", json=body if body is not None else {},
+                          headers=live.headers(token), timeout=30)
 
 
 def cli(server: SeededServer, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -87,3 +106,107 @@ def test_kube_token_refuses_a_data_dir_with_no_sandbox_running(seeded: SeededSer
                   env={"INSTANTSTART_SANDBOX": "true"})
     assert refused.returncode == 1 and "no sandbox is running on" in refused.stderr, refused.stderr
     assert refused.stdout == ""
+
+
+def test_a_dry_run_answers_the_plan_and_makes_nothing(seeded: SeededServer) -> None:
+    live, ledger = seeded.live, CallLedger(seeded.live)
+    mark = ledger.mark()
+    dry = live.post("/api/v1/clusters?dry_run=true", ASK)
+    assert dry.status_code == 200, dry.text
+    view = dry.json()
+    assert view["plan"]["names"]["eks_cluster"] == "faces-new" and view["plan"]["zone"] == "us-west-2a"
+    # the stages land one by one, in this order (services/clusters/pipeline.py); the plan lists those wired
+    assert view["stages"] == CREATE_STAGES[: len(view["stages"])]
+    assert set(view["expected_seconds"]) == set(view["stages"])
+    assert {r["stage"] for r in view["resources"]} <= set(view["stages"])
+    plan = live.post("/api/v1/cluster-plans", ASK, token=live.make_token("operator"))
+    assert plan.status_code == 200 and plan.json()["resources"] == view["resources"], plan.text
+    ledger.assert_no_writes(since=mark)
+    assert creates(live) == [], "a dry run records no operation"
+
+
+def test_a_bad_choice_is_refused_at_once_with_the_valid_ones(seeded: SeededServer) -> None:
+    live, ledger = seeded.live, CallLedger(seeded.live)
+    mark = ledger.mark()
+    for path in ("/api/v1/clusters", "/api/v1/clusters?dry_run=true", "/api/v1/cluster-plans"):
+        wrong_zone = live.post(path, {**ASK, "zone": "us-west-2z"})
+        assert wrong_zone.status_code == 422, wrong_zone.text
+        assert "us-west-2a" in json.dumps(wrong_zone.json()["error"]["details"])
+    unknown = live.post("/api/v1/clusters", {**ASK, "vpc_cidrs": "10.0.0.0/16"})
+    assert unknown.status_code == 422 and "vpc_cidr" in unknown.text, unknown.text
+    taken = live.post("/api/v1/clusters", {**ASK, "name": EKS})
+    assert taken.status_code in (409, 422) and EKS in taken.json()["error"]["message"], taken.text
+    viewer = live.post("/api/v1/clusters", ASK, token=live.make_token("viewer"))
+    assert viewer.status_code == 403, viewer.text
+    ledger.assert_no_writes(since=mark)
+    assert creates(live) == []
+
+
+def test_delete_is_admin_only_confirmed_and_never_of_an_imported_cluster(seeded: SeededServer) -> None:
+    live, ledger = seeded.live, CallLedger(seeded.live)
+    mark = ledger.mark()
+    operator = delete(live, EKS, {"confirm": EKS}, token=live.make_token("operator"))
+    assert operator.status_code == 403, operator.text
+    imported = delete(live, EKS, {"confirm": EKS})
+    assert imported.status_code == 409 and "forget" in imported.json()["error"]["message"].lower(), imported.text
+    mistyped = delete(live, EKS, {"confirm": "faces-ek"})
+    assert mistyped.status_code in (409, 422), mistyped.text
+    missing = delete(live, "no-such-cluster", {})
+    assert missing.status_code == 404, missing.text
+    ledger.assert_no_writes(since=mark)
+    assert live.get("/api/v1/operations?kind=cluster.delete").json() == []
+    refused = cli(seeded, "clusters", "delete", EKS)
+    assert refused.returncode == 1 and "pass --yes" in refused.stderr, refused.stderr
+
+
+def test_create_answers_its_operation_and_a_replay_the_same_one(seeded: SeededServer) -> None:
+    live = seeded.live
+    body = {**ASK, "name": "faces-op"}
+    first = live.post("/api/v1/clusters", body, headers={"Idempotency-Key": "faces-op-1"})
+    assert first.status_code == 202, first.text
+    accepted = first.json()
+    op = accepted["operation"]
+    assert op["kind"] == "cluster.create" and op["target"] == "cluster/faces-op"
+    assert [s["name"] for s in op["stages"]] == CREATE_STAGES[: len(op["stages"])]
+    assert first.headers["Location"] == accepted["status_url"] == f"/api/v1/operations/{op['id']}"
+    assert "operations_get" in accepted["message"] and accepted["created"] is True
+    again = live.post("/api/v1/clusters", body, headers={"Idempotency-Key": "faces-op-1"})
+    assert again.status_code == 202 and again.json()["operation"]["id"] == op["id"], again.text
+    assert again.json()["created"] is False
+    assert [o["id"] for o in creates(live)] == [op["id"]]
+
+
+def test_the_kubeconfig_holds_no_token_and_kubectl_reads_the_cluster_with_it(seeded: SeededServer,
+                                                                             tmp_path: Path) -> None:
+    live = seeded.live
+    answer = live.get(f"/api/v1/clusters/{EKS}/kubeconfig", token=live.make_token("viewer"))
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/yaml"), answer.text
+    config = yaml.safe_load(answer.text)
+    user = config["users"][0]["user"]
+    assert set(user) == {"exec"} and user["exec"]["command"] == "instantstart"
+    assert user["exec"]["args"][:3] == ["kube-token", "--cluster-name", EKS]
+    assert "k8s-aws-v1" not in answer.text and "token" not in user
+    path = tmp_path / f"{EKS}.yaml"
+    written = cli(seeded, "clusters", "kubeconfig", EKS, "-o", str(path))
+    assert written.returncode == 0 and path.read_text() == answer.text, written.stderr
+    if KUBECTL is None:
+        pytest.skip("kubectl is not installed")
+    # kubectl runs `instantstart kube-token` from PATH; the data directory names the sandbox it signs for
+    env = clean_env(PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+                    INSTANTSTART_DATA_DIR=str(live.data_dir))
+    nodes = subprocess.run([KUBECTL, "--kubeconfig", str(path), "get", "nodes", "-o", "name"], capture_output=True,
+                           text=True, timeout=60, env=env)
+    assert nodes.returncode == 0, nodes.stderr
+    assert len(nodes.stdout.split()) == 1 and nodes.stdout.startswith("node/"), nodes.stdout
+
+
+def test_the_cli_shows_the_plan_and_starts_nothing(seeded: SeededServer) -> None:
+    shown = cli(seeded, "clusters", "create", "--name", "faces-cli", "--zone", "us-west-2a", "--instance-type",
+                "ml.g5.8xlarge", "--count", "2", "--dry-run")
+    assert shown.returncode == 0, shown.stderr
+    assert "plan for faces-cli" in shown.stdout and "nothing was made" in shown.stdout
+    assert "eks_cluster        faces-cli" in shown.stdout and "expected: about" in shown.stdout
+    refused = cli(seeded, "clusters", "create", "--name", "faces-cli", "--zone", "us-west-2z", "--instance-type",
+                  "ml.g5.8xlarge", "--count", "2")
+    assert refused.returncode == 1 and "422" in refused.stderr, refused.stderr
+    assert [o for o in creates(seeded.live) if o["target"] == "cluster/faces-cli"] == []
