@@ -158,11 +158,11 @@ class CreateState(param.Parameterized):
 
     @param.depends("zone", watch=True)
     def _types_for_zone(self) -> None:
-        offered = [] if self.options is None else [t.instance_type for t in self.options.instance_types
-                                                   if self.zone in t.zones]
-        self.param.instance_type.objects = offered
-        self.instance_type = self.instance_type if self.instance_type in offered else (
-            offered[0] if offered else None)
+        offered = {} if self.options is None else {type_label(t): t.instance_type
+                                                   for t in self.options.instance_types if self.zone in t.zones}
+        self.param.instance_type.objects = offered  # labels (accelerator, EFA) shown, the type's name chosen
+        names = list(offered.values())
+        self.instance_type = self.instance_type if self.instance_type in names else (names[0] if names else None)
         self._decisions_changed()
 
     @param.depends("cluster_name", "instance_type", "count", "capacity_type", "training_plan_arn", watch=True)
