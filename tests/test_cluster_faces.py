@@ -8,6 +8,7 @@ has an access entry, exactly as EKS does.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -21,6 +22,8 @@ import httpx2
 import pytest
 import yaml
 
+from panels.cluster_create import ClusterCreatePane
+from services.auth import Principal, Role
 from tests.ledger import CallLedger
 from tests.sandbox_support import SeededServer, seeded_server
 from tests.support import ROOT, LiveServer, clean_env
@@ -210,3 +213,59 @@ def test_the_cli_shows_the_plan_and_starts_nothing(seeded: SeededServer) -> None
                   "ml.g5.8xlarge", "--count", "2")
     assert refused.returncode == 1 and "422" in refused.stderr, refused.stderr
     assert [o for o in creates(seeded.live) if o["target"] == "cluster/faces-cli"] == []
+
+
+def test_the_create_pane_offers_inspected_choices_plans_before_create_and_follows_its_operation(
+        seeded: SeededServer, tmp_path: Path) -> None:
+    """The dashboard's form without a browser, on a second installation of the product against the sandbox."""
+    services = seeded.product(tmp_path / "product")
+    admin = Principal("pane-admin", Role.ADMIN, "t-adm", "ui")
+    try:
+        pane = ClusterCreatePane(services.clusters, services.operations, services.bus, admin)  # no loop: reads here
+        state = pane.state
+        options = services.clusters.cluster_options(admin)
+        zones = [z.name for z in options.zones if z.state == "available"]
+        assert state.param.zone.objects == zones and state.zone == zones[0]
+        narrow = next(z for z in zones if not any(t.instance_type == "ml.g5.8xlarge" and z in t.zones
+                                                  for t in options.instance_types))
+        state.zone = narrow
+        assert sorted(state.param.instance_type.objects.values()) == sorted(
+            t.instance_type for t in options.instance_types if narrow in t.zones)
+        state.param.update(zone="us-west-2a", instance_type="ml.g5.8xlarge", cluster_name="pane-new", count=2)
+        option = state.type_option()
+        assert option is not None and option.quota is not None, option
+        state.count = option.quota - option.in_use + 1
+        assert state.quota_note.startswith("Quota:") and f"{option.quota - option.in_use} free" in state.quota_note
+        state.count = 2
+        assert state.quota_note == ""
+
+        asyncio.run(state.create())
+        assert state.operation is None and "Plan first" in state.message
+        asyncio.run(state.make_plan())
+        assert state.plan is not None and state.plan.plan.names.eks_cluster == "pane-new", state.message
+        assert not pane.create_button.disabled and "Plan for pane-new" in str(pane.plan_view.object)
+        state.count = 3  # a changed decision drops the plan: Create follows only what was shown
+        assert state.plan is None and pane.create_button.disabled
+        state.count = 2
+        asyncio.run(state.make_plan())
+
+        asyncio.run(state.create())
+        op = state.operation
+        assert op is not None and op.kind == "cluster.create" and op.target == "cluster/pane-new", state.message
+        services.start()  # the engine runs it; its events bring every later version to the pane
+        done = services.operations.wait_operation(admin, op.id, timeout=60)
+        assert done.status.terminal, done
+        services.bus.drain()
+        assert state.operation is not None and state.operation.status == done.status
+        shown = str(pane.progress.object)
+        assert f"<code>{op.id}</code>" in shown and f"class='op-status'>{done.status.value}<" in shown
+        assert all(f"data-stage='{s.name}' data-status='{s.status}'" in shown for s in done.stages)
+
+        state.target = "pane-new"
+        state.confirm = "pane-ne"
+        assert pane.delete_button.disabled
+        asyncio.run(state.delete())
+        assert "Type the cluster's name" in state.message
+        assert [o.kind for o in services.operations.list_operations(admin)] == ["cluster.create"]
+    finally:
+        services.stop()
