@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -168,7 +167,7 @@ def cmd_kube_token(args: argparse.Namespace) -> int:
             raise RestFailed(f"no sandbox is running on {settings.data_dir}: start 'instantstart serve' first")
         clients = AwsClients(region, where.runtime.aws_endpoint_url, session=aws_session(settings))
     else:
-        clients = AwsClients(region, os.environ.get("AWS_ENDPOINT_URL") or settings.aws_endpoint_url)
+        clients = AwsClients(region, settings.aws_endpoint_url)  # None: boto3's own (AWS_ENDPOINT_URL included)
     token = eks_token(clients, args.cluster_name, region)
     expires = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=TOKEN_LIFETIME - TOKEN_REFRESH_MARGIN)
     json.dump(exec_credential(token, expires.strftime("%Y-%m-%dT%H:%M:%SZ")), sys.stdout)

@@ -242,8 +242,12 @@ class CreateState(param.Parameterized):
             self.operation = view
 
     def on_events(self, views: list[OperationView]) -> None:
+        """Update the followed operation; with none followed yet, follow the first active one that arrives (a
+        create or delete started elsewhere: another tab, the CLI, an agent)."""
         for view in views:
-            if self.operation is not None and view.id == self.operation.id:
+            if self.operation is None and not view.status.terminal:
+                self.operation = view
+            elif self.operation is not None and view.id == self.operation.id:
                 self.follow(view)
 
 

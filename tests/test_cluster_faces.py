@@ -252,11 +252,15 @@ def test_the_create_pane_offers_inspected_choices_plans_before_create_and_follow
         asyncio.run(state.create())
         op = state.operation
         assert op is not None and op.kind == "cluster.create" and op.target == "cluster/pane-new", state.message
+        elsewhere = ClusterCreatePane(services.clusters, services.operations, services.bus, admin)  # another tab
+        assert elsewhere.state.operation is None
         services.start()  # the engine runs it; its events bring every later version to the pane
         done = services.operations.wait_operation(admin, op.id, timeout=60)
         assert done.status.terminal, done
         services.bus.drain()
         assert state.operation is not None and state.operation.status == done.status
+        assert elsewhere.state.operation is not None and elsewhere.state.operation.id == op.id, "not adopted"
+        assert elsewhere.state.operation.status == done.status
         shown = str(pane.progress.object)
         assert f"<code>{op.id}</code>" in shown and f"class='op-status'>{done.status.value}<" in shown
         assert all(f"data-stage='{s.name}' data-status='{s.status}'" in shown for s in done.stages)
