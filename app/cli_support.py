@@ -71,6 +71,8 @@ def rest(args: argparse.Namespace, method: str, path: str, body: Any = None) -> 
         except (ValueError, KeyError, TypeError):
             message = response.text
         raise RestFailed(f"{response.status_code}: {message}")
+    if response.headers.get("content-type", "").startswith("text/"):  # a kubeconfig, the metrics
+        return response.text
     return response.json()
 
 

@@ -38,7 +38,7 @@ ERRORS: dict[int, str] = {
 def _models(routes: list[Route]) -> list[type[BaseModel]]:
     seen: list[type[BaseModel]] = [ErrorEnvelope]
     for r in routes:
-        for model in (r.query, r.body, r.response):
+        for model in (r.query, r.body, r.response, *(m for _, m in r.also)):
             if model is not None and model not in seen:
                 seen.append(model)
     return seen
@@ -125,6 +125,9 @@ def openapi_document(routes: list[Route] = ROUTES) -> dict[str, Any]:
             if r.many:
                 schema = {"type": "array", "items": schema}
             ok["content"] = {"application/json": {"schema": schema}}
+        for status, model in r.also:
+            responses[str(status)] = {"description": "OK" if status < 300 else "accepted",
+                                      "content": {"application/json": {"schema": ref(model, False)}}}
         if r.body is not None:
             op["requestBody"] = {"required": _body_required(r.body),
                                  "content": {"application/json": {"schema": ref(r.body, True)}}}

@@ -44,6 +44,9 @@ class RestClient:
     async def request(self, method: str, path: str, params: dict[str, Any] | None = None,
                       body: dict[str, Any] | None = None) -> tuple[int, Any]:
         response = await self._client.request(method, path, params=params, json=body)
+        media_type = response.headers.get("content-type", "application/json").split(";")[0].strip()
+        if response.status_code < 400 and media_type.startswith("text/"):  # a kubeconfig: the text itself
+            return response.status_code, {"media_type": media_type, "text": response.text}
         try:
             payload = response.json()
         except ValueError:

@@ -1,5 +1,6 @@
-"""Clusters pane: the registered clusters, an import form, and one cluster's overview with its nodes coloured
-by health, updated live from the informers' watch events (topic ``kube``) — no polling.
+"""Clusters pane: the registered clusters, an import form, one cluster's overview with its nodes coloured
+by health, updated live from the informers' watch events (topic ``kube``) — no polling — and the create /
+delete pane (``panels/cluster_create.py``), whose Delete targets the selected cluster when it was created here.
 
 The pane holds no rules: it calls the clusters noun's verbs (``services/clusters``), in a worker thread when
 served, so the event loop never waits on AWS or Kubernetes.
@@ -17,13 +18,15 @@ import pandas as pd
 import panel as pn
 import param
 
+from panels.cluster_create import ClusterCreatePane
 from panels.live import LiveRefresh
 from panels.tables import ReadOnlyTable, role_hint
 from services.auth import Principal, Role
 from services.clusters import Clusters
-from services.clusters.models import ClusterDetail, ClusterImport, ClusterSummary
+from services.clusters.models import ClusterDetail, ClusterImport, ClusterSummary, Ownership
 from services.errors import ServiceError
 from services.events import Event, EventBus
+from services.operation_verbs import Operations
 
 LIST_COLUMNS = ["name", "ownership", "eks", "hyperpod", "nodes", "health"]
 GROUP_COLUMNS = ["group", "type", "current", "target", "status"]
@@ -165,9 +168,11 @@ class ClustersState(param.Parameterized):
 
 class ClustersPane(pn.viewable.Viewer):
     def __init__(self, clusters: Clusters, bus: EventBus, principal: Principal,
-                 current_principal: Callable[[], Principal] | None = None, **params: Any) -> None:
+                 current_principal: Callable[[], Principal] | None = None, *, operations: Operations,
+                 **params: Any) -> None:
         super().__init__(**params)
         self.state = ClustersState(clusters, principal, current_principal)
+        self.lifecycle = ClusterCreatePane(clusters, operations, bus, principal, current_principal)
         self.table = ReadOnlyTable(clusters_frame(self.state.clusters), selectable=1, sizing_mode="stretch_width",
                                    css_classes=["clusters-table"],
                                    empty="No clusters yet: import one below ('instantstart sandbox seed' makes a "
@@ -198,6 +203,8 @@ class ClustersPane(pn.viewable.Viewer):
     def _on_detail(self, event: param.parameterized.Event) -> None:
         self.groups.value = groups_frame(event.new)
         self.overview.object = overview_html(event.new)
+        managed = {c.name for c in self.state.clusters if c.ownership is Ownership.MANAGED}
+        self.lifecycle.state.target = self.state.selected if self.state.selected in managed else ""
 
     def _on_selection(self, event: param.parameterized.Event) -> None:
         if event.new and event.new[0] < len(self.state.clusters):
@@ -239,5 +246,6 @@ class ClustersPane(pn.viewable.Viewer):
             self.overview,
             pn.pane.Markdown("**Instance groups**"),
             self.groups,
+            self.lifecycle,
             sizing_mode="stretch_width",
         )

@@ -348,7 +348,7 @@ def test_clusters_pane_renders_at_once_and_reads_off_the_loop(imported: Services
     loop_thread = threading.get_ident()
 
     async def main() -> None:
-        pane = ClustersPane(imported.clusters, imported.bus, VIEWER)
+        pane = ClustersPane(imported.clusters, imported.bus, VIEWER, operations=imported.operations)
         assert pane.state.clusters == [] and pane.state.detail is None, "the page build read the clusters"
         assert not pane.state.loaded and pane.reading_hint.visible
         root = pn.panel(pane).get_root()
@@ -378,6 +378,7 @@ def test_clusters_pane_renders_at_once_and_reads_off_the_loop(imported: Services
 
     asyncio.run(main())
 
-    sync = ClustersPane(imported.clusters, imported.bus, VIEWER)  # no loop (a script): read at once, here
+    # no loop (a script): read at once, here
+    sync = ClustersPane(imported.clusters, imported.bus, VIEWER, operations=imported.operations)
     assert sync.state.loaded and [c.name for c in sync.state.clusters] == ["pane"]
     assert sync.state.detail is not None and sum(len(n) for n in sync.state.detail.nodes_by_group.values()) == 2

@@ -65,6 +65,8 @@ class Route:
     #: the handler only reads memory (never SQLite, AWS or Kubernetes) and is synchronous: it runs on the
     #: event loop, with no thread hop; every other handler runs in a worker thread
     on_loop: bool = False
+    #: other success answers beside ``status``: (status, model), e.g. a dry run's 200 with the plan
+    also: tuple[tuple[int, type[BaseModel]], ...] = ()
 
 
 def accepted(view: OperationView, created: bool) -> Reply:

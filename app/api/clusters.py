@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field
+
 from app.api.base import Call, Reply, Route, accepted
 from app.api.pages import Page, current_principal
 from app.bootstrap import Services
 from services.auth import Principal
 from services.clusters import Clusters
+from services.clusters.create_models import ClusterCreate, ClusterDelete, CreatePlanView
 from services.clusters.models import (
     ClusterDetail,
     ClusterDetailQuery,
@@ -18,10 +21,19 @@ from services.clusters.models import (
     ClusterSummary,
 )
 from services.clusters.options import ClusterOptions, OptionsQuery
+from services.models import RequestModel
 from services.replies import Accepted
 from services.verbs import role_of
 
 CLUSTER = {"cluster": "name the cluster is registered under (clusters_list)"}
+KUBECONFIG_MEDIA_TYPE = "text/yaml; charset=utf-8"
+
+
+class CreateQuery(RequestModel):
+    """``POST /api/v1/clusters``: a dry run answers the plan (200) instead of starting the create (202)."""
+
+    dry_run: bool = Field(False, description="true: answer what the create would make (derived names, resources, "
+                                             "expected durations, warnings) and start nothing")
 
 
 def _list(call: Call) -> Reply:
@@ -40,6 +52,27 @@ def _options(call: Call) -> Reply:
 def _import(call: Call) -> Reply:
     view, created = call.services.clusters.import_cluster(call.principal, call.body, call.idempotency_key)
     return accepted(view, created)
+
+
+def _create(call: Call) -> Reply:
+    if call.query.dry_run:
+        return Reply(call.services.clusters.plan_cluster(call.principal, call.body))
+    view, created = call.services.clusters.create_cluster(call.principal, call.body, call.idempotency_key)
+    return accepted(view, created)
+
+
+def _plan(call: Call) -> Reply:
+    return Reply(call.services.clusters.plan_cluster(call.principal, call.body))
+
+
+def _delete(call: Call) -> Reply:
+    view, created = call.services.clusters.delete_cluster(call.principal, call.path["cluster"], call.body,
+                                                          call.idempotency_key)
+    return accepted(view, created)
+
+
+def _kubeconfig(call: Call) -> Reply:
+    return Reply(call.services.clusters.cluster_kubeconfig(call.principal, call.path["cluster"]))
 
 
 def _forget(call: Call) -> Reply:
@@ -61,6 +94,23 @@ ROUTES: list[Route] = [
                       "in use), VPC and Elastic IP quotas, existing VPCs and clusters (managed, imported or "
                       "foreign), HyperPod's service-linked role and this control plane's identity. Call it "
                       "before proposing a create: offer only what it lists."),
+    Route("POST", "/api/v1/cluster-plans", "clusters_plan", "Plan a new cluster (dry run: nothing is made)",
+          role_of(Clusters.plan_cluster), _plan, body=ClusterCreate, response=CreatePlanView, tag="clusters",
+          open_world=True,
+          description="Read-only: the same prechecks as clusters_create (a refusal lists the valid choices), then "
+                      "what the create would make: every derived name, each stage's resources (create or reuse) "
+                      "and expected duration, and warnings (quota, capacity). Show it to the user before "
+                      "clusters_create. The same as POST /api/v1/clusters?dry_run=true."),
+    Route("POST", "/api/v1/clusters", "clusters_create", "Create a HyperPod cluster on a new EKS cluster",
+          role_of(Clusters.create_cluster), _create, query=CreateQuery, body=ClusterCreate, response=Accepted,
+          also=((200, CreatePlanView),), read_only=False, status=202, tag="clusters", open_world=True,
+          description="Ask only the decisions (name, zone, instance_type, count, capacity_type), offering what "
+                      "clusters_options lists; everything else (CIDRs, roles, versions) is computed. Refused at "
+                      "once (nothing made) on a bad choice, with the valid ones in the error's details. Then the "
+                      "stages network, iam, eks, dependencies, hyperpod, storage, verify run for 30-45 minutes "
+                      "(EKS 8-15, HyperPod 20-30): follow them with operations_wait or operations_get (wait=30); "
+                      "a failed stage keeps what was made, and operations_retry resumes from it. dry_run=true "
+                      "answers the plan instead (clusters_plan)."),
     Route("GET", "/api/v1/clusters/{cluster}", "clusters_get", "One cluster: groups, nodes, health",
           role_of(Clusters.describe_cluster),
           _get, query=ClusterDetailQuery, response=ClusterDetail, path_params=CLUSTER, tag="clusters", open_world=True,
@@ -75,6 +125,20 @@ ROUTES: list[Route] = [
                       "Refused at once when the EKS cluster is missing or not ACTIVE, when the HyperPod "
                       "cluster is not orchestrated by it, or when this control plane's identity has no EKS "
                       "access entry (the message says how to add one)."),
+    Route("DELETE", "/api/v1/clusters/{cluster}", "clusters_delete", "Delete a cluster created here",
+          role_of(Clusters.delete_cluster), _delete, body=ClusterDelete, response=Accepted, path_params=CLUSTER,
+          read_only=False, destructive=True, status=202, tag="clusters", open_world=True,
+          description="Destructive, admin only: tear down a cluster this control plane created, in order (storage, "
+                      "HyperPod, dependencies, EKS, network, IAM), removing only what carries its tags; the shared "
+                      "bucket stays. Refused for imported clusters (use clusters_forget) and while another "
+                      "operation on the cluster is active. Confirm the name with the user and pass it as confirm. "
+                      "Follow it with operations_wait."),
+    Route("GET", "/api/v1/clusters/{cluster}/kubeconfig", "clusters_kubeconfig", "Kubeconfig for a cluster",
+          role_of(Clusters.cluster_kubeconfig), _kubeconfig, path_params=CLUSTER, tag="clusters",
+          media_type=KUBECONFIG_MEDIA_TYPE, open_world=True,
+          description="A kubeconfig (YAML) for kubectl: the cluster's EKS endpoint and CA, and an exec plugin "
+                      "('instantstart kube-token') that mints a short-lived token from the caller's own AWS "
+                      "credentials; no token is embedded, so the file is safe to share."),
     Route("DELETE", "/api/v1/clusters/{cluster}/registration", "clusters_forget",
           "Forget an imported cluster (it is not touched)", role_of(Clusters.forget_cluster), _forget,
           response=ClusterRecord, path_params=CLUSTER, read_only=False, tag="clusters",
@@ -86,7 +150,8 @@ ROUTES: list[Route] = [
 def _page(services: Services, principal: Principal) -> Any:
     from panels.clusters import ClustersPane
 
-    return ClustersPane(clusters=services.clusters, bus=services.bus, principal=principal,
+    return ClustersPane(clusters=services.clusters, operations=services.operations, bus=services.bus,
+                        principal=principal,
                         current_principal=current_principal(services, principal))
 
 
