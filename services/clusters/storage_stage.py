@@ -247,9 +247,9 @@ class StorageTeardown(DeleteStage):
     def observe(self, ctx: StageContext[ClusterDeletePlan]) -> Observed:
         plan = ctx.request
         core = self._core(plan)
-        left = [c for c in (S3_CLAIM, FSX_CLAIM) if _ours(_read_claim(core, c))]
+        left = [c for c in (S3_CLAIM, FSX_CLAIM) if core is not None and _ours(_read_claim(core, c))]
         left += [v for v in (volume_name(plan.name, S3_CLAIM), volume_name(plan.name, FSX_CLAIM))
-                 if _ours(_read_volume(core, v))]
+                 if core is not None and _ours(_read_volume(core, v))]
         fs = _tagged_file_system(self._fsx(plan), plan.name)
         if fs is not None:
             ctx.data["fsx_id"] = fs["FileSystemId"]
@@ -258,6 +258,8 @@ class StorageTeardown(DeleteStage):
     def act(self, ctx: StageContext[ClusterDeletePlan]) -> None:
         plan = ctx.request
         core = self._core(plan)
+        if core is None:
+            return
         for claim in (S3_CLAIM, FSX_CLAIM):
             if _ours(_read_claim(core, claim)):
                 _ignore_missing(core.delete_namespaced_persistent_volume_claim, claim, NAMESPACE)
@@ -282,7 +284,10 @@ class StorageTeardown(DeleteStage):
             state = "DELETING"
         return Wait(FSX_POLL, f"FSx file system {fs_id} is {state}")
 
-    def _core(self, plan: ClusterDeletePlan) -> k8s.CoreV1Api:
+    def _core(self, plan: ClusterDeletePlan) -> k8s.CoreV1Api | None:
+        """None: the cluster never got as far as its registry row, so nothing was applied in it."""
+        if self.deps.registry.find(plan.name) is None:
+            return None
         return k8s.CoreV1Api(self.deps.kube.api_client(plan.name))
 
     def _fsx(self, plan: ClusterDeletePlan) -> Any:

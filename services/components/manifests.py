@@ -156,8 +156,8 @@ def _object_health(live: dict[str, Any]) -> tuple[bool, str]:
         return ok, "" if ok else "not established yet"
     if kind == "DaemonSet":
         desired, ready = int(status.get("desiredNumberScheduled", 0)), int(status.get("numberReady", 0))
-        if desired == 0:
-            return False, "no node to run on"
+        if desired == 0:  # no node matches it (a variant for other instance types): nothing to wait for
+            return True, "no node matches its selector"
         return ready >= desired, f"{ready}/{desired} pods ready"
     if kind == "Deployment":
         wanted, available = int((live.get("spec") or {}).get("replicas", 1)), int(status.get("availableReplicas", 0))
