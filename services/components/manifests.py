@@ -101,6 +101,8 @@ class Manifests(Component):
         missing = self.identity.missing(target) if self.identity is not None else []
         waiting: list[str] = []  # what the dependencies stage waits for (a CRD being established)
         unready: list[str] = []  # workloads whose pods are not ready (they may wait for the nodes)
+        idle: list[str] = []  # DaemonSets no node matches (yet, or a variant for other instance types)
+        daemonsets = 0
         for obj in self.objects(target):
             live = kubeapi.get(target.kube, obj)
             label = self._label(obj)
@@ -108,9 +110,16 @@ class Manifests(Component):
                     obj["metadata"]["annotations"][APPLIED]:
                 missing.append(label)
                 continue
+            if live["kind"] == "DaemonSet":
+                daemonsets += 1
+                if int((live.get("status") or {}).get("desiredNumberScheduled", 0)) == 0:
+                    idle.append(label)
+                    continue
             ok, why = _object_health(live)
             if not ok:
                 (unready if obj["kind"] in WORKLOADS else waiting).append(f"{label}: {why}")
+        if daemonsets and len(idle) == daemonsets:  # a variant idles only while another one runs somewhere
+            unready += [f"{label}: no node to run on" for label in idle]
         status = "ABSENT" if missing else ("Ready" if not waiting and not unready else "Applied")
         return Observation(status=status, missing=missing, settled=not missing and not waiting,
                            healthy=not missing and not waiting and not unready,
@@ -156,8 +165,6 @@ def _object_health(live: dict[str, Any]) -> tuple[bool, str]:
         return ok, "" if ok else "not established yet"
     if kind == "DaemonSet":
         desired, ready = int(status.get("desiredNumberScheduled", 0)), int(status.get("numberReady", 0))
-        if desired == 0:  # no node matches it (a variant for other instance types): nothing to wait for
-            return True, "no node matches its selector"
         return ready >= desired, f"{ready}/{desired} pods ready"
     if kind == "Deployment":
         wanted, available = int((live.get("spec") or {}).get("replicas", 1)), int(status.get("availableReplicas", 0))
