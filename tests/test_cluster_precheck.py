@@ -34,10 +34,11 @@ def ask(**fields: object) -> ClusterCreate:
 def refused(world: SandboxProduct, request: ClusterCreate, error: type[Exception]) -> Exception:
     ledger = CallLedger(world.live)
     mark = ledger.mark()
+    before = len(world.services.engine.list(OperationQuery(kind="cluster.create")))
     with pytest.raises(error) as caught:
         world.services.clusters.create_cluster(OPERATOR, request)
     ledger.assert_no_writes(since=mark)
-    assert world.services.engine.list(OperationQuery(kind="cluster.create")) == [], "no operation row"
+    assert len(world.services.engine.list(OperationQuery(kind="cluster.create"))) == before, "no operation row"
     return caught.value
 
 
@@ -129,3 +130,36 @@ def test_an_imported_cluster_is_never_deleted(world: SandboxProduct) -> None:
         world.services.clusters.delete_cluster(ADMIN, "theirs", ClusterDelete(confirm="other"))
     ledger.assert_no_writes(since=mark)
     assert world.services.engine.list(OperationQuery(kind="cluster.delete")) == []
+
+
+def test_what_a_create_would_reuse_or_name_is_read_before_any_write(world: SandboxProduct) -> None:
+    sts_session = "arn:aws:sts::123456789012:assumed-role/Admin/alice"
+    error = refused(world, ask(admin_principals=[sts_session]), Invalid)
+    assert "arn:aws:iam::123456789012:role/Admin" in str(error), "the IAM principal to give instead"
+    error = refused(world, ask(kubernetes_version="1.19"), Invalid)
+    assert "1.33" in error.details["kubernetes_versions"]  # type: ignore[attr-defined]
+    ec2 = world.client("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.40.0.0/16")["Vpc"]["VpcId"]
+    one_zone = [ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.40.{i}.0/24", AvailabilityZone="us-west-2a")
+                ["Subnet"]["SubnetId"] for i in (1, 2)]
+    error = refused(world, ask(vpc_id=vpc, subnet_ids=one_zone), Invalid)
+    assert "two Availability Zones" in str(error)
+    world.client("iam").create_role(RoleName="squat-hyperpod-exec-role", AssumeRolePolicyDocument="{}")
+    error = refused(world, ask(name="squat"), Conflict)
+    assert "squat-hyperpod-exec-role exists and is not this cluster's" in str(error)
+    with pytest.raises(ValueError, match="multiple of 2400"):
+        ask(fsx={"mode": "new", "storage_capacity_gib": 2000})
+    error = refused(world, ask(fsx={"mode": "existing", "file_system_id": "fs-0123456789abcdef0"}), Invalid)
+    assert "give that vpc_id" in str(error)
+
+
+def test_a_replayed_key_with_other_choices_is_a_conflict(world: SandboxProduct) -> None:
+    clusters = world.services.clusters
+    first, created = clusters.create_cluster(OPERATOR, ask(name="replay"), idempotency_key="k-replay")
+    assert created
+    clusters_ops = world.services.operations
+    again, created = clusters.create_cluster(OPERATOR, ask(name="replay"), idempotency_key="k-replay")
+    assert again.id == first.id and not created
+    with pytest.raises(Conflict, match="Idempotency-Key was already used"):
+        clusters.create_cluster(OPERATOR, ask(name="replay", count=3), idempotency_key="k-replay")
+    clusters_ops.cancel_operation(OPERATOR, first.id)

@@ -18,7 +18,7 @@ from services.aws import AwsClients
 from services.awscache import AwsCache
 from services.clock import Clock
 from services.clusters.checks import check_import
-from services.clusters.create import CreatePlanner
+from services.clusters.create import CreatePlanner, plan_matches
 from services.clusters.create_base import ClusterDeletePlan, StageDeps
 from services.clusters.create_models import ClusterCreate, ClusterCreatePlan, ClusterDelete, CreatePlanView
 from services.clusters.kubeconfig import kubeconfig_yaml
@@ -155,12 +155,8 @@ class Clusters:
                        idempotency_key: str | None = None) -> tuple[OperationView, bool]:
         """Precheck and plan (see ``plan_cluster``), then submit ``cluster.create``. A replay with the same
         Idempotency-Key answers its operation without asking AWS again."""
-        asked = request.model_dump(mode="json")
-
-        def same(stored: dict[str, Any]) -> bool:
-            return stored.get("name") == request.name and stored.get("instance_type") == asked["instance_type"]
-
-        prior = self._engine.replayed(CREATE_KIND, principal, idempotency_key, same)
+        prior = self._engine.replayed(CREATE_KIND, principal, idempotency_key,
+                                      lambda stored: plan_matches(request, stored))
         if prior is not None:
             return prior, False
         plan, _ = self.planner.plan(request, principal.name, RESERVED_NAMES)

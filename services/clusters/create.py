@@ -10,10 +10,13 @@ zone, CIDRs, the Kubernetes version, the shared bucket) is fixed here, once, and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Sequence
+from typing import Any
 
 from services.aws import AwsClients
-from services.clusters.create_base import cluster_tags
+from services.clusters.checks import access_entry_principal
+from services.clusters.create_base import cluster_tags, owned
 from services.clusters.create_models import (
     INSTANCE_GROUP,
     CapacityType,
@@ -23,15 +26,18 @@ from services.clusters.create_models import (
 )
 from services.clusters.options import ClusterOptions, InstanceTypeOption, OptionsQuery, OptionsReader
 from services.clusters.registry import ClusterRegistry
-from services.errors import Conflict, Invalid
+from services.components.families import FSX_CSI_ROLE, LBC_ROLE, S3_CSI_ROLE
+from services.errors import Conflict, Invalid, NotFound, ServiceError
 from services.settings import Settings
 
 DEFAULT_VPC_CIDR = "10.192.0.0/16"
 RESERVED_TAG_PREFIXES = ("aws:", "instantstart:")
 IAM_ROLE_MAX = 64
 HYPERPOD_NAME_MAX = 63
-#: the names whose limits bind, as (what, limit, name); more (the components' roles) are added by callers
+#: the names whose limits bind, as (what, limit, name)
 NameRule = tuple[str, int, str]
+COMPONENT_ROLES = (S3_CSI_ROLE, FSX_CSI_ROLE, LBC_ROLE)  # the components' own roles, <name>-<suffix>
+IAM_PRINCIPAL = r"^arn:aws[a-z-]*:iam::\d{12}:(user|role)/([\w+=,.@-]+/)*[\w+=,.@-]+$"
 
 
 def derive_names(name: str) -> DerivedNames:
@@ -40,19 +46,25 @@ def derive_names(name: str) -> DerivedNames:
                         instance_group=INSTANCE_GROUP, lifecycle_prefix=f"instantstart/{name}/lifecycle/")
 
 
-def name_rules(names: DerivedNames, extra_roles: Sequence[str] = ()) -> list[NameRule]:
-    roles = [names.eks_role, names.execution_role, *extra_roles]
+def role_names(name: str, names: DerivedNames) -> list[str]:
+    """Every IAM role a create makes: the cluster's two and each component's."""
+    return [names.eks_role, names.execution_role, *(f"{name}-{role.suffix}" for role in COMPONENT_ROLES)]
+
+
+def name_rules(name: str, names: DerivedNames) -> list[NameRule]:
+    roles = role_names(name, names)
     return [("HyperPod cluster name", HYPERPOD_NAME_MAX, names.hyperpod_cluster),
             *(("IAM role name", IAM_ROLE_MAX, role) for role in roles)]
 
 
-def check_name(name: str, extra_roles: Callable[[str], Sequence[str]] = lambda _: ()) -> DerivedNames:
+def check_name(name: str) -> DerivedNames:
     """The derived names, or a refusal naming each one a service would reject and the longest name that fits."""
     names = derive_names(name)
+    rules = name_rules(name, names)
     broken = [f"{what} {value!r} is {len(value)} characters (at most {limit})"
-              for what, limit, value in name_rules(names, extra_roles(name)) if len(value) > limit]
+              for what, limit, value in rules if len(value) > limit]
     if broken:
-        slack = min(limit - len(value) for what, limit, value in name_rules(names, extra_roles(name)))
+        slack = min(limit - len(value) for what, limit, value in rules)
         fits = len(name) + slack
         raise Invalid(f"the name {name!r} is too long for the resources it names: " + "; ".join(broken)
                       + f". Use at most {fits} characters.", details={"max_name_length": fits,
@@ -63,19 +75,18 @@ def check_name(name: str, extra_roles: Callable[[str], Sequence[str]] = lambda _
 class CreatePlanner:
     """Prechecks a :class:`ClusterCreate` and computes its plan (see the module docstring)."""
 
-    def __init__(self, aws: AwsClients, options: OptionsReader, registry: ClusterRegistry, settings: Settings,
-                 extra_roles: Callable[[str], Sequence[str]] = lambda _: ()) -> None:
+    def __init__(self, aws: AwsClients, options: OptionsReader, registry: ClusterRegistry, settings: Settings) -> None:
         self.aws = aws
         self.options = options
         self.registry = registry
         self.settings = settings
-        self.extra_roles = extra_roles
 
     def plan(self, request: ClusterCreate, requested_by: str, reserved: frozenset[str]) -> tuple[
             ClusterCreatePlan, list[str]]:
         """The plan and its warnings, or Invalid/Conflict before anything is written anywhere."""
         self._check_request(request, reserved)
-        names = check_name(request.name, self.extra_roles)
+        names = check_name(request.name)
+        admins = self._check_principals(request.admin_principals)
         region = request.region or self.settings.region
         facts = self.options.read(OptionsQuery(region=region, refresh=True))  # a create decides on fresh facts
         self._check_names_free(request.name, facts)
@@ -91,17 +102,19 @@ class CreatePlanner:
         warnings = self._check_quotas(request, facts, itype)
         account = facts.identity.split(":")[4]
         bucket = request.bucket or self.settings.shared_bucket or f"instantstart-shared-{account}-{region}"
+        version = self._version(region, request.kubernetes_version)
+        self._check_existing(request, region, names, bucket)
         plan = ClusterCreatePlan(
             name=request.name, region=region, account=account, zone=zone.name, zone_id=zone.zone_id,
             second_zone=others[0] if others else zone.name, instance_type=request.instance_type,
             count=request.count, capacity_type=request.capacity_type, training_plan_arn=request.training_plan_arn,
             deep_health_checks=list(request.deep_health_checks),
-            kubernetes_version=request.kubernetes_version or self._default_version(region),
+            kubernetes_version=version,
             vpc_cidr=request.vpc_cidr or DEFAULT_VPC_CIDR, vpc_id=request.vpc_id, subnet_ids=request.subnet_ids,
             endpoint_public_access_cidrs=request.endpoint_public_access_cidrs or ["0.0.0.0/0"],
             ebs_volume_gib=request.ebs_volume_gib, bucket=bucket, fsx=request.fsx, efa=itype.efa_interfaces > 0,
             accelerator=itype.accelerator, control_plane_principal=facts.identity,
-            admin_principals=request.admin_principals, tags=cluster_tags(request.name, request.tags), names=names,
+            admin_principals=admins, tags=cluster_tags(request.name, request.tags), names=names,
             requested_by=requested_by)
         return plan, warnings
 
@@ -175,8 +188,107 @@ class CreatePlanner:
                               details={"quota": quota.name, "limit": quota.limit, "in_use": quota.in_use})
         return warnings
 
-    def _default_version(self, region: str) -> str:
-        versions = self.aws.client("eks", region).describe_cluster_versions(defaultOnly=True)["clusterVersions"]
-        if not versions:
-            raise Invalid(f"EKS in {region} names no default Kubernetes version: give kubernetes_version")
-        return str(versions[0]["clusterVersion"])
+    def _version(self, region: str, asked: str | None) -> str:
+        """The asked Kubernetes version if EKS offers it, else EKS's default."""
+        eks = self.aws.client("eks", region)
+        if asked is None:
+            versions = eks.describe_cluster_versions(defaultOnly=True)["clusterVersions"]
+            if not versions:
+                raise Invalid(f"EKS in {region} names no default Kubernetes version: give kubernetes_version")
+            return str(versions[0]["clusterVersion"])
+        offered = [str(v["clusterVersion"]) for v in eks.all_pages("describe_cluster_versions", "clusterVersions")]
+        if asked not in offered:
+            raise Invalid(f"EKS in {region} does not create Kubernetes {asked}; it offers {', '.join(offered)}",
+                          details={"kubernetes_versions": offered})
+        return asked
+
+    @staticmethod
+    def _check_principals(principals: Sequence[str]) -> list[str]:
+        """Admin principals as access entries can name them: IAM users and roles, never STS sessions."""
+        for arn in principals:
+            mapped = access_entry_principal(arn)
+            if mapped != arn:
+                raise Invalid(f"access entries cannot name the STS session {arn}: give its IAM principal {mapped}",
+                              details={"principal": arn, "use": mapped})
+            if re.fullmatch(IAM_PRINCIPAL, arn) is None:
+                raise Invalid(f"{arn} is not an IAM user or role ARN (arn:aws:iam::<account>:role/<name>)",
+                              details={"principal": arn})
+        return list(dict.fromkeys(principals))
+
+    def _check_existing(self, request: ClusterCreate, region: str, names: DerivedNames, bucket: str) -> None:
+        """What the create would reuse or make, read now: the user's VPC and subnets, an existing FSx, the
+        training plan, the role names (someone else's?) and the shared bucket (someone else's?)."""
+        ec2 = self.aws.client("ec2", region)
+        if request.vpc_id is not None:
+            try:
+                ec2.describe_vpcs(VpcIds=[request.vpc_id])
+                subnets = ec2.describe_subnets(SubnetIds=request.subnet_ids)["Subnets"]
+            except NotFound as exc:
+                raise Invalid(f"the existing network you named is not there: {exc.message}") from None
+            elsewhere = sorted(s["SubnetId"] for s in subnets if s["VpcId"] != request.vpc_id)
+            if elsewhere:
+                raise Invalid(f"subnets {elsewhere} are not in {request.vpc_id}", details={"subnets": elsewhere})
+            if len({s["AvailabilityZone"] for s in subnets}) < 2:
+                raise Invalid("EKS needs subnet_ids in at least two Availability Zones",
+                              details={"zones": sorted({s["AvailabilityZone"] for s in subnets})})
+        if request.fsx is not None and request.fsx.file_system_id is not None:
+            self._check_file_system(request, region)
+        if request.training_plan_arn is not None:
+            plan_name = request.training_plan_arn.rsplit("/", 1)[-1]
+            try:
+                found = self.aws.client("sagemaker", region).describe_training_plan(TrainingPlanName=plan_name)
+            except NotFound:
+                raise Invalid(f"no training plan {request.training_plan_arn} in {region}") from None
+            if found.get("Status") not in ("Active", "Scheduled", "Pending"):
+                raise Invalid(f"training plan {plan_name} is {found.get('Status')}: its capacity cannot be used")
+        iam = self.aws.client("iam", region)
+        for role in role_names(request.name, names):
+            try:
+                tags = iam.list_role_tags(RoleName=role).get("Tags", [])
+            except NotFound:
+                continue
+            if not owned(tags, request.name):
+                raise Conflict(f"an IAM role named {role} exists and is not this cluster's: choose another name",
+                               details={"role": role})
+        try:
+            self.aws.client("s3", region).head_bucket(Bucket=bucket)
+        except ServiceError as exc:
+            if isinstance(exc, NotFound) or (exc.details or {}).get("http_status") == 404:
+                return  # the iam stage makes it
+            raise Invalid(f"the shared bucket {bucket} is not usable by this control plane ({exc.message}): name "
+                          "a bucket of this account (setting shared_bucket, or the bucket field)",
+                          details={"bucket": bucket}) from None
+
+    def _check_file_system(self, request: ClusterCreate, region: str) -> None:
+        assert request.fsx is not None and request.fsx.file_system_id is not None
+        if request.vpc_id is None:
+            raise Invalid("an existing FSx file system lives in an existing VPC: give that vpc_id (and its "
+                          "subnet_ids) too, or choose fsx mode=new", details={"fsx": request.fsx.file_system_id})
+        try:
+            found: dict[str, Any] = self.aws.client("fsx", region).describe_file_systems(
+                FileSystemIds=[request.fsx.file_system_id])["FileSystems"][0]
+        except ServiceError as exc:
+            if isinstance(exc, NotFound) or (exc.details or {}).get("aws_code") == "FileSystemNotFound":
+                raise Invalid(f"no FSx file system {request.fsx.file_system_id} in {region}") from None
+            raise
+        if found.get("FileSystemType") != "LUSTRE" or found.get("Lifecycle") != "AVAILABLE":
+            raise Invalid(f"{request.fsx.file_system_id} is a {found.get('FileSystemType')} file system in state "
+                          f"{found.get('Lifecycle')}: an AVAILABLE Lustre one is needed")
+        if found.get("VpcId") != request.vpc_id:
+            raise Invalid(f"{request.fsx.file_system_id} is in {found.get('VpcId')}, not {request.vpc_id}")
+
+
+def plan_matches(request: ClusterCreate, plan: dict[str, Any]) -> bool:
+    """Whether a stored plan is what ``request`` asks (an Idempotency-Key replay): every decision the request
+    made is the plan's; what it left to be computed may be anything."""
+    asked = request.model_dump(mode="json", exclude_unset=True)
+    for key, value in asked.items():
+        if key == "zone":
+            if value not in (plan.get("zone"), plan.get("zone_id")):
+                return False
+        elif key == "tags":
+            if any(plan.get("tags", {}).get(k) != v for k, v in value.items()):
+                return False
+        elif plan.get(key) != value:
+            return False
+    return True

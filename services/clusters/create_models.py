@@ -12,7 +12,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from services.models import RequestModel, ResponseModel
 
@@ -40,6 +40,14 @@ class FsxChoice(RequestModel):
                                        description="the existing file system (mode=existing)")
     storage_capacity_gib: int = Field(1200, ge=1200, le=2_400_000,
                                       description="size of a new file system (1200 or a multiple of 2400)")
+
+    @field_validator("storage_capacity_gib")
+    @classmethod
+    def _lustre_size(cls, value: int) -> int:
+        if value != 1200 and value % 2400:
+            raise ValueError(f"FSx for Lustre (SCRATCH_2/PERSISTENT) is 1200 GiB or a multiple of 2400 GiB, not "
+                             f"{value}: e.g. {max(2400, round(value / 2400) * 2400)}")
+        return value
 
 
 class ClusterCreate(RequestModel):
