@@ -57,18 +57,12 @@ class EksStage(CreateStage):
                             detail="for IAM roles of service accounts"),
         ]
 
-    def _describe(self, plan: ClusterCreatePlan | ClusterDeletePlan, eks_name: str) -> dict[str, Any] | None:
-        try:
-            cluster: dict[str, Any] = self.deps.aws.client("eks", plan.region).describe_cluster(
-                name=eks_name)["cluster"]
-        except NotFound:
-            return None
-        return cluster
-
     def _ours(self, plan: ClusterCreatePlan) -> dict[str, Any] | None:
         """The EKS cluster of the plan's name if it exists; Permanent if it is not ours, failed or going."""
-        cluster = self._describe(plan, plan.names.eks_cluster)
-        if cluster is None:
+        try:
+            cluster: dict[str, Any] = self.deps.aws.client("eks", plan.region).describe_cluster(
+                name=plan.names.eks_cluster)["cluster"]
+        except NotFound:
             return None
         if not owned(cluster.get("tags"), plan.name):
             raise Permanent(f"an EKS cluster named {plan.names.eks_cluster} already exists and is not this "
