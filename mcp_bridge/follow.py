@@ -3,8 +3,9 @@
 A REST long-poll is bounded (``operations_get``: 60 s, ``operations_wait``: 120 s) because it holds a
 connection and a slot on the server. An agent following a cluster creation (30-60 minutes in AWS) would
 still spend a turn per minute. So the bridge accepts a much longer wait on these two tools (up to
-:data:`FOLLOW_MAX_SECONDS`) and carries it out itself: it calls the tool's own route again and again with
-the route's own bound until the operation is terminal or the wait is over, and after each poll that shows
+:data:`FOLLOW_MAX_SECONDS`) and carries it out itself: it calls the status route (``operations_get``'s, which
+answers on every change) again and again within that route's bound until the operation is terminal or the
+wait is over, and after each poll that shows
 something new (a stage started, its message changed, the operation ended) it sends an MCP progress
 notification on the caller's ``progressToken``. It adds no backend feature: every poll is the same HTTP
 request the tool makes for a short wait. A client that cancels the call cancels the poll in flight; nothing
@@ -28,8 +29,12 @@ log = logging.getLogger(__name__)
 
 #: the longest wait the bridge carries out on a status tool (30 minutes: a HyperPod cluster's creation)
 FOLLOW_MAX_SECONDS = 1800.0
-#: status tool -> the argument that bounds its long-poll
-FOLLOWED_ARGUMENTS = {"operations_get": "wait", "operations_wait": "timeout"}
+#: the status route the bridge polls (it answers on every change of the operation) and its wait argument
+STATUS_TOOL, STATUS_ARGUMENT = "operations_get", "wait"
+#: tool -> (its wait argument, whether any wait is followed: operations_wait's route answers only at the end,
+#: so the bridge always follows it through the status route to report stages; operations_get keeps its
+#: "answer on the next change" meaning up to its route's bound)
+FOLLOWED = {"operations_get": ("wait", False), "operations_wait": ("timeout", True)}
 #: a notification at least this often while nothing changes, so a client sees the wait is alive
 HEARTBEAT_SECONDS = 30.0
 
@@ -37,35 +42,53 @@ Report = Callable[[float, float, str], Awaitable[None]]
 Request = Callable[[str, str, dict[str, Any], dict[str, Any] | None], Awaitable[tuple[int, Any]]]
 
 
+def _bound(spec: ToolSpec, argument: str) -> float | None:
+    prop = spec.input_schema.get("properties", {}).get(argument)
+    if isinstance(prop, dict) and isinstance(prop.get("maximum"), int | float):
+        return float(prop["maximum"])
+    return None
+
+
 @dataclass(frozen=True)
 class Follow:
-    """A status tool whose wait argument the bridge extends beyond what its route allows in one request."""
+    """How the bridge carries out a status tool's wait: polls of ``status`` (the operations_get route) with
+    at most ``poll_max`` seconds each, for waits above ``threshold``."""
 
     argument: str
-    route_max: float
+    threshold: float
+    status: ToolSpec
+    poll_max: float
 
     def needed(self, arguments: dict[str, Any]) -> bool:
         value = arguments.get(self.argument)
-        return isinstance(value, int | float) and not isinstance(value, bool) and value > self.route_max
+        return isinstance(value, int | float) and not isinstance(value, bool) and value > self.threshold
 
 
-def widen(spec: ToolSpec) -> tuple[ToolSpec, Follow | None]:
-    """The tool as agents see it (its wait argument allowed up to :data:`FOLLOW_MAX_SECONDS`) and how to
-    follow it; tools that are not status tools, or whose route states no bound, come back unchanged."""
-    argument = FOLLOWED_ARGUMENTS.get(spec.name)
-    prop = spec.input_schema.get("properties", {}).get(argument) if argument else None
-    if argument is None or not isinstance(prop, dict) or not isinstance(prop.get("maximum"), int | float):
-        return spec, None
-    route_max = float(prop["maximum"])
-    widened = {**prop, "maximum": FOLLOW_MAX_SECONDS, "description": (
-        f"{prop.get('description', '')}. Through this bridge it may be up to {FOLLOW_MAX_SECONDS:.0f} s: "
-        f"above {route_max:.0f} s the bridge long-polls again and again until the operation has ended "
-        "(succeeded, failed, cancelled) or the time is up, and sends a progress notification (stage, status, "
-        "message, elapsed) whenever a stage changes").lstrip(". ")}
-    schema = {**spec.input_schema, "properties": {**spec.input_schema["properties"], argument: widened}}
-    description = (f"{spec.description} A long {argument} (up to {FOLLOW_MAX_SECONDS:.0f} s) follows the operation "
-                   "to its end in one call, with progress notifications.")
-    return replace(spec, input_schema=schema, description=description), Follow(argument, route_max)
+def widen(specs: list[ToolSpec]) -> list[tuple[ToolSpec, Follow | None]]:
+    """Each tool as agents see it (a status tool's wait allowed up to :data:`FOLLOW_MAX_SECONDS`) and how
+    to follow it; other tools, or all of them when the status route is not offered, come back unchanged."""
+    status = next((s for s in specs if s.name == STATUS_TOOL), None)
+    poll_max = _bound(status, STATUS_ARGUMENT) if status is not None else None
+    out: list[tuple[ToolSpec, Follow | None]] = []
+    for spec in specs:
+        argument, always = FOLLOWED.get(spec.name, ("", False))
+        route_max = _bound(spec, argument) if argument else None
+        if status is None or poll_max is None or route_max is None:
+            out.append((spec, None))
+            continue
+        prop = spec.input_schema["properties"][argument]
+        widened = {**prop, "maximum": FOLLOW_MAX_SECONDS, "description": (
+            f"{prop.get('description', '')}. Through this bridge it may be up to {FOLLOW_MAX_SECONDS:.0f} s"
+            + ("" if always else f": above {route_max:.0f} s the bridge waits until the operation has ended "
+                                 "(succeeded, failed, cancelled) or the time is up")
+            + "; meanwhile it sends a progress notification (stage, status, message, elapsed) whenever a stage "
+              "changes").lstrip(". ")}
+        schema = {**spec.input_schema, "properties": {**spec.input_schema["properties"], argument: widened}}
+        description = (f"{spec.description} A long {argument} (up to {FOLLOW_MAX_SECONDS:.0f} s) follows the "
+                       "operation to its end in one call, with progress notifications.")
+        out.append((replace(spec, input_schema=schema, description=description),
+                    Follow(argument, 0.0 if always else route_max, status, poll_max)))
+    return out
 
 
 def _current_stage(view: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
@@ -110,9 +133,8 @@ def progress_message(view: dict[str, Any], elapsed: float) -> str:
     return "; ".join(parts)
 
 
-async def follow(request: Request, spec: ToolSpec, how: Follow, arguments: dict[str, Any],
-                 report: Report) -> tuple[int, Any]:
-    """Poll ``spec``'s route until the operation is terminal or ``arguments[how.argument]`` seconds have
+async def follow(request: Request, how: Follow, arguments: dict[str, Any], report: Report) -> tuple[int, Any]:
+    """Poll the status route until the operation is terminal or ``arguments[how.argument]`` seconds have
     passed; returns the last answer (an error answer ends the wait at once)."""
     total = min(float(arguments[how.argument]), FOLLOW_MAX_SECONDS)
     started = anyio.current_time()
@@ -122,7 +144,8 @@ async def follow(request: Request, spec: ToolSpec, how: Follow, arguments: dict[
     try:
         while True:
             remaining = total - (anyio.current_time() - started)
-            call = to_http(spec, {**arguments, how.argument: round(max(0.0, min(how.route_max, remaining)), 3)})
+            chunk = round(max(0.0, min(how.poll_max, remaining)), 3)
+            call = to_http(how.status, {"id": arguments.get("id"), STATUS_ARGUMENT: chunk})
             status, payload = await request(call.method, call.path, call.params, call.json)
             polls += 1
             now = anyio.current_time()

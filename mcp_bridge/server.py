@@ -77,7 +77,7 @@ async def load_tools(client: RestClient, toolsets: str | None = None) -> tuple[d
 
 
 def build_server(client: RestClient, who: dict[str, Any], specs: list[ToolSpec]) -> Server[Any]:
-    widened = [widen(s) for s in specs]
+    widened = widen(specs)
     specs = [s for s, _ in widened]
     by_name = {s.name: s for s in specs}
     follows: dict[str, Follow] = {s.name: how for s, how in widened if how is not None}
@@ -111,7 +111,7 @@ def build_server(client: RestClient, who: dict[str, Any], specs: list[ToolSpec])
                 async def report(progress: float, total: float, message: str) -> None:
                     await ctx.session.report_progress(progress, total, message)
 
-                status, payload = await follow(client.request, spec, how, arguments, report)
+                status, payload = await follow(client.request, how, arguments, report)
             else:
                 status, payload = await client.request(call.method, call.path, call.params, call.json)
         except httpx2.HTTPError as exc:

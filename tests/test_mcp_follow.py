@@ -96,7 +96,9 @@ async def bridge(app: App) -> AsyncIterator[Client]:
         yield client
 
 
-def test_a_long_wait_sends_progress_per_stage_and_answers_the_terminal_operation(app: App) -> None:
+@pytest.mark.parametrize(("tool", "argument"), [("operations_get", "wait"), ("operations_wait", "timeout")])
+def test_a_long_wait_sends_progress_per_stage_and_answers_the_terminal_operation(app: App, tool: str,
+                                                                                  argument: str) -> None:
     op_id = app.submit("followed")
     seen: list[tuple[float, float | None, str | None]] = []
 
@@ -109,11 +111,11 @@ def test_a_long_wait_sends_progress_per_stage_and_answers_the_terminal_operation
                 if message and "stage create" in message:
                     app.release.touch()  # the operation may go on once the bridge has reported its first stage
 
-            result = await client.call_tool("operations_get", {"id": op_id, "wait": 600}, progress_callback=progress)
-            return tools["operations_get"], result
+            result = await client.call_tool(tool, {"id": op_id, argument: 600}, progress_callback=progress)
+            return tools[tool], result
 
-    tool, result = anyio.run(main)
-    assert tool.input_schema["properties"]["wait"]["maximum"] == 1800  # the bridge's bound, not the route's 60
+    definition, result = anyio.run(main)
+    assert definition.input_schema["properties"][argument]["maximum"] == 1800  # the bridge's, not the route's
     assert result.is_error is False, result.content[0].text
     assert result.structured_content["status"] == "succeeded"
     assert [s["status"] for s in result.structured_content["stages"]] == ["succeeded", "succeeded"]
