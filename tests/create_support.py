@@ -45,6 +45,12 @@ class SandboxProduct:
         return StageDeps(aws=s.aws.for_stages(), kube=s.kube, registry=s.clusters.registry, informers=s.informers,
                          settings=s.settings, clock=s.clock)
 
+    def product_reader(self, data: Path) -> Services:
+        """Another installation's services on ``data`` (its state database), not started: to read what a
+        product process running there records."""
+        return build_services(Settings(data_dir=data, sandbox=True, sandbox_aws_port=self.aws_port,
+                                       sandbox_kube_port=self.kube_port, workers=1))
+
     def client(self, service: str) -> Any:
         """A boto3 client as a user would have one (the sandbox's own credentials), retries off."""
         secret = (self.live.data_dir / "sandbox" / "aws-secret-key").read_text().strip()
@@ -120,3 +126,65 @@ def run_stages(services: Services, stages: Sequence[Stage[Any]], request: Any, t
     view, _ = services.engine.submit(kind, request, ADMIN)
     return wait_until(lambda: (v := services.engine.get(view.id)).status in TERMINAL and v, timeout,
                       f"operation {view.id} ({kind}) terminal")
+
+
+EC2_DESCRIBE = {  # create operation -> (describe method, result key, a state that counts as gone)
+    "CreateVpc": ("describe_vpcs", "Vpcs", None), "CreateSubnet": ("describe_subnets", "Subnets", None),
+    "CreateInternetGateway": ("describe_internet_gateways", "InternetGateways", None),
+    "CreateNatGateway": ("describe_nat_gateways", "NatGateways", "deleted"),
+    "CreateRouteTable": ("describe_route_tables", "RouteTables", None),
+    "CreateSecurityGroup": ("describe_security_groups", "SecurityGroups", None),
+    "CreateVpcEndpoint": ("describe_vpc_endpoints", "VpcEndpoints", "deleted"),
+    "AllocateAddress": ("describe_addresses", "Addresses", None),
+    "CreateNetworkInterface": ("describe_network_interfaces", "NetworkInterfaces", None),
+}
+#: create-type calls that make nothing of their own to delete (a rule, a route, an association, an object
+#: under the shared bucket, which stays), or whose result goes with its parent (an add-on with its cluster)
+NOTHING_LEFT = {("ec2", "AuthorizeSecurityGroupIngress"), ("ec2", "AuthorizeSecurityGroupEgress"),
+                ("ec2", "CreateRoute"), ("ec2", "AssociateRouteTable"), ("ec2", "AttachInternetGateway"),
+                ("ec2", "AssociateVpcCidrBlock"), ("s3", "PutObject"), ("s3", "CreateBucket"),
+                ("iam", "AttachRolePolicy"), ("iam", "PutRolePolicy"), ("eks", "CreateAddon"),
+                ("eks", "CreateAccessEntry"), ("eks", "AssociateAccessPolicy"),
+                ("eks", "CreatePodIdentityAssociation"), ("sts", "AssumeRole")}
+
+
+def leftovers(client: Any, entries: list[dict[str, Any]], cluster: str) -> list[str]:
+    """What still exists of everything the ledger's successful create-type calls made for ``cluster``
+    (``client(service)`` gives a boto3 client). A create call this cannot check is itself a leftover: a new
+    kind of resource must be added here, so "everything is gone" keeps meaning everything."""
+    left: list[str] = []
+    tag_filter = [{"Name": "tag:instantstart:cluster", "Values": [cluster]}]
+    for entry in entries:
+        service, operation = entry.get("service"), entry.get("operation", "")
+        if entry.get("kind") != "aws" or entry["status"] >= 400 or not entry.get("write"):
+            continue
+        if not operation.startswith(("Create", "Allocate", "Run")) or (service, operation) in NOTHING_LEFT:
+            continue
+        request = entry.get("request") or {}
+        if service == "ec2" and operation in EC2_DESCRIBE:
+            method, key, gone = EC2_DESCRIBE[operation]
+            found = [r for r in getattr(client("ec2"), method)(Filters=tag_filter)[key]
+                     if gone is None or r.get("State") != gone]
+            left += [f"ec2 {operation}: {r}" for r in found]
+        elif (service, operation) == ("iam", "CreateRole"):
+            names = {r["RoleName"] for r in client("iam").list_roles()["Roles"]}
+            left += [f"iam role {request['RoleName']}"] if request.get("RoleName") in names else []
+        elif (service, operation) == ("iam", "CreateOpenIDConnectProvider"):
+            iam = client("iam")
+            for arn in (p["Arn"] for p in iam.list_open_id_connect_providers()["OpenIDConnectProviderList"]):
+                url = iam.get_open_id_connect_provider(OpenIDConnectProviderArn=arn)["Url"]
+                if request.get("Url", "").removeprefix("https://") == url.removeprefix("https://"):
+                    left.append(f"iam OIDC provider {arn}")
+        elif (service, operation) == ("eks", "CreateCluster"):
+            left += [f"eks cluster {request['name']}"] if request.get("name") in client("eks").list_clusters()[
+                "clusters"] else []
+        elif (service, operation) == ("sagemaker", "CreateCluster"):
+            names = {c["ClusterName"] for c in client("sagemaker").list_clusters()["ClusterSummaries"]}
+            left += [f"HyperPod cluster {request['ClusterName']}"] if request.get("ClusterName") in names else []
+        elif (service, operation) == ("fsx", "CreateFileSystem"):
+            left += [f"fsx {f['FileSystemId']}" for f in client("fsx").describe_file_systems()["FileSystems"]
+                     if {t["Key"]: t["Value"] for t in f.get("Tags", [])}.get("instantstart:cluster") == cluster
+                     and f.get("Lifecycle") != "DELETING"]
+        else:
+            left.append(f"no leftover check for {service} {operation}: add one to tests/create_support.py")
+    return sorted(set(left))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from services.clusters.create import check_name
-from services.clusters.create_models import ClusterCreate
+from services.clusters.create_models import ClusterCreate, ClusterDelete
 from services.errors import Conflict, Invalid
 from services.operations import OperationQuery
 from tests.conftest import OPERATOR
@@ -111,3 +111,21 @@ def test_the_dry_run_shows_derived_names_and_computed_values(world: SandboxProdu
     assert plan.tags["instantstart:cluster"] == "dry" and plan.accelerator == "NVIDIA A10G" and plan.efa
     assert view.stages == [s.name for s in world.services.clusters._create_stages]
     assert world.services.engine.list(OperationQuery(kind="cluster.create")) == []
+
+
+def test_an_imported_cluster_is_never_deleted(world: SandboxProduct) -> None:
+    from services.clusters.models import ClusterRecord, Ownership
+    from tests.conftest import ADMIN
+
+    registry = world.services.clusters.registry
+    registry.add(ClusterRecord(name="theirs", region="us-west-2", eks_name="theirs",
+                               eks_arn="arn:aws:eks:us-west-2:123456789012:cluster/theirs",
+                               ownership=Ownership.IMPORTED, created_at="", created_by="tester"), 0.0)
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    with pytest.raises(Conflict, match="imported: this control plane never deletes it"):
+        world.services.clusters.delete_cluster(ADMIN, "theirs")
+    with pytest.raises(Invalid, match="is not the cluster's name"):
+        world.services.clusters.delete_cluster(ADMIN, "theirs", ClusterDelete(confirm="other"))
+    ledger.assert_no_writes(since=mark)
+    assert world.services.engine.list(OperationQuery(kind="cluster.delete")) == []

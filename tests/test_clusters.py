@@ -144,6 +144,7 @@ def test_options_inspect_the_region_before_a_create(seeded: tuple[LiveServer, di
     assert set(g5["zones"]) <= set(zones)
     assert {(c["name"], c["kind"]) for c in options["clusters"]} >= {("hp-eks", "eks"), ("hp-eks", "hyperpod")}
     assert options["identity"].startswith("arn:aws:iam::")
+    assert options["missing_permissions"] == [], "IAM's policy simulator answers: every create action allowed"
     assert ledger.writes(since=mark) == [], "inspecting writes nothing"
     zone = next(iter(zones))
     in_zone = live.get("/api/v1/clusters/options", params={"zone": zone}).json()

@@ -64,7 +64,8 @@ class EksSimulator(AccessOperations):
 
     service = "eks"
     operations = frozenset({
-        "CreateCluster", "DescribeCluster", "ListClusters", "DescribeClusterVersions", "DeleteCluster", "UpdateClusterConfig", "DescribeUpdate",
+        "CreateCluster", "DescribeCluster", "ListClusters", "DescribeClusterVersions", "DeleteCluster",
+        "UpdateClusterConfig", "DescribeUpdate",
         "CreateNodegroup", "DescribeNodegroup", "ListNodegroups", "DeleteNodegroup",
         "DescribeAddonVersions", "DescribeAddonConfiguration", "CreateAddon", "DescribeAddon", "ListAddons",
         "UpdateAddon", "DeleteAddon",

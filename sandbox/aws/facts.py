@@ -167,6 +167,11 @@ class MotoFacts:
         _, root = self._query("sts", {"Action": "GetCallerIdentity", "Version": _STS_VERSION}, access_key)
         return _text(root, "Arn")
 
+    def own_principal(self) -> str:
+        """The IAM principal the sandbox's own credentials sign as (moto's ``user/moto``, which moto's IAM
+        itself does not list)."""
+        return iam_principal(self.caller("sandbox"))
+
     def principal_exists(self, arn: str) -> bool:
         """Whether ``arn`` names an IAM user or role that exists (path included) in moto's IAM."""
         match = re.fullmatch(r"arn:aws:iam::(\d{12}):(user|role)(/(?:[^/]+/)*)?([\w+=,.@-]+)", arn)

@@ -239,7 +239,8 @@ class _AwsHandler(RequestHandler):
             return
         try:
             if params is None:
-                params = protocol.parse_params(op, request)
+                params = query_params(op, recorded or {}) if model.protocol == "query" else \
+                    protocol.parse_params(op, request)
             call = Call(service, op.name, params, scope.region, front.account)
             result = await asyncio.get_running_loop().run_in_executor(None, front.call, call)
             await self._answer(protocol.serialize_result(op, result))

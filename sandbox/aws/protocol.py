@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote
+from xml.sax.saxutils import escape
 
 import botocore.session
 from botocore.exceptions import UnknownServiceError
@@ -286,9 +287,40 @@ def _request_id() -> str:
     return str(uuid.uuid4())
 
 
+def _xml(shape: Shape, value: Any) -> str:
+    """A value in the query protocol's XML: structures by member name, lists as ``member`` elements."""
+    if isinstance(shape, StructureShape):
+        return "".join(f"<{member.serialization.get('name', name)}>{_xml(member, value[name])}"
+                       f"</{member.serialization.get('name', name)}>"
+                       for name, member in shape.members.items() if value.get(name) is not None)
+    if isinstance(shape, ListShape):
+        return "".join(f"<member>{_xml(shape.member, item)}</member>" for item in value)
+    if isinstance(shape, MapShape):
+        return "".join(f"<entry><key>{escape(str(k))}</key><value>{_xml(shape.value, v)}</value></entry>"
+                       for k, v in value.items())
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if shape.type_name == "timestamp" and not isinstance(value, str):
+        return dt.datetime.fromtimestamp(float(value), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return escape(str(value))
+
+
+def _query_result(op: OperationModel, result: dict[str, Any], headers: dict[str, str]) -> Response:
+    """A query-protocol (IAM, STS) answer: ``<OpResponse><OpResult>...</OpResult><ResponseMetadata>``."""
+    namespace = op.metadata.get("xmlNamespace", "")
+    inner = _xml(op.output_shape, result) if op.output_shape is not None else ""
+    wrapper = op.output_shape.serialization.get("resultWrapper", f"{op.name}Result") if op.output_shape else ""
+    body = (f'<{op.name}Response xmlns="{namespace}">' + (f"<{wrapper}>{inner}</{wrapper}>" if wrapper else "")
+            + f"<ResponseMetadata><RequestId>{headers['x-amzn-RequestId']}</RequestId></ResponseMetadata>"
+            f"</{op.name}Response>")
+    return Response(200, {**headers, "Content-Type": "text/xml"}, body.encode())
+
+
 def serialize_result(op: OperationModel, result: dict[str, Any]) -> Response:
-    """A successful response for a JSON or REST-JSON operation."""
+    """A successful response for a JSON, REST-JSON or query operation."""
     headers = {"x-amzn-RequestId": _request_id()}
+    if op.metadata["protocol"] == "query":
+        return _query_result(op, result, headers)
     shape = op.output_shape
     status = int(op.http.get("responseCode", 200))
     if shape is None:

@@ -80,6 +80,7 @@ class AwsWorld:
         from .eks import EksSimulator
         from .fsx import FsxSimulator
         from .hyperpod import HyperPodSimulator
+        from .iam_policy import IamPolicySimulator
         from .quotas import QuotasSimulator
 
         self.state_dir = Path(data_dir) / "aws" if data_dir is not None else None
@@ -116,7 +117,8 @@ class AwsWorld:
                                                              placement_of=self._placement_of,
                                                              eks_version=self.eks.version_of,
                                                              facts=self.facts, eks_call=self._eks_call)
-        for simulator in (self.quotas, self.eks, self.fsx, self.hyperpod):
+        self.iam_policy = IamPolicySimulator(self.faults, self.facts, account)
+        for simulator in (self.quotas, self.eks, self.fsx, self.hyperpod, self.iam_policy):
             self.register(simulator)
 
     # --- simulators ----------------------------------------------------------------------------------

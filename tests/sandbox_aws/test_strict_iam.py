@@ -103,3 +103,30 @@ def test_a_role_is_named_by_its_exact_arn(world: AwsWorld, aws: Clients, unique:
         error = refused(lambda w=wrong: aws("sts").assume_role(RoleArn=w, RoleSessionName="s1"))  # type: ignore[misc]
         assert error_code(error) == "AccessDenied"
     assert aws("sts").assume_role(RoleArn=arn, RoleSessionName="s1")["Credentials"]["AccessKeyId"]
+
+
+def test_the_policy_simulator_answers_for_known_principals_and_follows_access_denied_faults(
+        world: AwsWorld, aws: Clients, unique: Callable[[str], str]) -> None:
+    iam = aws("iam")
+    own = CREATOR.replace(":sts::", ":iam::")
+    actions = ["ec2:CreateVpc", "iam:PassRole"]
+    results = iam.simulate_principal_policy(PolicySourceArn=own, ActionNames=actions)["EvaluationResults"]
+    assert [(r["EvalActionName"], r["EvalDecision"]) for r in results] == [(a, "allowed") for a in actions]
+    fault = world.faults.inject("access_denied", {"service": "iam", "action": "PassRole"})
+    role = iam.create_role(RoleName=unique("sim"), AssumeRolePolicyDocument=trust("ec2.amazonaws.com"))["Role"]
+    for _ in range(2):  # simulating never uses the fault up
+        decisions = {r["EvalActionName"]: r["EvalDecision"] for r in iam.simulate_principal_policy(
+            PolicySourceArn=role["Arn"], ActionNames=actions)["EvaluationResults"]}
+        assert decisions == {"ec2:CreateVpc": "allowed", "iam:PassRole": "implicitDeny"}
+    world.faults.clear(fault.id)
+    missing = refused(lambda: iam.simulate_principal_policy(
+        PolicySourceArn=f"arn:aws:iam::{ACCOUNT}:role/{unique('nobody')}", ActionNames=actions))
+    assert error_code(missing) == "NoSuchEntity"
+
+
+def test_eks_lists_the_versions_it_creates_and_flags_its_default(aws: Clients) -> None:
+    eks = aws("eks")
+    default = eks.describe_cluster_versions(defaultOnly=True)["clusterVersions"]
+    assert [v["clusterVersion"] for v in default] == ["1.33"] and default[0]["defaultVersion"] is True
+    every = [v["clusterVersion"] for v in eks.describe_cluster_versions()["clusterVersions"]]
+    assert "1.28" in every and "1.33" in every and every == sorted(every, reverse=True)
