@@ -8,6 +8,7 @@ it; what the bridge did is read from the server's own access log (Tornado's ``lo
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -96,6 +97,28 @@ async def bridge(app: App) -> AsyncIterator[Client]:
         yield client
 
 
+@asynccontextmanager
+async def http_bridge(app: App) -> AsyncIterator[Client]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "mcp", "--transport", "http", "--port", str(port),
+                             "--url", app.url], cwd=ROOT, env={**clean_env(), "INSTANTSTART_TOKEN": app.token},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def listening() -> bool:
+            try:
+                httpx2.get(f"http://127.0.0.1:{port}/mcp", timeout=1)
+            except httpx2.HTTPError:
+                return False
+            return True
+
+        await anyio.to_thread.run_sync(lambda: wait_until(listening, 30, "the bridge's HTTP transport to listen"))
+        async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+            yield client
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 @pytest.mark.parametrize(("tool", "argument"), [("operations_get", "wait"), ("operations_wait", "timeout")])
 def test_a_long_wait_sends_progress_per_stage_and_answers_the_terminal_operation(app: App, tool: str,
                                                                                   argument: str) -> None:
@@ -127,6 +150,24 @@ def test_a_long_wait_sends_progress_per_stage_and_answers_the_terminal_operation
     assert [v for v, _, _ in seen] == sorted(v for v, _, _ in seen)  # progress only moves forward
     # one agent call, several REST long-polls by the bridge (the stage's polls end each of them)
     assert app.bridge_polls(op_id) >= 2, app.requests
+
+
+def test_progress_reaches_a_client_of_the_http_transport(app: App) -> None:
+    op_id = app.submit("over-http")
+    messages: list[str] = []
+
+    async def main() -> Any:
+        async with http_bridge(app) as client:
+            async def progress(value: float, total: float | None, message: str | None) -> None:
+                messages.append(message or "")
+                app.release.touch()
+
+            return await client.call_tool("operations_wait", {"id": op_id, "timeout": 300}, progress_callback=progress)
+
+    result = anyio.run(main)
+    assert result.is_error is False and result.structured_content["status"] == "succeeded"
+    assert messages and "stage create (1/2)" in messages[0], messages
+    assert "thing.create succeeded" in messages[-1], messages
 
 
 def test_a_wait_within_the_routes_bound_is_one_request_and_over_the_bridges_bound_is_refused(app: App) -> None:
