@@ -1,11 +1,12 @@
 """Agent tool calls and tool-output tokens to drive "create a cluster" end to end, next to the incumbent's
 polling playbook, through a real MCP client against a real ``instantstart serve`` in sandbox mode.
 
-A (ours, ``skills/create-cluster-pipeline.md``): clusters_options -> the plan (dry run) -> clusters_create ->
-operations_wait with a long timeout (up to 30 AWS minutes a call; the bridge long-polls and sends progress
-notifications meanwhile) until the operation has ended -> clusters_get.
+A (ours, ``skills/create-cluster-pipeline.md``): whoami -> clusters_options -> clusters_list -> clusters_plan
+(the dry run) -> clusters_create -> operations_wait with a long timeout (up to 30 AWS minutes a call; the
+bridge long-polls and sends progress notifications meanwhile) until the operation has ended -> clusters_get
+-> clusters_kubeconfig (where the server offers it).
 B (the incumbent's pattern, on the same operation at the same time, over its own MCP session): the same
-first three calls, then a ``wait_seconds`` sleep call and a status call (operations_get, no wait) every
+calls before and after the wait, then a ``wait_seconds`` sleep call and a status call (operations_get, no wait) every
 ``--interval`` AWS seconds until the operation has ended, then clusters_get. B's sleep tool is not ours:
 it is counted as one call whose output is the incumbent's ``{"waited_seconds": N}``.
 
@@ -114,7 +115,10 @@ def served_tools(live: LiveServer) -> set[str]:
 
 
 async def start_create(client: Client, tools: set[str], tally: Tally, name: str, count: int) -> str:
+    """Steps 1-4 of the playbook: whoami, clusters_options, clusters_list, the plan, clusters_create."""
+    await call(client, tally, "whoami", {})
     options = await call(client, tally, "clusters_options", {})
+    await call(client, tally, "clusters_list", {})
     zone, instance_type = choose(options, count)
     decisions = {"name": name, "zone": zone, "instance_type": instance_type, "count": count}
     if "clusters_plan" in tools:
@@ -126,6 +130,7 @@ async def start_create(client: Client, tools: set[str], tally: Tally, name: str,
 
 
 async def start_import(client: Client, tally: Tally, name: str) -> str:
+    await call(client, tally, "whoami", {})
     made = await call(client, tally, "clusters_import", {"eks_cluster": name, "hyperpod_cluster": name})
     return str(made["operation"]["id"])
 
@@ -151,6 +156,13 @@ async def follow_incumbent(client: Client, tally: Tally, op_id: str, interval_aw
             return view
 
 
+async def finish(client: Client, tools: set[str], tally: Tally, name: str) -> None:
+    """The playbook's last step: the cluster's detail, and a kubeconfig for kubectl where the tool exists."""
+    await call(client, tally, "clusters_get", {"cluster": name})
+    if "clusters_kubeconfig" in tools:
+        await call(client, tally, "clusters_kubeconfig", {"cluster": name})
+
+
 def aws_seconds(view: dict[str, Any], speed: float) -> float:
     took = datetime.fromisoformat(view["updated_at"]) - datetime.fromisoformat(view["created_at"])
     return took.total_seconds() * speed
@@ -168,11 +180,13 @@ async def drive(live: LiveServer, a: argparse.Namespace) -> tuple[Tally, Tally, 
 
         async def run_ours() -> None:
             views["ours"] = await follow_ours(agent, ours, op_id, a.wait, a.speed)
-            await call(agent, ours, "clusters_get", {"cluster": a.name})
+            if views["ours"]["status"] != "succeeded":  # a pipeline that did not finish measures nothing
+                raise RuntimeError(f"{op_id} ended {views['ours']['status']}: {json.dumps(views['ours']['error'])}")
+            await finish(agent, tools, ours, a.name)
 
         async def run_theirs() -> None:
             views["theirs"] = await follow_incumbent(incumbent, theirs, op_id, a.interval, a.speed)
-            await call(incumbent, theirs, "clusters_get", {"cluster": a.name})
+            await finish(incumbent, tools, theirs, a.name)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_ours)
