@@ -25,11 +25,12 @@ log = logging.getLogger(__name__)
 
 INSTRUCTIONS = (
     "InstantStart manages SageMaker HyperPod clusters on EKS. Read before you change: start with status_get. "
-    "Every mutating tool returns an operation id at once; follow it with operations_get and its 'wait' "
-    "argument until the status is succeeded, failed or cancelled: up to 60 s it answers on the next change; "
-    f"longer, up to {FOLLOW_MAX_SECONDS:.0f} s (a cluster creation takes 30-60 minutes in AWS, so use long waits), "
-    "it answers when the operation has ended or the time is up, and sends progress notifications (stage, "
-    "status, message, elapsed) meanwhile if you pass a progressToken. Ask the user only "
+    "Every mutating tool returns an operation id at once; follow it until its status is succeeded, failed or "
+    f"cancelled with operations_wait and a 'timeout' of up to {FOLLOW_MAX_SECONDS:.0f} s (a cluster creation "
+    "takes 30-60 minutes in AWS: use long waits, not sleeps), or operations_get with 'wait': up to 60 s it "
+    f"answers on the next change, longer (up to {FOLLOW_MAX_SECONDS:.0f} s) when the operation has ended or the "
+    "time is up. During a wait the bridge sends progress notifications (stage, status, message, elapsed) if "
+    "the call carries a progressToken. Ask the user only "
     "for decisions; never retry a failed operation blindly: read its error and conditions first."
 )
 
