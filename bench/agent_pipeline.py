@@ -55,6 +55,15 @@ class Refused(Exception):
     pass
 
 
+def refusal(exc: BaseException) -> Refused | None:
+    """The refusal inside ``exc`` (the MCP client's task groups wrap what a session's body raised)."""
+    if isinstance(exc, Refused):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        return next((r for r in map(refusal, exc.exceptions) if r is not None), None)
+    return None
+
+
 @dataclass
 class Tally:
     """Tool calls and the characters of their results, per phase."""
@@ -122,9 +131,12 @@ async def start_create(client: Client, tools: set[str], tally: Tally, name: str,
     zone, instance_type = choose(options, count)
     decisions = {"name": name, "zone": zone, "instance_type": instance_type, "count": count}
     if "clusters_plan" in tools:
-        await call(client, tally, "clusters_plan", decisions)
+        plan = await call(client, tally, "clusters_plan", decisions)
     else:
-        await call(client, tally, "clusters_create", {**decisions, "dry_run": True})
+        plan = await call(client, tally, "clusters_create", {**decisions, "dry_run": True})
+    if not plan.get("stages"):
+        raise Refused("this server's cluster.create has no stages yet (the plan lists none): the operation would "
+                      "end at once and create nothing; --pipeline import measures the same machinery")
     made = await call(client, tally, "clusters_create", decisions)
     return str(made["operation"]["id"])
 
@@ -232,8 +244,11 @@ def main() -> int:
             if a.pipeline == "import":
                 seed(live, a.name)
             prefix, ours, theirs, view = anyio.run(drive, live, a)
-        except Refused as exc:
-            print(f"refused: {exc}", file=sys.stderr)
+        except BaseException as exc:
+            refused = refusal(exc)
+            if refused is None:
+                raise
+            print(f"refused: {refused}", file=sys.stderr)
             return 2
         finally:
             live.stop()
