@@ -18,14 +18,19 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
+from mcp_bridge.follow import FOLLOW_MAX_SECONDS, Follow, follow, widen
 from mcp_bridge.tools import ToolSpec, cap_result, select_toolsets, to_http, tool_specs
 
 log = logging.getLogger(__name__)
 
 INSTRUCTIONS = (
     "InstantStart manages SageMaker HyperPod clusters on EKS. Read before you change: start with status_get. "
-    "Every mutating tool returns an operation id at once; follow it with operations_get and its 'wait' "
-    "argument (long-poll up to 60 s) until the status is succeeded, failed or cancelled. Ask the user only "
+    "Every mutating tool returns an operation id at once; follow it until its status is succeeded, failed or "
+    f"cancelled with operations_wait and a 'timeout' of up to {FOLLOW_MAX_SECONDS:.0f} s (a cluster creation "
+    "takes 30-60 minutes in AWS: use long waits, not sleeps), or operations_get with 'wait': up to 60 s it "
+    f"answers on the next change, longer (up to {FOLLOW_MAX_SECONDS:.0f} s) when the operation has ended or the "
+    "time is up. During a wait the bridge sends progress notifications (stage, status, message, elapsed) if "
+    "the call carries a progressToken. Ask the user only "
     "for decisions; never retry a failed operation blindly: read its error and conditions first."
 )
 
@@ -76,7 +81,10 @@ async def load_tools(client: RestClient, toolsets: str | None = None) -> tuple[d
 
 
 def build_server(client: RestClient, who: dict[str, Any], specs: list[ToolSpec]) -> Server[Any]:
+    widened = widen(specs)
+    specs = [s for s, _ in widened]
     by_name = {s.name: s for s in specs}
+    follows: dict[str, Follow] = {s.name: how for s, how in widened if how is not None}
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[
@@ -92,12 +100,24 @@ def build_server(client: RestClient, who: dict[str, Any], specs: list[ToolSpec])
         if spec is None:
             return _error({"error": {"code": "not_found", "details": None,
                                      "message": f"no tool {params.name!r} for role {who['role']}"}})
+        arguments = dict(params.arguments or {})
         try:
-            call = to_http(spec, dict(params.arguments or {}))
+            call = to_http(spec, arguments)
         except ValueError as exc:
             return _error({"error": {"code": "invalid", "message": str(exc), "details": None}})
+        how = follows.get(spec.name)
+        if how is not None and how.needed(arguments) and arguments[how.argument] > FOLLOW_MAX_SECONDS:
+            return _error({"error": {"code": "invalid", "details": {"maximum": FOLLOW_MAX_SECONDS},
+                                     "message": f"{how.argument} may be at most {FOLLOW_MAX_SECONDS:.0f} s through "
+                                                "the bridge; call again to wait longer"}})
         try:
-            status, payload = await client.request(call.method, call.path, call.params, call.json)
+            if how is not None and how.needed(arguments):
+                async def report(progress: float, total: float, message: str) -> None:
+                    await ctx.session.report_progress(progress, total, message)
+
+                status, payload = await follow(client.request, how, arguments, report)
+            else:
+                status, payload = await client.request(call.method, call.path, call.params, call.json)
         except httpx2.HTTPError as exc:
             return _error({"error": {"code": "transient", "details": None,
                                      "message": f"REST API unreachable at {client.base_url}: {exc}"}})

@@ -56,3 +56,16 @@ def test_push_latency_bench() -> None:
     out = bench("push_latency.py", "--nodes", "2", "-n", "5")
     assert "5 node label changes" in out
     assert re.search(r"^p50 [\d.]+ ms, p99 [\d.]+ ms", out, re.M), out
+
+
+def test_agent_pipeline_bench() -> None:
+    """The agent bench's machinery on cluster.import of a seeded cluster (it drives cluster.create the same
+    way once the server offers clusters_create): both sides ran to the end and were counted."""
+    out = bench("agent_pipeline.py", "--pipeline", "import", "--speed", "300")
+    assert re.search(r"^pipeline cluster\.import succeeded: \d+ AWS s", out, re.M), out
+    ours = re.search(r"^A ours .*: (\d+) calls, (\d+) tokens, (\d+) progress notifications", out, re.M)
+    theirs = re.search(r"^B incumbent .*: (\d+) calls, (\d+) tokens", out, re.M)
+    assert ours and theirs, out
+    assert int(ours.group(3)) >= 1, "the long wait sent progress notifications"
+    assert re.search(r'"operations_wait": \d+', out) and re.search(r'"wait_seconds": \d+', out), out
+    assert re.search(r"^ratio B/A: calls [\d.]+x, tokens [\d.]+x$", out, re.M), out
