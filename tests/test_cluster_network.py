@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from services.clusters.create_base import cluster_tags, owned
+from services.clusters.create_base import ClusterDeletePlan, cluster_tags, owned
 from services.clusters.create_models import NetworkResult
 from services.clusters.network import (
     CIDR_TAG,
@@ -258,9 +258,7 @@ def test_plan_rows_name_every_resource(product: SandboxProduct) -> None:
 # ----- teardown -----------------------------------------------------------------------------------------
 
 
-def _delete_plan(name: str) -> Any:
-    from services.clusters.create_base import ClusterDeletePlan
-
+def _delete_plan(name: str) -> ClusterDeletePlan:
     return ClusterDeletePlan(name=name, region="us-west-2", account="123456789012", eks_cluster=name,
                              bucket="instantstart-shared-123456789012-us-west-2", requested_by="tester")
 
