@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from services.clusters.create_base import cluster_tags, owned
+from services.clusters.create_base import ClusterDeletePlan, cluster_tags, owned
 from services.clusters.create_models import NetworkResult
 from services.clusters.network import (
     CIDR_TAG,
@@ -216,6 +216,11 @@ def test_an_existing_vpc_gets_only_the_security_group_and_the_compute_subnet(
     vpc_id = _vpc(ec2, "10.90.0.0/16")
     eks = [ec2.create_subnet(VpcId=vpc_id, CidrBlock=c, AvailabilityZone=z)["Subnet"]["SubnetId"]
            for c, z in (("10.90.0.0/24", "us-west-2a"), ("10.90.1.0/24", "us-west-2b"))]
+    eip = ec2.allocate_address(Domain="vpc")["AllocationId"]  # the user's NAT, and their private route table
+    nat = ec2.create_nat_gateway(SubnetId=eks[1], AllocationId=eip)["NatGateway"]["NatGatewayId"]
+    table = ec2.create_route_table(VpcId=vpc_id)["RouteTable"]["RouteTableId"]
+    ec2.create_route(RouteTableId=table, DestinationCidrBlock="0.0.0.0/0", NatGatewayId=nat)
+    ec2.associate_route_table(RouteTableId=table, SubnetId=eks[0])
     plan = make_plan("net-own", vpc_id=vpc_id, subnet_ids=eks)
     mark = ledger.mark()
     view = _run(product, NetworkStage(product.deps()), plan)
@@ -223,12 +228,16 @@ def test_an_existing_vpc_gets_only_the_security_group_and_the_compute_subnet(
     assert sorted(_creates(ledger, mark)) == ["CreateSecurityGroup", "CreateSubnet"]
     writes = {e["operation"] for e in ledger.writes(since=mark, service="ec2")}
     assert writes <= {"CreateSecurityGroup", "CreateSubnet", "AuthorizeSecurityGroupIngress",
-                      "AuthorizeSecurityGroupEgress"}, writes
+                      "AuthorizeSecurityGroupEgress", "AssociateRouteTable"}, writes
     result = NetworkResult.model_validate(view.stages[0].result)
     assert result.vpc_id == vpc_id and result.private_subnets == eks and result.public_subnets == []
     assert _subnet(ec2, result.compute_subnet)["CidrBlock"] == "10.90.16.0/20"
     assert all(not _subnet(ec2, s).get("Tags") for s in eks), "the user's subnets are not tagged"
     assert not ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"][0].get("Tags"), "nor is their VPC"
+    joined = ec2.describe_route_tables(Filters=[{"Name": "association.subnet-id",
+                                                 "Values": [result.compute_subnet]}])["RouteTables"]
+    assert [t["RouteTableId"] for t in joined] == [table], "the compute subnet goes out through the user's NAT"
+    assert not joined[0].get("Tags"), "their route table is not tagged"
 
 
 def test_plan_rows_name_every_resource(product: SandboxProduct) -> None:
@@ -249,9 +258,7 @@ def test_plan_rows_name_every_resource(product: SandboxProduct) -> None:
 # ----- teardown -----------------------------------------------------------------------------------------
 
 
-def _delete_plan(name: str) -> Any:
-    from services.clusters.create_base import ClusterDeletePlan
-
+def _delete_plan(name: str) -> ClusterDeletePlan:
     return ClusterDeletePlan(name=name, region="us-west-2", account="123456789012", eks_cluster=name,
                              bucket="instantstart-shared-123456789012-us-west-2", requested_by="tester")
 
@@ -315,6 +322,23 @@ def test_teardown_in_an_existing_vpc_removes_only_ours_and_the_block_we_added(
             if a["CidrBlockState"]["State"] == "associated"] == ["10.120.0.0/22"], "the block we added went"
     assert {s["SubnetId"] for s in ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc_id]}])["Subnets"]} \
         == set(eks), "the user's subnets stay"
+
+
+def test_teardown_never_deletes_an_interface_it_does_not_know_and_says_which_holds_it(
+        product: SandboxProduct, ec2: Any) -> None:
+    created = _run(product, NetworkStage(product.deps()), make_plan("net-held", vpc_cidr="10.130.0.0/16"))
+    assert created.status == "succeeded", created
+    result = NetworkResult.model_validate(created.stages[0].result)
+    eni = ec2.create_network_interface(SubnetId=result.compute_subnet, Description="someone's debugging box")
+    eni_id = eni["NetworkInterface"]["NetworkInterfaceId"]
+    held = _run(product, NetworkTeardown(product.deps()), _delete_plan("net-held"))
+    assert held.status == "failed" and eni_id in str(held.error) and "debugging box" in str(held.error), held
+    assert ec2.describe_network_interfaces(NetworkInterfaceIds=[eni_id])["NetworkInterfaces"], "never deleted"
+    assert ec2.describe_subnets(SubnetIds=[result.compute_subnet])["Subnets"], "its subnet waits for it"
+    ec2.delete_network_interface(NetworkInterfaceId=eni_id)
+    resumed = _run(product, NetworkTeardown(product.deps()), _delete_plan("net-held"))
+    assert resumed.status == "succeeded", resumed
+    assert _tagged(ec2, "net-held") == []
 
 
 # ----- the network quotas the create form reads --------------------------------------------------------

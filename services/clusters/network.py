@@ -129,7 +129,11 @@ def ensure_compute_subnet(ec2: Any, vpc_id: str, zone: str, cluster: str, tags: 
     the cluster there, else a new ``/prefix`` in the first free range of the VPC's CIDR blocks, else (the VPC
     is full) in a CIDR block it adds to the VPC. Associated with the private route table
     (:func:`_private_route_table`; with none, the subnet keeps the VPC's main route table). Two calls make
-    one subnet. Raises :class:`~services.errors.Transient` while a block it added is still associating."""
+    one subnet. Raises :class:`~services.errors.Transient` while a block it added is still associating.
+
+    A subnet carved from a block this call added carries that association's id (``CIDR_TAG``), so teardown
+    removes the block from a user's VPC. If AWS was still associating it when the call ended, the retry
+    that makes the subnet cannot prove the block is ours and records nothing: teardown then leaves it."""
     subnet_id = find_compute_subnet(ec2, vpc_id, zone, cluster)
     if subnet_id is None:
         subnet_id = _create_compute_subnet(ec2, vpc_id, zone, cluster, tags, prefix)
