@@ -202,6 +202,8 @@ def test_a_capacity_shortfall_is_reported_and_the_group_fills_once_capacity_retu
     message = wait_until(short, 60, "the hyperpod stage reporting AWS's capacity reason while InService")
     assert "0/1 nodes of workers Running" in message and "ml.g5.4xlarge in us-west-2a" in message
     assert engine.get(op).status not in TERMINAL
+    # recorded while still short, so deleting a create that fails here would delete its HyperPod cluster too
+    assert (world.product.services.clusters.registry.get("hp-short").hyperpod_arn or "").startswith("arn:aws:sagemaker")
     cleared = httpx2.delete(f"{live.url}/api/v1/sandbox/faults/{fault.json()['id']}", headers=live.headers(),
                             timeout=30)
     assert cleared.status_code == 200, cleared.text
