@@ -313,3 +313,12 @@ def test_the_plan_lists_what_the_stages_make_and_capacity_types_reach_the_reques
                     deep_health_checks=["InstanceStress", "InstanceConnectivity"])
     assert planned["TrainingPlanArn"] == PLAN_ARN and "CapacityRequirements" not in planned
     assert planned["OnStartDeepHealthChecks"] == ["InstanceStress", "InstanceConnectivity"]
+
+
+def test_teardown_of_a_create_that_never_reached_eks_succeeds_and_writes_nothing(world: World) -> None:
+    deps = world.product.deps()
+    teardown = ClusterDeletePlan(name="hp-never", region="us-west-2", account="123456789012",
+                                 eks_cluster="hp-never", hyperpod_cluster=None, bucket=BUCKET, requested_by="tester")
+    mark = world.ledger.mark()
+    _succeeded(run_stages(world.product.services, [StorageTeardown(deps), HyperpodTeardown(deps)], teardown))
+    world.ledger.assert_no_writes(since=mark)
