@@ -18,6 +18,7 @@ from kubernetes import client as k8s
 
 from services.clusters.create_base import ClusterDeletePlan
 from services.clusters.create_models import (
+    CapacityType,
     ClusterCreatePlan,
     EksResult,
     FsxChoice,
@@ -36,7 +37,7 @@ from services.clusters.storage_stage import (
 )
 from services.clusters.verify_stage import VerifyStage
 from services.operations import TERMINAL, OperationView
-from services.stages import OperationKind, Stage
+from services.stages import OperationKind, Stage, StageContext
 from tests.conftest import ADMIN
 from tests.create_support import Given, SandboxProduct, make_plan, run_stages, sandbox_product
 from tests.ledger import CallLedger
@@ -45,6 +46,7 @@ from tests.support import wait_until
 SPEED = 300.0  # a HyperPod create (300 s setup + 900 s boot) takes ~4 s; the stage's deadline ~48 s
 # each test uses its own instance type or stays within the sandbox account's default quota of 4 ml.g5.8xlarge
 BUCKET = "instantstart-shared-123456789012-us-west-2"
+PLAN_ARN = "arn:aws:sagemaker:us-west-2:123456789012:training-plan/reserved-a"
 
 
 def _trust(service: str) -> str:
@@ -200,6 +202,8 @@ def test_a_capacity_shortfall_is_reported_and_the_group_fills_once_capacity_retu
     message = wait_until(short, 60, "the hyperpod stage reporting AWS's capacity reason while InService")
     assert "0/1 nodes of workers Running" in message and "ml.g5.4xlarge in us-west-2a" in message
     assert engine.get(op).status not in TERMINAL
+    # recorded while still short, so deleting a create that fails here would delete its HyperPod cluster too
+    assert (world.product.services.clusters.registry.get("hp-short").hyperpod_arn or "").startswith("arn:aws:sagemaker")
     cleared = httpx2.delete(f"{live.url}/api/v1/sandbox/faults/{fault.json()['id']}", headers=live.headers(),
                             timeout=30)
     assert cleared.status_code == 200, cleared.text
@@ -280,3 +284,41 @@ def test_teardown_deletes_the_cluster_claims_and_our_file_system_and_keeps_the_b
     assert keys == ["instantstart/hp-gone/lifecycle/notes.txt"]  # our script went, the user's file and bucket stay
     s3.head_bucket(Bucket=BUCKET)
     assert world.ledger.succeeded("s3", "DeleteBucket", since=mark) == []
+
+
+def test_the_plan_lists_what_the_stages_make_and_capacity_types_reach_the_request(world: World) -> None:
+    deps = world.product.deps()
+    plan = make_plan("hp-plan", fsx=FsxChoice(mode="new"), deep_health_checks=["InstanceStress"])
+    made = HyperpodStage(deps).resources(plan) + StorageStage(deps).resources(plan)
+    assert [(r.type, r.name, r.action) for r in made] == [
+        ("AWS::S3::Object", f"s3://{BUCKET}/instantstart/hp-plan/lifecycle/", "apply"),
+        ("AWS::SageMaker::Cluster", "hp-plan", "create"),
+        ("Kubernetes PersistentVolume", "instantstart-hp-plan-shared-s3", "apply"),
+        ("Kubernetes PersistentVolumeClaim", "default/shared-s3", "apply"),
+        ("AWS::FSx::FileSystem", "hp-plan-fsx", "create"),
+        ("Kubernetes PersistentVolume", "instantstart-hp-plan-fsx", "apply"),
+        ("Kubernetes PersistentVolumeClaim", "default/fsx", "apply")]
+    assert "deep health checks InstanceStress" in made[1].detail
+
+    eks = EksResult(eks_arn="arn:aws:eks:us-west-2:123456789012:cluster/hp-plan", endpoint="https://x", oidc_issuer="x")
+    results = {"network": world.network.model_dump(), "iam": world.iam.model_dump(), "eks": eks.model_dump()}
+
+    def group(**overrides: Any) -> dict[str, Any]:
+        ctx = StageContext("op", "k", "t", make_plan("hp-plan", **overrides), {}, results, world.product.services.clock,
+                           1)
+        return dict(HyperpodStage(deps).create_request(ctx)["InstanceGroups"][0])
+
+    assert group(capacity_type=CapacityType.SPOT)["CapacityRequirements"] == {"Spot": {}}
+    planned = group(capacity_type=CapacityType.TRAINING_PLAN, training_plan_arn=PLAN_ARN,
+                    deep_health_checks=["InstanceStress", "InstanceConnectivity"])
+    assert planned["TrainingPlanArn"] == PLAN_ARN and "CapacityRequirements" not in planned
+    assert planned["OnStartDeepHealthChecks"] == ["InstanceStress", "InstanceConnectivity"]
+
+
+def test_teardown_of_a_create_that_never_reached_eks_succeeds_and_writes_nothing(world: World) -> None:
+    deps = world.product.deps()
+    teardown = ClusterDeletePlan(name="hp-never", region="us-west-2", account="123456789012",
+                                 eks_cluster="hp-never", hyperpod_cluster=None, bucket=BUCKET, requested_by="tester")
+    mark = world.ledger.mark()
+    _succeeded(run_stages(world.product.services, [StorageTeardown(deps), HyperpodTeardown(deps)], teardown))
+    world.ledger.assert_no_writes(since=mark)

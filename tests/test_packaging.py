@@ -35,3 +35,4 @@ def test_wheel_has_every_crd_and_the_console_script(tmp_path: Path) -> None:
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "instantstart = app.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
     assert {"services/operations.py", "mcp_bridge/server.py", "panels/operations.py"} <= names
+    assert "services/clusters/lifecycle/on_create.sh" in names  # the pinned HyperPod lifecycle script

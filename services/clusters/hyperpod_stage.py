@@ -98,14 +98,18 @@ class HyperpodStage(CreateStage):
             return Observed.ABSENT
         self._check_ours(plan, cluster)
         ctx.data["arn"] = cluster["ClusterArn"]
+        self._register(plan, str(cluster["ClusterArn"]))
         return Observed.IN_PROGRESS
 
     def act(self, ctx: StageContext[ClusterCreatePlan]) -> None:
         plan = ctx.request
-        ctx.data["uploaded"] = self._upload_scripts(plan)
+        self._upload_scripts(plan)
         sagemaker = self._sagemaker(plan)
         made = sagemaker.create_cluster(**self.create_request(ctx))
         ctx.data["arn"] = made["ClusterArn"]
+        # recorded at once, not when the group is full: a create that fails later (a capacity shortfall past
+        # the deadline) must still have its HyperPod cluster deleted with the cluster
+        self._register(plan, str(made["ClusterArn"]))
 
     def poll(self, ctx: StageContext[ClusterCreatePlan]) -> Done | Wait:
         plan = ctx.request
@@ -127,7 +131,6 @@ class HyperpodStage(CreateStage):
         running = sum(1 for n in nodes if n.get("InstanceStatus", {}).get("Status") == "Running")
         ctx.data["groups"] = {group: running}
         if status == "InService" and running >= plan.count:
-            self._register(plan, str(cluster["ClusterArn"]))
             return Done()
         where = f"HyperPod cluster {name} is {status}; {running}/{plan.count} nodes of {group} Running"
         reason = self._shortfall_reason(sagemaker, cluster, nodes, group)
@@ -178,20 +181,16 @@ class HyperpodStage(CreateStage):
                             "choose another name, or import that cluster instead", details={
                                 "hyperpod_arn": cluster["ClusterArn"]})
 
-    def _upload_scripts(self, plan: ClusterCreatePlan) -> list[str]:
-        """PutObject each shipped script whose object is missing or differs (by ETag); the keys sent."""
+    def _upload_scripts(self, plan: ClusterCreatePlan) -> None:
+        """PutObject each shipped script whose object is missing or differs (by ETag)."""
         s3 = self.deps.aws.client("s3", plan.region)
         prefix = plan.names.lifecycle_prefix
         present = {o["Key"]: o.get("ETag") for o in s3.all_pages("list_objects_v2", "Contents", Bucket=plan.bucket,
                                                                    Prefix=prefix)}
-        sent: list[str] = []
         for file, body in sorted(lifecycle_scripts().items()):
             key = prefix + file
-            if present.get(key) == _etag(body):
-                continue
-            s3.put_object(Bucket=plan.bucket, Key=key, Body=body, ContentType="text/x-shellscript")
-            sent.append(key)
-        return sent
+            if present.get(key) != _etag(body):
+                s3.put_object(Bucket=plan.bucket, Key=key, Body=body, ContentType="text/x-shellscript")
 
     def _group_nodes(self, sagemaker: Any, name: str, group: str) -> list[dict[str, Any]]:
         nodes = sagemaker.all_pages("list_cluster_nodes", "ClusterNodeSummaries", ClusterName=name,

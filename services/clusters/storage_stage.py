@@ -246,10 +246,12 @@ class StorageTeardown(DeleteStage):
 
     def observe(self, ctx: StageContext[ClusterDeletePlan]) -> Observed:
         plan = ctx.request
+        left: list[str] = []
         core = self._core(plan)
-        left = [c for c in (S3_CLAIM, FSX_CLAIM) if core is not None and _ours(_read_claim(core, c))]
-        left += [v for v in (volume_name(plan.name, S3_CLAIM), volume_name(plan.name, FSX_CLAIM))
-                 if core is not None and _ours(_read_volume(core, v))]
+        if core is not None:
+            left += [c for c in (S3_CLAIM, FSX_CLAIM) if _ours(_read_claim(core, c))]
+            left += [v for v in (volume_name(plan.name, S3_CLAIM), volume_name(plan.name, FSX_CLAIM))
+                     if _ours(_read_volume(core, v))]
         fs = _tagged_file_system(self._fsx(plan), plan.name)
         if fs is not None:
             ctx.data["fsx_id"] = fs["FileSystemId"]
@@ -285,10 +287,12 @@ class StorageTeardown(DeleteStage):
         return Wait(FSX_POLL, f"FSx file system {fs_id} is {state}")
 
     def _core(self, plan: ClusterDeletePlan) -> k8s.CoreV1Api | None:
-        """None: the cluster never got as far as its registry row, so nothing was applied in it."""
-        if self.deps.registry.find(plan.name) is None:
+        """The cluster's Kubernetes API; None when there is none to reach (its EKS cluster was never made, or
+        is gone): then no claim or volume of ours can be left in it."""
+        try:
+            return k8s.CoreV1Api(self.deps.kube.api_client(plan.name))
+        except NotFound:
             return None
-        return k8s.CoreV1Api(self.deps.kube.api_client(plan.name))
 
     def _fsx(self, plan: ClusterDeletePlan) -> Any:
         return self.deps.aws.client("fsx", plan.region)

@@ -600,6 +600,16 @@ def _start_hp_health_check(e: Env) -> None:
     assert status["InstanceStatus"]["Status"] == "DeepHealthCheckInProgress"
 
 
+@valid("sagemaker", "ListTags")
+def _list_hp_tags(e: Env) -> None:
+    name = fresh("hp")
+    tags = [{"Key": "team", "Value": "ml"}]
+    arn = e["sagemaker"].create_cluster(ClusterName=name, Orchestrator={"Eks": {"ClusterArn": e.eks_arn}},
+                                        VpcConfig={"SecurityGroupIds": [e.security_group], "Subnets": e.subnets},
+                                        InstanceGroups=[hp_group("workers")], Tags=tags)["ClusterArn"]
+    assert e["sagemaker"].list_tags(ResourceArn=arn)["Tags"] == tags
+
+
 @valid("sagemaker", "ListClusterEvents")
 def _list_hp_events(e: Env) -> None:
     events = e["sagemaker"].list_cluster_events(ClusterName=e.hp, MaxResults=100)["Events"]
