@@ -313,7 +313,7 @@ def _xml(shape: Shape, value: Any) -> str:
         return "true" if value else "false"
     if shape.type_name == "timestamp" and not isinstance(value, str):
         return dt.datetime.fromtimestamp(float(value), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return escape(str(value))
+    return re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f]", "?", escape(str(value)))
 
 
 def _query_result(op: OperationModel, result: dict[str, Any], headers: dict[str, str]) -> Response:
@@ -372,7 +372,7 @@ def serialize_error(protocol: str, error: AwsError, status: int | None = None) -
     if protocol == "rest-json":
         return Response(status, {"x-amzn-RequestId": rid, "x-amzn-ErrorType": error.code,
                                  "Content-Type": "application/json"}, json.dumps({"message": error.message}).encode())
-    text = error.message.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f]", "?", escape(error.message))  # XML 1.0 has no such chars
     if protocol == "ec2":
         xml = (f"<?xml version=\"1.0\" encoding=\"UTF-8\"?><Response><Errors><Error><Code>{error.code}</Code>"
                 f"<Message>{text}</Message></Error></Errors><RequestID>{rid}</RequestID></Response>")
