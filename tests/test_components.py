@@ -169,3 +169,15 @@ def test_teardown_deletes_ours_and_keeps_what_is_not(world: SandboxProduct) -> N
     again = run_stages(world.services, [DependenciesTeardown(world.deps())], plan)
     assert again.status == Status.SUCCEEDED, again.error
     ledger.assert_no_writes(since=mark)
+
+
+def test_a_foreign_role_with_our_name_stops_the_stage_before_any_write(world: SandboxProduct) -> None:
+    iam = world.client("iam")
+    iam.create_role(RoleName=f"{NAME}-lbc-role", AssumeRolePolicyDocument=EKS_TRUST)  # not ours: no tags
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    view = run_stages(world.services, [DependenciesStage(world.deps())], PLAN)
+    assert view.status == Status.FAILED and view.error is not None
+    assert f"{NAME}-lbc-role" in view.error["message"] and "not deps's" in view.error["message"]
+    ledger.assert_no_writes(since=mark)
+    assert not iam.list_attached_role_policies(RoleName=f"{NAME}-lbc-role")["AttachedPolicies"]
