@@ -51,7 +51,7 @@ def _objects(product: SandboxProduct) -> list[dict[str, object]]:
     return [o for c in MANIFESTS for o in c.objects(target)]
 
 
-def test_the_plan_picks_components_by_hardware() -> None:
+def test_the_plan_picks_components_by_hardware(world: SandboxProduct) -> None:
     names = [c.name for c in components_for(PLAN)]
     assert "nvidia-device-plugin" in names and "aws-efa-k8s-device-plugin" in names
     assert "neuron-device-plugin" not in names and "aws-fsx-csi-driver" not in names
@@ -60,7 +60,7 @@ def test_the_plan_picks_components_by_hardware() -> None:
                                                     fsx={"mode": "new"}))]
     assert "neuron-device-plugin" in trn and "aws-fsx-csi-driver" in trn
     assert "nvidia-device-plugin" not in trn and "aws-efa-k8s-device-plugin" not in trn
-    planned = DependenciesStage.resources(DependenciesStage.__new__(DependenciesStage), PLAN)
+    planned = DependenciesStage(world.deps()).resources(PLAN)
     assert {r.name for r in planned if r.action == "apply"} == set(names)
     assert {r.name for r in planned if r.type == "AWS::IAM::Role"} == {f"{NAME}-s3-csi-role", f"{NAME}-lbc-role"}
 
