@@ -51,7 +51,7 @@ def _objects(product: SandboxProduct) -> list[dict[str, object]]:
     return [o for c in MANIFESTS for o in c.objects(target)]
 
 
-def test_the_plan_picks_components_by_hardware() -> None:
+def test_the_plan_picks_components_by_hardware(world: SandboxProduct) -> None:
     names = [c.name for c in components_for(PLAN)]
     assert "nvidia-device-plugin" in names and "aws-efa-k8s-device-plugin" in names
     assert "neuron-device-plugin" not in names and "aws-fsx-csi-driver" not in names
@@ -60,7 +60,7 @@ def test_the_plan_picks_components_by_hardware() -> None:
                                                     fsx={"mode": "new"}))]
     assert "neuron-device-plugin" in trn and "aws-fsx-csi-driver" in trn
     assert "nvidia-device-plugin" not in trn and "aws-efa-k8s-device-plugin" not in trn
-    planned = DependenciesStage.resources(DependenciesStage.__new__(DependenciesStage), PLAN)
+    planned = DependenciesStage(world.deps()).resources(PLAN)
     assert {r.name for r in planned if r.action == "apply"} == set(names)
     assert {r.name for r in planned if r.type == "AWS::IAM::Role"} == {f"{NAME}-s3-csi-role", f"{NAME}-lbc-role"}
 
@@ -169,3 +169,15 @@ def test_teardown_deletes_ours_and_keeps_what_is_not(world: SandboxProduct) -> N
     again = run_stages(world.services, [DependenciesTeardown(world.deps())], plan)
     assert again.status == Status.SUCCEEDED, again.error
     ledger.assert_no_writes(since=mark)
+
+
+def test_a_foreign_role_with_our_name_stops_the_stage_before_any_write(world: SandboxProduct) -> None:
+    iam = world.client("iam")
+    iam.create_role(RoleName=f"{NAME}-lbc-role", AssumeRolePolicyDocument=EKS_TRUST)  # not ours: no tags
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    view = run_stages(world.services, [DependenciesStage(world.deps())], PLAN)
+    assert view.status == Status.FAILED and view.error is not None
+    assert f"{NAME}-lbc-role" in view.error["message"] and "not deps's" in view.error["message"]
+    ledger.assert_no_writes(since=mark)
+    assert not iam.list_attached_role_policies(RoleName=f"{NAME}-lbc-role")["AttachedPolicies"]

@@ -26,12 +26,16 @@ POLL_SECONDS = 15.0
 def _target(deps: StageDeps, name: str, eks_cluster: str, region: str, account: str, tags: dict[str, str],
             bucket: str | None = None) -> Target:
     """Where the components of cluster ``name`` live; ``kube`` is None once its EKS cluster is gone."""
-    kube = None
     try:
         deps.aws.client("eks", region).describe_cluster(name=eks_cluster)
-        kube = deps.kube.api_client(name)
     except NotFound:
         kube = None
+    else:
+        try:
+            kube = deps.kube.api_client(name)
+        except NotFound:
+            raise Permanent(f"the EKS cluster {eks_cluster} exists but is not registered as {name} here, so its "
+                            "Kubernetes API cannot be reached; the eks stage registers it") from None
     return Target(cluster=name, eks_cluster=eks_cluster, region=region, account=account, tags=tags, aws=deps.aws,
                   kube=kube, bucket=bucket)
 
@@ -39,8 +43,7 @@ def _target(deps: StageDeps, name: str, eks_cluster: str, region: str, account: 
 def plan_target(deps: StageDeps, plan: ClusterCreatePlan) -> Target:
     target = _target(deps, plan.name, plan.names.eks_cluster, plan.region, plan.account, plan.tags, plan.bucket)
     if target.kube is None:
-        raise Permanent(f"the EKS cluster {plan.names.eks_cluster} is not there (or not registered as "
-                        f"{plan.name}); the eks stage makes it")
+        raise Permanent(f"the EKS cluster {plan.names.eks_cluster} is not there; the eks stage makes it")
     return target
 
 

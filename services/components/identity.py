@@ -15,7 +15,7 @@ from typing import Any
 
 from services.clusters.create_base import owned, tag_list
 from services.components.base import Target
-from services.errors import NotFound
+from services.errors import NotFound, Permanent
 
 POD_IDENTITY_TRUST = json.dumps({"Version": "2012-10-17", "Statement": [{
     "Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},
@@ -78,6 +78,9 @@ class PodRole:
         """The pieces not there yet: ``role``, ``policies``, ``association``."""
         if self._role(target) is None:
             return ["role", "policies"] + (["association"] if self.associate else [])
+        if not owned(self._role_tags(target), target.cluster):
+            raise Permanent(f"the IAM role {self.role_name(target)} exists and is not {target.cluster}'s (no "
+                            "instantstart tags): it is left alone; delete or rename it, then retry")
         out = []
         if not set(self.managed_policies) <= self._attached(target) or (
                 self.inline is not None and not self._has_inline(target)):
