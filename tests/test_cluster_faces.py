@@ -122,8 +122,8 @@ def test_a_dry_run_answers_the_plan_and_makes_nothing(seeded: SeededServer) -> N
     assert view["stages"] == CREATE_STAGES[: len(view["stages"])]
     assert set(view["expected_seconds"]) == set(view["stages"])
     assert {r["stage"] for r in view["resources"]} <= set(view["stages"])
-    plan = live.post("/api/v1/cluster-plans", ASK, token=live.make_token("operator"))
-    assert plan.status_code == 200 and plan.json()["resources"] == view["resources"], plan.text
+    operator = live.post("/api/v1/clusters?dry_run=true", ASK, token=live.make_token("operator"))
+    assert operator.status_code == 200 and operator.json()["resources"] == view["resources"], operator.text
     ledger.assert_no_writes(since=mark)
     assert creates(live) == [], "a dry run records no operation"
 
@@ -131,7 +131,7 @@ def test_a_dry_run_answers_the_plan_and_makes_nothing(seeded: SeededServer) -> N
 def test_a_bad_choice_is_refused_at_once_with_the_valid_ones(seeded: SeededServer) -> None:
     live, ledger = seeded.live, CallLedger(seeded.live)
     mark = ledger.mark()
-    for path in ("/api/v1/clusters", "/api/v1/clusters?dry_run=true", "/api/v1/cluster-plans"):
+    for path in ("/api/v1/clusters", "/api/v1/clusters?dry_run=true"):
         wrong_zone = live.post(path, {**ASK, "zone": "us-west-2z"})
         assert wrong_zone.status_code == 422, wrong_zone.text
         assert "us-west-2a" in json.dumps(wrong_zone.json()["error"]["details"])

@@ -63,28 +63,27 @@ def test_only_routes_answering_an_operation_say_so(document: dict[str, Any]) -> 
     # the status summary reads every registered cluster)
     assert sorted(s.name for s in specs.values() if s.open_world) == \
         ["clusters_create", "clusters_delete", "clusters_get", "clusters_import", "clusters_kubeconfig",
-         "clusters_list", "clusters_options", "clusters_plan", "status_get"]
+         "clusters_list", "clusters_options", "status_get"]
 
 
 def test_the_cluster_lifecycle_tools_say_what_they_do(document: dict[str, Any]) -> None:
-    """Inspect, plan, create, describe, delete and kubeconfig are tools with honest hints; create and delete
-    name their status tool, delete is admin-only and destructive, the plan is a read-only dry run."""
+    """Inspect, create (with its dry run: the plan), describe, delete and kubeconfig are tools with honest hints;
+    create and delete name their status tool, delete is admin-only and destructive."""
     specs = {s.name: s for s in tool_specs(document, "admin")}
-    for name in ("clusters_options", "clusters_plan", "clusters_get", "clusters_kubeconfig"):
+    for name in ("clusters_options", "clusters_get", "clusters_kubeconfig"):
         assert specs[name].read_only and not specs[name].destructive, name
-    plan, create, delete = specs["clusters_plan"], specs["clusters_create"], specs["clusters_delete"]
-    assert plan.path == "/api/v1/cluster-plans" and not plan.answers_operation
-    assert {"name", "zone", "instance_type", "count", "capacity_type"} <= set(plan.body_params) == \
-        set(create.body_params)
-    assert set(plan.input_schema["required"]) == {"name", "zone", "instance_type", "count"}
+    create, delete = specs["clusters_create"], specs["clusters_delete"]
+    assert {"name", "zone", "instance_type", "count", "capacity_type"} <= set(create.body_params)
+    assert set(create.input_schema["required"]) == {"name", "zone", "instance_type", "count"}
+    assert create.query_params == ("dry_run",) and "dry_run=true" in create.description
     assert create.answers_operation and not create.read_only and not create.destructive
     assert "operations_wait" in create.description and "operations_get" in create.description
-    assert "clusters_options" in create.description and "dry_run" in create.query_params
+    assert "clusters_options" in create.description
     assert delete.answers_operation and delete.destructive and delete.role == "admin"
     assert delete.method == "DELETE" and delete.path_params == ("cluster",) and "confirm" in delete.body_params
     assert "operations_wait" in delete.description
     operator = {s.name for s in tool_specs(document, "operator")}
-    assert {"clusters_plan", "clusters_create"} <= operator and "clusters_delete" not in operator
+    assert "clusters_create" in operator and "clusters_delete" not in operator
     assert "clusters_kubeconfig" in {s.name for s in tool_specs(document, "viewer")}
 
 

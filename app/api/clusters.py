@@ -61,10 +61,6 @@ def _create(call: Call) -> Reply:
     return accepted(view, created)
 
 
-def _plan(call: Call) -> Reply:
-    return Reply(call.services.clusters.plan_cluster(call.principal, call.body))
-
-
 def _delete(call: Call) -> Reply:
     view, created = call.services.clusters.delete_cluster(call.principal, call.path["cluster"], call.body,
                                                           call.idempotency_key)
@@ -94,13 +90,6 @@ ROUTES: list[Route] = [
                       "in use), VPC and Elastic IP quotas, existing VPCs and clusters (managed, imported or "
                       "foreign), HyperPod's service-linked role and this control plane's identity. Call it "
                       "before proposing a create: offer only what it lists."),
-    Route("POST", "/api/v1/cluster-plans", "clusters_plan", "Plan a new cluster (dry run: nothing is made)",
-          role_of(Clusters.plan_cluster), _plan, body=ClusterCreate, response=CreatePlanView, tag="clusters",
-          open_world=True,
-          description="Read-only: the same prechecks as clusters_create (a refusal lists the valid choices), then "
-                      "what the create would make: every derived name, each stage's resources (create or reuse) "
-                      "and expected duration, and warnings (quota, capacity). Show it to the user before "
-                      "clusters_create. The same as POST /api/v1/clusters?dry_run=true."),
     Route("POST", "/api/v1/clusters", "clusters_create", "Create a HyperPod cluster on a new EKS cluster",
           role_of(Clusters.create_cluster), _create, query=CreateQuery, body=ClusterCreate, response=Accepted,
           also=((200, CreatePlanView),), read_only=False, status=202, tag="clusters", open_world=True,
@@ -110,7 +99,8 @@ ROUTES: list[Route] = [
                       "stages network, iam, eks, dependencies, hyperpod, storage, verify run for 30-45 minutes "
                       "(EKS 8-15, HyperPod 20-30): follow them with operations_wait or operations_get (wait=30); "
                       "a failed stage keeps what was made, and operations_retry resumes from it. dry_run=true "
-                      "answers the plan instead (clusters_plan)."),
+                      "first: the same prechecks, then the plan (derived names, resources per stage, expected "
+                      "durations, warnings) with nothing made; show it to the user before the real create."),
     Route("GET", "/api/v1/clusters/{cluster}", "clusters_get", "One cluster: groups, nodes, health",
           role_of(Clusters.describe_cluster),
           _get, query=ClusterDetailQuery, response=ClusterDetail, path_params=CLUSTER, tag="clusters", open_world=True,
