@@ -59,6 +59,7 @@ class Services:
 
     def stop(self) -> None:
         self.engine.stop()
+        self.clusters.reader.close()  # no background AWS refresh starts after this
         self.informers.stop()
         self.db.close()
 
