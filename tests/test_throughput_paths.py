@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx2
+import kubernetes.client as k8s
 import pytest
 import tornado.web
 
@@ -177,3 +178,14 @@ def test_a_memory_only_read_of_an_uncached_cluster_loads_it_in_the_background(pr
                "the background load of the EKS and HyperPod descriptions")
     assert services.clusters.describe_cluster(VIEWER, "fast", wait=0).hyperpod_status == "InService"
     assert calls and all(t != here for t, _ in calls), calls
+
+    node = services.clusters.describe_cluster(VIEWER, "fast", wait=0).nodes_by_group["workers"][0].name
+    k8s.CoreV1Api(services.kube.api_client("fast")).create_namespaced_pod("default", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "counted"},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}})
+
+    def pods_on_node() -> int:
+        groups = services.clusters.describe_cluster(VIEWER, "fast", wait=0).nodes_by_group
+        return next(n.pods for n in groups["workers"] if n.name == node)
+
+    wait_until(lambda: pods_on_node() == 1, 30, "the pod to be counted on its node, from the pods' informer")

@@ -145,8 +145,9 @@ class ClusterReader:
                 pods.resync(wait)
         if nodes.wait_synced(wait):
             per_node: Counter[str | None] = Counter()
-            if pods is not None and not pods.wait_synced(wait) and wait <= 0 and pods.error is None:
-                detail.loading = True  # pod counts follow once the pods' first list is in
+            if pods is not None:
+                if not pods.wait_synced(wait) and wait <= 0 and pods.error is None:
+                    detail.loading = True  # pod counts follow once the pods' first list is in
                 per_node = Counter(p["spec"].get("nodeName") for p in pods.items()
                                    if p["status"].get("phase") not in ("Succeeded", "Failed"))
             items = nodes.items()
