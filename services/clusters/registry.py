@@ -114,6 +114,7 @@ class ClusterRegistry:
         the active operation :meth:`remove_if_idle` would refuse on)."""
         with self.db.tx() as conn:
             conn.execute("DELETE FROM clusters WHERE name = ?", (name,))
+        self._reread(name)
         self.kube.forget(name)
 
     def remove_if_idle(self, name: str, active_statuses: Sequence[str]) -> None:
