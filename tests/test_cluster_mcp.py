@@ -63,7 +63,7 @@ def test_an_agent_creates_and_deletes_a_cluster_through_the_bridge(live: tuple[L
                                        env={**clean_env(), "INSTANTSTART_TOKEN": server.admin_token}, cwd=str(ROOT))
         async with Client(params) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
-            assert tools["clusters_delete"].annotations and tools["clusters_delete"].annotations.destructiveHint
+            assert tools["clusters_delete"].annotations and tools["clusters_delete"].annotations.destructive_hint
             options = await call(client, "clusters_options", {})
             offered = {t["instance_type"]: t["zones"] for t in options["instance_types"]}
             decisions = {"name": "agentic", "zone": offered["ml.g5.8xlarge"][0], "instance_type": "ml.g5.8xlarge",
