@@ -36,7 +36,10 @@ class Observed(Enum):
 
 @dataclass(frozen=True)
 class Done:
-    """The stage is finished (its output is :meth:`Stage.result`)."""
+    """The stage is finished (its output is :meth:`Stage.result`); ``message``, if given, says how (the
+    stage's message; else "done"), e.g. what it found and left alone."""
+
+    message: str = ""
 
 
 @dataclass(frozen=True)
