@@ -161,10 +161,12 @@ class OperationStore:
         for s in stages:
             stage = declared.get(s["name"])
             deadline = stage.deadline * self.pace if stage is not None and stage.deadline is not None else None
+            expected = stage.expected_seconds * self.pace if stage is not None and stage.expected_seconds else None
             views.append(StageView(
                 name=s["name"], status=StageStatus(s["status"]), phase=Phase(s["phase"]), attempts=s["attempts"],
                 acted=bool(s["acted"]), read_only=stage.read_only if stage is not None else False,
                 retries=s["retries"], backoff_seconds=round(s["backoff"], 3), deadline_seconds=deadline,
+                expected_seconds=round(expected, 3) if expected is not None else None,
                 started_at=iso(s["started_at"]), finished_at=iso(s["finished_at"]), message=s["message"],
                 result=loads(s["result"])))
         return OperationView(
