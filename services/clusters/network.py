@@ -135,9 +135,9 @@ def ensure_compute_subnet(ec2: Any, vpc_id: str, zone: str, cluster: str, tags: 
 
     ``original``: the association ids of the VPC's CIDR blocks when the caller first looked, kept by the
     caller across retries and crashes (the stage's persisted data). A subnet carved from a block not among
-    them (one this call or an earlier, interrupted one added) carries that association's id (``CIDR_TAG``),
-    so teardown removes the block from a user's VPC. Without ``original`` only a block this very call saw
-    associated can be proven ours."""
+    them that holds no other subnet (one this call or an earlier, interrupted one added) carries that
+    association's id (``CIDR_TAG``), so teardown removes the block from a user's VPC. Without ``original``
+    only a block this very call saw associated can be proven ours."""
     subnet_id = find_compute_subnet(ec2, vpc_id, zone, cluster)
     if subnet_id is None:
         subnet_id = _create_compute_subnet(ec2, vpc_id, zone, cluster, tags, prefix, original)
@@ -172,9 +172,10 @@ def _create_compute_subnet(ec2: Any, vpc_id: str, zone: str, cluster: str, tags:
                             delay=CIDR_WAIT)
         cidr = str(next(_net(association["CidrBlock"]).subnets(new_prefix=prefix)))
         extra[CIDR_TAG] = str(association["AssociationId"])
-    elif original is not None:  # a block added since the caller's first look (by an interrupted call) is ours
+    elif original is not None:  # an empty block added since the caller's first look (by an interrupted call)
         added = [a for a in blocks if a["AssociationId"] not in original
-                 and _net(cidr).subnet_of(_net(a["CidrBlock"]))]
+                 and _net(cidr).subnet_of(_net(a["CidrBlock"]))
+                 and not any(_net(s["CidrBlock"]).subnet_of(_net(a["CidrBlock"])) for s in subnets)]
         if added:
             extra[CIDR_TAG] = str(added[0]["AssociationId"])
     _, zone_param = _zone_keys(zone)
