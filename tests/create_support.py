@@ -5,6 +5,7 @@ through the real engine (earlier stages' results may be given instead of run, wi
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from botocore.config import Config
 
 from app.bootstrap import Services, build_services
 from app.sandbox import SANDBOX_ACCESS_KEY
-from services.clusters.create_base import StageDeps, cluster_tags
+from services.clusters.create_base import StageDeps, cluster_tags, owned
 from services.clusters.create_models import INSTANCE_GROUP, CapacityType, ClusterCreatePlan, DerivedNames
 from services.operations import TERMINAL, OperationView
 from services.settings import Settings
@@ -142,7 +143,7 @@ EC2_DESCRIBE = {  # create operation -> (describe method, result key, a state th
 #: under the shared bucket, which stays), or whose result goes with its parent (an add-on with its cluster)
 NOTHING_LEFT = {("ec2", "AuthorizeSecurityGroupIngress"), ("ec2", "AuthorizeSecurityGroupEgress"),
                 ("ec2", "CreateRoute"), ("ec2", "AssociateRouteTable"), ("ec2", "AttachInternetGateway"),
-                ("ec2", "AssociateVpcCidrBlock"), ("s3", "PutObject"), ("s3", "CreateBucket"),
+                ("s3", "PutObject"), ("s3", "CreateBucket"),
                 ("iam", "AttachRolePolicy"), ("iam", "PutRolePolicy"), ("eks", "CreateAddon"),
                 ("eks", "CreateAccessEntry"), ("eks", "AssociateAccessPolicy"),
                 ("eks", "CreatePodIdentityAssociation"), ("sts", "AssumeRole")}
@@ -151,16 +152,23 @@ NOTHING_LEFT = {("ec2", "AuthorizeSecurityGroupIngress"), ("ec2", "AuthorizeSecu
 def leftovers(client: Any, entries: list[dict[str, Any]], cluster: str) -> list[str]:
     """What still exists of everything the ledger's successful create-type calls made for ``cluster``
     (``client(service)`` gives a boto3 client). A create call this cannot check is itself a leftover: a new
-    kind of resource must be added here, so "everything is gone" keeps meaning everything."""
+    kind of resource must be added here, so "everything is gone" keeps meaning everything. EC2 resources are
+    found by our tag, so an EC2 create whose ``TagSpecifications`` lack our two tags is a leftover itself."""
     left: list[str] = []
     tag_filter = [{"Name": "tag:instantstart:cluster", "Values": [cluster]}]
     for entry in entries:
         service, operation = entry.get("service"), entry.get("operation", "")
         if entry.get("kind") != "aws" or entry["status"] >= 400 or not entry.get("write"):
             continue
+        if (service, operation) == ("ec2", "AssociateVpcCidrBlock"):
+            left += _cidr_left(client("ec2"), entry.get("request") or {})
+            continue
         if not operation.startswith(("Create", "Allocate", "Run")) or (service, operation) in NOTHING_LEFT:
             continue
         request = entry.get("request") or {}
+        if service == "ec2" and operation in EC2_DESCRIBE and not owned(_spec_tags(request), cluster):
+            left.append(f"untagged create: ec2 {operation} #{entry['seq']} without both of our tags in its "
+                        f"TagSpecifications: {request}")
         if service == "ec2" and operation in EC2_DESCRIBE:
             method, key, gone = EC2_DESCRIBE[operation]
             found = [r for r in getattr(client("ec2"), method)(Filters=tag_filter)[key]
@@ -188,3 +196,28 @@ def leftovers(client: Any, entries: list[dict[str, Any]], cluster: str) -> list[
         else:
             left.append(f"no leftover check for {service} {operation}: add one to tests/create_support.py")
     return sorted(set(left))
+
+
+def _spec_tags(request: dict[str, Any]) -> dict[str, str]:
+    """The tags of an EC2 create call's ``TagSpecifications`` as the ledger has them (flat query fields:
+    ``TagSpecification.1.Tag.2.Key``)."""
+    pairs: dict[tuple[str, str], dict[str, str]] = {}
+    for key, value in request.items():
+        found = re.fullmatch(r"TagSpecification\.(\d+)\.Tag\.(\d+)\.(Key|Value)", key)
+        if found:
+            pairs.setdefault((found[1], found[2]), {})[found[3]] = str(value)
+    return {p.get("Key", ""): p.get("Value", "") for p in pairs.values()}
+
+
+def _cidr_left(ec2: Any, request: dict[str, Any]) -> list[str]:
+    """The CIDR block an ``AssociateVpcCidrBlock`` added, if its VPC still has it."""
+    try:
+        vpcs = ec2.describe_vpcs(VpcIds=[request["VpcId"]])["Vpcs"]
+    except ec2.exceptions.ClientError as exc:
+        if exc.response["Error"]["Code"] == "InvalidVpcID.NotFound":
+            return []  # the VPC is gone, and its blocks with it
+        raise
+    return [f"ec2 CIDR block {a['CidrBlock']} ({a['AssociationId']}) on VPC {request['VpcId']}"
+            for v in vpcs for a in v.get("CidrBlockAssociationSet", [])
+            if a["CidrBlock"] == request.get("CidrBlock")
+            and a["CidrBlockState"]["State"] in ("associated", "associating")]

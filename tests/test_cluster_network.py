@@ -16,14 +16,18 @@ from services.clusters.create_models import NetworkResult
 from services.clusters.network import (
     CIDR_TAG,
     NetworkStage,
+    block_ids,
     ensure_compute_subnet,
     free_block,
     secondary_block,
 )
-from services.clusters.network_teardown import NetworkTeardown
+from services.clusters.network_teardown import LBC_TAG, NetworkTeardown
+from services.errors import Transient
 from services.operations import OperationView
-from tests.create_support import SandboxProduct, make_plan, run_stages, sandbox_product
+from tests.conftest import ADMIN
+from tests.create_support import SandboxProduct, leftovers, make_plan, run_stages, sandbox_product
 from tests.ledger import CallLedger
+from tests.support import wait_until
 
 CREATES = ("CreateVpc", "CreateSubnet", "CreateInternetGateway", "AllocateAddress", "CreateNatGateway",
            "CreateRouteTable", "CreateVpcEndpoint", "CreateSecurityGroup", "AssociateVpcCidrBlock")
@@ -99,13 +103,21 @@ def test_compute_subnet_takes_the_first_free_20_and_a_second_call_reuses_it(
     assert foreign not in (first, other_zone), "another cluster's subnet is never reused"
 
 
-def test_a_full_vpc_gets_a_second_cidr_block_once(product: SandboxProduct, ec2: Any) -> None:
+def test_a_full_vpc_gets_a_second_cidr_block_once_and_the_retry_after_associating_records_it(
+        product: SandboxProduct, ec2: Any) -> None:
+    """AWS answers AssociateVpcCidrBlock with ``associating``: the call stops (Transient) and its retry, which
+    makes the subnet, still knows the block is ours from the VPC's blocks at the caller's first look."""
     ledger = CallLedger(product.live)
     vpc_id = _vpc(ec2, "10.60.0.0/20")
     ec2.create_subnet(VpcId=vpc_id, CidrBlock="10.60.0.0/24", AvailabilityZone="us-west-2a")
     mark = ledger.mark()
     tags = cluster_tags("unit-full")
-    subnet_id = ensure_compute_subnet(_stage_ec2(product), vpc_id, "us-west-2a", "unit-full", tags)
+    original = block_ids(ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"][0])
+    with pytest.raises(Transient, match="associating"):
+        ensure_compute_subnet(_stage_ec2(product), vpc_id, "us-west-2a", "unit-full", tags, original=original)
+    assert not _creates(ledger, mark)[1:], "no subnet before the block is associated"
+    subnet_id = ensure_compute_subnet(_stage_ec2(product), vpc_id, "us-west-2a", "unit-full", tags,
+                                      original=original)
     association = ledger.once("ec2", "AssociateVpcCidrBlock", since=mark)
     blocks = {a["CidrBlock"]: a for a in ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"][0]["CidrBlockAssociationSet"]}
     assert set(blocks) == {"10.60.0.0/20", "10.0.0.0/16"}, association
@@ -114,6 +126,8 @@ def test_a_full_vpc_gets_a_second_cidr_block_once(product: SandboxProduct, ec2: 
     assert _tags(subnet)[CIDR_TAG] == blocks["10.0.0.0/16"]["AssociationId"], "the subnet says which block we added"
     assert ensure_compute_subnet(_stage_ec2(product), vpc_id, "us-west-2a", "unit-full", tags) == subnet_id
     assert _creates(ledger, mark) == ["AssociateVpcCidrBlock", "CreateSubnet"]
+    assert f"ec2 CIDR block 10.0.0.0/16 ({blocks['10.0.0.0/16']['AssociationId']}) on VPC {vpc_id}" in leftovers(
+        product.client, ledger.calls(since=mark), "unit-full"), "the block we added is a leftover while associated"
 
 
 # ----- the stage ----------------------------------------------------------------------------------------
@@ -339,6 +353,96 @@ def test_teardown_never_deletes_an_interface_it_does_not_know_and_says_which_hol
     resumed = _run(product, NetworkTeardown(product.deps()), _delete_plan("net-held"))
     assert resumed.status == "succeeded", resumed
     assert _tagged(ec2, "net-held") == []
+
+
+def test_a_create_interrupted_after_adding_a_block_still_tags_it_and_teardown_removes_it(
+        product: SandboxProduct, ec2: Any) -> None:
+    """The crash shape: the block is associated, the subnet not made (CreateSubnet refused once, the
+    operation fails and what the step knew in memory is lost); the retried operation makes the subnet
+    with the block's id, and the teardown disassociates the block from the user's VPC."""
+    ledger = CallLedger(product.live)
+    vpc_id = _vpc(ec2, "10.140.0.0/22")
+    eks = [ec2.create_subnet(VpcId=vpc_id, CidrBlock=c, AvailabilityZone=z)["Subnet"]["SubnetId"]
+           for c, z in (("10.140.0.0/24", "us-west-2a"), ("10.140.1.0/24", "us-west-2b"))]
+    fault = product.live.post("/api/v1/sandbox/faults", {"kind": "access_denied", "count": 1,
+                                                          "target": {"service": "ec2", "action": "CreateSubnet"}})
+    assert fault.status_code == 201, fault.text
+    mark = ledger.mark()
+    failed = _run(product, NetworkStage(product.deps()), make_plan("net-cut", vpc_id=vpc_id, subnet_ids=eks))
+    assert failed.status == "failed" and "CreateSubnet" in str(failed.error), failed
+    added = ledger.once("ec2", "AssociateVpcCidrBlock", since=mark)
+    assert not ledger.succeeded("ec2", "CreateSubnet", since=mark), "the crash shape: no subnet yet"
+    product.services.engine.retry(failed.id, ADMIN)
+    done = wait_until(lambda: (v := product.services.engine.get(failed.id)).status in ("succeeded", "failed") and v,
+                      180, "the retried operation finishes")
+    assert done.status == "succeeded", done
+    ledger.once("ec2", "AssociateVpcCidrBlock", since=mark)
+    subnet = _subnet(ec2, done.stages[0].result["compute_subnet"])
+    block = next(a for a in ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"][0]["CidrBlockAssociationSet"]
+                 if a["CidrBlock"] == added["request"]["CidrBlock"])
+    assert _tags(subnet).get(CIDR_TAG) == block["AssociationId"], subnet
+    view = _run(product, NetworkTeardown(product.deps()), _delete_plan("net-cut"))
+    assert view.status == "succeeded", view
+    assert leftovers(product.client, ledger.calls(since=mark), "net-cut") == []
+    assert [a["CidrBlock"] for a in ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"][0]["CidrBlockAssociationSet"]
+            if a["CidrBlockState"]["State"] == "associated"] == ["10.140.0.0/22"]
+
+
+def test_teardown_deletes_the_load_balancer_controllers_leftovers_in_our_vpc_only(
+        product: SandboxProduct, ec2: Any) -> None:
+    ledger = CallLedger(product.live)
+    created = _run(product, NetworkStage(product.deps()), make_plan("net-lb", vpc_cidr="10.150.0.0/16"))
+    assert created.status == "succeeded", created
+    result = NetworkResult.model_validate(created.stages[0].result)
+    elb = product.client("elbv2")
+    lbc = [{"Key": LBC_TAG, "Value": "net-lb"}]
+
+    def controller_group(vpc_id: str, name: str) -> str:
+        return str(ec2.create_security_group(GroupName=name, Description="k8s", VpcId=vpc_id, TagSpecifications=[
+            {"ResourceType": "security-group", "Tags": lbc}])["GroupId"])
+
+    def balancer(subnets: list[str], group: str, name: str) -> str:
+        return str(elb.create_load_balancer(Name=name, Subnets=subnets, SecurityGroups=[group], Type="application",
+                                            Tags=lbc)["LoadBalancers"][0]["LoadBalancerArn"])
+
+    frontend = controller_group(result.vpc_id, "k8s-default-web-frontend")
+    ours = balancer(result.public_subnets, frontend, "k8s-default-web")
+    target = elb.create_target_group(Name="k8s-default-web-tg", Protocol="HTTP", Port=80, VpcId=result.vpc_id,
+                                     TargetType="ip", Tags=lbc)["TargetGroups"][0]["TargetGroupArn"]
+    other_vpc = _vpc(ec2, "10.160.0.0/16")  # the same tag elsewhere (another EKS cluster of that name): never ours
+    other = [ec2.create_subnet(VpcId=other_vpc, CidrBlock=c, AvailabilityZone=z)["Subnet"]["SubnetId"]
+             for c, z in (("10.160.0.0/24", "us-west-2a"), ("10.160.1.0/24", "us-west-2b"))]
+    other_group = controller_group(other_vpc, "k8s-other")
+    theirs = balancer(other, other_group, "k8s-other-web")
+    mark = ledger.mark()
+    view = _run(product, NetworkTeardown(product.deps()), _delete_plan("net-lb"))
+    assert view.status == "succeeded", view
+    assert [b["LoadBalancerArn"] for b in elb.describe_load_balancers()["LoadBalancers"]
+            if b["LoadBalancerArn"] in (ours, theirs)] == [theirs]
+    assert target not in {g["TargetGroupArn"] for g in elb.describe_target_groups()["TargetGroups"]}
+    groups = {g["GroupId"] for g in ec2.describe_security_groups(
+        Filters=[{"Name": f"tag:{LBC_TAG}", "Values": ["net-lb"]}])["SecurityGroups"]}
+    assert frontend not in groups and other_group in groups
+    assert _tagged(ec2, "net-lb") == []
+    order = [e["operation"] for e in ledger.writes(since=mark) if e["status"] < 400]
+    assert order.index("DeleteLoadBalancer") < order.index("DeleteTargetGroup") < order.index("DeleteSubnet"), order
+
+
+def test_leftovers_count_untagged_ec2_creates_and_blocks_still_associated(product: SandboxProduct, ec2: Any) -> None:
+    ledger = CallLedger(product.live)
+    mark = ledger.mark()
+    vpc_id = str(ec2.create_vpc(CidrBlock="10.170.0.0/16", TagSpecifications=[{"ResourceType": "vpc", "Tags": [
+        {"Key": "instantstart:cluster", "Value": "net-left"}]}])["Vpc"]["VpcId"])  # one of our two tags only
+    association = ec2.associate_vpc_cidr_block(VpcId=vpc_id, CidrBlock="10.171.0.0/16")["CidrBlockAssociation"]
+    left = leftovers(product.client, ledger.calls(since=mark), "net-left")
+    assert any(line.startswith("untagged create: ec2 CreateVpc") for line in left), left
+    assert f"ec2 CIDR block 10.171.0.0/16 ({association['AssociationId']}) on VPC {vpc_id}" in left, left
+    ec2.disassociate_vpc_cidr_block(AssociationId=association["AssociationId"])
+    left = leftovers(product.client, ledger.calls(since=mark), "net-left")
+    assert not any("CIDR block" in line for line in left), left
+    ec2.delete_vpc(VpcId=vpc_id)
+    assert [line.split(" #")[0] for line in leftovers(product.client, ledger.calls(since=mark), "net-left")] == [
+        "untagged create: ec2 CreateVpc"], "an untagged create stays a leftover: the test cannot see it went"
 
 
 # ----- the network quotas the create form reads --------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Collection
 from typing import Any, Literal, cast
 
 from services.clusters.create_base import CreateStage, ec2_cluster_filters, ec2_tag_specs, owned
@@ -124,27 +125,36 @@ def _private_route_table(ec2: Any, vpc_id: str, zone: str, cluster: str) -> tupl
 
 
 def ensure_compute_subnet(ec2: Any, vpc_id: str, zone: str, cluster: str, tags: dict[str, str],
-                          prefix: int = COMPUTE_PREFIX) -> str:
+                          prefix: int = COMPUTE_PREFIX, original: Collection[str] | None = None) -> str:
     """HyperPod nodes' subnet for ``cluster`` in ``zone`` (name or zone id) of ``vpc_id``: the one tagged for
     the cluster there, else a new ``/prefix`` in the first free range of the VPC's CIDR blocks, else (the VPC
     is full) in a CIDR block it adds to the VPC. Associated with the private route table
     (:func:`_private_route_table`; with none, the subnet keeps the VPC's main route table). Two calls make
-    one subnet. Raises :class:`~services.errors.Transient` while a block it added is still associating.
+    one subnet. Raises :class:`~services.errors.Transient` while a block it added is still associating (AWS
+    answers ``associating``; the retry makes the subnet).
 
-    A subnet carved from a block this call added carries that association's id (``CIDR_TAG``), so teardown
-    removes the block from a user's VPC. If AWS was still associating it when the call ended, the retry
-    that makes the subnet cannot prove the block is ours and records nothing: teardown then leaves it."""
+    ``original``: the association ids of the VPC's CIDR blocks when the caller first looked, kept by the
+    caller across retries and crashes (the stage's persisted data). A subnet carved from a block not among
+    them that holds no other subnet (one this call or an earlier, interrupted one added) carries that
+    association's id (``CIDR_TAG``), so teardown removes the block from a user's VPC. Without ``original``
+    only a block this very call saw associated can be proven ours."""
     subnet_id = find_compute_subnet(ec2, vpc_id, zone, cluster)
     if subnet_id is None:
-        subnet_id = _create_compute_subnet(ec2, vpc_id, zone, cluster, tags, prefix)
+        subnet_id = _create_compute_subnet(ec2, vpc_id, zone, cluster, tags, prefix, original)
     table, associated = _private_route_table(ec2, vpc_id, zone, cluster)
     if table is not None and subnet_id not in associated:
         ec2.associate_route_table(RouteTableId=table, SubnetId=subnet_id)
     return subnet_id
 
 
+def block_ids(vpc: dict[str, Any]) -> list[str]:
+    """The association ids of a VPC's IPv4 CIDR blocks that are (or are becoming) associated."""
+    return sorted(str(a["AssociationId"]) for a in vpc.get("CidrBlockAssociationSet", [])
+                  if a["CidrBlockState"]["State"] in ("associated", "associating"))
+
+
 def _create_compute_subnet(ec2: Any, vpc_id: str, zone: str, cluster: str, tags: dict[str, str],
-                           prefix: int) -> str:
+                           prefix: int, original: Collection[str] | None) -> str:
     vpc = ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"][0]
     blocks = [a for a in vpc.get("CidrBlockAssociationSet", [])
               if a["CidrBlockState"]["State"] in ("associated", "associating")]
@@ -162,6 +172,12 @@ def _create_compute_subnet(ec2: Any, vpc_id: str, zone: str, cluster: str, tags:
                             delay=CIDR_WAIT)
         cidr = str(next(_net(association["CidrBlock"]).subnets(new_prefix=prefix)))
         extra[CIDR_TAG] = str(association["AssociationId"])
+    elif original is not None:  # an empty block added since the caller's first look (by an interrupted call)
+        added = [a for a in blocks if a["AssociationId"] not in original
+                 and _net(cidr).subnet_of(_net(a["CidrBlock"]))
+                 and not any(_net(s["CidrBlock"]).subnet_of(_net(a["CidrBlock"])) for s in subnets)]
+        if added:
+            extra[CIDR_TAG] = str(added[0]["AssociationId"])
     _, zone_param = _zone_keys(zone)
     name = f"{cluster}-compute-{zone}"
     created = ec2.create_subnet(VpcId=vpc_id, CidrBlock=cidr, **{zone_param: zone},
@@ -170,7 +186,7 @@ def _create_compute_subnet(ec2: Any, vpc_id: str, zone: str, cluster: str, tags:
 
 
 def _add_block(ec2: Any, vpc: dict[str, Any], blocks: list[str]) -> dict[str, Any]:
-    """Associate another /16 with a full VPC; answers the association (observe its state)."""
+    """Associate another /16 with a full VPC; answers the association as AWS did (``associating`` at first)."""
     tables = ec2.all_pages("describe_route_tables", "RouteTables",
                            Filters=[{"Name": "vpc-id", "Values": [vpc["VpcId"]]}])
     routes = [r["DestinationCidrBlock"] for t in tables for r in t.get("Routes", []) if r.get("DestinationCidrBlock")]
@@ -178,9 +194,8 @@ def _add_block(ec2: Any, vpc: dict[str, Any], blocks: list[str]) -> dict[str, An
     if block is None:
         raise Permanent(f"VPC {vpc['VpcId']} has no free /{COMPUTE_PREFIX} for HyperPod's nodes and no /16 "
                         "is left to add to it; give a VPC with room (or a larger CIDR)")
-    added = ec2.associate_vpc_cidr_block(VpcId=vpc["VpcId"], CidrBlock=block)["CidrBlockAssociation"]
-    fresh = ec2.describe_vpcs(VpcIds=[vpc["VpcId"]])["Vpcs"][0].get("CidrBlockAssociationSet", [])
-    return cast(dict[str, Any], next((a for a in fresh if a["AssociationId"] == added["AssociationId"]), added))
+    added = ec2.associate_vpc_cidr_block(VpcId=vpc["VpcId"], CidrBlock=block)
+    return cast(dict[str, Any], added["CidrBlockAssociation"])
 
 
 def layout(vpc_cidr: str, zones: list[str]) -> dict[tuple[str, str], str]:
@@ -247,7 +262,9 @@ class _Network:
     # ----- the pieces ----------------------------------------------------------------------------------
 
     def existing_vpc(self, vpc_id: str) -> str:
-        self.ec2.describe_vpcs(VpcIds=[vpc_id])  # NotFound (InvalidVpcID.NotFound) if it is gone
+        vpc = self.ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"][0]  # NotFound (InvalidVpcID.NotFound) if it is gone
+        # its CIDR blocks at the stage's first look (saved before any act): a block added after is ours
+        self.data.setdefault("vpc_blocks", block_ids(vpc))
         self.data["vpc_id"] = vpc_id
         return vpc_id
 
@@ -433,7 +450,8 @@ class _Network:
             if table is not None and subnet_id not in associated:
                 raise _Missing("compute subnet's route table association")
         else:
-            subnet_id = ensure_compute_subnet(self.ec2, vpc_id, zone, self.cluster, self.plan.tags)
+            subnet_id = ensure_compute_subnet(self.ec2, vpc_id, zone, self.cluster, self.plan.tags,
+                                              original=self.data.get("vpc_blocks"))
         self.data["compute_subnet"] = subnet_id
 
 

@@ -5,8 +5,10 @@ Each step observes what is left, so a crash or a retry resumes where it was. Del
 (NAT gateways, VPC endpoints) and dependencies that clear by themselves (network interfaces of a deleted
 HyperPod cluster or load balancer still detaching) are waits with their reason, never failures. The only
 untagged things touched are load balancers' and the VPC CNI's network interfaces left ``available`` in our
-subnets (they would keep the subnet from being deleted), and the CIDR block a compute subnet's tag says we
-added to a user's VPC.
+subnets (they would keep the subnet from being deleted), the CIDR block a compute subnet's tag says we
+added to a user's VPC, and what the AWS Load Balancer Controller made for the cluster's EKS cluster in our
+VPCs (load balancers, target groups and security groups tagged ``elbv2.k8s.aws/cluster=<EKS cluster>``):
+it goes first, since its network interfaces and groups would keep our subnets and VPC from going.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from services.stages import Done, Observed, StageContext, Wait
 
 #: descriptions of network interfaces left behind by load balancers and the VPC CNI (safe to delete)
 LEFTOVER_ENI_PREFIXES = ("ELB ", "aws-K8S")
+#: the tag the AWS Load Balancer Controller puts on what it makes, valued with the EKS cluster's name
+LBC_TAG = "elbv2.k8s.aws/cluster"
 DELETE_WAIT = 10.0
 NAT_DELETE_WAIT = 15.0  # AWS deletes a NAT gateway in about a minute
 
@@ -27,17 +31,19 @@ NAT_DELETE_WAIT = 15.0  # AWS deletes a NAT gateway in about a minute
 def _dependency(exc: ServiceError) -> bool:
     """Whether AWS refused a delete because something still depends on the resource (it may clear)."""
     details = exc.details if isinstance(exc.details, dict) else {}
-    return details.get("aws_code") in ("DependencyViolation", "InvalidIPAddress.InUse")
+    return details.get("aws_code") in ("DependencyViolation", "InvalidIPAddress.InUse", "ResourceInUse")
 
 
 class _Teardown:
     """One pass of the teardown: answers a Wait while something is still going, None once nothing is left."""
 
-    def __init__(self, ec2: Any, cluster: str, data: dict[str, Any]) -> None:
+    def __init__(self, ec2: Any, elb: Any, plan: ClusterDeletePlan, data: dict[str, Any]) -> None:
         self.ec2 = ec2
-        self.cluster = cluster
+        self.elb = elb
+        self.cluster = plan.name
+        self.eks_cluster = plan.eks_cluster
         self.data = data
-        self.filters = ec2_cluster_filters(cluster)
+        self.filters = ec2_cluster_filters(plan.name)
 
     def ours(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [i for i in items if owned(i.get("Tags"), self.cluster)]
@@ -56,8 +62,15 @@ class _Teardown:
             if tag:
                 cidrs[tag] = subnet["VpcId"]
 
+    def scope(self) -> None:
+        """Remember (in the stage's data) the VPCs we have anything in, ours or a user's: the load balancer
+        controller's leftovers are looked for there, also once our subnets and groups are gone."""
+        vpcs = set(self.data.get("vpcs", [])) | set(self.vpcs()) | {s["VpcId"] for s in self.subnets()}
+        self.data["vpcs"] = sorted(vpcs | {g["VpcId"] for g in self.security_groups()})
+
     def leftovers(self) -> list[str]:
-        """What of ours is still there (read only)."""
+        """What of ours is still there (AWS is only read)."""
+        self.scope()
         left = [f"VPC {v}" for v in self.vpcs()]
         left += [f"subnet {s['SubnetId']}" for s in self.subnets()]
         left += [f"internet gateway {g['InternetGatewayId']}" for g in self.ours(
@@ -67,6 +80,9 @@ class _Teardown:
         left += [f"VPC endpoint {e['VpcEndpointId']}" for e in self.endpoints()]
         left += [f"route table {t['RouteTableId']}" for t in self.route_tables()]
         left += [f"security group {g['GroupId']}" for g in self.security_groups()]
+        left += [f"load balancer {b['LoadBalancerName']}" for b in self.load_balancers()]
+        left += [f"target group {g['TargetGroupName']}" for g in self.target_groups()]
+        left += [f"load balancer controller's security group {g['GroupId']}" for g in self.controller_groups()]
         left += [f"CIDR block association {a}" for a in self.data.get("cidrs", {})]
         return left
 
@@ -95,14 +111,44 @@ class _Teardown:
     def security_groups(self) -> list[dict[str, Any]]:
         return self.ours(self.ec2.describe_security_groups(Filters=self.filters)["SecurityGroups"])
 
+    def _controllers(self, items: list[dict[str, Any]], arn_key: str) -> list[dict[str, Any]]:
+        """Those of ``items`` (ELBv2 resources in our VPCs) tagged for our EKS cluster by the controller."""
+        arns = [str(i[arn_key]) for i in items]
+        tagged: set[str] = set()
+        for start in range(0, len(arns), 20):  # DescribeTags takes 20 ARNs a call
+            for described in self.elb.describe_tags(ResourceArns=arns[start:start + 20])["TagDescriptions"]:
+                if {"Key": LBC_TAG, "Value": self.eks_cluster} in described.get("Tags", []):
+                    tagged.add(str(described["ResourceArn"]))
+        return [i for i in items if i[arn_key] in tagged]
+
+    def load_balancers(self) -> list[dict[str, Any]]:
+        vpcs = set(self.data.get("vpcs", []))
+        return self._controllers([b for b in self.elb.all_pages("describe_load_balancers", "LoadBalancers")
+                                  if b.get("VpcId") in vpcs], "LoadBalancerArn")
+
+    def target_groups(self) -> list[dict[str, Any]]:
+        vpcs = set(self.data.get("vpcs", []))
+        return self._controllers([g for g in self.elb.all_pages("describe_target_groups", "TargetGroups")
+                                  if g.get("VpcId") in vpcs], "TargetGroupArn")
+
+    def controller_groups(self) -> list[dict[str, Any]]:
+        vpcs = sorted(self.data.get("vpcs", []))
+        if not vpcs:
+            return []
+        found = self.ec2.describe_security_groups(Filters=[{"Name": f"tag:{LBC_TAG}", "Values": [self.eks_cluster]},
+                                                           {"Name": "vpc-id", "Values": vpcs}])["SecurityGroups"]
+        return [g for g in found if g.get("VpcId") in vpcs
+                and {"Key": LBC_TAG, "Value": self.eks_cluster} in g.get("Tags", [])]
+
     # ----- the pass ----------------------------------------------------------------------------------
 
     def run(self) -> Wait | None:
+        self.scope()
         subnets = self.subnets()
         self.record_cidrs(subnets)
         subnet_ids = [s["SubnetId"] for s in subnets]
-        for step in (self.delete_endpoints, self.delete_nat_gateways, self.release_addresses,
-                     self.delete_internet_gateways):
+        for step in (self.delete_load_balancers, self.delete_endpoints, self.delete_nat_gateways,
+                     self.release_addresses, self.delete_internet_gateways):
             waiting = step()
             if waiting is not None:
                 return waiting
@@ -157,6 +203,23 @@ class _Teardown:
             else:
                 blocking.append(f"{eni['NetworkInterfaceId']} ({eni.get('Status')}: {description or 'no description'})")
         return blocking
+
+    def delete_load_balancers(self) -> Wait | None:
+        """The controller's load balancers (AWS removes their network interfaces after them), then its
+        target groups (refused while a load balancer still uses them). Its security groups go with ours."""
+        balancers = self.load_balancers()
+        for balancer in balancers:
+            self.elb.delete_load_balancer(LoadBalancerArn=balancer["LoadBalancerArn"])  # gone already: succeeds
+        going = [b["LoadBalancerName"] for b in self.load_balancers()] if balancers else []
+        if going:
+            return Wait(DELETE_WAIT, f"load balancer(s) {', '.join(going)} of the AWS Load Balancer Controller "
+                                     "deleting; their network interfaces go after them")
+        for group in self.target_groups():
+            waiting = self.delete(f"target group {group['TargetGroupName']}", self.elb.delete_target_group,
+                                  TargetGroupArn=group["TargetGroupArn"])
+            if waiting is not None:
+                return waiting
+        return None
 
     def delete_endpoints(self) -> Wait | None:
         endpoints = self.endpoints()
@@ -221,7 +284,9 @@ class _Teardown:
                     done.add(association["RouteTableAssociationId"])
 
     def delete_security_groups(self) -> Wait | None:
-        groups = self.security_groups()
+        """Ours and the load balancer controller's, once no network interface uses them; the rules that
+        name a group go first (EFA's self-reference; the controller's rules naming its backend group)."""
+        groups = self.security_groups() + self.controller_groups()
         if not groups:
             return None
         ids = [g["GroupId"] for g in groups]
@@ -230,7 +295,7 @@ class _Teardown:
         if using:
             return Wait(DELETE_WAIT, f"security group(s) {', '.join(ids)} still used by "
                                      + ", ".join(e["NetworkInterfaceId"] for e in using[:5]))
-        for group in groups:  # rules naming a group (EFA's self-reference) go first
+        for group in groups:
             ingress = [r for r in group.get("IpPermissions", []) if r.get("UserIdGroupPairs")]
             egress = [r for r in group.get("IpPermissionsEgress", []) if r.get("UserIdGroupPairs")]
             if ingress:
@@ -285,7 +350,9 @@ class NetworkTeardown(DeleteStage):
     expected_seconds = 120.0
 
     def _pass(self, ctx: StageContext[ClusterDeletePlan]) -> _Teardown:
-        return _Teardown(self.deps.aws.client("ec2", ctx.request.region), ctx.request.name, ctx.data)
+        region = ctx.request.region
+        return _Teardown(self.deps.aws.client("ec2", region), self.deps.aws.client("elbv2", region), ctx.request,
+                         ctx.data)
 
     def observe(self, ctx: StageContext[ClusterDeletePlan]) -> Observed:
         return Observed.ABSENT if self._pass(ctx).leftovers() else Observed.DONE
