@@ -348,6 +348,40 @@ def test_an_existing_file_system_in_another_vpc_is_refused_before_anything_is_ap
     assert world.ledger.writes(since=mark, service="fsx") == []
 
 
+def test_a_failed_file_system_of_ours_is_replaced_when_the_stage_is_retried(world: World) -> None:
+    plan = make_plan("hp-fsx-failed", fsx=FsxChoice(mode="new"))
+    given = [*world.given(plan), Given("hyperpod", {"hyperpod_arn": "arn:aws:sagemaker:us-west-2:123456789012:"
+                                                                    "cluster/x", "status": "InService"})]
+    fault = world.product.live.post("/api/v1/sandbox/faults", {"kind": "file_system_failed", "count": 1, "target": {
+        "subnet": world.network.compute_subnet}})
+    assert fault.status_code in (200, 201), fault.text
+    mark = world.ledger.mark()
+    op = _submit(world, [*given, StorageStage(world.product.deps())], plan)
+    engine = world.product.services.engine
+    view = wait_until(lambda: (v := engine.get(op)).status in TERMINAL and v, 60, "the first attempt ends")
+    assert view.status == "failed" and "is FAILED" in str(view.error) and "retry the stage" in str(view.error)
+    world.ledger.once("fsx", "CreateFileSystem", since=mark)
+    fsx = world.product.client("fsx")
+    failed = next(f["FileSystemId"] for f in fsx.describe_file_systems()["FileSystems"]
+                  if {"Key": "instantstart:cluster", "Value": "hp-fsx-failed"} in f["Tags"])
+    assert failed in str(view.error)
+
+    engine.retry(op, ADMIN)
+
+    def evidence() -> str | None:
+        message = next(s for s in engine.get(op).stages if s.name == "storage").message or ""
+        return message if failed in message and "FAILED" in message else None
+
+    wait_until(evidence, 60, "the stage naming the failed file system while it replaces it")
+    _succeeded(wait_until(lambda: (v := engine.get(op)).status in TERMINAL and v, 120, "operation done"))
+    world.ledger.once("fsx", "DeleteFileSystem", since=mark)
+    assert len(world.ledger.succeeded("fsx", "CreateFileSystem", since=mark)) == 2
+    assert failed not in [f["FileSystemId"] for f in fsx.describe_file_systems()["FileSystems"]]
+    handle = world.core(plan).read_persistent_volume(volume_name("hp-fsx-failed", FSX_CLAIM)).spec.csi.volume_handle
+    assert handle != failed
+    assert fsx.describe_file_systems(FileSystemIds=[handle])["FileSystems"][0]["Lifecycle"] == "AVAILABLE"
+
+
 def test_teardown_deletes_the_cluster_claims_and_our_file_system_and_keeps_the_bucket(world: World) -> None:
     plan = make_plan("hp-gone", instance_type="ml.g5.4xlarge", count=1, fsx=FsxChoice(mode="new"), efa=False)
     view = _succeeded(run_stages(world.product.services, world.given(plan) + world.create_stages(), plan))
