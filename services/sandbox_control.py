@@ -38,7 +38,8 @@ class SandboxWorld(Protocol):
 
 
 FaultKind = Literal["node_unhealthy", "insufficient_capacity", "addon_degraded", "quota_exhausted", "throttle",
-                    "access_denied", "deep_health_check_failed", "spot_reclaimed", "eks_create_failed"]
+                    "access_denied", "deep_health_check_failed", "spot_reclaimed", "eks_create_failed",
+                    "file_system_failed"]
 
 
 class NodeUnhealthyTarget(RequestModel):
@@ -59,6 +60,10 @@ class SpotReclaimedTarget(RequestModel):
     cluster: str = Field(..., min_length=1, description="HyperPod cluster name")
     node: str | None = Field(None, description="only this instance id; default any Spot node")
     instance_group: str | None = Field(None, description="only Spot nodes of this instance group")
+
+
+class FileSystemFailedTarget(RequestModel):
+    subnet: str | None = Field(None, description="only a file system created in this subnet; default any")
 
 
 class InsufficientCapacityTarget(RequestModel):
@@ -97,7 +102,7 @@ class AccessDeniedTarget(RequestModel):
 
 FaultTarget = (NodeUnhealthyTarget | InsufficientCapacityTarget | AddonDegradedTarget | QuotaExhaustedTarget
                | ThrottleTarget | AccessDeniedTarget | DeepHealthCheckFailedTarget | SpotReclaimedTarget
-               | EksCreateFailedTarget)
+               | EksCreateFailedTarget | FileSystemFailedTarget)
 TARGET_MODELS: dict[str, type[RequestModel]] = {
     "node_unhealthy": NodeUnhealthyTarget,
     "insufficient_capacity": InsufficientCapacityTarget,
@@ -108,6 +113,7 @@ TARGET_MODELS: dict[str, type[RequestModel]] = {
     "deep_health_check_failed": DeepHealthCheckFailedTarget,
     "spot_reclaimed": SpotReclaimedTarget,
     "eks_create_failed": EksCreateFailedTarget,
+    "file_system_failed": FileSystemFailedTarget,
 }
 # per kind: (target keys required, target keys allowed), from the models above
 FAULT_TARGETS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
@@ -137,7 +143,8 @@ class FaultInject(RequestModel):
                             "deep_health_check_failed (cluster, optional node, check): the checks fail, the node is "
                             "replaced; spot_reclaimed (cluster, optional node, instance_group): EC2 takes a Spot "
                             "node back and HyperPod launches another; eks_create_failed (cluster = EKS name): its "
-                            "creation ends FAILED with a health issue")
+                            "creation ends FAILED with a health issue; file_system_failed (optional subnet): the "
+                            "next FSx file system created there ends FAILED")
     target: FaultTarget = Field(..., description="what the fault applies to: the keys of the kind's target model")
     count: int | None = Field(None, ge=1, le=10_000,
                               description="throttle, access_denied: how many calls fail (default: until cleared); "

@@ -25,6 +25,7 @@ from services.clusters.create_models import (
     IamResult,
     NetworkResult,
 )
+from services.clusters.dependencies_stage import DependenciesStage
 from services.clusters.hyperpod_stage import HyperpodStage, HyperpodTeardown, lifecycle_scripts
 from services.clusters.models import ClusterRecord, Ownership
 from services.clusters.storage_stage import (
@@ -88,7 +89,7 @@ class World:
 
     def create_stages(self) -> list[Stage[Any]]:
         deps = self.product.deps()
-        return [HyperpodStage(deps), StorageStage(deps), VerifyStage(deps)]
+        return [DependenciesStage(deps), HyperpodStage(deps), StorageStage(deps), VerifyStage(deps)]
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +115,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 def _succeeded(view: OperationView) -> OperationView:
-    assert view.status == "succeeded", [(s.name, s.status, s.message) for s in view.stages]
+    assert view.status == "succeeded", (view.error, [(s.name, s.status, s.message) for s in view.stages])
     return view
 
 
@@ -146,9 +147,11 @@ def test_create_runs_nodes_join_claims_bind_and_a_rerun_makes_nothing(world: Wor
     pv = world.core(plan).read_persistent_volume(volume_name("hp-make", S3_CLAIM))
     assert pv.spec.csi.driver == "s3.csi.aws.com" and pv.spec.csi.volume_attributes == {"bucketName": BUCKET}
     assert f"prefix {s3_prefix('hp-make')}" in pv.spec.mount_options
-    arn = view.stages[3].result["hyperpod_arn"]
-    assert view.stages[3].result["groups"] == {"workers": 2}
-    assert view.stages[5].result == {"nodes_ready": 2, "components_healthy": 0, "claims_bound": 1}
+    hyperpod = next(s for s in view.stages if s.name == "hyperpod").result
+    arn = hyperpod["hyperpod_arn"]
+    assert hyperpod["groups"] == {"workers": 2}
+    verified = next(s for s in view.stages if s.name == "verify").result
+    assert verified["nodes_ready"] == 2 and verified["claims_bound"] == 1 and verified["components_healthy"] > 0
     assert world.product.services.clusters.registry.get("hp-make").hyperpod_arn == arn
 
     again = world.ledger.mark()
@@ -163,17 +166,117 @@ def test_a_cluster_of_that_name_without_our_tags_is_refused(world: World) -> Non
     plan = make_plan("hp-foreign")
     eks = world.eks(plan)
     sagemaker = world.product.client("sagemaker")
-    sagemaker.create_cluster(  # someone else's cluster, by the name the plan derived
+    theirs = sagemaker.create_cluster(  # someone else's cluster, by the name the plan derived
         ClusterName="hp-foreign", Orchestrator={"Eks": {"ClusterArn": eks.eks_arn}},
         VpcConfig={"SecurityGroupIds": [world.network.security_group], "Subnets": [world.network.compute_subnet]},
         InstanceGroups=[{"InstanceGroupName": "workers", "InstanceType": "ml.m5.2xlarge", "InstanceCount": 1,
                          "ExecutionRole": world.iam.execution_role_arn,
-                         "LifeCycleConfig": {"SourceS3Uri": f"s3://{BUCKET}/theirs/", "OnCreate": "on_create.sh"}}])
+                         "LifeCycleConfig": {"SourceS3Uri": f"s3://{BUCKET}/theirs/", "OnCreate": "on_create.sh"}}]
+    )["ClusterArn"]
     mark = world.ledger.mark()
     view = run_stages(world.product.services, [*world.given(plan, eks), HyperpodStage(world.product.deps())], plan)
     assert view.status == "failed" and "was not made by this control plane" in str(view.error)
     assert world.ledger.writes(since=mark, service="sagemaker") == []
     assert world.ledger.writes(since=mark, service="s3") == []
+
+    # deleting that failed create: the same-named cluster is not ours, nothing to delete; the teardown goes on
+    teardown = _delete_plan("hp-foreign", hyperpod_cluster="hp-foreign")
+    done = _succeeded(run_stages(world.product.services, [HyperpodTeardown(world.product.deps())], teardown))
+    noted = next(s for s in done.stages if s.name == "hyperpod").result["not_ours"]
+    assert noted["hyperpod_arn"] == theirs and "not ours, nothing to delete" in noted["message"]
+    assert world.ledger.writes(since=mark, service="sagemaker") == []
+    assert world.product.client("sagemaker").describe_cluster(ClusterName="hp-foreign")["ClusterStatus"] != "Deleting"
+
+
+def _delete_plan(name: str, hyperpod_cluster: str | None = None) -> ClusterDeletePlan:
+    return ClusterDeletePlan(name=name, region="us-west-2", account="123456789012", eks_cluster=name,
+                             hyperpod_cluster=hyperpod_cluster, bucket=BUCKET, requested_by="tester")
+
+
+def test_scripts_uploaded_before_a_refused_create_call_are_removed_by_the_teardown(world: World) -> None:
+    plan = make_plan("hp-refused", instance_type="ml.m5.xlarge", count=1)
+    fake = EksResult(eks_arn="arn:aws:eks:us-west-2:123456789012:cluster/hp-refused", endpoint="https://x",
+                     oidc_issuer="x")
+    s3 = world.product.client("s3")
+    s3.put_object(Bucket=BUCKET, Key="instantstart/hp-refused/lifecycle/notes.txt", Body=b"a user's file")
+    s3.put_object(Bucket=BUCKET, Key="instantstart/hp-refused/data/on_create.sh", Body=b"a user's data")
+    denied = world.product.live.post("/api/v1/sandbox/faults", {"kind": "access_denied", "target": {
+        "service": "sagemaker", "action": "CreateCluster"}})
+    assert denied.status_code in (200, 201), denied.text
+    try:
+        view = run_stages(world.product.services, [*world.given(plan, fake), HyperpodStage(world.product.deps())],
+                          plan)
+    finally:
+        httpx2.delete(f"{world.product.live.url}/api/v1/sandbox/faults/{denied.json()['id']}",
+                      headers=world.product.live.headers(), timeout=30)
+    assert view.status == "failed"
+    prefix = "instantstart/hp-refused/lifecycle/"
+    uploaded = {o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix)["Contents"]}
+    assert {prefix + f for f in lifecycle_scripts()} <= uploaded  # the upload came before the refusal
+
+    mark = world.ledger.mark()  # the registry has no HyperPod cluster: CreateCluster never made one
+    _succeeded(run_stages(world.product.services, [HyperpodTeardown(world.product.deps())],
+                          _delete_plan("hp-refused")))
+    world.ledger.once("s3", "DeleteObjects", since=mark)
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="instantstart/hp-refused/")["Contents"]}
+    assert keys == {prefix + "notes.txt", "instantstart/hp-refused/data/on_create.sh"}  # only shipped names went
+
+
+def test_storage_teardown_after_the_eks_cluster_was_deleted_elsewhere_skips_kubernetes(world: World) -> None:
+    plan = make_plan("hp-eks-gone")
+    world.eks(plan)  # registered as managed
+    eks = world.product.client("eks")
+    eks.delete_cluster(name=plan.names.eks_cluster)
+
+    def gone() -> bool:
+        try:
+            eks.describe_cluster(name=plan.names.eks_cluster)
+        except eks.exceptions.ResourceNotFoundException:
+            return True
+        return False
+
+    wait_until(gone, 60, "EKS cluster deleted")
+    mark = world.ledger.mark()
+    _succeeded(run_stages(world.product.services, [StorageTeardown(world.product.deps())],
+                          _delete_plan("hp-eks-gone")))
+    world.ledger.assert_no_writes(since=mark)
+
+
+def test_a_failed_cluster_of_ours_is_replaced_when_the_stage_is_retried(world: World) -> None:
+    plan = make_plan("hp-failed", instance_type="ml.c5.2xlarge", count=1)
+    eks = world.eks(plan)
+    capacity = world.product.live.post("/api/v1/sandbox/faults", {"kind": "insufficient_capacity",
+                                                                  "target": {"instance_type": "ml.c5.2xlarge"}})
+    assert capacity.status_code in (200, 201), capacity.text
+    sagemaker = world.product.client("sagemaker")
+    ctx = StageContext("op", "k", "t", plan, {}, {"network": world.network.model_dump(),
+                                                   "iam": world.iam.model_dump(), "eks": eks.model_dump()},
+                       world.product.services.clock, 1)
+    request = HyperpodStage(world.product.deps()).create_request(ctx)
+    del request["NodeProvisioningMode"]  # an earlier attempt's cluster, all-or-nothing: it fails on capacity
+    failed = sagemaker.create_cluster(**request)["ClusterArn"]
+    wait_until(lambda: sagemaker.describe_cluster(ClusterName="hp-failed")["ClusterStatus"] == "Failed", 60,
+               "the earlier cluster Failed")
+    reason = str(sagemaker.describe_cluster(ClusterName="hp-failed").get("FailureMessage"))
+    httpx2.delete(f"{world.product.live.url}/api/v1/sandbox/faults/{capacity.json()['id']}",
+                  headers=world.product.live.headers(), timeout=30)
+
+    mark = world.ledger.mark()
+    op = _submit(world, [*world.given(plan, eks), HyperpodStage(world.product.deps())], plan)
+    engine = world.product.services.engine
+
+    def evidence() -> str | None:
+        message = next(s for s in engine.get(op).stages if s.name == "hyperpod").message or ""
+        return message if failed in message and reason in message else None
+
+    wait_until(evidence, 60, "the stage naming the failed cluster and AWS's reason while it replaces it")
+    _succeeded(wait_until(lambda: (v := engine.get(op)).status in TERMINAL and v, 120, "operation done"))
+    world.ledger.once("sagemaker", "DeleteCluster", since=mark)
+    made = world.ledger.once("sagemaker", "CreateCluster", since=mark)["request"]
+    assert made["NodeProvisioningMode"] == "Continuous"
+    now = sagemaker.describe_cluster(ClusterName="hp-failed")
+    assert now["ClusterArn"] != failed and now["ClusterStatus"] == "InService"
+    assert world.product.services.clusters.registry.get("hp-failed").hyperpod_arn == now["ClusterArn"]
 
 
 def _submit(world: World, stages: list[Stage[Any]], plan: ClusterCreatePlan) -> str:
@@ -185,7 +288,7 @@ def _submit(world: World, stages: list[Stage[Any]], plan: ClusterCreatePlan) -> 
 
 
 def test_a_capacity_shortfall_is_reported_and_the_group_fills_once_capacity_returns(world: World) -> None:
-    plan = make_plan("hp-short", instance_type="ml.g5.4xlarge", count=1)
+    plan = make_plan("hp-short", instance_type="ml.g5.4xlarge", count=1, efa=False)
     live = world.product.live
     fault = live.post("/api/v1/sandbox/faults", {"kind": "insufficient_capacity",
                                                   "target": {"instance_type": "ml.g5.4xlarge"}})
@@ -245,8 +348,42 @@ def test_an_existing_file_system_in_another_vpc_is_refused_before_anything_is_ap
     assert world.ledger.writes(since=mark, service="fsx") == []
 
 
+def test_a_failed_file_system_of_ours_is_replaced_when_the_stage_is_retried(world: World) -> None:
+    plan = make_plan("hp-fsx-failed", fsx=FsxChoice(mode="new"))
+    given = [*world.given(plan), Given("hyperpod", {"hyperpod_arn": "arn:aws:sagemaker:us-west-2:123456789012:"
+                                                                    "cluster/x", "status": "InService"})]
+    fault = world.product.live.post("/api/v1/sandbox/faults", {"kind": "file_system_failed", "count": 1, "target": {
+        "subnet": world.network.compute_subnet}})
+    assert fault.status_code in (200, 201), fault.text
+    mark = world.ledger.mark()
+    op = _submit(world, [*given, StorageStage(world.product.deps())], plan)
+    engine = world.product.services.engine
+    view = wait_until(lambda: (v := engine.get(op)).status in TERMINAL and v, 60, "the first attempt ends")
+    assert view.status == "failed" and "is FAILED" in str(view.error) and "retry the stage" in str(view.error)
+    world.ledger.once("fsx", "CreateFileSystem", since=mark)
+    fsx = world.product.client("fsx")
+    failed = next(f["FileSystemId"] for f in fsx.describe_file_systems()["FileSystems"]
+                  if {"Key": "instantstart:cluster", "Value": "hp-fsx-failed"} in f["Tags"])
+    assert failed in str(view.error)
+
+    engine.retry(op, ADMIN)
+
+    def evidence() -> str | None:
+        message = next(s for s in engine.get(op).stages if s.name == "storage").message or ""
+        return message if failed in message and "FAILED" in message else None
+
+    wait_until(evidence, 60, "the stage naming the failed file system while it replaces it")
+    _succeeded(wait_until(lambda: (v := engine.get(op)).status in TERMINAL and v, 120, "operation done"))
+    world.ledger.once("fsx", "DeleteFileSystem", since=mark)
+    assert len(world.ledger.succeeded("fsx", "CreateFileSystem", since=mark)) == 2
+    assert failed not in [f["FileSystemId"] for f in fsx.describe_file_systems()["FileSystems"]]
+    handle = world.core(plan).read_persistent_volume(volume_name("hp-fsx-failed", FSX_CLAIM)).spec.csi.volume_handle
+    assert handle != failed
+    assert fsx.describe_file_systems(FileSystemIds=[handle])["FileSystems"][0]["Lifecycle"] == "AVAILABLE"
+
+
 def test_teardown_deletes_the_cluster_claims_and_our_file_system_and_keeps_the_bucket(world: World) -> None:
-    plan = make_plan("hp-gone", instance_type="ml.m5.2xlarge", count=1, fsx=FsxChoice(mode="new"))
+    plan = make_plan("hp-gone", instance_type="ml.g5.4xlarge", count=1, fsx=FsxChoice(mode="new"), efa=False)
     view = _succeeded(run_stages(world.product.services, world.given(plan) + world.create_stages(), plan))
     storage = next(s for s in view.stages if s.name == "storage").result
     fs_id = storage["fsx_file_system_id"]
@@ -266,8 +403,7 @@ def test_teardown_deletes_the_cluster_claims_and_our_file_system_and_keeps_the_b
     s3 = world.product.client("s3")
     s3.put_object(Bucket=BUCKET, Key="instantstart/hp-gone/lifecycle/notes.txt", Body=b"a user's file")
     deps = world.product.deps()
-    teardown = ClusterDeletePlan(name="hp-gone", region="us-west-2", account="123456789012", eks_cluster="hp-gone",
-                                 hyperpod_cluster="hp-gone", bucket=BUCKET, requested_by="tester")
+    teardown = _delete_plan("hp-gone", hyperpod_cluster="hp-gone")
     mark = world.ledger.mark()
     _succeeded(run_stages(world.product.services, [StorageTeardown(deps), HyperpodTeardown(deps)], teardown))
 
@@ -317,8 +453,7 @@ def test_the_plan_lists_what_the_stages_make_and_capacity_types_reach_the_reques
 
 def test_teardown_of_a_create_that_never_reached_eks_succeeds_and_writes_nothing(world: World) -> None:
     deps = world.product.deps()
-    teardown = ClusterDeletePlan(name="hp-never", region="us-west-2", account="123456789012",
-                                 eks_cluster="hp-never", hyperpod_cluster=None, bucket=BUCKET, requested_by="tester")
+    teardown = _delete_plan("hp-never")
     mark = world.ledger.mark()
     _succeeded(run_stages(world.product.services, [StorageTeardown(deps), HyperpodTeardown(deps)], teardown))
     world.ledger.assert_no_writes(since=mark)

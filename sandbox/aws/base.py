@@ -112,6 +112,7 @@ FAULT_KINDS = frozenset({
     "quota_exhausted",  # target: instance_type
     "throttle",  # target: service, operation (optional); remaining: number of calls to throttle
     "access_denied",  # target: service, action (an API operation); the call fails at once with a 403
+    "file_system_failed",  # target: subnet (optional): the next FSx file system created there ends FAILED
 })
 
 

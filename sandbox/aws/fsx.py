@@ -14,7 +14,7 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING, Any
 
-from .base import AwsError, Call, SimClock
+from .base import AwsError, Call, FaultRegistry, SimClock
 
 if TYPE_CHECKING:
     from .facts import MotoFacts
@@ -31,6 +31,7 @@ _CAPACITY: dict[str, tuple[tuple[int, ...], int]] = {
 _THROUGHPUT = {"PERSISTENT_1": (50, 100, 200), "PERSISTENT_2": (125, 250, 500, 1000)}
 _HDD_THROUGHPUT_STEP = {12: 6000, 40: 1800}  # PERSISTENT_1 on HDD: MB/s/TiB -> capacity step in GiB
 LUSTRE_PORT = 988
+FAILED_MESSAGE = "The file system could not be created (the sandbox's file_system_failed fault)."
 PORT_MESSAGE = ("The file system cannot be created because the default security group in the subnet provided or the "
                 "provided security groups do not permit Lustre LNET network traffic on port 988")
 
@@ -74,8 +75,9 @@ class FsxSimulator:
     operations = frozenset({"CreateFileSystem", "DescribeFileSystems", "DeleteFileSystem"})
 
     def __init__(self, clock: SimClock, *, region: str = "us-west-2", account: str = "123456789012",
-                 facts: MotoFacts | None = None) -> None:
+                 facts: MotoFacts | None = None, faults: FaultRegistry | None = None) -> None:
         self.clock = clock
+        self.faults = faults  # ``file_system_failed``: a create ends FAILED
         self.region = region
         self.account = account
         self.facts = facts  # EC2 as FSx reads it (None: the simulator alone checks no network)
@@ -97,10 +99,22 @@ class FsxSimulator:
                 continue
             del self._due[fs_id]
             fs = self._systems[fs_id]
-            if fs["Lifecycle"] == "CREATING":
+            if fs["Lifecycle"] == "CREATING" and self._fails(fs):
+                fs["Lifecycle"] = "FAILED"
+                fs["FailureDetails"] = {"Message": FAILED_MESSAGE}
+            elif fs["Lifecycle"] == "CREATING":
                 fs["Lifecycle"] = "AVAILABLE"
             elif fs["Lifecycle"] == "DELETING":
                 del self._systems[fs_id]
+
+    def _fails(self, fs: dict[str, Any]) -> bool:
+        """Whether a ``file_system_failed`` fault takes this create (one without a count is used up by it)."""
+        if self.faults is None:
+            return False
+        fault = self.faults.take("file_system_failed", subnet=fs["SubnetIds"][0])
+        if fault is not None and fault.remaining is None:
+            self.faults.clear(fault.id)
+        return fault is not None
 
     def handle(self, call: Call) -> dict[str, Any]:
         if call.operation == "CreateFileSystem":

@@ -111,7 +111,8 @@ class AwsWorld:
         self.eks: EksSimulator = EksSimulator(self.clock, self.faults, kube, kube_base_url=kube_base_url,
                                               region=region, account=account, facts=self.facts,
                                               ca_pem=kube_ca_pem)
-        self.fsx: FsxSimulator = FsxSimulator(self.clock, region=region, account=account, facts=self.facts)
+        self.fsx: FsxSimulator = FsxSimulator(self.clock, region=region, account=account, facts=self.facts,
+                                               faults=self.faults)
         self.hyperpod: HyperPodSimulator = HyperPodSimulator(self.clock, self.faults, kube, self.eks.active_cluster,
                                                              self.quotas.limit, account=account, region=region,
                                                              placement_of=self._placement_of,

@@ -9,7 +9,9 @@ cluster is observed by name first, and one of that name without our tags is refu
 In continuous mode AWS declares the cluster InService while its group is still filling (a capacity
 shortfall leaves it short and HyperPod retries): the stage keeps waiting until the group has its count of
 Running nodes, or its deadline, and says AWS's reason meanwhile (the pending nodes' messages, else the
-group's newest error event). It must never delete or replace a cluster it did not tag.
+group's newest error event). A cluster of ours that Failed stops the stage with AWS's reason; a retry of
+the stage deletes it, waits until it is gone and creates it again (the reason stays in the stage's
+message). It must never delete or replace a cluster it did not tag.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import hashlib
 from importlib import resources
 from typing import Any
 
+from services.clusters.create import derive_names
 from services.clusters.create_base import (
     ClusterDeletePlan,
     CreateStage,
@@ -51,11 +54,6 @@ def lifecycle_scripts() -> dict[str, bytes]:
 def _etag(body: bytes) -> str:
     """S3's ETag of a single-part upload without SSE-KMS: the body's MD5, quoted."""
     return f'"{hashlib.md5(body, usedforsecurity=False).hexdigest()}"'
-
-
-def _split_s3(uri: str) -> tuple[str, str]:
-    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-    return bucket, prefix
 
 
 def _sagemaker_tags(sagemaker: Any, arn: str) -> list[dict[str, str]]:
@@ -93,15 +91,27 @@ class HyperpodStage(CreateStage):
 
     def observe(self, ctx: StageContext[ClusterCreatePlan]) -> Observed:
         plan = ctx.request
+        ctx.data.pop("replacing", None)
         cluster = _describe(self._sagemaker(plan), plan.names.hyperpod_cluster)
         if cluster is None:
             return Observed.ABSENT
         self._check_ours(plan, cluster)
         ctx.data["arn"] = cluster["ClusterArn"]
         self._register(plan, str(cluster["ClusterArn"]))
+        if cluster["ClusterStatus"] == "Failed":  # ours, failed in an earlier attempt: this retry replaces it
+            ctx.data["replacing"] = {"hyperpod_arn": cluster["ClusterArn"],
+                                     "reason": str(cluster.get("FailureMessage") or "no reason given")}
+            return Observed.ABSENT
         return Observed.IN_PROGRESS
 
     def act(self, ctx: StageContext[ClusterCreatePlan]) -> None:
+        plan = ctx.request
+        if ctx.data.get("replacing"):  # deleted first; poll makes the new one once it is gone
+            self._sagemaker(plan).delete_cluster(ClusterName=plan.names.hyperpod_cluster)
+            return
+        self._create(ctx)
+
+    def _create(self, ctx: StageContext[ClusterCreatePlan]) -> None:
         plan = ctx.request
         self._upload_scripts(plan)
         sagemaker = self._sagemaker(plan)
@@ -116,6 +126,14 @@ class HyperpodStage(CreateStage):
         sagemaker = self._sagemaker(plan)
         name, group = plan.names.hyperpod_cluster, plan.names.instance_group
         cluster = _describe(sagemaker, name)
+        replacing = ctx.data.get("replacing")
+        if replacing:
+            evidence = f"replacing HyperPod cluster {replacing['hyperpod_arn']}, which failed: {replacing['reason']}"
+            if cluster is not None:
+                return Wait(POLL_SECONDS, f"{evidence}; it is {cluster['ClusterStatus']}")
+            ctx.data["replaced"] = ctx.data.pop("replacing")
+            self._create(ctx)
+            return Wait(POLL_SECONDS, f"{evidence}; created it again")
         if cluster is None:
             raise Permanent(f"HyperPod cluster {name} disappeared while it was being created (deleted by someone "
                             "else?); run the create again")
@@ -123,7 +141,7 @@ class HyperpodStage(CreateStage):
         ctx.data.update(arn=cluster["ClusterArn"], status=status)
         if status == "Failed":
             raise Permanent(f"HyperPod cluster {name} failed: {cluster.get('FailureMessage') or 'no reason given'}; "
-                            "delete the cluster and create it again")
+                            "retry the stage to delete it and create it again")
         if status in ("Deleting", "RollingBack"):
             raise Permanent(f"HyperPod cluster {name} is {status} ({cluster.get('FailureMessage') or 'no reason'}) "
                             "instead of being created")
@@ -133,6 +151,9 @@ class HyperpodStage(CreateStage):
         if status == "InService" and running >= plan.count:
             return Done()
         where = f"HyperPod cluster {name} is {status}; {running}/{plan.count} nodes of {group} Running"
+        replaced = ctx.data.get("replaced")
+        if replaced:
+            where += f" (replaces {replaced['hyperpod_arn']}, which failed: {replaced['reason']})"
         reason = self._shortfall_reason(sagemaker, cluster, nodes, group)
         return Wait(POLL_SECONDS, f"{where}; AWS: {reason}" if reason else where)
 
@@ -223,49 +244,78 @@ class HyperpodStage(CreateStage):
 
 class HyperpodTeardown(DeleteStage):
     """DeleteCluster of the HyperPod cluster, only when it carries our tags; waits until it is gone, then
-    removes the lifecycle scripts we uploaded under its lifecycle prefix (the bucket and anything else in it
-    stay)."""
+    removes the shipped lifecycle scripts under the cluster's derived lifecycle prefix — also when no cluster
+    was ever made (CreateCluster refused, the create cancelled after the upload). The bucket and anything else
+    in it stay. A same-named cluster without our tags is not ours: it is left alone, noted in the result, and
+    the teardown goes on."""
 
     name = "hyperpod"
     expected_seconds = 600.0
 
     def observe(self, ctx: StageContext[ClusterDeletePlan]) -> Observed:
         plan = ctx.request
-        if not plan.hyperpod_cluster:
-            return Observed.DONE
-        sagemaker = self._sagemaker(plan)
-        cluster = _describe(sagemaker, plan.hyperpod_cluster)
-        if cluster is None:
-            return Observed.IN_PROGRESS if ctx.data.get("lifecycle") else Observed.DONE
-        if not owned(_sagemaker_tags(sagemaker, str(cluster["ClusterArn"])), plan.name):
-            raise Permanent(f"HyperPod cluster {plan.hyperpod_cluster} does not carry this control plane's tags "
-                            f"for {plan.name}; it is never deleted from here (delete it in AWS if you mean to)")
-        uri = str((cluster.get("InstanceGroups") or [{}])[0].get("LifeCycleConfig", {}).get("SourceS3Uri", ""))
-        ctx.data["lifecycle"] = uri
-        return Observed.IN_PROGRESS if cluster["ClusterStatus"] == "Deleting" else Observed.ABSENT
+        ctx.data.pop("arn", None)
+        cluster = self._cluster(ctx)
+        if cluster is not None:
+            ctx.data["arn"] = cluster["ClusterArn"]
+            return Observed.IN_PROGRESS if cluster["ClusterStatus"] == "Deleting" else Observed.ABSENT
+        return Observed.ABSENT if self._scripts_left(plan, ctx) else Observed.DONE
 
     def act(self, ctx: StageContext[ClusterDeletePlan]) -> None:
-        self._sagemaker(ctx.request).delete_cluster(ClusterName=ctx.request.hyperpod_cluster)
+        if ctx.data.get("arn"):
+            self._sagemaker(ctx.request).delete_cluster(ClusterName=ctx.request.hyperpod_cluster)
 
     def poll(self, ctx: StageContext[ClusterDeletePlan]) -> Done | Wait:
         plan = ctx.request
-        assert plan.hyperpod_cluster is not None
-        cluster = _describe(self._sagemaker(plan), plan.hyperpod_cluster)
-        if cluster is not None:
-            return Wait(POLL_SECONDS, f"HyperPod cluster {plan.hyperpod_cluster} is {cluster['ClusterStatus']}")
-        self._remove_scripts(plan, str(ctx.data.get("lifecycle") or ""))
-        ctx.data.pop("lifecycle", None)
+        if ctx.data.get("arn") and plan.hyperpod_cluster:
+            cluster = _describe(self._sagemaker(plan), plan.hyperpod_cluster)
+            if cluster is not None:
+                return Wait(POLL_SECONDS, f"HyperPod cluster {plan.hyperpod_cluster} is {cluster['ClusterStatus']}")
+        ours = self._scripts_left(plan, ctx)
+        if ours:
+            self.deps.aws.client("s3", plan.region).delete_objects(
+                Bucket=plan.bucket, Delete={"Objects": [{"Key": k} for k in ours], "Quiet": True})
+            ctx.data["scripts_removed"] = ours
         return Done()
+
+    def result(self, ctx: StageContext[ClusterDeletePlan]) -> dict[str, Any]:
+        out: dict[str, Any] = {"scripts_removed": list(ctx.data.get("scripts_removed", []))}
+        if ctx.data.get("not_ours"):
+            out["not_ours"] = ctx.data["not_ours"]
+        return out
 
     def _sagemaker(self, plan: ClusterDeletePlan) -> Any:
         return self.deps.aws.client("sagemaker", plan.region)
 
-    def _remove_scripts(self, plan: ClusterDeletePlan, uri: str) -> None:
-        bucket, prefix = _split_s3(uri)
-        if bucket != plan.bucket or not prefix:
-            return  # scripts elsewhere were not ours to upload, so not ours to delete
+    def _cluster(self, ctx: StageContext[ClusterDeletePlan]) -> dict[str, Any] | None:
+        """Our HyperPod cluster as it is now; None when there is none of ours (a same-named one without our
+        tags is recorded in ``ctx.data['not_ours']`` and left alone)."""
+        plan = ctx.request
+        if not plan.hyperpod_cluster:
+            return None
+        sagemaker = self._sagemaker(plan)
+        cluster = _describe(sagemaker, plan.hyperpod_cluster)
+        if cluster is None:
+            return None
+        if not owned(_sagemaker_tags(sagemaker, str(cluster["ClusterArn"])), plan.name):
+            uri = str((cluster.get("InstanceGroups") or [{}])[0].get("LifeCycleConfig", {}).get("SourceS3Uri", ""))
+            ctx.data["not_ours"] = {
+                "hyperpod_arn": cluster["ClusterArn"], "lifecycle": uri,
+                "message": f"HyperPod cluster {plan.hyperpod_cluster} ({cluster['ClusterArn']}) does not carry this "
+                           f"control plane's tags for {plan.name}: not ours, nothing to delete (left alone)"}
+            return None
+        return cluster
+
+    def _scripts_left(self, plan: ClusterDeletePlan, ctx: StageContext[ClusterDeletePlan]) -> list[str]:
+        """The keys of our shipped scripts still under the cluster's derived lifecycle prefix (never another
+        key); none while a cluster that is not ours runs from that prefix."""
+        prefix = derive_names(plan.name).lifecycle_prefix
+        if (ctx.data.get("not_ours") or {}).get("lifecycle") == f"s3://{plan.bucket}/{prefix}":
+            return []
         s3 = self.deps.aws.client("s3", plan.region)
-        present = {o["Key"] for o in s3.all_pages("list_objects_v2", "Contents", Bucket=bucket, Prefix=prefix)}
-        ours = [{"Key": prefix + f} for f in sorted(lifecycle_scripts()) if prefix + f in present]
-        if ours:
-            s3.delete_objects(Bucket=bucket, Delete={"Objects": ours, "Quiet": True})
+        try:
+            present = {o["Key"] for o in s3.all_pages("list_objects_v2", "Contents", Bucket=plan.bucket,
+                                                       Prefix=prefix)}
+        except NotFound:  # no shared bucket yet: the create never got as far as uploading
+            return []
+        return [prefix + f for f in sorted(lifecycle_scripts()) if prefix + f in present]

@@ -9,6 +9,8 @@ fixed per operation) or an existing one (refused when it is in another VPC), mou
 
 Teardown deletes our claims and volumes (only objects carrying our managed-by label) and a file system
 only when it carries this cluster's tags — an existing file system, and the bucket, are never deleted.
+A new file system of ours that ends FAILED or MISCONFIGURED stops the stage with FSx's reason; a retry of the
+stage deletes it, waits until it is gone and makes a new one (the reason stays in the stage's message).
 """
 
 from __future__ import annotations
@@ -153,6 +155,7 @@ class StorageStage(CreateStage):
 
     def act(self, ctx: StageContext[ClusterCreatePlan]) -> None:
         plan = ctx.request
+        ctx.data.pop("fsx_replacing", None)
         if plan.fsx is not None:  # first: an existing file system that will not do is refused before anything
             ctx.data["fsx_id"] = self._file_system(ctx, plan.fsx)
         self._apply(plan, *s3_volume(plan))
@@ -161,16 +164,21 @@ class StorageStage(CreateStage):
         plan = ctx.request
         if plan.fsx is None:
             return Done()
+        if ctx.data.get("fsx_replacing"):
+            return self._replace(ctx, plan.fsx)
         fs_id = str(ctx.data["fsx_id"])
         fs = describe_file_system(self._fsx(plan), fs_id)
         if fs is None:
             raise Permanent(f"FSx file system {fs_id} is gone (deleted by someone else?)")
         state = fs.get("Lifecycle")
-        if state in ("FAILED", "MISCONFIGURED", "DELETING"):
-            why = (fs.get("FailureDetails") or {}).get("Message") or "no reason given"
-            raise Permanent(f"FSx file system {fs_id} is {state}: {why}")
+        if state in _GONE_OR_FAILED:
+            again = "; retry the stage to delete it and make a new one" if plan.fsx.mode == "new" else ""
+            raise Permanent(f"FSx file system {fs_id} is {state}: {_why(fs)}{again}")
         if state != "AVAILABLE":
-            return Wait(FSX_POLL, f"FSx file system {fs_id} is {state}")
+            replaced = ctx.data.get("fsx_replaced")
+            instead = (f" (replaces {replaced['file_system_id']}, which was {replaced['reason']})"
+                       if replaced else "")
+            return Wait(FSX_POLL, f"FSx file system {fs_id} is {state}{instead}")
         self._apply(plan, *fsx_volume(plan.name, fs))
         return Done()
 
@@ -208,18 +216,57 @@ class StorageStage(CreateStage):
                 raise Invalid(f"FSx file system {fs_id} is in {fs.get('VpcId')}, not in the cluster's VPC "
                               f"{network.vpc_id}: its nodes could not reach it")
             return fs_id
-        found = _tagged_file_system(fsx, plan.name)
-        if found is not None:
-            return str(found["FileSystemId"])
+        ours = [fs for fs in _file_systems(fsx) if owned(fs.get("Tags"), plan.name)]
+        live = [fs for fs in ours if fs.get("Lifecycle") not in _GONE_OR_FAILED]
+        if live:
+            return str(live[0]["FileSystemId"])
+        failed = [fs for fs in ours if fs.get("Lifecycle") in _GONE_OR_FAILED]
+        if failed:  # ours, failed in an earlier attempt: deleted first, poll makes a new one once it is gone
+            old = failed[0]
+            fs_id, state = str(old["FileSystemId"]), old.get("Lifecycle")
+            if state != "DELETING":
+                fsx.delete_file_system(FileSystemId=fs_id, ClientRequestToken=_client_token(
+                    f"{ctx.operation_id}-d{ctx.data.get('fsx_generation', 0)}"))
+            ctx.data["fsx_replacing"] = {"file_system_id": fs_id, "reason": f"{state}: {_why(old)}"}
+            return fs_id
+        return self._create_file_system(ctx, choice)
+
+    def _create_file_system(self, ctx: StageContext[ClusterCreatePlan], choice: FsxChoice) -> str:
+        """CreateFileSystem once per generation: a replacement gets its own client token (the first one's
+        would answer the failed file system again)."""
+        plan, fsx = ctx.request, self._fsx(ctx.request)
+        network = result_of(ctx, "network", NetworkResult)
+        generation = int(ctx.data.get("fsx_generation", 0))
+        token = _client_token(ctx.operation_id if generation == 0 else f"{ctx.operation_id}-r{generation}")
         name = plan.names.fsx or f"{plan.name}-fsx"
         made = fsx.create_file_system(
-            ClientRequestToken=_client_token(ctx.operation_id), FileSystemType="LUSTRE",
+            ClientRequestToken=token, FileSystemType="LUSTRE",
             FileSystemTypeVersion="2.15", StorageCapacity=choice.storage_capacity_gib,
             SubnetIds=[network.compute_subnet], SecurityGroupIds=[network.security_group],
             LustreConfiguration={"DeploymentType": "PERSISTENT_2", "PerUnitStorageThroughput": 250,
                                  "DataCompressionType": "LZ4"},
             Tags=tag_list({**plan.tags, "Name": name}))
         return str(made["FileSystem"]["FileSystemId"])
+
+    def _replace(self, ctx: StageContext[ClusterCreatePlan], choice: FsxChoice) -> Wait:
+        """Waits until our failed file system is gone, then makes the new one (the failure stays in the
+        message)."""
+        replacing = ctx.data["fsx_replacing"]
+        evidence = f"replacing FSx file system {replacing['file_system_id']}, which is {replacing['reason']}"
+        old = describe_file_system(self._fsx(ctx.request), replacing["file_system_id"])
+        if old is not None:
+            return Wait(FSX_POLL, f"{evidence}; it is {old.get('Lifecycle')}")
+        ctx.data["fsx_generation"] = int(ctx.data.get("fsx_generation", 0)) + 1
+        ctx.data["fsx_replaced"] = ctx.data.pop("fsx_replacing")
+        ctx.data["fsx_id"] = self._create_file_system(ctx, choice)
+        return Wait(FSX_POLL, f"{evidence}; made {ctx.data['fsx_id']} instead")
+
+
+_GONE_OR_FAILED = ("FAILED", "MISCONFIGURED", "DELETING")
+
+
+def _why(fs: dict[str, Any]) -> str:
+    return str((fs.get("FailureDetails") or {}).get("Message") or "no reason given")
 
 
 def _read_claim(core: k8s.CoreV1Api, name: str) -> Any:
