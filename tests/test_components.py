@@ -6,6 +6,7 @@ identity associations it made (and nothing that is not ours)."""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Iterator
 
@@ -17,6 +18,7 @@ from services.clusters.dependencies_stage import DependenciesStage, Dependencies
 from services.components import COMPONENTS, components_for
 from services.components.addons import Addon
 from services.components.base import Target
+from services.components.families import HEALTH_AGENT, NEURON_PLUGIN, NVIDIA_PLUGIN
 from services.components.manifests import APPLIED, Manifests
 from services.operations import Status
 from tests.create_support import SandboxProduct, make_plan, run_stages, sandbox_product
@@ -138,15 +140,104 @@ def test_a_changed_object_is_applied_again_alone(world: SandboxProduct) -> None:
     assert [(e["resource"], e["name"]) for e in ledger.writes(since=mark)] == [("deployments.apps", "kuberay-operator")]
 
 
+def test_our_role_with_another_trust_gets_ours_back(world: SandboxProduct) -> None:
+    iam = world.client("iam")
+    iam.update_assume_role_policy(RoleName=f"{NAME}-lbc-role", PolicyDocument=EKS_TRUST)  # edited since
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    view = run_stages(world.services, [DependenciesStage(world.deps())], PLAN)
+    assert view.status == Status.SUCCEEDED, view.error
+    assert ledger.once("iam", "UpdateAssumeRolePolicy", since=mark)["request"]["RoleName"] == f"{NAME}-lbc-role"
+    trust = iam.get_role(RoleName=f"{NAME}-lbc-role")["Role"]["AssumeRolePolicyDocument"]
+    assert trust["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert not ledger.succeeded("iam", "CreateRole", since=mark)
+
+
+def _affinity_types(component: Manifests, target: Target) -> set[str]:
+    return {value for obj in component.objects(target) if obj["kind"] == "DaemonSet"
+            for term in obj["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            for expr in term["matchExpressions"] if expr["key"] == "node.kubernetes.io/instance-type"
+            for value in expr["values"]}
+
+
+def test_the_device_plugins_select_every_type_of_their_family(world: SandboxProduct) -> None:
+    accepted = world.client("sagemaker").meta.service_model.shape_for("ClusterInstanceType").enum
+    target = Target(NAME, NAME, "us-west-2", PLAN.account, PLAN.tags, world.deps().aws)
+    nvidia = {t for t in accepted if t.split(".")[1][0] in "gp"}
+    neuron = {t for t in accepted if t.split(".")[1].startswith(("trn", "inf"))}
+    assert {"ml.g4dn.xlarge", "ml.g5.8xlarge", "ml.p5.48xlarge"} <= nvidia and "ml.trn1.32xlarge" in neuron
+    assert _affinity_types(NVIDIA_PLUGIN, target) == nvidia
+    assert _affinity_types(NEURON_PLUGIN, target) == neuron
+    assert _affinity_types(HEALTH_AGENT, target) == nvidia | neuron
+
+
+def test_verify_needs_a_ready_device_plugin_pod_per_node(world: SandboxProduct) -> None:
+    api = world.services.kube.api_client(NAME)
+    core = k8s.CoreV1Api(api)
+    core.create_node({"metadata": {"name": "gpu-1", "labels": {"node.kubernetes.io/instance-type": "ml.g5.8xlarge"}},
+                      "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                                 "capacity": {"cpu": "32", "memory": "128Gi", "pods": "110"},
+                                 "allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"}}})
+    try:
+        apps = k8s.AppsV1Api(api)
+        wait_until(lambda: (apps.read_namespaced_daemon_set("nvidia-device-plugin-daemonset", "kube-system")
+                            .status.number_ready or 0) == 1, 60, "the NVIDIA plugin's pod ready on gpu-1")
+        two = {s.name: s for s in components_health(world.deps(), PLAN)}  # PLAN has count=2
+        assert not two["nvidia-device-plugin"].healthy and "1/2" in two["nvidia-device-plugin"].detail
+        assert two["nvidia-device-plugin"].status == "Applied"
+        one = {s.name: s for s in components_health(world.deps(), make_plan(NAME, count=1))}
+        assert one["nvidia-device-plugin"].healthy, one["nvidia-device-plugin"]
+    finally:
+        core.delete_node("gpu-1")
+
+
+def _load_balanced(api: k8s.ApiClient) -> tuple[k8s.CoreV1Api, k8s.NetworkingV1Api]:
+    """A user's Service of type LoadBalancer and Ingress, each held by the controller's finalizer, and a plain
+    Service; returns the clients."""
+    core, net = k8s.CoreV1Api(api), k8s.NetworkingV1Api(api)
+    core.create_namespace({"metadata": {"name": "web"}})
+    port = [{"port": 80, "targetPort": 8080}]
+    core.create_namespaced_service("web", {"metadata": {"name": "front", "finalizers": ["service.k8s.aws/resources"]},
+                                           "spec": {"type": "LoadBalancer", "ports": port}})
+    core.create_namespaced_service("web", {"metadata": {"name": "plain"}, "spec": {"ports": port}})
+    net.create_namespaced_ingress("web", {"metadata": {"name": "site", "finalizers": ["ingress.k8s.aws/resources"]},
+                                          "spec": {"ingressClassName": "alb", "defaultBackend": {
+                                              "service": {"name": "front", "port": {"number": 80}}}}})
+    return core, net
+
+
 def test_teardown_deletes_ours_and_keeps_what_is_not(world: SandboxProduct) -> None:
     eks, iam = world.client("eks"), world.client("iam")
     eks.create_addon(clusterName=NAME, addonName="aws-ebs-csi-driver")  # a user's add-on: not ours
+    api = world.services.kube.api_client(NAME)
+    core, net = _load_balanced(api)
+    controller_there: list[bool] = []
+
+    def load_balancer_controller() -> None:  # what the real controller does: delete the LBs, drop its finalizers
+        wait_until(lambda: core.read_namespaced_service("front", "web").metadata.deletion_timestamp is not None
+                   and net.read_namespaced_ingress("site", "web").metadata.deletion_timestamp is not None,
+                   60, "the load-balanced objects marked for deletion")
+        controller_there.append(bool(k8s.AppsV1Api(api).list_namespaced_deployment(
+            "kube-system", field_selector="metadata.name=aws-load-balancer-controller").items))
+        core.patch_namespaced_service("front", "web", {"metadata": {"finalizers": None}})
+        net.patch_namespaced_ingress("site", "web", {"metadata": {"finalizers": None}})
+
+    controller = threading.Thread(target=load_balancer_controller, daemon=True)
+    controller.start()
     ledger = CallLedger(world.live)
     mark = ledger.mark()
     plan = ClusterDeletePlan(name=NAME, region="us-west-2", account=PLAN.account, eks_cluster=NAME,
                              bucket=PLAN.bucket, requested_by="tester")
     view = run_stages(world.services, [DependenciesTeardown(world.deps())], plan)
+    controller.join(60)
     assert view.status == Status.SUCCEEDED, view.error
+    assert controller_there == [True]  # the controller was still there to delete its load balancers
+    assert [s.metadata.name for s in core.list_namespaced_service("web").items] == ["plain"]
+    assert not net.list_ingress_for_all_namespaces().items
+    order = [(e["resource"], e["name"]) for e in ledger.writes(since=mark, cluster=NAME, verb="delete")]
+    assert order.index(("deployments.apps", "aws-load-balancer-controller")) > max(
+        order.index(("services", "front")), order.index(("ingresses.networking.k8s.io", "site")))
 
     deleted = Counter(e["request"]["addonName"] for e in ledger.succeeded("eks", "DeleteAddon", since=mark))
     assert deleted == Counter(ADDONS)
@@ -155,7 +246,6 @@ def test_teardown_deletes_ours_and_keeps_what_is_not(world: SandboxProduct) -> N
         with pytest.raises(iam.exceptions.NoSuchEntityException):
             iam.get_role(RoleName=role)
     assert eks.list_pod_identity_associations(clusterName=NAME)["associations"] == []
-    api = world.services.kube.api_client(NAME)
     apps = k8s.AppsV1Api(api)
     ours = "app.kubernetes.io/managed-by=instantstart"
     assert not apps.list_daemon_set_for_all_namespaces(label_selector=ours).items
@@ -163,7 +253,8 @@ def test_teardown_deletes_ours_and_keeps_what_is_not(world: SandboxProduct) -> N
     assert not k8s.ApiextensionsV1Api(api).list_custom_resource_definition(label_selector=ours).items
     assert view.result is not None
     deleted_names = {line.partition(":")[0] for line in view.result["dependencies"]["deleted"]}
-    assert deleted_names == {c.name for c in COMPONENTS if c.name in {*ADDONS, *(m.name for m in MANIFESTS)}}
+    ours_deleted = {c.name for c in COMPONENTS if c.name in {*ADDONS, *(m.name for m in MANIFESTS)}}
+    assert deleted_names == {"load balancers"} | ours_deleted
 
     mark = ledger.mark()
     again = run_stages(world.services, [DependenciesTeardown(world.deps())], plan)
