@@ -15,6 +15,7 @@ from kubernetes import client as k8s
 
 from services.clusters.create_base import ClusterDeletePlan
 from services.clusters.dependencies_stage import DependenciesStage, DependenciesTeardown, components_health
+from services.clusters.iam_stage import PROPAGATION_SECONDS
 from services.components import COMPONENTS, components_for
 from services.components.addons import Addon
 from services.components.base import Target
@@ -82,8 +83,15 @@ def test_the_stage_applies_every_component_once_and_completes_without_nodes(worl
     assert s3["tags"]["instantstart:cluster"] == NAME and s3["resolveConflicts"] == "OVERWRITE"
     roles = Counter(e["request"]["RoleName"] for e in ledger.succeeded("iam", "CreateRole", since=mark))
     assert roles == Counter([f"{NAME}-s3-csi-role", f"{NAME}-lbc-role"])
-    assoc = ledger.once("eks", "CreatePodIdentityAssociation", since=mark)["request"]
+    assoc_entry = ledger.once("eks", "CreatePodIdentityAssociation", since=mark)
+    assoc = assoc_entry["request"]
     assert (assoc["namespace"], assoc["serviceAccount"]) == ("kube-system", "aws-load-balancer-controller")
+    # EKS is handed each new role only once IAM has had its propagation time (as AWS saw the calls)
+    made = {e["request"]["RoleName"]: e["time"] for e in ledger.succeeded("iam", "CreateRole", since=mark)}
+    s3_entry = next(e for e in ledger.succeeded("eks", "CreateAddon", since=mark)
+                    if e["request"]["addonName"] == "aws-mountpoint-s3-csi-driver")
+    assert s3_entry["time"] - made[f"{NAME}-s3-csi-role"] >= PROPAGATION_SECONDS
+    assert assoc_entry["time"] - made[f"{NAME}-lbc-role"] >= PROPAGATION_SECONDS
 
     applied = Counter((e["resource"], e.get("namespace"), e["name"])
                       for e in ledger.writes(since=mark, cluster=NAME, verb="patch"))
