@@ -9,20 +9,30 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
 from services.clusters.create_base import ClusterDeletePlan
+from services.clusters.create_models import NetworkResult
 from services.clusters.dependencies_stage import DependenciesStage, DependenciesTeardown, components_health
 from services.clusters.iam_stage import PROPAGATION_SECONDS
 from services.components import COMPONENTS, components_for
 from services.components.addons import Addon
 from services.components.base import Target
-from services.components.families import HEALTH_AGENT, NEURON_PLUGIN, NVIDIA_PLUGIN
+from services.components.families import (
+    FSX_CSI_ROLE,
+    HEALTH_AGENT,
+    LBC_ROLE,
+    NEURON_PLUGIN,
+    NVIDIA_PLUGIN,
+    S3_CSI_ROLE,
+)
 from services.components.manifests import APPLIED, Manifests
 from services.operations import Status
-from tests.create_support import SandboxProduct, make_plan, run_stages, sandbox_product
+from services.stages import Stage
+from tests.create_support import Given, SandboxProduct, make_plan, run_stages, sandbox_product
 from tests.ledger import CallLedger
 from tests.sandbox_support import EKS_TRUST
 from tests.support import wait_until
@@ -49,8 +59,23 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProduct]:
         yield product
 
 
+def _vpc(product: SandboxProduct) -> str:
+    """The world's VPC (the network stage's, for the load balancer controller's ``--aws-vpc-id``)."""
+    vpcs = product.client("ec2").describe_vpcs(Filters=[{"Name": "cidr", "Values": ["10.30.0.0/16"]}])["Vpcs"]
+    return str(vpcs[0]["VpcId"])
+
+
+def _stages(product: SandboxProduct) -> list[Stage[Any]]:
+    """The dependencies stage after a stand-in for the network stage that made the world's VPC."""
+    subnets = [s["SubnetId"] for s in product.client("ec2").describe_subnets(
+        Filters=[{"Name": "vpc-id", "Values": [_vpc(product)]}])["Subnets"]]
+    network = NetworkResult(vpc_id=_vpc(product), public_subnets=[], private_subnets=subnets,
+                            compute_subnet=subnets[0], security_group="sg-deps")
+    return [Given("network", network.model_dump()), DependenciesStage(product.deps())]
+
+
 def _objects(product: SandboxProduct) -> list[dict[str, object]]:
-    target = Target(NAME, NAME, "us-west-2", PLAN.account, PLAN.tags, product.deps().aws)
+    target = Target(NAME, NAME, "us-west-2", PLAN.account, PLAN.tags, product.deps().aws, vpc_id=_vpc(product))
     return [o for c in MANIFESTS for o in c.objects(target)]
 
 
@@ -68,10 +93,19 @@ def test_the_plan_picks_components_by_hardware(world: SandboxProduct) -> None:
     assert {r.name for r in planned if r.type == "AWS::IAM::Role"} == {f"{NAME}-s3-csi-role", f"{NAME}-lbc-role"}
 
 
+def test_component_arns_are_in_the_region_s_partition(world: SandboxProduct) -> None:
+    target = Target(NAME, NAME, "cn-north-1", PLAN.account, PLAN.tags, world.deps().aws, bucket="shared")
+    assert LBC_ROLE.role_arn(target) == f"arn:aws-cn:iam::{PLAN.account}:role/{NAME}-lbc-role"
+    assert FSX_CSI_ROLE.policy_arns(target) == ["arn:aws-cn:iam::aws:policy/AmazonFSxFullAccess"]
+    assert S3_CSI_ROLE.inline is not None
+    resources = [r for st in S3_CSI_ROLE.inline(target)["Statement"] for r in st["Resource"]]
+    assert resources == ["arn:aws-cn:s3:::shared", "arn:aws-cn:s3:::shared/*"]
+
+
 def test_the_stage_applies_every_component_once_and_completes_without_nodes(world: SandboxProduct) -> None:
     ledger = CallLedger(world.live)
     mark = ledger.mark()
-    view = run_stages(world.services, [DependenciesStage(world.deps())], PLAN)
+    view = run_stages(world.services, _stages(world), PLAN)
     assert view.status == Status.SUCCEEDED, view.error
 
     created = Counter(e["request"]["addonName"] for e in ledger.succeeded("eks", "CreateAddon", since=mark))
@@ -110,6 +144,9 @@ def test_the_stage_applies_every_component_once_and_completes_without_nodes(worl
             ("kube-system", "aws-load-balancer-controller"), ("kube-system", "coredns")} <= deployments
     crds = {c.metadata.name for c in k8s.ApiextensionsV1Api(api).list_custom_resource_definition().items}
     assert {"pytorchjobs.kubeflow.org", "rayjobs.ray.io", "rayclusters.ray.io", "rayservices.ray.io"} <= crds
+    lbc = apps.read_namespaced_deployment("aws-load-balancer-controller", "kube-system")
+    assert {f"--aws-vpc-id={_vpc(world)}", "--aws-region=us-west-2", f"--cluster-name={NAME}"} <= set(
+        lbc.spec.template.spec.containers[0].args)
     role = k8s.RbacAuthorizationV1Api(api).read_cluster_role("hyperpod-patching")
     assert role.metadata.labels["app.kubernetes.io/managed-by"] == "instantstart"
     assert [(f.manager, f.operation) for f in role.metadata.managed_fields] == [("instantstart", "Apply")]
@@ -119,7 +156,7 @@ def test_the_stage_applies_every_component_once_and_completes_without_nodes(worl
     states = {s["name"]: s for s in view.result["dependencies"]["components"]}
     assert set(states) == {c.name for c in components_for(PLAN)}
     assert states["coredns"]["status"] == "DEGRADED" and "no node yet" in states["coredns"]["detail"]
-    health = {s.name: s for s in components_health(world.deps(), PLAN)}
+    health = {s.name: s for s in components_health(world.deps(), PLAN, _vpc(world))}
     assert health["coredns"].status == "DEGRADED" and not health["coredns"].healthy
     assert "InsufficientNumberOfReplicas" in health["coredns"].detail
     assert health["kube-proxy"].healthy  # nothing of it has to schedule in the sandbox
@@ -130,11 +167,11 @@ def test_the_stage_applies_every_component_once_and_completes_without_nodes(worl
 def test_a_rerun_applies_nothing(world: SandboxProduct) -> None:
     ledger = CallLedger(world.live)
     mark = ledger.mark()
-    view = run_stages(world.services, [DependenciesStage(world.deps())], PLAN)
+    view = run_stages(world.services, _stages(world), PLAN)
     assert view.status == Status.SUCCEEDED, view.error
     ledger.assert_no_writes(since=mark)
     assert not ledger.succeeded("eks", "CreateAddon", since=mark)
-    assert not view.stages[0].acted
+    assert not view.stages[1].acted
 
 
 def test_a_changed_object_is_applied_again_alone(world: SandboxProduct) -> None:
@@ -143,7 +180,7 @@ def test_a_changed_object_is_applied_again_alone(world: SandboxProduct) -> None:
                                      {"metadata": {"annotations": {APPLIED: "edited"}}})
     ledger = CallLedger(world.live)
     mark = ledger.mark()
-    view = run_stages(world.services, [DependenciesStage(world.deps())], PLAN)
+    view = run_stages(world.services, _stages(world), PLAN)
     assert view.status == Status.SUCCEEDED, view.error
     assert [(e["resource"], e["name"]) for e in ledger.writes(since=mark)] == [("deployments.apps", "kuberay-operator")]
 
@@ -153,7 +190,7 @@ def test_our_role_with_another_trust_gets_ours_back(world: SandboxProduct) -> No
     iam.update_assume_role_policy(RoleName=f"{NAME}-lbc-role", PolicyDocument=EKS_TRUST)  # edited since
     ledger = CallLedger(world.live)
     mark = ledger.mark()
-    view = run_stages(world.services, [DependenciesStage(world.deps())], PLAN)
+    view = run_stages(world.services, _stages(world), PLAN)
     assert view.status == Status.SUCCEEDED, view.error
     assert ledger.once("iam", "UpdateAssumeRolePolicy", since=mark)["request"]["RoleName"] == f"{NAME}-lbc-role"
     trust = iam.get_role(RoleName=f"{NAME}-lbc-role")["Role"]["AssumeRolePolicyDocument"]
@@ -191,10 +228,10 @@ def test_verify_needs_a_ready_device_plugin_pod_per_node(world: SandboxProduct) 
         apps = k8s.AppsV1Api(api)
         wait_until(lambda: (apps.read_namespaced_daemon_set("nvidia-device-plugin-daemonset", "kube-system")
                             .status.number_ready or 0) == 1, 60, "the NVIDIA plugin's pod ready on gpu-1")
-        two = {s.name: s for s in components_health(world.deps(), PLAN)}  # PLAN has count=2
+        two = {s.name: s for s in components_health(world.deps(), PLAN, _vpc(world))}  # PLAN has count=2
         assert not two["nvidia-device-plugin"].healthy and "1/2" in two["nvidia-device-plugin"].detail
         assert two["nvidia-device-plugin"].status == "Applied"
-        one = {s.name: s for s in components_health(world.deps(), make_plan(NAME, count=1))}
+        one = {s.name: s for s in components_health(world.deps(), make_plan(NAME, count=1), _vpc(world))}
         assert one["nvidia-device-plugin"].healthy, one["nvidia-device-plugin"]
     finally:
         core.delete_node("gpu-1")
@@ -275,7 +312,7 @@ def test_a_foreign_role_with_our_name_stops_the_stage_before_any_write(world: Sa
     iam.create_role(RoleName=f"{NAME}-lbc-role", AssumeRolePolicyDocument=EKS_TRUST)  # not ours: no tags
     ledger = CallLedger(world.live)
     mark = ledger.mark()
-    view = run_stages(world.services, [DependenciesStage(world.deps())], PLAN)
+    view = run_stages(world.services, _stages(world), PLAN)
     assert view.status == Status.FAILED and view.error is not None
     assert f"{NAME}-lbc-role" in view.error["message"] and "not deps's" in view.error["message"]
     ledger.assert_no_writes(since=mark)

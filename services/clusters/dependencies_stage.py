@@ -12,8 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.clusters.create_base import ClusterDeletePlan, CreateStage, DeleteStage, StageDeps
-from services.clusters.create_models import ClusterCreatePlan, ComponentState, DependenciesResult, PlannedResource
+from services.clusters.create_base import ClusterDeletePlan, CreateStage, DeleteStage, StageDeps, result_of
+from services.clusters.create_models import (
+    ClusterCreatePlan,
+    ComponentState,
+    DependenciesResult,
+    NetworkResult,
+    PlannedResource,
+)
 from services.components import COMPONENTS, Component, Leftover, Target, components_for, kubeapi
 from services.components.addons import Addon
 from services.components.families import DEVICE_PLUGINS, LOAD_BALANCER_CONTROLLER
@@ -22,10 +28,12 @@ from services.errors import NotFound, Permanent
 from services.stages import Done, Observed, StageContext, Wait
 
 POLL_SECONDS = 15.0
+#: the pieces of a component that use its IAM role: applied only once the role has propagated
+USES_ROLE = {"addon", "association"}
 
 
 def _target(deps: StageDeps, name: str, eks_cluster: str, region: str, account: str, tags: dict[str, str],
-            bucket: str | None = None) -> Target:
+            bucket: str | None = None, vpc_id: str = "") -> Target:
     """Where the components of cluster ``name`` live; ``kube`` is None once its EKS cluster is gone."""
     try:
         deps.aws.client("eks", region).describe_cluster(name=eks_cluster)
@@ -38,21 +46,23 @@ def _target(deps: StageDeps, name: str, eks_cluster: str, region: str, account: 
             raise Permanent(f"the EKS cluster {eks_cluster} exists but is not registered as {name} here, so its "
                             "Kubernetes API cannot be reached; the eks stage registers it") from None
     return Target(cluster=name, eks_cluster=eks_cluster, region=region, account=account, tags=tags, aws=deps.aws,
-                  kube=kube, bucket=bucket)
+                  kube=kube, bucket=bucket, vpc_id=vpc_id)
 
 
-def plan_target(deps: StageDeps, plan: ClusterCreatePlan) -> Target:
-    target = _target(deps, plan.name, plan.names.eks_cluster, plan.region, plan.account, plan.tags, plan.bucket)
+def plan_target(deps: StageDeps, plan: ClusterCreatePlan, vpc_id: str) -> Target:
+    """Where ``plan``'s components go; ``vpc_id`` is the network stage's VPC."""
+    target = _target(deps, plan.name, plan.names.eks_cluster, plan.region, plan.account, plan.tags, plan.bucket,
+                     vpc_id)
     if target.kube is None:
         raise Permanent(f"the EKS cluster {plan.names.eks_cluster} is not there; the eks stage makes it")
     return target
 
 
-def components_health(deps: StageDeps, plan: ClusterCreatePlan) -> list[ComponentState]:
+def components_health(deps: StageDeps, plan: ClusterCreatePlan, vpc_id: str) -> list[ComponentState]:
     """Every component of ``plan`` as it is now (``healthy``: ready to serve), for the verify stage. A device
     plugin the plan's instance type needs is healthy only with a ready pod on each of the plan's ``count``
     nodes: without it those nodes advertise no GPU, Neuron device or EFA, and nothing asking for one schedules."""
-    target = plan_target(deps, plan)
+    target = plan_target(deps, plan, vpc_id)
     states = []
     for component in components_for(plan):
         state = component.state(component.observe(target))
@@ -87,7 +97,7 @@ class DependenciesStage(CreateStage):
         return out
 
     def _pass(self, ctx: StageContext[ClusterCreatePlan]) -> tuple[Target, list[tuple[Component, Any]]]:
-        target = plan_target(self.deps, ctx.request)
+        target = plan_target(self.deps, ctx.request, result_of(ctx, "network", NetworkResult).vpc_id)
         return target, [(c, c.observe(target)) for c in components_for(ctx.request)]
 
     def observe(self, ctx: StageContext[ClusterCreatePlan]) -> Observed:
@@ -98,20 +108,24 @@ class DependenciesStage(CreateStage):
 
     def act(self, ctx: StageContext[ClusterCreatePlan]) -> None:
         target, observed = self._pass(ctx)
-        ctx.data["deferred"] = sorted(set(ctx.data.get("deferred", [])) | _apply(target, observed))
+        for component, obs in observed:
+            if component.diff(obs):
+                component.apply(target, obs)
 
     def poll(self, ctx: StageContext[ClusterCreatePlan]) -> Done | Wait:
         target, observed = self._pass(ctx)
         failed = [o.failed for _, o in observed if o.failed]
         if failed:
             raise Permanent("; ".join(failed))
-        deferred = set(ctx.data.get("deferred", []))
-        ready = [(c, o) for c, o in observed if c.name in deferred and c.diff(o) and not c.blocked(target)]
+        # what apply held back while the component's new IAM role propagated (its add-on or association)
+        deferred = [(c, o) for c, o in observed if isinstance(c, Addon | Manifests) and c.identity is not None
+                    and c.diff(o) and set(c.diff(o)) <= USES_ROLE]
+        held = {c.name: why for c, _ in deferred if (why := c.blocked(target))}
+        ready = [(c, o) for c, o in deferred if c.name not in held]
         if ready:  # their roles have propagated: apply what uses them now
-            ctx.data["deferred"] = sorted(deferred - {c.name for c, _ in ready} | _apply(target, ready))
+            for component, obs in ready:
+                component.apply(target, obs)
             target, observed = self._pass(ctx)
-        held = {c.name: why for c, o in observed if c.name in ctx.data.get("deferred", []) and c.diff(o)
-                and (why := c.blocked(target))}
         gone = [f"{c.name} ({', '.join(c.diff(o))})" for c, o in observed if c.diff(o) and c.name not in held]
         if gone:  # applied, then missing: someone removed it; a retry of the stage applies it again
             raise Permanent(f"components went missing after they were applied: {'; '.join(gone)}")
@@ -128,18 +142,6 @@ class DependenciesStage(CreateStage):
             _, observed = self._pass(ctx)
             states = [c.state(o).model_dump() for c, o in observed]
         return DependenciesResult(components=[ComponentState.model_validate(s) for s in states]).model_dump()
-
-
-def _apply(target: Target, observed: list[tuple[Component, Any]]) -> set[str]:
-    """Apply each component's difference; returns the components holding part of it back because the IAM role
-    they made is still propagating (the stage's poll applies the rest once it has)."""
-    held = set()
-    for component, obs in observed:
-        if component.diff(obs):
-            component.apply(target, obs)
-            if component.blocked(target):
-                held.add(component.name)
-    return held
 
 
 class DependenciesTeardown(DeleteStage):

@@ -32,6 +32,7 @@ class Target:
     aws: AwsClients
     kube: ApiClient | None = None  # None: the Kubernetes API is not reachable (the EKS cluster is gone)
     bucket: str | None = None  # the shared bucket the S3 CSI driver may mount
+    vpc_id: str = ""  # the cluster's VPC (the load balancer controller's --aws-vpc-id); "" at teardown
 
     def client(self, service: str) -> Any:
         return self.aws.client(service, self.region)

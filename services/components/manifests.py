@@ -1,7 +1,8 @@
 """A component made of Kubernetes objects shipped in this package: YAML under ``manifests/`` (written from the
-upstream charts' templates and values, see ``deploy/components.md``; ``${region}``, ``${eks_cluster}`` and
-``${hma_image}`` are filled in per cluster, ``${nvidia_types}`` and ``${neuron_types}`` with every instance type
-of those families that HyperPod's API accepts) and byte-for-byte upstream CRDs under ``crds/`` (``SOURCES.md``).
+upstream charts' templates and values, see ``deploy/components.md``; ``${region}``, ``${eks_cluster}``,
+``${vpc_id}`` and ``${hma_image}`` are filled in per cluster, ``${nvidia_types}`` and ``${neuron_types}`` with
+every instance type of those families that HyperPod's API accepts) and byte-for-byte upstream CRDs under
+``crds/`` (``SOURCES.md``).
 
 Each object is labelled as ours and carries the sha256 of what we applied (``instantstart.io/applied``), so
 observing is one GET per object and a rerun whose objects match applies nothing. Apply is server-side apply
@@ -95,7 +96,7 @@ class Manifests(Component):
 
     def objects(self, target: Target) -> list[dict[str, Any]]:
         """What this component applies for ``target``, labelled and stamped, CRDs first."""
-        values = {"region": target.region, "eks_cluster": target.eks_cluster,
+        values = {"region": target.region, "eks_cluster": target.eks_cluster, "vpc_id": target.vpc_id,
                   **{key: json.dumps(family_types(key)) for key in ACCELERATOR_FAMILIES}}
         if any("${hma_image}" in _text("manifests", f) for f in self.files):
             values["hma_image"] = hma_image(target.region)
