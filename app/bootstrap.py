@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from app.sandbox import aws_endpoint, aws_session, register_written_kubeconfigs, sandbox_enabled, stored_clusters
+from app.sandbox import aws_endpoint, aws_session, sandbox_enabled
 from services.audit import AuditLog
 from services.auth import TokenStore
 from services.aws import AwsClients
@@ -59,6 +59,7 @@ class Services:
 
     def stop(self) -> None:
         self.engine.stop()
+        self.clusters.reader.close()  # no background AWS refresh starts after this
         self.informers.stop()
         self.db.close()
 
@@ -95,10 +96,8 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     backups = Backups(db, data / "backups", engine, keep=settings.backup_keep,
                       reserve_bytes=settings.backup_reserve_bytes)
     kube = KubeClients(aws, clock, ca_dir=data / "ca")
-    if sandboxed:
-        register_written_kubeconfigs(settings, kube, stored_clusters(settings))  # serve's Sandbox writes them
     registry = ClusterRegistry(db, clock, kube)
-    registry.load()  # after the sandbox's kubeconfigs: a registered cluster is reached as EKS, as in AWS
+    registry.load()  # the only clusters the product reaches: each as an EKS source, with or without the sandbox
     informers = Informers(kube, bus, on_list=metrics.informer_listed)
     metrics.track_informers(informers.ages)
     clusters = Clusters(settings, clock, aws, registry, informers, AwsCache(clock), engine, audit, bus, kube)

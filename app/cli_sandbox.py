@@ -19,7 +19,7 @@ from app.cli_support import RestFailed, data_dir_flags, located, rest, rest_flag
 from app.runtime import Location
 
 FAULT_KINDS = ["node_unhealthy", "insufficient_capacity", "addon_degraded", "quota_exhausted", "throttle",
-               "access_denied", "deep_health_check_failed", "spot_reclaimed"]
+               "access_denied", "deep_health_check_failed", "spot_reclaimed", "eks_create_failed"]
 
 
 def _sandbox_or_refuse(where: Location) -> None:

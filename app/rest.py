@@ -583,7 +583,7 @@ def rest_patterns(services: Services, routes: list[Route] = ROUTES) -> list[tupl
     """Tornado URL patterns for every route, the OpenAPI document, events and the /api 404 catch-all."""
     check_routes(routes)
     for r in routes:  # what runs on the loop must not be able to block it
-        if r.on_loop and (r.open_world or not r.read_only or inspect.iscoroutinefunction(r.handler)):
+        if r.on_loop and (not r.read_only or inspect.iscoroutinefunction(r.handler)):
             raise Invalid(f"route {r.name} cannot run on the loop: on_loop is for synchronous memory-only reads")
     by_path: dict[str, dict[str, Route]] = {}
     for r in routes:

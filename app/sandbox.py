@@ -36,7 +36,6 @@ import botocore.session
 
 from app.secret_files import secret_file
 from services.errors import Conflict, Invalid, NotFound, ServiceError, Transient
-from services.kube import KubeClients
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -155,19 +154,13 @@ def describe(settings: Settings, clusters: list[str], *, write: bool = True) -> 
     }
 
 
-def register_written_kubeconfigs(settings: Settings, kube: KubeClients, names: list[str]) -> None:
-    """Register the kubeconfigs the running (or last) server wrote, without writing any: a CLI command or
-    a notebook must not rewrite them with its own idea of the ports."""
+def write_kubeconfigs(settings: Settings, names: list[str]) -> None:
+    """Write a kubeconfig per emulated cluster, for users' ``kubectl`` (``instantstart kubeconfig``). The
+    product itself never uses them: it reaches a cluster only once the registry knows it (imported or
+    created), as an EKS source (endpoint and CA from DescribeCluster, an STS-presigned token), exactly as
+    against AWS."""
     for name in names:
-        path = kubeconfig_path(settings, name)
-        if path.exists():
-            kube.register_kubeconfig(name, path, keep_eks=True)
-
-
-def register_clusters(settings: Settings, kube: KubeClients, names: list[str]) -> None:
-    """Write a kubeconfig per emulated cluster and register it with the client factory."""
-    for name in names:
-        kube.register_kubeconfig(name, write_kubeconfig(settings, name), keep_eks=True)
+        write_kubeconfig(settings, name)
 
 
 class Sandbox:
@@ -177,7 +170,7 @@ class Sandbox:
     clock speed and the secrets (on its stdin), and returns once its control API answers (the readiness
     probe); a child that exits first fails the start with the reason from its log
     (``<data dir>/sandbox/sandbox.log``). A worker thread then follows the child's cluster feed: a cluster
-    an EKS create (or ``sandbox seed``) makes gets its kubeconfig and client at once, and listeners
+    an EKS create (or ``sandbox seed``) makes gets its kubeconfig (for users' ``kubectl``) at once, and listeners
     (:meth:`on_clusters_changed`) hear of it; if the child dies, ``on_exit`` is told why. :meth:`stop`
     closes the child's stdin, which makes it save its state and exit.
     """
@@ -185,9 +178,8 @@ class Sandbox:
     READY_TIMEOUT = 90.0
     STOP_TIMEOUT = 20.0
 
-    def __init__(self, settings: Settings, kube: KubeClients) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.kube = kube
         self._listeners: list[Callable[[list[str]], None]] = []
         self._process: subprocess.Popen[bytes] | None = None
         self._stopping = threading.Event()
@@ -315,7 +307,7 @@ class Sandbox:
 
     def _clusters_changed(self, names: list[str], *, notify: bool = True) -> None:
         self._clusters = sorted(names)
-        register_clusters(self.settings, self.kube, self._clusters)
+        write_kubeconfigs(self.settings, self._clusters)
         if notify:
             for listener in list(self._listeners):
                 try:

@@ -312,7 +312,7 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
         routes = ROUTES
         pages = PAGES
         if sandbox_enabled(settings):
-            world = Sandbox(settings, services.kube)
+            world = Sandbox(settings)
             world.start()  # a child process; returns once it answers
             control = SandboxControl(world, services.audit, services.bus)
             routes = ROUTES + sandbox_routes(control)

@@ -90,15 +90,16 @@ def plan_html(view: CreatePlanView | None) -> str:
             f"<th>detail</th></tr>{rows}</table>")
 
 
-def progress_html(op: OperationView | None, expected: dict[str, float], now: datetime.datetime) -> str:
-    """One row per stage: status, elapsed against expected, and the stage's message (what it waits for)."""
+def progress_html(op: OperationView | None, now: datetime.datetime) -> str:
+    """One row per stage: status, elapsed against expected (the stage's own, in this world: AWS's durations,
+    the sandbox's scaled ones), and the stage's message (what it waits for)."""
     if op is None:
         return ""
     esc = html.escape
     rows = "".join(
         f"<tr class='stage-row' data-stage='{esc(s.name)}' data-status='{esc(s.status)}'><td>{esc(s.name)}</td>"
         f"<td>{esc(s.status)}</td><td>{_minutes(_seconds_between(s.started_at, s.finished_at, now))}"
-        f" / {_minutes(expected.get(s.name))}</td><td>{esc(s.message)}</td></tr>" for s in op.stages)
+        f" / {_minutes(s.expected_seconds)}</td><td>{esc(s.message)}</td></tr>" for s in op.stages)
     error = f"<p class='op-error'>{esc(str((op.error or {}).get('message', '')))}</p>" if op.error else ""
     return (f"<h4>{esc(op.kind)} <code>{esc(op.id)}</code>: <span class='op-status'>{esc(op.status.value)}"
             f"</span></h4>{error}<table class='create-stages'><tr><th>stage</th><th>status</th>"
@@ -122,7 +123,6 @@ class CreateState(param.Parameterized):
     plan = param.ClassSelector(class_=CreatePlanView, default=None, allow_None=True,
                                doc="the plan of exactly the current decisions (None once one changes)")
     operation = param.ClassSelector(class_=OperationView, default=None, allow_None=True)
-    expected = param.Dict(default={}, doc="expected seconds per stage, from the plan")
     target = param.String(default="", doc="the cluster a Delete would remove (the list's selection)")
     confirm = param.String(default="", doc="the cluster's name typed again")
     message = param.String(default="")
@@ -197,7 +197,6 @@ class CreateState(param.Parameterized):
         view = await self._run("Plan", lambda: self.service.plan_cluster(self._current_principal(), self.request()))
         if isinstance(view, CreatePlanView):
             self.plan = view
-            self.expected = dict(view.expected_seconds)
 
     async def create(self) -> None:
         if self.plan is None:
@@ -309,7 +308,7 @@ class ClusterCreatePane(pn.viewable.Viewer):
             self._render(op)
 
     def _render(self, op: OperationView | None) -> None:
-        self.progress.object = progress_html(op, self.state.expected, datetime.datetime.now(datetime.UTC))
+        self.progress.object = progress_html(op, datetime.datetime.now(datetime.UTC))
         self.retry_button.visible = op is not None and op.status == Status.FAILED
 
     def _on_plan(self, event: param.parameterized.Event) -> None:

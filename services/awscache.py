@@ -57,6 +57,17 @@ class AwsCache:
             return entry, now
         return None, now
 
+    def peek(self, key: tuple[str, ...]) -> tuple[Callable[[], Any], bool] | None:
+        """The entry however old it is, for stale-while-revalidate readers: ``(answer, stale)`` where
+        ``answer()`` returns the value (or raises the cached failure); None when there is none (never read,
+        or invalidated by an operation). Never loads."""
+        with self._lock:
+            entry = self._entries.get(key)
+        if entry is None:
+            return None
+        now = self.clock.now()
+        return (lambda: entry.answer(now)[0]), now - entry.at >= entry.ttl
+
     def get(self, key: tuple[str, ...], load: Callable[[], Any], *, refresh: bool = False) -> tuple[Any, float]:
         """``(value, age in seconds)``: cached while younger than the TTL, else ``load()`` (key[0:2] is
         (service, operation), the rest names the resource). A cached failure is raised again."""

@@ -122,13 +122,10 @@ class KubeClients:
         self._cache: dict[str, _Cached] = {}
         self._lock = threading.Lock()
 
-    def register_kubeconfig(self, cluster: str, path: Path, context: str | None = None, *,
-                            keep_eks: bool = False) -> None:
-        """``keep_eks``: leave a cluster registered as EKS (the registry's) as it is: the sandbox's own
-        kubeconfigs never replace how an imported cluster is reached."""
+    def register_kubeconfig(self, cluster: str, path: Path, context: str | None = None) -> None:
+        """Reach ``cluster`` through a kubeconfig file (tests and notebooks; the product's clusters are EKS
+        sources from the registry)."""
         with self._lock:
-            if keep_eks and isinstance(self._sources.get(cluster), EksSource):
-                return
             self._sources[cluster] = KubeconfigSource(Path(path), context)
             old = self._cache.pop(cluster, None)
         if old is not None:

@@ -139,7 +139,7 @@ class Stepper:
             return polled
         assert isinstance(polled, Done)
         save(op_id, idx, ctx.data, status=StageStatus.SUCCEEDED, phase=Phase.DONE,
-             result=checked_result(stage, stage.result(ctx)), message="done")
+             result=checked_result(stage, stage.result(ctx)), message=polled.message or "done")
         return None
 
     def _back_off(self, op_id: str, kind: OperationKind[Any], stage: Stage[Any], srow: Any, ctx: StageContext[Any],

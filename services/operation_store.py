@@ -21,6 +21,7 @@ from services.dedupe import conflicting_operation
 from services.errors import Conflict, Invalid, NotFound, ServiceError
 from services.events import Event, EventBus
 from services.metrics import Metrics
+from services.operation_index import FINAL, OperationIndex
 from services.operation_views import (
     ACTIVE,
     STATUS_TOOL,
@@ -53,6 +54,12 @@ class OperationStore:
         self.metrics = metrics
         self.kinds = kinds  # the engine's registry, read for each view (read-only stages, deadlines)
         self.pace = 1.0
+        self.index = OperationIndex(lambda statuses, size: self.list(OperationQuery(status=sorted(statuses),
+                                                                                     limit=size)))
+        changeable = self.db.query(
+            f"SELECT id, status FROM operations WHERE status NOT IN ({','.join('?' * len(FINAL))})",
+            [s.value for s in FINAL])
+        self.index.rebuild(self._sql_counts(), ((r["id"], Status(r["status"])) for r in changeable))
 
     # ----- writes at submission --------------------------------------------------------------------
 
@@ -79,6 +86,7 @@ class OperationStore:
             (op_id, kind.name, target, Status.PENDING.value, dumps(normalized), fingerprint, scoped_key,
              principal.name, principal.role.value, principal.face, principal.client, now, now, now,
              dumps(conditions)))
+        self.index.inserted(op_id)
         for idx, name in enumerate(stage_names):
             conn.execute("INSERT INTO stages(operation_id, idx, name, status, phase) VALUES (?,?,?,?,?)",
                          (op_id, idx, name, StageStatus.PENDING.value, Phase.OBSERVE.value))
@@ -133,6 +141,10 @@ class OperationStore:
         return [self.view(r, by_op.get(r["id"], [])) for r in rows]
 
     def counts(self) -> dict[str, int]:
+        """Operations per status, from memory (:mod:`services.operation_index`)."""
+        return self.index.counts()
+
+    def _sql_counts(self) -> dict[str, int]:
         rows = self.db.query("SELECT status, COUNT(*) AS n FROM operations GROUP BY status")
         return {r["status"]: r["n"] for r in rows}
 
@@ -149,10 +161,12 @@ class OperationStore:
         for s in stages:
             stage = declared.get(s["name"])
             deadline = stage.deadline * self.pace if stage is not None and stage.deadline is not None else None
+            expected = stage.expected_seconds * self.pace if stage is not None and stage.expected_seconds else None
             views.append(StageView(
                 name=s["name"], status=StageStatus(s["status"]), phase=Phase(s["phase"]), attempts=s["attempts"],
                 acted=bool(s["acted"]), read_only=stage.read_only if stage is not None else False,
                 retries=s["retries"], backoff_seconds=round(s["backoff"], 3), deadline_seconds=deadline,
+                expected_seconds=round(expected, 3) if expected is not None else None,
                 started_at=iso(s["started_at"]), finished_at=iso(s["finished_at"]), message=s["message"],
                 result=loads(s["result"])))
         return OperationView(
@@ -297,7 +311,7 @@ class OperationStore:
                           detail=detail, conn=conn)
 
     def publish(self, op_id: str) -> None:
-        view = self.get(op_id).model_dump(mode="json")
+        view = self.index.apply(lambda: self.get(op_id)).model_dump(mode="json")
         parts = str(view["target"]).split("/")
         cluster = {"cluster": parts[1]} if len(parts) > 1 and parts[0] == "cluster" else {}
         self.bus.publish(Event("operation", "updated", {**view, **cluster}))  # a cluster's subscribers find it

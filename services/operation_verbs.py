@@ -14,7 +14,7 @@ from services import __version__
 from services.auth import Principal, Role
 from services.clusters import Clusters
 from services.kube import KubeClients
-from services.operation_views import OperationQuery, OperationView, Status
+from services.operation_views import OperationQuery, OperationView
 from services.operations import Engine
 from services.status import StatusSummary
 from services.verbs import verb
@@ -64,12 +64,13 @@ class Operations:
     def summary(self, principal: Principal, wait: float = 0) -> StatusSummary:
         """What the control plane is doing: counts, active operations, recent failures, and the clusters with
         their node health from the caches; ``wait``: how long a cluster not yet read may take (the server
-        never waits, a one-off CLI read does)."""
+        never waits, a one-off CLI read does). With ``wait=0`` it reads memory only (the engine's index,
+        the registry, the caches), so the REST face answers it on the event loop."""
         return StatusSummary(
             version=__version__,
             operations=self._engine.counts(),
-            active=self._engine.list(OperationQuery(active=True, limit=20)),
-            recent_failures=self._engine.list(OperationQuery(status=[Status.FAILED], limit=5)),
+            active=self._engine.active(),
+            recent_failures=self._engine.recent_failures(),
             clusters=self._kube.clusters(),
             registered=self._clusters.list_clusters(principal, wait=wait),
         )

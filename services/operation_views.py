@@ -118,6 +118,8 @@ class StageView(ResponseModel):
     retries: int = Field(0, description="transient failures (throttling, 5xx, timeouts) the engine retried")
     backoff_seconds: float = Field(0.0, description="time spent backing off before those retries")
     deadline_seconds: float | None = Field(None, description="how long the stage may take before it fails")
+    expected_seconds: float | None = Field(None, description="how long the stage usually takes (in this world: "
+                                                             "AWS's durations, scaled in the sandbox)")
     read_only: bool = Field(False, description="a check: it looks and reports, never changes anything")
     started_at: str | None = None
     finished_at: str | None = None

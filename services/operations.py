@@ -27,6 +27,7 @@ from services.errors import Conflict, Invalid
 from services.events import EventBus
 from services.metrics import Metrics
 from services.models import RequestModel
+from services.operation_index import ACTIVE_SHOWN, FAILURES_SHOWN
 from services.operation_runner import DataDirLocked, Runner, lock_data_dir
 from services.operation_stepper import Backoff, Stepper
 from services.operation_store import OperationStore
@@ -109,6 +110,7 @@ class Engine:
         if len(set(names)) != len(names):
             raise ValueError(f"operation kind {kind.name!r} has duplicate stage names {names}")
         self.kinds[kind.name] = kind
+        self.store.index.reload()  # views of its operations read before now lacked its stages' flags
 
     def submit(self, kind_name: str, request: RequestModel, principal: Principal,
                idempotency_key: str | None = None) -> tuple[OperationView, bool]:
@@ -177,7 +179,16 @@ class Engine:
         return self.store.list(query)
 
     def counts(self) -> dict[str, int]:
+        """Operations per status, from memory."""
         return self.store.counts()
+
+    def active(self, limit: int = ACTIVE_SHOWN) -> builtins.list[OperationView]:
+        """The newest active operations, from memory (at most :data:`ACTIVE_SHOWN`)."""
+        return self.store.index.active(limit)
+
+    def recent_failures(self, limit: int = FAILURES_SHOWN) -> builtins.list[OperationView]:
+        """The newest failed operations, from memory (at most :data:`FAILURES_SHOWN`)."""
+        return self.store.index.recent_failures(limit)
 
     # ----- control: retry and cancel -----------------------------------------------------------------
 

@@ -38,7 +38,7 @@ class SandboxWorld(Protocol):
 
 
 FaultKind = Literal["node_unhealthy", "insufficient_capacity", "addon_degraded", "quota_exhausted", "throttle",
-                    "access_denied", "deep_health_check_failed", "spot_reclaimed"]
+                    "access_denied", "deep_health_check_failed", "spot_reclaimed", "eks_create_failed"]
 
 
 class NodeUnhealthyTarget(RequestModel):
@@ -71,6 +71,10 @@ class AddonDegradedTarget(RequestModel):
     addon: str = Field(..., min_length=1, description="EKS add-on name")
 
 
+class EksCreateFailedTarget(RequestModel):
+    cluster: str = Field(..., min_length=1, description="EKS cluster name: its next creation ends FAILED")
+
+
 class QuotaExhaustedTarget(RequestModel):
     instance_type: str = Field(..., min_length=1, description="e.g. ml.p5.48xlarge")
 
@@ -92,7 +96,8 @@ class AccessDeniedTarget(RequestModel):
 
 
 FaultTarget = (NodeUnhealthyTarget | InsufficientCapacityTarget | AddonDegradedTarget | QuotaExhaustedTarget
-               | ThrottleTarget | AccessDeniedTarget | DeepHealthCheckFailedTarget | SpotReclaimedTarget)
+               | ThrottleTarget | AccessDeniedTarget | DeepHealthCheckFailedTarget | SpotReclaimedTarget
+               | EksCreateFailedTarget)
 TARGET_MODELS: dict[str, type[RequestModel]] = {
     "node_unhealthy": NodeUnhealthyTarget,
     "insufficient_capacity": InsufficientCapacityTarget,
@@ -102,6 +107,7 @@ TARGET_MODELS: dict[str, type[RequestModel]] = {
     "access_denied": AccessDeniedTarget,
     "deep_health_check_failed": DeepHealthCheckFailedTarget,
     "spot_reclaimed": SpotReclaimedTarget,
+    "eks_create_failed": EksCreateFailedTarget,
 }
 # per kind: (target keys required, target keys allowed), from the models above
 FAULT_TARGETS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
@@ -130,7 +136,8 @@ class FaultInject(RequestModel):
                             "(service, action): the call fails at once with AWS's 403 naming the action; "
                             "deep_health_check_failed (cluster, optional node, check): the checks fail, the node is "
                             "replaced; spot_reclaimed (cluster, optional node, instance_group): EC2 takes a Spot "
-                            "node back and HyperPod launches another")
+                            "node back and HyperPod launches another; eks_create_failed (cluster = EKS name): its "
+                            "creation ends FAILED with a health issue")
     target: FaultTarget = Field(..., description="what the fault applies to: the keys of the kind's target model")
     count: int | None = Field(None, ge=1, le=10_000,
                               description="throttle, access_denied: how many calls fail (default: until cleared); "

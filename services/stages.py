@@ -36,7 +36,10 @@ class Observed(Enum):
 
 @dataclass(frozen=True)
 class Done:
-    """The stage is finished (its output is :meth:`Stage.result`)."""
+    """The stage is finished (its output is :meth:`Stage.result`); ``message``, if given, says how (the
+    stage's message; else "done"), e.g. what it found and left alone."""
+
+    message: str = ""
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,9 @@ class Stage(abc.ABC, Generic[R]):
     #: the wait is on this machine's own work (a watch listing), not on the world's clock: the deadline is
     #: real seconds, never scaled by the pace (a sandbox at 40x lists a cluster no faster)
     real_time_deadline: bool = False
+    #: how long the stage usually takes in the world it acts on (AWS's real durations), seconds; shown next to
+    #: its elapsed time, scaled by the engine's pace like its waits (so the sandbox shows its own). None: unknown
+    expected_seconds: float | None = None
 
     @abc.abstractmethod
     def observe(self, ctx: StageContext[R]) -> Observed: ...

@@ -14,7 +14,6 @@ from typing import Any
 
 from app.bootstrap import Services, build_services
 from app.sandbox import Sandbox, aws_session
-from services.kube import KubeClients
 from services.settings import Settings
 from tests.support import ROOT, LiveServer, free_port, start_server, wait_until
 
@@ -29,9 +28,9 @@ def sandbox_settings(data_dir: Path, speed: float = FAST) -> Settings:
                     sandbox_speed=speed)
 
 
-def start_sandbox(settings: Settings, kube: KubeClients) -> Sandbox:
+def start_sandbox(settings: Settings) -> Sandbox:
     """The sandbox child process, started and answering (stop it with ``.stop()``)."""
-    sandbox = Sandbox(settings, kube)
+    sandbox = Sandbox(settings)
     sandbox.start()
     return sandbox
 

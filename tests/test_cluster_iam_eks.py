@@ -3,6 +3,7 @@ sandbox server: what AWS saw (the call ledger), what exists afterwards, and that
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,14 +15,18 @@ from kubernetes import client as k8s
 
 from services.clusters.create_base import ClusterDeletePlan, cluster_tags, tag_list
 from services.clusters.create_models import NetworkResult
-from services.clusters.eks_stage import ADMIN_POLICY, EksStage, EksTeardown
-from services.clusters.iam_stage import INLINE_POLICY, IamStage, IamTeardown
+from services.clusters.eks_stage import EksStage, EksTeardown, admin_policy_arn
+from services.clusters.iam_stage import INLINE_POLICY, IamStage, IamTeardown, execution_policy
 from services.clusters.models import Ownership
+from services.stages import Observed, StageContext, Wait
+from tests.conftest import ADMIN
 from tests.create_support import Given, SandboxProduct, make_plan, run_stages, sandbox_product
 from tests.ledger import CallLedger
 from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
+
+ADMIN_POLICY = admin_policy_arn("us-west-2")
 
 
 @pytest.fixture(scope="module")
@@ -282,6 +287,8 @@ def test_teardown_removes_eks_provider_and_roles_and_keeps_the_bucket(product: S
 
 def test_an_eks_cluster_of_that_name_that_is_not_ours_is_neither_adopted_nor_deleted(
         product: SandboxProduct, ledger: CallLedger, alpha: dict[str, Any]) -> None:
+    """A create refused because the EKS name is taken still made its roles; the delete of that create leaves
+    the other cluster alone, says so, and goes on to delete the roles it made."""
     made = network(product, "zeta")
     given = Given("network", made.model_dump())
     subnets = made.private_subnets
@@ -290,17 +297,97 @@ def test_an_eks_cluster_of_that_name_that_is_not_ours_is_neither_adopted_nor_del
     eks.create_cluster(name="zeta", roleArn=role, resourcesVpcConfig={"subnetIds": subnets},
                        tags={"owner": "someone-else"})
     deps = product.deps()
-    iam_given = Given("iam", alpha["view"].stages[1].result or {})
     mark = ledger.mark()
-    view = run_stages(product.services, [given, iam_given, EksStage(deps)], make_plan("zeta"))
+    view = run_stages(product.services, [given, IamStage(deps), EksStage(deps)], make_plan("zeta"))
     assert view.status == "failed" and view.error is not None and view.error["code"] == "permanent"
     assert "EKS cluster named zeta" in view.error["message"]
+    assert ledger.succeeded("eks", "CreateCluster", since=mark) == []
     delete = ClusterDeletePlan(name="zeta", region="us-west-2", account="123456789012", eks_cluster="zeta",
                                bucket=alpha["plan"].bucket, requested_by="tester")
-    refused = run_stages(product.services, [EksTeardown(deps)], delete)
-    assert refused.status == "failed" and refused.error is not None and "zeta" in refused.error["message"]
-    ledger.assert_no_writes(since=mark)
+    mark = ledger.mark()
+    gone = run_stages(product.services, [EksTeardown(deps), IamTeardown(deps)], delete)
+    assert gone.status == "succeeded", failure(gone)
+    assert "not this cluster's" in gone.stages[0].message and "zeta" in gone.stages[0].message
+    assert sorted(gone.stages[1].result["deleted_roles"]) == ["zeta-eks-cluster-role", "zeta-hyperpod-exec-role"]
+    assert [w["operation"] for w in ledger.writes(since=mark) if w["service"] == "eks"] == []
+    assert ledger.succeeded("iam", "DeleteRole", since=mark) != []
     assert eks.describe_cluster(name="zeta")["cluster"]["tags"] == {"owner": "someone-else"}
+
+
+def test_the_iam_teardown_names_a_role_of_our_name_without_our_tags_and_leaves_it(
+        product: SandboxProduct, ledger: CallLedger) -> None:
+    iam = product.client("iam")
+    trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+                                                     "Principal": {"Service": "sagemaker.amazonaws.com"}}]}
+    iam.create_role(RoleName="kappa-hyperpod-exec-role", AssumeRolePolicyDocument=json.dumps(trust),
+                    Tags=[{"Key": "owner", "Value": "someone-else"}])
+    delete = ClusterDeletePlan(name="kappa", region="us-west-2", account="123456789012", eks_cluster="kappa",
+                               bucket="instantstart-shared-123456789012-us-west-2", requested_by="tester")
+    mark = ledger.mark()
+    view = run_stages(product.services, [IamTeardown(product.deps())], delete)
+    assert view.status == "succeeded", failure(view)
+    assert "kappa-hyperpod-exec-role" in view.stages[0].message and "left untouched" in view.stages[0].message
+    ledger.assert_no_writes(since=mark)
+    assert iam.get_role(RoleName="kappa-hyperpod-exec-role")["Role"]["Tags"] == [{"Key": "owner",
+                                                                                  "Value": "someone-else"}]
+
+
+def test_a_crash_after_create_role_still_waits_for_iam_to_propagate(product: SandboxProduct) -> None:
+    """The engine saves ``ctx.data`` after observe and before act, and again after act: a crash in act (after
+    CreateRole) resumes with what observe saved. That resumed observation must still owe the wait."""
+    plan = make_plan("lambda")
+    stage = IamStage(product.deps())
+
+    def context(data: dict[str, Any]) -> StageContext[Any]:
+        return StageContext(operation_id="op-crash", kind="test", target="test/crash", request=plan, data=data,
+                            results={}, clock=product.services.clock, attempt=0)
+
+    first = context({})
+    assert stage.observe(first) is Observed.ABSENT
+    saved_before_act = copy.deepcopy(first.data)
+    stage.act(first)  # the roles exist now; the process dies before act's data is saved
+    resumed = context(copy.deepcopy(saved_before_act))
+    assert stage.observe(resumed) is Observed.IN_PROGRESS
+    waited = stage.poll(resumed)
+    assert isinstance(waited, Wait) and "propagate" in waited.message
+    assert not isinstance(stage.poll(resumed), Wait)
+    assert stage.observe(context({})) is Observed.DONE  # a later operation has nothing to wait for
+
+
+def test_arns_follow_the_partition_of_the_region() -> None:
+    assert admin_policy_arn("cn-north-1") == "arn:aws-cn:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+    assert admin_policy_arn("us-gov-west-1").startswith("arn:aws-us-gov:eks::aws:")
+    assert ADMIN_POLICY == "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+    china = execution_policy(make_plan("mu", region="cn-northwest-1"))
+    resources = [r for st in china["Statement"] for r in _list(st["Resource"]) if r != "*"]
+    assert resources and all(r.startswith("arn:aws-cn:") for r in resources)
+
+
+def test_a_failed_eks_cluster_is_deleted_and_created_again_on_retry(product: SandboxProduct, ledger: CallLedger,
+                                                                    alpha: dict[str, Any]) -> None:
+    injected = product.live.post("/api/v1/sandbox/faults", {"kind": "eks_create_failed", "count": 1,
+                                                             "target": {"cluster": "theta"}})
+    assert injected.status_code == 201, injected.text
+    mark = ledger.mark()
+    _, view = create(product, "theta")
+    assert view.status == "failed" and view.error is not None and view.error["code"] == "permanent", view
+    assert "FAILED" in view.error["message"] and "Ec2SubnetNotFound" in view.error["message"]
+    assert "retry" in view.error["message"]
+    eks = product.client("eks")
+    assert eks.describe_cluster(name="theta")["cluster"]["status"] == "FAILED"
+    engine = product.services.engine
+    engine.retry(view.id, ADMIN)
+    done = wait_until(lambda: (v := engine.get(view.id)).status in ("succeeded", "failed") and v, 180,
+                      "the retried create terminal")
+    assert done.status == "succeeded", failure(done)
+    assert ledger.once("eks", "DeleteCluster", since=mark)["target"] == "theta"
+    tokens = [c["request"]["clientRequestToken"] for c in ledger.succeeded("eks", "CreateCluster", since=mark)]
+    assert len(tokens) == 2 and tokens[0] != tokens[1]
+    cluster = eks.describe_cluster(name="theta")["cluster"]
+    assert cluster["status"] == "ACTIVE"
+    result = done.stages[2].result
+    assert result["eks_arn"] == cluster["arn"] and "Ec2SubnetNotFound" in result["replaced_failure"]
+    assert product.services.clusters.registry.get("theta").eks_arn == cluster["arn"]
 
 
 def test_teardown_finds_the_provider_by_its_tags_when_the_cluster_went_first(product: SandboxProduct,

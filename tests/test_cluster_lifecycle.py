@@ -79,6 +79,8 @@ def test_create_verify_delete_through_rest(live: tuple[LiveServer, int], tmp_pat
     assert view["status"] == "succeeded", json.dumps(view["error"] or view["stages"], indent=1)[:4000]
     assert [s["name"] for s in view["stages"]] == ["network", "iam", "eks", "dependencies", "hyperpod", "storage",
                                                    "verify"]
+    expected = {s["name"]: s["expected_seconds"] for s in view["stages"]}
+    assert expected["eks"] == planned["expected_seconds"]["eks"] / 200, "the sandbox's own duration: AWS's, scaled"
 
     detail = server.get(f"/api/v1/clusters/{NAME}").json()
     assert detail["ownership"] == "managed" and detail["nodes"] == 2, detail

@@ -159,14 +159,3 @@ def test_an_informer_resumes_and_lists_again_when_its_version_is_gone(tmp_path: 
     finally:
         informers.stop()
         server.stop()
-
-
-def test_a_sandbox_kubeconfig_never_replaces_a_registered_cluster(tmp_path: Path) -> None:
-    kube = KubeClients(AwsClients("us-west-2"), Clock(), ca_dir=tmp_path / "ca")
-    path = tmp_path / "c.yaml"
-    path.write_text(kubeconfig_yaml("c", "http://127.0.0.1:1", "t"))
-    kube.register_eks("c")  # the registry's
-    kube.register_kubeconfig("c", path, keep_eks=True)  # the sandbox announcing its clusters
-    assert kube.source_kind("c") == "eks"
-    kube.register_kubeconfig("other", path, keep_eks=True)
-    assert kube.source_kind("other") == "kubeconfig"

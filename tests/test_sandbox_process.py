@@ -224,7 +224,7 @@ def test_what_the_sandbox_answered_survives_a_sigkill_of_the_sandbox_itself(tmp_
 
     services = build_services(Settings(data_dir=tmp_path / "product", sandbox=True))
     settings = sandbox_settings(tmp_path / "data")
-    sandbox = start_sandbox(settings, services.kube)
+    sandbox = start_sandbox(settings)
     try:
         eks_cluster(settings, "durable")
         kube_api(settings, "durable").create_namespaced_config_map(
@@ -239,7 +239,7 @@ def test_what_the_sandbox_answered_survives_a_sigkill_of_the_sandbox_itself(tmp_
     written = [e for e in CallLedger(settings.data_dir).calls() if e["write"]]
     assert [e.get("operation") or e.get("verb") for e in written][-3:] == ["create", "CreateVpc", "TagResource"]
 
-    again = start_sandbox(settings, services.kube)
+    again = start_sandbox(settings)
     try:
         assert kube_api(settings, "durable").read_namespaced_config_map("answered", "default").data == {"a": "1"}
         assert client(settings, "ec2").describe_vpcs(VpcIds=[vpc])["Vpcs"][0]["CidrBlock"] == "10.99.0.0/16"

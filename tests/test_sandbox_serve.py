@@ -49,7 +49,7 @@ def test_kubeconfig_kubectl_and_restart(tmp_path: Path) -> None:
         made = kubectl(tmp_path / "kc.yaml", tmp_path / "cache", "create", "configmap", "kept",
                        "--from-literal=a=1")
         assert made.returncode == 0, made.stderr
-        assert live.get("/api/v1/status").json()["clusters"] == ["demo"]
+        assert live.get("/api/v1/status").json()["clusters"] == [], "seeded, not imported: not ours"
         missing = subprocess.run([sys.executable, "-m", "app.cli", "kubeconfig", "nope", "--data-dir", str(data)],
                                  cwd=ROOT, capture_output=True, text=True, timeout=60,
                                  env={**os.environ, **env})

@@ -55,7 +55,7 @@ def throwaway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Throwaway]:
     data = tmp_path_factory.mktemp("schemathesis") / "data"
     settings = Settings(data_dir=data, workers=1, sandbox_kube_port=free_port(), sandbox_aws_port=free_port())
     services = build_services(settings)  # engine not started: operations stay pending
-    world = Sandbox(settings, services.kube)
+    world = Sandbox(settings)
     world.start()
     routes = ROUTES + sandbox_routes(SandboxControl(world, services.audit, services.bus))
     admin = services.tokens.bootstrap_admin()

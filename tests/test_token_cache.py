@@ -80,13 +80,16 @@ def test_only_memory_only_routes_run_on_the_loop(tmp_path: Path) -> None:
         def handler(call: object) -> Reply:
             return Reply({})
 
-        for bad in (Route("GET", "/api/v1/x", "x_get", "x", Role.VIEWER, handler, on_loop=True, open_world=True),
+        async def coroutine(call: object) -> Reply:
+            return Reply({})
+
+        for bad in (Route("GET", "/api/v1/x", "x_get", "x", Role.VIEWER, coroutine, on_loop=True),
                     Route("POST", "/api/v1/x", "x_make", "x", Role.OPERATOR, handler, on_loop=True,
                           read_only=False)):
             with pytest.raises(Invalid, match="cannot run on the loop"):
                 rest_patterns(services, [bad])
         assert rest_patterns(services, [Route("GET", "/api/v1/x", "x_get", "x", Role.VIEWER, handler,
-                                              on_loop=True)])
+                                              on_loop=True, open_world=True)]), "served from caches of AWS"
     finally:
         services.db.close()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from typing import Any
 
 from pydantic import Field
@@ -40,9 +42,17 @@ def _list(call: Call) -> Reply:
     return Reply(call.services.clusters.list_clusters(call.principal, refresh=call.query.refresh))
 
 
-def _get(call: Call) -> Reply:
-    return Reply(call.services.clusters.describe_cluster(call.principal, call.path["cluster"],
-                                                         refresh=call.query.refresh, page=call.query))
+async def _get(call: Call) -> Reply:
+    """On the loop from memory (wait=0: the registry, the AWS cache even when stale, the informers); a
+    ``refresh``, or a part not read yet (a first read), is read in a worker, which may wait for it."""
+    clusters, name = call.services.clusters, call.path["cluster"]
+    if not call.query.refresh:
+        detail = clusters.describe_cluster(call.principal, name, wait=0, page=call.query)
+        if not detail.loading:
+            return Reply(detail)
+    return Reply(await asyncio.get_running_loop().run_in_executor(
+        None, functools.partial(clusters.describe_cluster, call.principal, name, refresh=call.query.refresh,
+                                page=call.query)))
 
 
 def _options(call: Call) -> Reply:

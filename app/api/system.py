@@ -28,7 +28,7 @@ def _whoami(call: Call) -> Reply:
 
 
 def _status(call: Call) -> Reply:
-    return Reply(call.services.operations.summary(call.principal))  # never waits on a cluster
+    return Reply(call.services.operations.summary(call.principal))  # memory only: never waits on a cluster
 
 
 def _metrics(call: Call) -> Reply:
@@ -44,7 +44,7 @@ ROUTES: list[Route] = [
           response=Whoami, on_loop=True,
           description="The caller's token name and role, and which roles' routes it may call."),
     Route("GET", "/api/v1/status", "status_get", "Summary of what the control plane is doing",
-          role_of(Operations.summary), _status, response=StatusSummary, open_world=True,
+          role_of(Operations.summary), _status, response=StatusSummary, open_world=True, on_loop=True,
           description="Operation counts by status, active operations with their current stage, recent "
                       "failures and known clusters. A cheap first call to orient."),
     Route("GET", "/metrics", "metrics", "Prometheus metrics", role_of(Operations.metrics_text), _metrics,

@@ -108,6 +108,7 @@ FAULT_KINDS = frozenset({
     "spot_reclaimed",  # target: cluster (HyperPod name), node, instance_group (optional): EC2 takes a Spot node
     "insufficient_capacity",  # target: instance_type, availability_zone (optional)
     "addon_degraded",  # target: cluster (EKS name), addon
+    "eks_create_failed",  # target: cluster (EKS name): a CreateCluster ends FAILED (a health issue says why)
     "quota_exhausted",  # target: instance_type
     "throttle",  # target: service, operation (optional); remaining: number of calls to throttle
     "access_denied",  # target: service, action (an API operation); the call fails at once with a 403

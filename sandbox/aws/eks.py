@@ -7,7 +7,8 @@ simulator owns the whole EKS cluster API. A cluster is ``CREATING`` for ~10 simu
 ``ACTIVE`` with ``endpoint = <kube_base_url>/k8s/clusters/<name>`` (a new emulator cluster), a PEM CA and an
 OIDC issuer; ``DELETING`` takes ~5 minutes and removes the emulator cluster. An add-on that becomes
 ``ACTIVE`` installs its CRDs (``sandbox.kube.components``), namespace and controller Deployment in the
-emulator; an ``addon_degraded`` fault makes it ``DEGRADED`` (or ``CREATE_FAILED`` while creating). Errors
+emulator; an ``addon_degraded`` fault makes it ``DEGRADED`` (or ``CREATE_FAILED`` while creating); an
+``eks_create_failed`` fault ends a cluster's creation ``FAILED`` with an ``Ec2SubnetNotFound`` health issue. Errors
 use EKS's codes and wording. The add-on catalog and installation live in ``eks_addons.py``; access
 entries, access policies and pod identity associations in ``eks_access.py``; what EKS checks about the IAM
 roles, subnets, security groups and principals a request names (read from moto through ``facts``) in
@@ -57,6 +58,7 @@ ADDON_SECONDS = 60.0
 UPDATE_SECONDS = 120.0
 DEFAULT_VERSION = "1.33"
 PLATFORM = "eks.9"
+CREATE_FAILED_MESSAGE = "One or more subnets could not be found while the control plane was created."
 
 
 class EksSimulator(AccessOperations):
@@ -125,6 +127,11 @@ class EksSimulator(AccessOperations):
         kind, _, item = key.partition(":")
         cluster = rec["cluster"]
         if kind == "cluster" and cluster["status"] == "CREATING":
+            if self.faults.take("eks_create_failed", cluster=name) is not None:
+                cluster["status"] = "FAILED"
+                cluster["health"] = {"issues": [{"code": "Ec2SubnetNotFound", "message": CREATE_FAILED_MESSAGE,
+                                                 "resourceIds": list(cluster["resourcesVpcConfig"]["subnetIds"])}]}
+                return
             self._activate(name, cluster)
         elif kind == "cluster" and cluster["status"] == "DELETING":
             del self._clusters[name]

@@ -144,7 +144,7 @@ class Clusters:
     def plan_cluster(self, principal: Principal, request: ClusterCreate) -> CreatePlanView:
         """The dry run of ``create_cluster``: the same precheck, then every resource it would make; nothing
         is made and no operation is recorded."""
-        plan, warnings = self.planner.plan(request, principal.name, RESERVED_NAMES)
+        plan, warnings = self.planner.plan(request, principal.name, RESERVED_NAMES, fresh=False)
         return CreatePlanView(plan=plan, resources=planned_resources(self._create_stages, plan),
                               stages=[s.name for s in self._create_stages],
                               expected_seconds={s.name: s.expected_seconds for s in self._create_stages},
@@ -173,7 +173,7 @@ class Clusters:
         record = self.registry.find(name)
         if record is not None and record.ownership is not Ownership.MANAGED:
             raise Conflict(f"{name} was imported: this control plane never deletes it. Forget its registration "
-                           "instead (DELETE /api/v1/clusters/{cluster}/registration)", details={"cluster": name})
+                           f"instead (DELETE /api/v1/clusters/{name}/registration)", details={"cluster": name})
         created = self._engine.list(OperationQuery(kind=CREATE_KIND, target=cluster_target(name), limit=1))
         if not created and record is None:
             raise NotFound(f"no cluster named {name!r} was created here; known: "

@@ -81,14 +81,15 @@ class CreatePlanner:
         self.registry = registry
         self.settings = settings
 
-    def plan(self, request: ClusterCreate, requested_by: str, reserved: frozenset[str]) -> tuple[
-            ClusterCreatePlan, list[str]]:
-        """The plan and its warnings, or Invalid/Conflict before anything is written anywhere."""
+    def plan(self, request: ClusterCreate, requested_by: str, reserved: frozenset[str], *, fresh: bool = True
+             ) -> tuple[ClusterCreatePlan, list[str]]:
+        """The plan and its warnings, or Invalid/Conflict before anything is written anywhere. ``fresh``: decide
+        on facts read now (a create); a dry run may use the options cache of the create form (15 s)."""
         self._check_request(request, reserved)
         names = check_name(request.name)
         admins = self._check_principals(request.admin_principals)
         region = request.region or self.settings.region
-        facts = self.options.read(OptionsQuery(region=region, refresh=True))  # a create decides on fresh facts
+        facts = self.options.read(OptionsQuery(region=region, refresh=fresh))
         self._check_names_free(request.name, facts)
         zone = next((z for z in facts.zones if request.zone in (z.name, z.zone_id)), None)
         if zone is None:

@@ -60,8 +60,7 @@ class CreateStage(Stage[ClusterCreatePlan]):
     """A stage of ``cluster.create``: besides observe/act/poll it lists what it will make (the dry-run plan)
     and says how long it takes in AWS (shown while it runs)."""
 
-    #: AWS's real duration of this stage, seconds (the sandbox's own is this times its clock's pace)
-    expected_seconds: float = 60.0
+    expected_seconds: float | None = 60.0  # AWS's real duration of this stage (services/stages.py)
 
     def __init__(self, deps: StageDeps) -> None:
         self.deps = deps
@@ -76,7 +75,7 @@ class DeleteStage(Stage[ClusterDeletePlan]):
     dependency order, waits until it is gone. Imported and foreign resources (no managed-by tag) are never
     touched; the shared bucket is never deleted."""
 
-    expected_seconds: float = 60.0
+    expected_seconds: float | None = 60.0
 
     def __init__(self, deps: StageDeps) -> None:
         self.deps = deps

@@ -176,6 +176,8 @@ class EksResult(ResponseModel):
     oidc_issuer: str
     oidc_provider_arn: str | None = None
     cluster_security_group: str | None = None
+    replaced_failure: str | None = Field(None, description="EKS's health issues of the FAILED control plane this "
+                                                           "attempt deleted and created again, if any")
 
 
 class ComponentState(ResponseModel):

@@ -33,8 +33,9 @@ USES_ROLE = {"addon", "association"}
 
 
 def _target(deps: StageDeps, name: str, eks_cluster: str, region: str, account: str, tags: dict[str, str],
-            bucket: str | None = None, vpc_id: str = "") -> Target:
-    """Where the components of cluster ``name`` live; ``kube`` is None once its EKS cluster is gone."""
+            bucket: str | None = None, vpc_id: str = "", *, teardown: bool = False) -> Target:
+    """Where the components of cluster ``name`` live; ``kube`` is None once its EKS cluster is gone, and, for a
+    teardown, while it was never registered (nothing is applied in a cluster before its registry row)."""
     try:
         deps.aws.client("eks", region).describe_cluster(name=eks_cluster)
     except NotFound:
@@ -43,8 +44,10 @@ def _target(deps: StageDeps, name: str, eks_cluster: str, region: str, account: 
         try:
             kube = deps.kube.api_client(name)
         except NotFound:
-            raise Permanent(f"the EKS cluster {eks_cluster} exists but is not registered as {name} here, so its "
-                            "Kubernetes API cannot be reached; the eks stage registers it") from None
+            if not (teardown and deps.registry.find(name) is None):
+                raise Permanent(f"the EKS cluster {eks_cluster} exists but is not registered as {name} here, so its "
+                                "Kubernetes API cannot be reached; the eks stage registers it") from None
+            kube = None
     return Target(cluster=name, eks_cluster=eks_cluster, region=region, account=account, tags=tags, aws=deps.aws,
                   kube=kube, bucket=bucket, vpc_id=vpc_id)
 
@@ -157,7 +160,7 @@ class DependenciesTeardown(DeleteStage):
     expected_seconds = 120.0
 
     def _target(self, plan: ClusterDeletePlan) -> Target:
-        return _target(self.deps, plan.name, plan.eks_cluster, plan.region, plan.account, {})
+        return _target(self.deps, plan.name, plan.eks_cluster, plan.region, plan.account, {}, teardown=True)
 
     @staticmethod
     def _balanced(target: Target) -> Leftover:

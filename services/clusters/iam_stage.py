@@ -5,7 +5,12 @@ Roles are created with their tags in ``CreateRole`` itself and found again by na
 without our tags is someone else's and is refused, never adopted or changed. The execution role's inline
 policy grants what HyperPod nodes need (aws-facts.md §5: ENI management, ECR pull, EKS pod identity on this
 cluster only) and S3 on the shared bucket alone, never ``s3:*`` on ``*``. The shared bucket is created when
-missing and is never deleted: the teardown removes the cluster's roles only.
+missing and is never deleted: the teardown removes the cluster's roles only (a role of one of the cluster's
+names without its tags is left alone, and the stage says so).
+
+IAM is eventually consistent: after it creates a role the stage waits once before it is done. That the wait
+is owed is written in ``ctx.data`` by ``observe`` (which the engine saves before ``act``), so a crash between
+CreateRole and the end of ``act`` still waits on resume.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from services.clusters.create import derive_names, role_names
 from services.clusters.create_base import ClusterDeletePlan, CreateStage, DeleteStage, owned, tag_list
 from services.clusters.create_models import ClusterCreatePlan, IamResult, PlannedResource
 from services.errors import Forbidden, NotFound, Permanent, ServiceError
@@ -152,7 +158,12 @@ class IamStage(CreateStage):
     def observe(self, ctx: StageContext[ClusterCreatePlan]) -> Observed:
         plan = ctx.request
         missing = [m for spec in self._roles(plan) for m in self._missing(plan, *spec)]
-        return Observed.DONE if not missing and self._bucket_exists(plan) else Observed.ABSENT
+        if "role" in missing:  # act creates one: the wait is owed from now on, saved before act runs
+            ctx.data["propagation"] = "pending"
+        if missing or not self._bucket_exists(plan):
+            return Observed.ABSENT
+        # all there, yet a role made by this stage has not had its wait (a crash came after CreateRole)
+        return Observed.IN_PROGRESS if ctx.data.get("propagation") == "pending" else Observed.DONE
 
     # ----- act ------------------------------------------------------------------------------------------
 
@@ -166,7 +177,6 @@ class IamStage(CreateStage):
                 iam.create_role(RoleName=role, AssumeRolePolicyDocument=json.dumps(trust_policy(service)),
                                 Description=f"InstantStart: the {what} role of cluster {plan.name}",
                                 Tags=tag_list(plan.tags))
-                ctx.data["propagation"] = "pending"
             if "trust" in missing:
                 iam.update_assume_role_policy(RoleName=role, PolicyDocument=json.dumps(trust_policy(service)))
             if "managed" in missing:
@@ -206,7 +216,8 @@ class IamStage(CreateStage):
 
 class IamTeardown(DeleteStage):
     """Delete the roles tagged as this cluster's (policies detached, inline policies and instance profiles
-    removed first); roles without our tags, and the shared bucket, are never touched."""
+    removed first); roles without our tags, and the shared bucket, are never touched: a role of one of the
+    cluster's names without its tags (a create refused because the name was taken) is named in the message."""
 
     name = "iam"
     expected_seconds = 15.0
@@ -229,10 +240,24 @@ class IamTeardown(DeleteStage):
                 left.append(role)
         return left
 
+    def _foreign_roles(self, plan: ClusterDeletePlan) -> list[str]:
+        """The roles of the names a create of this cluster gives that exist without this cluster's tags."""
+        iam = self.deps.aws.client("iam")
+        foreign = []
+        for role in role_names(plan.name, derive_names(plan.name)):
+            try:
+                tags = iam.get_role(RoleName=role)["Role"].get("Tags")
+            except NotFound:
+                continue
+            if not owned(tags, plan.name):
+                foreign.append(role)
+        return foreign
+
     def observe(self, ctx: StageContext[ClusterDeletePlan]) -> Observed:
         roles = self._owned_roles(ctx.request)
         ctx.data["roles"] = roles
-        return Observed.ABSENT if roles else Observed.DONE
+        # foreign roles too: nothing is done to them, but poll says they were left alone
+        return Observed.ABSENT if roles or self._foreign_roles(ctx.request) else Observed.DONE
 
     def act(self, ctx: StageContext[ClusterDeletePlan]) -> None:
         for role in self._owned_roles(ctx.request):
@@ -257,6 +282,10 @@ class IamTeardown(DeleteStage):
         left = self._owned_roles(ctx.request)
         if left:
             return Wait(5.0, f"IAM roles still present: {', '.join(left)}")
+        foreign = self._foreign_roles(ctx.request)
+        if foreign:
+            return Done(f"IAM role(s) {', '.join(foreign)} lack the instantstart tags of {ctx.request.name}: not this "
+                        "cluster's, left untouched")
         return Done()
 
     def result(self, ctx: StageContext[ClusterDeletePlan]) -> dict[str, Any]:

@@ -89,6 +89,8 @@ class ClusterSummary(ResponseModel):
     nodes: int = 0
     health: dict[str, int] = Field(default_factory=dict, description="node count per health label value")
     error: str | None = Field(None, description="why part of the state could not be read")
+    loading: bool = Field(False, description="part of the state has not been read yet and is being read now "
+                                             "(a first read, or one after a change): ask again shortly")
 
 
 class ClusterDetail(ClusterSummary):

@@ -1,10 +1,19 @@
 """What ``GET /api/v1/clusters[/{cluster}]`` answers: AWS facts from the TTL cache, Kubernetes facts from
 the informers' memory. A part that cannot be read is reported in ``error``, never as a failed read of the
-whole list."""
+whole list.
+
+The AWS part is stale-while-revalidate: an entry past its TTL is answered at once and refreshed by a
+background worker (at most one refresh per key in flight), so a read without ``refresh`` never waits on AWS
+once a resource has been read. With ``wait=0`` a read touches memory only (it can run on the event loop):
+a resource never read (or invalidated by an operation) and a cluster whose first list has not arrived are
+loaded in the background and the answer says ``loading``; with ``wait > 0`` (a worker) they are read
+before answering, as the first read of a cluster is."""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from services.aws import AwsClients
@@ -22,6 +31,11 @@ from services.errors import NotFound, ServiceError
 from services.informers import Informers
 
 FIRST_SYNC_SECONDS = 20.0  # the first read of a cluster waits this long for its first list
+REVALIDATE_WORKERS = 2  # background AWS refreshes at once (each key at most once in flight)
+
+
+class _NotRead(Exception):
+    """A memory-only read found no entry: its load was started in the background."""
 
 
 def _int(value: Any) -> int:
@@ -48,12 +62,48 @@ class ClusterReader:
         self.aws = aws
         self.cache = cache
         self.informers = informers
+        self._refresher = ThreadPoolExecutor(REVALIDATE_WORKERS, thread_name_prefix="aws-revalidate")
+        self._in_flight: set[tuple[str, ...]] = set()
+        self._lock = threading.Lock()
 
-    def _aws(self, service: str, operation: str, region: str, resource: str, refresh: bool, **params: Any) -> Any:
+    def _aws(self, service: str, operation: str, region: str, resource: str, refresh: bool, wait: float,
+             **params: Any) -> Any:
         def load() -> Any:  # the clients raise the error taxonomy themselves
             return getattr(self.aws.client(service, region), operation)(**params)
 
-        return self.cache.get((service, operation, region, resource), load, refresh=refresh)[0]
+        key = (service, operation, region, resource)
+        cached = None if refresh else self.cache.peek(key)
+        if cached is not None:
+            answer, stale = cached
+            if stale:
+                self._revalidate(key, load)
+            return answer()
+        if wait > 0 or refresh:  # a worker's read: load now (concurrent misses share one load)
+            return self.cache.get(key, load, refresh=refresh)[0]
+        self._revalidate(key, load)
+        raise _NotRead
+
+    def _revalidate(self, key: tuple[str, ...], load: Any) -> None:
+        """Refresh ``key`` on a background worker unless a refresh of it is already under way."""
+        with self._lock:
+            if key in self._in_flight:
+                return
+            self._in_flight.add(key)
+
+        def run() -> None:
+            try:
+                self.cache.get(key, load, refresh=True)
+            except ServiceError:
+                pass  # cached as the entry's failure: the next read reports it
+            finally:
+                with self._lock:
+                    self._in_flight.discard(key)
+
+        self._refresher.submit(run)
+
+    def close(self) -> None:
+        """Stop the background refreshes (those under way finish)."""
+        self._refresher.shutdown(wait=False, cancel_futures=True)
 
     def detail(self, record: ClusterRecord, refresh: bool = False, wait: float = FIRST_SYNC_SECONDS,
                page: ClusterDetailQuery | None = None, *, summary: bool = False) -> ClusterDetail:
@@ -63,14 +113,16 @@ class ClusterReader:
                                eks_name=record.eks_name, hyperpod_name=record.hyperpod_name)
         errors: list[str] = []
         try:
-            eks = self._aws("eks", "describe_cluster", record.region, record.eks_name, refresh,
+            eks = self._aws("eks", "describe_cluster", record.region, record.eks_name, refresh, wait,
                             name=record.eks_name)["cluster"]
             detail.eks_status, detail.kubernetes_version = eks.get("status"), eks.get("version")
         except ServiceError as exc:
             errors.append(f"EKS: {exc.message}")
+        except _NotRead:
+            detail.loading = True
         if record.hyperpod_name:
             try:
-                hp = self._aws("sagemaker", "describe_cluster", record.region, record.hyperpod_name, refresh,
+                hp = self._aws("sagemaker", "describe_cluster", record.region, record.hyperpod_name, refresh, wait,
                                ClusterName=record.hyperpod_name)
                 detail.hyperpod_status, detail.node_recovery = hp.get("ClusterStatus"), hp.get("NodeRecovery")
                 detail.instance_groups = [
@@ -79,6 +131,8 @@ class ClusterReader:
                                       status=g.get("Status", "")) for g in hp.get("InstanceGroups", [])]
             except ServiceError as exc:
                 errors.append(f"HyperPod: {exc.message}")
+            except _NotRead:
+                detail.loading = True
         try:
             nodes = self.informers.get(record.name, "nodes")
             pods = None if summary else self.informers.get(record.name, "pods")
@@ -92,7 +146,8 @@ class ClusterReader:
         if nodes.wait_synced(wait):
             per_node: Counter[str | None] = Counter()
             if pods is not None:
-                pods.wait_synced(wait)
+                if not pods.wait_synced(wait) and wait <= 0 and pods.error is None:
+                    detail.loading = True  # pod counts follow once the pods' first list is in
                 per_node = Counter(p["spec"].get("nodeName") for p in pods.items()
                                    if p["status"].get("phase") not in ("Succeeded", "Failed"))
             items = nodes.items()
@@ -101,6 +156,8 @@ class ClusterReader:
             detail.cache_age_seconds = nodes.age()
             if not summary:
                 self._page_nodes(detail, items, per_node, page)
+        elif wait <= 0 and nodes.error is None:
+            detail.loading = True  # the first list is under way
         else:
             errors.append(f"Kubernetes: the node list has not arrived ({nodes.error or 'still listing'})")
         detail.error = "; ".join(errors) or None

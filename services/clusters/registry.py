@@ -3,12 +3,17 @@
 Kubernetes clients are rebuilt from it at every start, the same way with and without the sandbox: each
 cluster is an EKS source (endpoint and CA from DescribeCluster, an STS-presigned token), so an operation
 resumed after a restart finds its cluster's client.
+
+Reads come from memory (filled from the table when the registry is made, updated after each write's
+commit), so a cluster read can be served on the event loop; this process is the table's only writer (the
+data-directory lock).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import sqlite3
+import threading
 from collections.abc import Sequence
 
 from services.clock import Clock
@@ -34,24 +39,40 @@ class ClusterRegistry:
         self.db = db
         self.clock = clock
         self.kube = kube
+        self._lock = threading.Lock()
+        self._records = {r.name: r for r in self._read_all()}
+
+    def _read_all(self) -> list[ClusterRecord]:
+        return [_record(r) for r in self.db.query("SELECT * FROM clusters ORDER BY name")]
+
+    def _reread(self, name: str) -> None:
+        row = self.db.query_one("SELECT * FROM clusters WHERE name = ?", (name,))
+        with self._lock:
+            if row is None:
+                self._records.pop(name, None)
+            else:
+                self._records[name] = _record(row)
 
     def load(self) -> list[ClusterRecord]:
         """Register every known cluster with the Kubernetes client factory (at start-up)."""
-        records = self.list()
+        records = self._read_all()
+        with self._lock:
+            self._records = {r.name: r for r in records}
         for record in records:
             self.kube.register_eks(record.name, record.eks_name, record.region)
         return records
 
     def list(self) -> list[ClusterRecord]:
-        return [_record(r) for r in self.db.query("SELECT * FROM clusters ORDER BY name")]
+        with self._lock:
+            return sorted(self._records.values(), key=lambda r: r.name)
 
     def find(self, name: str) -> ClusterRecord | None:
-        row = self.db.query_one("SELECT * FROM clusters WHERE name = ?", (name,))
-        return _record(row) if row is not None else None
+        with self._lock:
+            return self._records.get(name)
 
     def find_by_arn(self, eks_arn: str) -> ClusterRecord | None:
-        row = self.db.query_one("SELECT * FROM clusters WHERE eks_arn = ?", (eks_arn,))
-        return _record(row) if row is not None else None
+        with self._lock:
+            return next((r for r in self._records.values() if r.eks_arn == eks_arn), None)
 
     def get(self, name: str) -> ClusterRecord:
         record = self.find(name)
@@ -76,6 +97,7 @@ class ClusterRegistry:
                     " created_at, created_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (record.name, record.region, record.eks_name, record.eks_arn, record.hyperpod_name,
                      record.hyperpod_arn, record.ownership.value, created_at, record.created_by))
+        self._reread(record.name)
         self.kube.register_eks(record.name, record.eks_name, record.region)
         return self.get(record.name)
 
@@ -84,6 +106,7 @@ class ClusterRegistry:
         with self.db.tx() as conn:
             conn.execute("UPDATE clusters SET hyperpod_name = ?, hyperpod_arn = ? WHERE name = ?",
                          (hyperpod_name, hyperpod_arn, name))
+        self._reread(name)
         return self.get(name)
 
     def remove(self, name: str) -> None:
@@ -91,6 +114,7 @@ class ClusterRegistry:
         the active operation :meth:`remove_if_idle` would refuse on)."""
         with self.db.tx() as conn:
             conn.execute("DELETE FROM clusters WHERE name = ?", (name,))
+        self._reread(name)
         self.kube.forget(name)
 
     def remove_if_idle(self, name: str, active_statuses: Sequence[str]) -> None:
@@ -106,4 +130,5 @@ class ClusterRegistry:
                                "first (operations_get / operations_cancel)",
                                details={"operations": busy, "status_tool": "operations_get"})
             conn.execute("DELETE FROM clusters WHERE name = ?", (name,))
+        self._reread(name)
         self.kube.forget(name)

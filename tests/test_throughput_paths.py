@@ -1,0 +1,191 @@
+"""The two throughput paths answer from memory: the status summary reads no SQLite (the engine's in-memory
+index of counts, active operations and failures, kept in step with every write and rebuilt at start), and
+a cluster detail read served on the event loop makes no AWS call there (a stale AWS entry is answered at
+once and refreshed by a background worker)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+import kubernetes.client as k8s
+import pytest
+import tornado.web
+
+from app.bootstrap import Services
+from app.rest import rest_patterns
+from services.auth import Role
+from services.clusters.models import ClusterImport
+from services.operation_views import ACTIVE, OperationQuery, Status
+from services.operations import Engine
+from services.tokens import TokenCreate
+from tests.conftest import OPERATOR, VIEWER
+from tests.create_support import SandboxProduct, sandbox_product
+from tests.kinds import ThingRequest, World
+from tests.support import ROOT, free_port, wait_until
+
+
+def _sql_counts(services: Services) -> dict[str, int]:
+    rows = services.db.query("SELECT status, COUNT(*) AS n FROM operations GROUP BY status")
+    return {r["status"]: r["n"] for r in rows}
+
+
+def _statements(services: Services) -> list[str]:
+    """Start recording the SQL this thread's connection runs (the list fills as statements run)."""
+    seen: list[str] = []
+    services.db.connection().set_trace_callback(seen.append)
+    return seen
+
+
+def test_status_counts_and_lists_come_from_memory_and_match_the_database(
+        services: Services, engine: Engine, world: World) -> None:
+    done = [engine.submit("thing.create", ThingRequest(name=f"ok{i}"), OPERATOR)[0] for i in range(3)]
+    for op in done:
+        engine.run_until_idle(op.id)
+        services.clock.advance(10)  # type: ignore[attr-defined]
+        engine.run_until_idle(op.id)
+    world.update(faults=["permanent", "permanent"])
+    failed = [engine.submit("thing.create", ThingRequest(name=f"bad{i}"), OPERATOR)[0] for i in range(2)]
+    for op in failed:
+        engine.run_until_idle(op.id)
+    engine.run_until_idle(engine.submit("thing.create", ThingRequest(name="slow"), OPERATOR)[0].id)
+    pending = engine.submit("thing.create", ThingRequest(name="queued"), OPERATOR)[0]
+    engine.cancel(failed[0].id, OPERATOR)  # failed -> cancelled leaves the failure list
+    services.bus.drain()
+
+    expected = _sql_counts(services)
+    assert expected["failed"] == 1 and expected["cancelled"] == 1 and expected["pending"] == 1
+    assert expected.get("succeeded", 0) + expected.get("waiting", 0) == 4
+    seen = _statements(services)
+    summary = services.operations.summary(VIEWER, wait=0)
+    assert seen == [], f"the status summary ran SQL: {seen}"
+    assert summary.operations == expected
+    assert [o.id for o in summary.active] == [o.id for o in engine.list(OperationQuery(active=True))]
+    assert pending.id in {o.id for o in summary.active}
+    assert [o.id for o in summary.recent_failures] == [failed[1].id]
+    assert [o.model_dump() for o in summary.active] == \
+        [engine.get(o.id).model_dump() for o in summary.active], "the views are current, not the first ones"
+
+    engine.retry(failed[1].id, OPERATOR)  # failed -> pending: back in the active list, out of the failures
+    summary = services.operations.summary(VIEWER, wait=0)
+    assert summary.operations == _sql_counts(services) and "failed" not in summary.operations
+    assert summary.operations["pending"] == 2
+    assert summary.recent_failures == []
+    assert failed[1].id in [o.id for o in summary.active]
+
+    rebuilt = Engine(services.db, services.bus, services.audit, services.clock)  # what a restart sees
+    assert rebuilt.counts() == _sql_counts(services) == services.engine.counts()
+    assert [o.id for o in rebuilt.active()] == [o.id for o in services.engine.active()]
+    assert all(o.status in ACTIVE for o in rebuilt.active())
+
+
+def test_the_failure_list_refills_from_the_database_when_one_leaves_it(
+        services: Services, engine: Engine, world: World) -> None:
+    world.update(faults=["permanent"] * 7)
+    failed = [engine.submit("thing.create", ThingRequest(name=f"bad{i}"), OPERATOR)[0] for i in range(7)]
+    for op in failed:
+        engine.run_until_idle(op.id)
+    newest = [o.id for o in engine.list(OperationQuery(status=[Status.FAILED], limit=5))]
+    assert [o.id for o in engine.recent_failures()] == newest
+    engine.cancel(newest[0], OPERATOR)
+    assert [o.id for o in engine.recent_failures()] == \
+        [o.id for o in engine.list(OperationQuery(status=[Status.FAILED], limit=5))]
+    assert engine.counts()["failed"] == 6 and engine.counts()["cancelled"] == 1
+
+
+@pytest.fixture(scope="module")
+def product(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProduct]:
+    with sandbox_product(tmp_path_factory.mktemp("throughput")) as made:
+        seed = subprocess.run([sys.executable, "-m", "app.cli", "sandbox", "seed", "--name", "fast", "--nodes", "2",
+                               "--data-dir", str(made.live.data_dir)], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300)
+        assert seed.returncode == 0, seed.stderr
+        view, _ = made.services.clusters.import_cluster(
+            OPERATOR, ClusterImport(eks_cluster="fast", hyperpod_cluster="fast"), None)
+        done = made.services.operations.wait_operation(OPERATOR, view.id, 120)
+        assert done.status == Status.SUCCEEDED, (done.error, done.stages)
+        yield made
+
+
+def _record_aws_threads(services: Services) -> list[tuple[str, str]]:
+    """(thread name, API operation) of every AWS call the product's EKS and SageMaker clients make."""
+    calls: list[tuple[str, str]] = []
+
+    def seen(model: Any, **_: Any) -> None:
+        calls.append((threading.current_thread().name, model.name))
+
+    for service in ("eks", "sagemaker"):
+        services.aws.client(service).meta.events.register("before-call", seen)
+    return calls
+
+
+def test_a_cluster_read_on_the_loop_never_calls_aws_there(product: SandboxProduct) -> None:
+    services = product.services
+    services.clusters.cache.invalidate()  # nothing cached: the first read must load in a worker
+    services.clusters.cache.ttl = 0.0  # and what it loads is stale at once: every later read revalidates
+    calls = _record_aws_threads(services)
+    token = services.tokens.create(TokenCreate(name="reader", role=Role.VIEWER), "test").token
+    port, loop, started = free_port(), asyncio.new_event_loop(), threading.Event()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        tornado.web.Application(rest_patterns(services)).listen(port, "127.0.0.1")
+        started.set()
+        loop.run_forever()
+
+    def get(path: str) -> dict[str, Any]:
+        r = httpx2.get(f"http://127.0.0.1:{port}{path}", headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+    thread = threading.Thread(target=run, name="the-loop", daemon=True)
+    thread.start()
+    try:
+        assert started.wait(10)
+        first = get("/api/v1/clusters/fast")  # not cached yet: answered by a worker that read AWS
+        assert first["eks_status"] == "ACTIVE" and first["hyperpod_status"] == "InService", first
+        assert first["loading"] is False and first["nodes"] == 2
+        loaded = {op for _, op in calls}
+        assert {"DescribeCluster"} <= loaded
+        before = len(calls)
+        for _ in range(5):
+            again = get("/api/v1/clusters/fast")
+            assert again["eks_status"] == "ACTIVE" and again["loading"] is False
+            assert get("/api/v1/status")["registered"][0]["eks_status"] == "ACTIVE"
+        wait_until(lambda: any(t.startswith("aws-revalidate") for t, _ in calls[before:]), 30,
+                   "a background refresh of the stale entries")
+        assert get("/api/v1/clusters/fast?refresh=true")["eks_status"] == "ACTIVE"
+        assert [t for t, _ in calls if t == "the-loop"] == [], f"AWS was called on the event loop: {calls}"
+    finally:
+        services.clusters.cache.ttl = 15.0
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+def test_a_memory_only_read_of_an_uncached_cluster_loads_it_in_the_background(product: SandboxProduct) -> None:
+    services = product.services
+    services.clusters.cache.invalidate()
+    calls = _record_aws_threads(services)
+    here = threading.current_thread().name
+    detail = services.clusters.describe_cluster(VIEWER, "fast", wait=0)
+    assert detail.loading is True and detail.eks_status is None, "nothing read on the caller's thread"
+    wait_until(lambda: not services.clusters.describe_cluster(VIEWER, "fast", wait=0).loading, 30,
+               "the background load of the EKS and HyperPod descriptions")
+    assert services.clusters.describe_cluster(VIEWER, "fast", wait=0).hyperpod_status == "InService"
+    assert calls and all(t != here for t, _ in calls), calls
+
+    node = services.clusters.describe_cluster(VIEWER, "fast", wait=0).nodes_by_group["workers"][0].name
+    k8s.CoreV1Api(services.kube.api_client("fast")).create_namespaced_pod("default", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "counted"},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}})
+
+    def pods_on_node() -> int:
+        groups = services.clusters.describe_cluster(VIEWER, "fast", wait=0).nodes_by_group
+        return next(n.pods for n in groups["workers"] if n.name == node)
+
+    wait_until(lambda: pods_on_node() == 1, 30, "the pod to be counted on its node, from the pods' informer")
