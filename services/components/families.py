@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from services.clusters.create_models import ClusterCreatePlan
-from services.clusters.iam_stage import partition
 from services.components.addons import Addon
 from services.components.base import Component, Target
 from services.components.identity import PodRole
@@ -20,6 +19,7 @@ def _s3_csi_policy(target: Target) -> dict[str, Any]:
     """Mountpoint for S3 on the shared bucket only (list the bucket; read, write and delete its objects)."""
     if not target.bucket:
         raise Permanent(f"the S3 CSI driver's role of {target.cluster} needs the shared bucket, and none is set")
+    from services.clusters.iam_stage import partition  # at call time: iam_stage imports create, which imports us
     bucket = f"arn:{partition(target.region)}:s3:::{target.bucket}"
     return {"Version": "2012-10-17", "Statement": [
         {"Sid": "MountpointFullBucketAccess", "Effect": "Allow", "Action": ["s3:ListBucket"],

@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from services.clusters.create_base import owned, tag_list
-from services.clusters.iam_stage import PROPAGATION_SECONDS, partition
 from services.components.base import Target
 from services.errors import NotFound, Permanent
 
@@ -38,14 +37,19 @@ class PodRole:
     associate: bool = False
     description: str = field(default="")
 
+    # services.clusters.iam_stage imports services.clusters.create, which imports this package: its
+    # partition() and PROPAGATION_SECONDS are imported where used, after both modules are loaded
+
     def role_name(self, target: Target) -> str:
         return f"{target.cluster}-{self.suffix}"
 
     def role_arn(self, target: Target) -> str:
+        from services.clusters.iam_stage import partition
         return f"arn:{partition(target.region)}:iam::{target.account}:role/{self.role_name(target)}"
 
     def policy_arns(self, target: Target) -> list[str]:
         """The ARNs of :attr:`managed_policies` (AWS managed policy names) in ``target``'s partition."""
+        from services.clusters.iam_stage import partition
         return [f"arn:{partition(target.region)}:iam::aws:policy/{name}" for name in self.managed_policies]
 
     # ----- observe ------------------------------------------------------------------------------------------
@@ -84,6 +88,7 @@ class PodRole:
         """Whether the role is younger than IAM's propagation time (by its ``CreateDate``): EKS handed it now
         may not be able to assume it yet, so the add-on or association that uses it waits. Read from the role
         itself, so a crash between CreateRole and that wait does not skip it."""
+        from services.clusters.iam_stage import PROPAGATION_SECONDS
         role = self._role(target)
         if role is None:
             return True
