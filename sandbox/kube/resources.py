@@ -129,6 +129,7 @@ BUILTINS: tuple[ResourceType, ...] = (
     _rt("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
     _rt("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
     _rt("coordination.k8s.io", "v1", "leases", "Lease", True),
+    _rt("networking.k8s.io", "v1", "ingresses", "Ingress", True, ("ing",), status=True),
     _rt("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
         ("crd", "crds"), status=True),
 )

@@ -12,7 +12,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from services.clusters.create_base import CreateStage, result_of
-from services.clusters.create_models import ClusterCreatePlan, StorageResult, VerifyResult
+from services.clusters.create_models import ClusterCreatePlan, NetworkResult, StorageResult, VerifyResult
 from services.clusters.dependencies_stage import components_health
 from services.errors import NotFound
 from services.stages import Done, Observed, StageContext, Wait
@@ -60,7 +60,7 @@ class VerifyStage(CreateStage):
             unusable = sorted(f"{n.metadata.name} ({_why_not(n)})" for n in nodes if not _usable(n))
             missing.append(f"{len(usable)}/{plan.count} nodes of {group} Ready and Schedulable"
                            + (f": {', '.join(unusable)}" if unusable else ""))
-        components = components_health(self.deps, plan)
+        components = components_health(self.deps, plan, result_of(ctx, "network", NetworkResult).vpc_id)
         healthy = [c for c in components if c.status.lower() in HEALTHY]
         missing += [f"component {c.name} {c.status}" + (f" ({c.detail})" if c.detail else "")
                     for c in components if c.status.lower() not in HEALTHY]

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from services.clusters.create_base import owned
 from services.components.base import Component, Leftover, Observation, Target
-from services.components.identity import PodRole
+from services.components.identity import PodRole, blocked_by
 from services.components.kubeapi import ready_nodes
 from services.errors import NotFound
 
@@ -28,7 +28,6 @@ class Addon(Component):
     name: str
     version: str = "default"  # the add-on's default version for the cluster's Kubernetes version
     identity: PodRole | None = None
-    node_bound: bool = False
     kind: Literal["addon", "manifest"] = "addon"
     resource_type: str = "EKS add-on"
 
@@ -64,7 +63,7 @@ class Addon(Component):
     def apply(self, target: Target, observed: Observation) -> None:
         if self.identity is not None:
             self.identity.ensure(target, [m for m in observed.missing if m != "addon"])
-        if "addon" not in observed.missing:
+        if "addon" not in observed.missing or self.blocked(target):
             return
         params: dict[str, Any] = {"clusterName": target.eks_cluster, "addonName": self.name,
                                   "resolveConflicts": RESOLVE_CONFLICTS, "tags": target.tags}
@@ -72,6 +71,9 @@ class Addon(Component):
             params["podIdentityAssociations"] = [{"serviceAccount": self.identity.service_account,
                                                   "roleArn": self.identity.role_arn(target)}]
         target.client("eks").create_addon(**params)
+
+    def blocked(self, target: Target) -> str | None:
+        return blocked_by(self.identity, target)
 
     def leftover(self, target: Target) -> Leftover:
         left = Leftover()

@@ -32,6 +32,7 @@ class Target:
     aws: AwsClients
     kube: ApiClient | None = None  # None: the Kubernetes API is not reachable (the EKS cluster is gone)
     bucket: str | None = None  # the shared bucket the S3 CSI driver may mount
+    vpc_id: str = ""  # the cluster's VPC (the load balancer controller's --aws-vpc-id); "" at teardown
 
     def client(self, service: str) -> Any:
         return self.aws.client(service, self.region)
@@ -70,8 +71,6 @@ class Component(abc.ABC):
     kind: Literal["addon", "manifest"]
     version: str
     resource_type: str  # shown in the dry-run plan, e.g. "EKS add-on", "Kubernetes DaemonSet"
-    #: readiness needs nodes (a DaemonSet, a node agent); checked by the verify stage, not before the nodes exist
-    node_bound: bool = False
 
     @abc.abstractmethod
     def observe(self, target: Target) -> Observation: ...
@@ -84,9 +83,10 @@ class Component(abc.ABC):
     def apply(self, target: Target, observed: Observation) -> None:
         """Create or change what ``observed`` says is missing (each piece once, by deterministic name)."""
 
-    def health(self, target: Target) -> tuple[bool, str]:
-        observed = self.observe(target)
-        return observed.healthy, observed.detail or observed.status
+    def blocked(self, target: Target) -> str | None:
+        """Why :meth:`apply` holds back part of what is missing for now (None: it does not): the IAM role it
+        made is still propagating. The dependencies stage applies the rest once this clears."""
+        return None
 
     @abc.abstractmethod
     def leftover(self, target: Target) -> Leftover:

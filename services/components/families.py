@@ -19,13 +19,14 @@ def _s3_csi_policy(target: Target) -> dict[str, Any]:
     """Mountpoint for S3 on the shared bucket only (list the bucket; read, write and delete its objects)."""
     if not target.bucket:
         raise Permanent(f"the S3 CSI driver's role of {target.cluster} needs the shared bucket, and none is set")
-    bucket = target.bucket
+    from services.clusters.iam_stage import partition  # at call time: iam_stage imports create, which imports us
+    bucket = f"arn:{partition(target.region)}:s3:::{target.bucket}"
     return {"Version": "2012-10-17", "Statement": [
         {"Sid": "MountpointFullBucketAccess", "Effect": "Allow", "Action": ["s3:ListBucket"],
-         "Resource": [f"arn:aws:s3:::{bucket}"]},
+         "Resource": [bucket]},
         {"Sid": "MountpointFullObjectAccess", "Effect": "Allow",
          "Action": ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject"],
-         "Resource": [f"arn:aws:s3:::{bucket}/*"]}]}
+         "Resource": [f"{bucket}/*"]}]}
 
 
 def _lbc_policy(target: Target) -> dict[str, Any]:
@@ -66,7 +67,7 @@ def _lbc_policy(target: Target) -> dict[str, Any]:
 S3_CSI_ROLE = PodRole("s3-csi-role", "kube-system", "s3-csi-driver-sa", inline=_s3_csi_policy,
                       description="Mountpoint for Amazon S3 CSI driver (EKS Pod Identity)")
 FSX_CSI_ROLE = PodRole("fsx-csi-role", "kube-system", "fsx-csi-controller-sa",
-                       managed_policies=("arn:aws:iam::aws:policy/AmazonFSxFullAccess",),
+                       managed_policies=("AmazonFSxFullAccess",),
                        description="Amazon FSx for Lustre CSI driver (EKS Pod Identity)")
 LBC_ROLE = PodRole("lbc-role", "kube-system", "aws-load-balancer-controller", inline=_lbc_policy, associate=True,
                    description="AWS Load Balancer Controller (EKS Pod Identity)")
@@ -74,7 +75,7 @@ LBC_ROLE = PodRole("lbc-role", "kube-system", "aws-load-balancer-controller", in
 VPC_CNI = Addon("vpc-cni")
 KUBE_PROXY = Addon("kube-proxy")
 COREDNS = Addon("coredns")
-POD_IDENTITY_AGENT = Addon("eks-pod-identity-agent", node_bound=True)
+POD_IDENTITY_AGENT = Addon("eks-pod-identity-agent")
 CERT_MANAGER = Addon("cert-manager")
 METRICS_SERVER = Addon("metrics-server")
 S3_CSI = Addon("aws-mountpoint-s3-csi-driver", identity=S3_CSI_ROLE)
@@ -82,13 +83,13 @@ FSX_CSI = Addon("aws-fsx-csi-driver", identity=FSX_CSI_ROLE)
 HYPERPOD_RBAC = Manifests("hyperpod-rbac", "0.1.0", files=("hyperpod-rbac.yaml",),
                           resource_type="Kubernetes RBAC")
 HEALTH_AGENT = Manifests("health-monitoring-agent", "0.1.0", files=("health-monitoring-agent.yaml",),
-                         resource_type="Kubernetes DaemonSet", node_bound=True)
+                         resource_type="Kubernetes DaemonSet")
 NVIDIA_PLUGIN = Manifests("nvidia-device-plugin", "v0.16.1", files=("nvidia-device-plugin.yaml",),
-                          resource_type="Kubernetes DaemonSet", node_bound=True)
+                          resource_type="Kubernetes DaemonSet")
 EFA_PLUGIN = Manifests("aws-efa-k8s-device-plugin", "v0.5.20", files=("efa-device-plugin.yaml",),
-                       resource_type="Kubernetes DaemonSet", node_bound=True)
+                       resource_type="Kubernetes DaemonSet")
 NEURON_PLUGIN = Manifests("neuron-device-plugin", "2.19.16.0", files=("neuron-device-plugin.yaml",),
-                          resource_type="Kubernetes DaemonSet", node_bound=True)
+                          resource_type="Kubernetes DaemonSet")
 TRAINING_OPERATOR = Manifests("kubeflow-training-operator", "v1-855e096", files=("training-operator.yaml",),
                               crds=("kubeflow.org_pytorchjobs.yaml",), resource_type="Kubernetes Deployment + CRD")
 KUBERAY = Manifests("kuberay-operator", "v1.7.0", files=("kuberay-operator.yaml",),
@@ -97,6 +98,10 @@ KUBERAY = Manifests("kuberay-operator", "v1.7.0", files=("kuberay-operator.yaml"
 LOAD_BALANCER_CONTROLLER = Manifests("aws-load-balancer-controller", "v2.13.2",
                                      files=("aws-load-balancer-controller.yaml",),
                                      resource_type="Kubernetes Deployment", identity=LBC_ROLE)
+
+#: the plugins through which nodes advertise their devices (nvidia.com/gpu, aws.amazon.com/neuron*,
+#: vpc.amazonaws.com/efa)
+DEVICE_PLUGINS: tuple[Manifests, ...] = (NVIDIA_PLUGIN, EFA_PLUGIN, NEURON_PLUGIN)
 
 #: every component, in install order
 COMPONENTS: tuple[Component, ...] = (

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from services.clusters.create_base import owned, tag_list
@@ -36,11 +37,20 @@ class PodRole:
     associate: bool = False
     description: str = field(default="")
 
+    # services.clusters.iam_stage imports services.clusters.create, which imports this package: its
+    # partition() and PROPAGATION_SECONDS are imported where used, after both modules are loaded
+
     def role_name(self, target: Target) -> str:
         return f"{target.cluster}-{self.suffix}"
 
     def role_arn(self, target: Target) -> str:
-        return f"arn:aws:iam::{target.account}:role/{self.role_name(target)}"
+        from services.clusters.iam_stage import partition
+        return f"arn:{partition(target.region)}:iam::{target.account}:role/{self.role_name(target)}"
+
+    def policy_arns(self, target: Target) -> list[str]:
+        """The ARNs of :attr:`managed_policies` (AWS managed policy names) in ``target``'s partition."""
+        from services.clusters.iam_stage import partition
+        return [f"arn:{partition(target.region)}:iam::aws:policy/{name}" for name in self.managed_policies]
 
     # ----- observe ------------------------------------------------------------------------------------------
 
@@ -74,15 +84,31 @@ class PodRole:
             clusterName=target.eks_cluster, associationId=found[0]["associationId"])["association"]
         return described
 
+    def propagating(self, target: Target) -> bool:
+        """Whether the role is younger than IAM's propagation time (by its ``CreateDate``): EKS handed it now
+        may not be able to assume it yet, so the add-on or association that uses it waits. Read from the role
+        itself, so a crash between CreateRole and that wait does not skip it."""
+        from services.clusters.iam_stage import PROPAGATION_SECONDS
+        role = self._role(target)
+        if role is None:
+            return True
+        created: datetime = role["CreateDate"]
+        return (datetime.now(UTC) - created).total_seconds() < PROPAGATION_SECONDS
+
     def missing(self, target: Target) -> list[str]:
-        """The pieces not there yet: ``role``, ``policies``, ``association``."""
-        if self._role(target) is None:
+        """The pieces not there yet or not as wanted: ``role``, ``trust``, ``policies``, ``association``. A role
+        of our name without our tags is someone else's: refused (Permanent), never adopted or changed."""
+        role = self._role(target)
+        if role is None:
             return ["role", "policies"] + (["association"] if self.associate else [])
         if not owned(self._role_tags(target), target.cluster):
             raise Permanent(f"the IAM role {self.role_name(target)} exists and is not {target.cluster}'s (no "
-                            "instantstart tags): it is left alone; delete or rename it, then retry")
+                            "instantstart tags): it is left alone; delete or rename it, then retry",
+                            details={"role": self.role_name(target), "arn": role.get("Arn")})
         out = []
-        if not set(self.managed_policies) <= self._attached(target) or (
+        if role.get("AssumeRolePolicyDocument") != json.loads(POD_IDENTITY_TRUST):
+            out.append("trust")
+        if not set(self.policy_arns(target)) <= self._attached(target) or (
                 self.inline is not None and not self._has_inline(target)):
             out.append("policies")
         if self.associate and target.kube is not None and self._association(target) is None:
@@ -98,15 +124,17 @@ class PodRole:
             iam.create_role(RoleName=name, AssumeRolePolicyDocument=POD_IDENTITY_TRUST, Tags=tag_list(target.tags),
                             Description=self.description or f"{self.namespace}/{self.service_account} of "
                                                              f"{target.cluster} (EKS Pod Identity)")
+        if "trust" in missing:  # ours, but not trusting EKS Pod Identity (edited since): put our trust back
+            iam.update_assume_role_policy(RoleName=name, PolicyDocument=POD_IDENTITY_TRUST)
         if "policies" in missing:
             attached = set() if "role" in missing else self._attached(target)
-            for arn in self.managed_policies:
+            for arn in self.policy_arns(target):
                 if arn not in attached:
                     iam.attach_role_policy(RoleName=name, PolicyArn=arn)
             if self.inline is not None:
                 iam.put_role_policy(RoleName=name, PolicyName=INLINE_POLICY,
                                     PolicyDocument=json.dumps(self.inline(target)))
-        if "association" in missing:
+        if "association" in missing and not self.propagating(target):  # else the stage applies it once IAM has
             target.client("eks").create_pod_identity_association(
                 clusterName=target.eks_cluster, namespace=self.namespace, serviceAccount=self.service_account,
                 roleArn=self.role_arn(target), tags=target.tags)
@@ -136,3 +164,10 @@ class PodRole:
                 if self._has_inline(target):
                     iam.delete_role_policy(RoleName=ident, PolicyName=INLINE_POLICY)
                 iam.delete_role(RoleName=ident)
+
+
+def blocked_by(identity: PodRole | None, target: Target) -> str | None:
+    """What :meth:`~services.components.base.Component.blocked` says for a component with ``identity``."""
+    if identity is not None and identity.propagating(target):
+        return f"waiting for IAM to propagate the role {identity.role_name(target)}"
+    return None

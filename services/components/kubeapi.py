@@ -28,7 +28,12 @@ KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     ("apps/v1", "DaemonSet"): ("daemonsets", True),
     ("apps/v1", "Deployment"): ("deployments", True),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): ("customresourcedefinitions", False),
+    ("networking.k8s.io/v1", "Ingress"): ("ingresses", True),
 }
+#: what the load balancer controller makes AWS load balancers for (its finalizers hold them until it has
+#: deleted those): (apiVersion, kind, the path listing them in all namespaces)
+LOAD_BALANCED = (("v1", "Service", "/api/v1/services"),
+                 ("networking.k8s.io/v1", "Ingress", "/apis/networking.k8s.io/v1/ingresses"))
 
 
 def object_path(obj: dict[str, Any]) -> str:
@@ -80,3 +85,19 @@ def ready_nodes(api: ApiClient) -> int:
     return sum(1 for node in listed.get("items") or []
                if any(c.get("type") == "Ready" and c.get("status") == "True"
                       for c in (node.get("status") or {}).get("conditions") or []))
+
+
+def load_balanced(api: ApiClient) -> list[dict[str, Any]]:
+    """Every Service of type LoadBalancer and every Ingress of the cluster (all namespaces); an API that does not
+    serve Ingresses has none."""
+    out: list[dict[str, Any]] = []
+    for api_version, kind, path in LOAD_BALANCED:
+        try:
+            listed = _call(api, "GET", path) or {}
+        except NotFound:
+            continue
+        for item in listed.get("items") or []:
+            if kind == "Service" and (item.get("spec") or {}).get("type") != "LoadBalancer":
+                continue
+            out.append({**item, "apiVersion": api_version, "kind": kind})
+    return out

@@ -1,6 +1,8 @@
 """A component made of Kubernetes objects shipped in this package: YAML under ``manifests/`` (written from the
-upstream charts' templates and values, see ``deploy/components.md``; ``${region}``, ``${eks_cluster}`` and
-``${hma_image}`` are filled in per cluster) and byte-for-byte upstream CRDs under ``crds/`` (``SOURCES.md``).
+upstream charts' templates and values, see ``deploy/components.md``; ``${region}``, ``${eks_cluster}``,
+``${vpc_id}`` and ``${hma_image}`` are filled in per cluster, ``${nvidia_types}`` and ``${neuron_types}`` with
+every instance type of those families that HyperPod's API accepts) and byte-for-byte upstream CRDs under
+``crds/`` (``SOURCES.md``).
 
 Each object is labelled as ours and carries the sha256 of what we applied (``instantstart.io/applied``), so
 observing is one GET per object and a rerun whose objects match applies nothing. Apply is server-side apply
@@ -17,11 +19,12 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Literal
 
+import botocore.session
 import yaml
 
 from services.components import kubeapi
 from services.components.base import Component, Leftover, Observation, Target
-from services.components.identity import PodRole
+from services.components.identity import PodRole, blocked_by
 from services.errors import Permanent
 
 MANAGED_LABEL = "app.kubernetes.io/managed-by"
@@ -29,6 +32,7 @@ COMPONENT_LABEL = "instantstart.io/component"
 APPLIED = "instantstart.io/applied"  # annotation: sha256 of the object as we applied it
 OURS = "instantstart"
 WORKLOADS = ("DaemonSet", "Deployment")
+IDENTITY_PIECES = ("role", "trust", "policies", "association")  # what of ``missing`` is the PodRole's
 
 #: the health-monitoring agent's ECR account per region (HyperPod chart readme, aws/sagemaker-hyperpod-cli)
 HMA_ACCOUNTS = {
@@ -45,6 +49,24 @@ def hma_image(region: str) -> str:
         raise Permanent(f"the HyperPod health-monitoring agent has no published image in {region}; regions with "
                         f"one: {', '.join(sorted(HMA_ACCOUNTS))}")
     return f"{account}.dkr.ecr.{region}.amazonaws.com/hyperpod-health-monitoring-agent:{HMA_TAG}"
+
+
+#: the accelerator families of HyperPod's instance types, by the family part of ``ml.<family>.<size>``: every
+#: ``g``/``p`` family is NVIDIA (g4dn ... p6e), every ``trn``/``inf`` family AWS Neuron
+ACCELERATOR_FAMILIES = {"nvidia_types": ("g", "p"), "neuron_types": ("trn", "inf")}
+
+
+@functools.lru_cache(maxsize=1)
+def hyperpod_instance_types() -> tuple[str, ...]:
+    """Every instance type HyperPod's CreateCluster accepts (botocore's ``ClusterInstanceType`` enum)."""
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    enum: list[str] = model.shape_for("ClusterInstanceType").enum  # type: ignore[attr-defined]
+    return tuple(enum)
+
+
+def family_types(key: str) -> list[str]:
+    """The HyperPod instance types of the accelerator family ``key`` of :data:`ACCELERATOR_FAMILIES`."""
+    return [t for t in hyperpod_instance_types() if t.split(".")[1].startswith(ACCELERATOR_FAMILIES[key])]
 
 
 @functools.lru_cache(maxsize=16)
@@ -69,13 +91,13 @@ class Manifests(Component):
     files: tuple[str, ...] = ()  # under manifests/, templated
     crds: tuple[str, ...] = ()  # under crds/, verbatim
     resource_type: str = "Kubernetes manifests"
-    node_bound: bool = False
     identity: PodRole | None = None
     kind: Literal["addon", "manifest"] = "manifest"
 
     def objects(self, target: Target) -> list[dict[str, Any]]:
         """What this component applies for ``target``, labelled and stamped, CRDs first."""
-        values = {"region": target.region, "eks_cluster": target.eks_cluster}
+        values = {"region": target.region, "eks_cluster": target.eks_cluster, "vpc_id": target.vpc_id,
+                  **{key: json.dumps(family_types(key)) for key in ACCELERATOR_FAMILIES}}
         if any("${hma_image}" in _text("manifests", f) for f in self.files):
             values["hma_image"] = hma_image(target.region)
         docs: list[dict[str, Any]] = [json.loads(json.dumps(d)) for name in self.crds for d in _crd(name)]
@@ -125,14 +147,23 @@ class Manifests(Component):
                            healthy=not missing and not waiting and not unready,
                            detail="; ".join(waiting + unready), version=self.version)
 
+    def pods_ready(self, target: Target) -> int:
+        """Ready pods of this component's DaemonSets (a device plugin's: one per node whose devices it advertises)."""
+        assert target.kube is not None
+        return sum(int(((kubeapi.get(target.kube, obj) or {}).get("status") or {}).get("numberReady", 0))
+                   for obj in self.objects(target) if obj["kind"] == "DaemonSet")
+
     def apply(self, target: Target, observed: Observation) -> None:
         assert target.kube is not None
         if self.identity is not None:
-            self.identity.ensure(target, [m for m in observed.missing if m in ("role", "policies", "association")])
+            self.identity.ensure(target, [m for m in observed.missing if m in IDENTITY_PIECES])
         wanted = set(observed.missing)
         for obj in self.objects(target):
             if self._label(obj) in wanted:
                 kubeapi.apply(target.kube, obj)
+
+    def blocked(self, target: Target) -> str | None:
+        return blocked_by(self.identity, target)
 
     def leftover(self, target: Target) -> Leftover:
         left = Leftover()
