@@ -88,6 +88,10 @@ def test_the_plan_picks_components_by_hardware(world: SandboxProduct) -> None:
                                                     fsx={"mode": "new"}))]
     assert "neuron-device-plugin" in trn and "aws-fsx-csi-driver" in trn
     assert "nvidia-device-plugin" not in trn and "aws-efa-k8s-device-plugin" not in trn
+    assert "health-monitoring-agent" in names and "health-monitoring-agent" in trn
+    cpu = [c.name for c in components_for(make_plan(NAME, instance_type="ml.m5.2xlarge", accelerator=None,
+                                                    efa=False))]
+    assert "health-monitoring-agent" not in cpu and "nvidia-device-plugin" not in cpu, "no node would run them"
     planned = DependenciesStage(world.deps()).resources(PLAN)
     assert {r.name for r in planned if r.action == "apply"} == set(names)
     assert {r.name for r in planned if r.type == "AWS::IAM::Role"} == {f"{NAME}-s3-csi-role", f"{NAME}-lbc-role"}

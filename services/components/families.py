@@ -122,11 +122,14 @@ def _neuron(plan: ClusterCreatePlan) -> bool:
 
 def components_for(plan: ClusterCreatePlan) -> list[Component]:
     """The components ``plan``'s cluster gets, in install order: the FSx CSI driver only with FSx, the NVIDIA
-    plugin on NVIDIA GPUs, the Neuron plugin on Trainium/Inferentia, the EFA plugin where the type has EFA."""
+    plugin on NVIDIA GPUs, the Neuron plugin on Trainium/Inferentia, the EFA plugin where the type has EFA, the
+    health-monitoring agent on accelerated types."""
     wanted = {
         FSX_CSI.name: plan.fsx is not None,
         NVIDIA_PLUGIN.name: _nvidia(plan),
         NEURON_PLUGIN.name: _neuron(plan),
         EFA_PLUGIN.name: plan.efa,
+        # the chart's agent DaemonSets select NVIDIA GPU and Neuron types only: no node of a CPU type runs it
+        HEALTH_AGENT.name: _nvidia(plan) or _neuron(plan),
     }
     return [c for c in COMPONENTS if wanted.get(c.name, True)]
