@@ -9,9 +9,7 @@ the two that lasts until ``DATA_DIR/release`` exists — where the test kills it
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
 from pathlib import Path
 
 from kubernetes import client as k8s
@@ -21,6 +19,7 @@ from services.auth import Principal, Role
 from services.models import RequestModel
 from services.settings import Settings
 from services.stages import Done, Observed, OperationKind, Stage, StageContext, Wait
+from tests.support import until_terminated
 
 KIND = "test.cluster.touch"
 LABEL = "instantstart.test/touched"
@@ -93,10 +92,7 @@ def main() -> None:
     if len(sys.argv) > 5 and sys.argv[4] == "submit":
         op, _ = services.engine.submit(KIND, Touch(cluster=sys.argv[5]), Principal("crash", Role.OPERATOR))
         print(op.id, flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    stop.wait()
-    services.stop()
+    until_terminated(services.stop)
 
 
 if __name__ == "__main__":

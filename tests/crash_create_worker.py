@@ -10,15 +10,14 @@ again: the engine resumes what the killed process left.
 from __future__ import annotations
 
 import json
-import signal
 import sys
-import threading
 from pathlib import Path
 
 from app.bootstrap import build_services
 from services.auth import Principal, Role
 from services.clusters.create_models import ClusterCreate
 from services.settings import Settings
+from tests.support import until_terminated
 
 
 def main() -> None:
@@ -31,10 +30,7 @@ def main() -> None:
         request = ClusterCreate.model_validate(json.loads(sys.argv[6]))
         op, _ = services.clusters.create_cluster(Principal("crash", Role.OPERATOR, "t-crash", "api"), request)
         print(op.id, flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    stop.wait()
-    services.stop()
+    until_terminated(services.stop)
 
 
 if __name__ == "__main__":

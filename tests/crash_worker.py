@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
 from pathlib import Path
 
 from services.audit import AuditLog
@@ -14,6 +12,7 @@ from services.db import Database
 from services.events import EventBus
 from services.operations import Engine
 from tests.kinds import ThingRequest, World, thing_kind
+from tests.support import until_terminated
 
 
 def main() -> None:
@@ -27,10 +26,7 @@ def main() -> None:
     if len(sys.argv) > 3 and sys.argv[2] == "submit":
         op, _ = engine.submit("thing.create", ThingRequest(name=sys.argv[3]), Principal("crash", Role.OPERATOR))
         print(op.id, flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    stop.wait()
-    engine.stop()
+    until_terminated(engine.stop)
 
 
 if __name__ == "__main__":

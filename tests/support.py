@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -132,3 +133,10 @@ def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None, 
     match = TOKEN_RE.search(log_path.read_text())
     return LiveServer(url, data_dir, match.group(1) if match else "", proc, log_path)
 
+
+def until_terminated(stop_services: Callable[[], None]) -> None:
+    """A crash-test worker's last act: run until SIGTERM (a SIGKILL never gets here), then stop cleanly."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop.wait()
+    stop_services()
