@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from kubernetes.client import ApiClient
+from pydantic import BaseModel
 
 from services.aws import AwsClients
 from services.clusters.create_models import ComponentState
@@ -50,6 +51,8 @@ class Observation:
     detail: str = ""
     failed: str | None = None  # a failure no retry of this stage fixes (CREATE_FAILED and the like)
     version: str = ""
+    settings: dict[str, Any] = field(default_factory=dict)  # a configurable feature's actual settings
+    foreign: bool = False  # installed, but not by us (no tag or label of ours): adopted only on request
 
 
 @dataclass
@@ -71,6 +74,12 @@ class Component(abc.ABC):
     kind: Literal["addon", "manifest"]
     version: str
     resource_type: str  # shown in the dry-run plan, e.g. "EKS add-on", "Kubernetes DaemonSet"
+    settings_model: ClassVar[type[BaseModel] | None] = None  # a managed feature's user settings, if it has any
+
+    def configured(self, settings: BaseModel | None) -> Component:
+        """This component reconciling toward ``settings`` (an instance of :attr:`settings_model`); a
+        component without settings is itself."""
+        return self
 
     @abc.abstractmethod
     def observe(self, target: Target) -> Observation: ...
