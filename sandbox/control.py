@@ -3,7 +3,8 @@ across the process boundary (``app/sandbox.py``), authenticated with a control t
 
 * ``GET /_sandbox/health``: ready (the readiness probe);
 * ``GET /_sandbox/info``: the simulated operations, endpoints and clusters;
-* ``GET|POST /_sandbox/faults``, ``DELETE /_sandbox/faults/<id|all>``: the injected faults;
+* ``GET|POST /_sandbox/faults``, ``DELETE /_sandbox/faults/<id|all>``: the injected faults (a delete also
+  releases the answers a ``hold_response`` fault holds, once used up too);
 * ``GET /_sandbox/clusters?after=<generation>&wait=<s>``: the emulated clusters, as a long-poll that
   answers as soon as the set changes after ``generation`` (the server follows it to register
   kubeconfigs for clusters an EKS create makes);
@@ -110,7 +111,7 @@ class _Faults(_Control):
 class _Fault(_Control):
     def delete(self, fault_id: str) -> None:
         faults = self.host.world.faults
-        if fault_id != "all" and fault_id not in {f.id for f in faults.list()}:
+        if fault_id != "all" and fault_id not in {f.id for f in faults.list()} | set(faults.holding()):
             self._json({"error": f"no active fault {fault_id!r} (it may have cleared itself)"}, 404)
             return
         faults.clear(None if fault_id == "all" else fault_id)

@@ -133,6 +133,19 @@ MIGRATIONS: list[str] = [
     """
     CREATE UNIQUE INDEX clusters_eks_arn ON clusters(eks_arn);
     """,
+    # 8: what a cluster's stages are about to create or created where AWS has no tags to find it by
+    # (services/clusters/intents.py: a VPC CIDR block added to a user's VPC)
+    """
+    CREATE TABLE resource_intents (
+        cluster TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        key TEXT NOT NULL,
+        ref TEXT,
+        recorded_at REAL NOT NULL,
+        PRIMARY KEY (cluster, kind, scope, key)
+    );
+    """,
 ]
 
 

@@ -39,7 +39,7 @@ class SandboxWorld(Protocol):
 
 FaultKind = Literal["node_unhealthy", "insufficient_capacity", "addon_degraded", "quota_exhausted", "throttle",
                     "access_denied", "deep_health_check_failed", "spot_reclaimed", "eks_create_failed",
-                    "file_system_failed"]
+                    "file_system_failed", "hold_response"]
 
 
 class NodeUnhealthyTarget(RequestModel):
@@ -100,9 +100,14 @@ class AccessDeniedTarget(RequestModel):
         return value.rpartition(":")[2] or value
 
 
+class HoldResponseTarget(RequestModel):
+    service: str = Field(..., min_length=1, description="AWS service, e.g. ec2, iam, eks or sagemaker")
+    operation: str = Field(..., min_length=1, description="the API operation whose answer is held, e.g. CreateVpc")
+
+
 FaultTarget = (NodeUnhealthyTarget | InsufficientCapacityTarget | AddonDegradedTarget | QuotaExhaustedTarget
                | ThrottleTarget | AccessDeniedTarget | DeepHealthCheckFailedTarget | SpotReclaimedTarget
-               | EksCreateFailedTarget | FileSystemFailedTarget)
+               | EksCreateFailedTarget | FileSystemFailedTarget | HoldResponseTarget)
 TARGET_MODELS: dict[str, type[RequestModel]] = {
     "node_unhealthy": NodeUnhealthyTarget,
     "insufficient_capacity": InsufficientCapacityTarget,
@@ -114,6 +119,7 @@ TARGET_MODELS: dict[str, type[RequestModel]] = {
     "spot_reclaimed": SpotReclaimedTarget,
     "eks_create_failed": EksCreateFailedTarget,
     "file_system_failed": FileSystemFailedTarget,
+    "hold_response": HoldResponseTarget,
 }
 # per kind: (target keys required, target keys allowed), from the models above
 FAULT_TARGETS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
@@ -144,7 +150,9 @@ class FaultInject(RequestModel):
                             "replaced; spot_reclaimed (cluster, optional node, instance_group): EC2 takes a Spot "
                             "node back and HyperPod launches another; eks_create_failed (cluster = EKS name): its "
                             "creation ends FAILED with a health issue; file_system_failed (optional subnet): the "
-                            "next FSx file system created there ends FAILED")
+                            "next FSx file system created there ends FAILED; hold_response (service, operation): the "
+                            "call is made and in the ledger, its answer waits until the fault is cleared or the caller "
+                            "goes away (a crash exactly between an act and the save of its result)")
     target: FaultTarget = Field(..., description="what the fault applies to: the keys of the kind's target model")
     count: int | None = Field(None, ge=1, le=10_000,
                               description="throttle, access_denied: how many calls fail (default: until cleared); "

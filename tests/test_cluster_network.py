@@ -5,10 +5,14 @@ What the tests assert is what EC2 saw: the call ledger ("created once", "no writ
 
 from __future__ import annotations
 
+import ipaddress
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 
 from services.clusters.create_base import ClusterDeletePlan, cluster_tags, owned
@@ -27,7 +31,7 @@ from services.operations import OperationView
 from tests.conftest import ADMIN
 from tests.create_support import SandboxProduct, leftovers, make_plan, run_stages, sandbox_product
 from tests.ledger import CallLedger
-from tests.support import wait_until
+from tests.support import ROOT, wait_until
 
 CREATES = ("CreateVpc", "CreateSubnet", "CreateInternetGateway", "AllocateAddress", "CreateNatGateway",
            "CreateRouteTable", "CreateVpcEndpoint", "CreateSecurityGroup", "AssociateVpcCidrBlock")
@@ -386,6 +390,74 @@ def test_a_create_interrupted_after_adding_a_block_still_tags_it_and_teardown_re
     assert leftovers(product.client, ledger.calls(since=mark), "net-cut") == []
     assert [a["CidrBlock"] for a in ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"][0]["CidrBlockAssociationSet"]
             if a["CidrBlockState"]["State"] == "associated"] == ["10.140.0.0/22"]
+
+
+def _killed_after_associating(product: SandboxProduct, ec2: Any, cidr: str,
+                              cluster: str) -> tuple[str, list[str], int]:
+    """A product process SIGKILLed exactly between AssociateVpcCidrBlock (made, in the ledger, its answer
+    held by the sandbox) and the compute subnet's create; answers the user's VPC, its EKS subnets and the
+    ledger's mark before the product's first call."""
+    ledger = CallLedger(product.live)
+    vpc_id = _vpc(ec2, cidr)  # a /22 holds no /20: the compute subnet needs a block of its own
+    base = cidr.rsplit(".", 2)[0]
+    eks = [ec2.create_subnet(VpcId=vpc_id, CidrBlock=f"{base}.{i}.0/24", AvailabilityZone=z)["Subnet"]["SubnetId"]
+           for i, z in ((0, "us-west-2a"), (1, "us-west-2b"))]
+    fault = product.live.post("/api/v1/sandbox/faults", {"kind": "hold_response", "count": 1, "target": {
+        "service": "ec2", "operation": "AssociateVpcCidrBlock"}})
+    assert fault.status_code == 201, fault.text
+    mark = ledger.mark()
+    proc = subprocess.Popen([sys.executable, "-m", "tests.compute_subnet_worker",
+                             str(product.services.settings.data_dir), str(product.aws_port), str(product.kube_port),
+                             vpc_id, "us-west-2a", cluster], cwd=ROOT)
+    try:
+        wait_until(lambda: ledger.succeeded("ec2", "AssociateVpcCidrBlock", since=mark), 120,
+                   "the block is associated and its answer held")
+        assert proc.poll() is None, "the worker waits for the held answer"
+    finally:
+        proc.kill()
+        proc.wait(20)
+    released = httpx2.delete(f"{product.live.url}/api/v1/sandbox/faults/{fault.json()['id']}",
+                             headers=product.live.headers(), timeout=30)
+    assert released.status_code == 200, released.text  # used up, still releasable: its hold is what it names
+    assert not ledger.succeeded("ec2", "CreateSubnet", since=mark), "the crash shape: the block and no subnet"
+    assert len(block_ids(ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"][0])) == 2
+    return vpc_id, eks, mark
+
+
+def _net_of(cidr: str) -> ipaddress.IPv4Network:
+    return ipaddress.IPv4Network(cidr)
+
+
+def _blocks(ec2: Any, vpc_id: str) -> list[str]:
+    return [a["CidrBlock"] for a in ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"][0]["CidrBlockAssociationSet"]
+            if a["CidrBlockState"]["State"] in ("associated", "associating")]
+
+
+def test_a_block_added_right_before_a_crash_is_ours_for_a_new_operation_and_for_teardown(
+        product: SandboxProduct, ec2: Any) -> None:
+    """Killed between the association and the subnet; then a brand-new create operation (not a retry: its
+    first look already sees the block) reuses the block, marks the subnet with its id, and teardown
+    removes it; without a subnet ever made, a delete alone removes it too (the intent recorded first)."""
+    ledger = CallLedger(product.live)
+    vpc_id, eks, mark = _killed_after_associating(product, ec2, "10.144.0.0/22", "net-kill-a")
+    view = _run(product, NetworkStage(product.deps()), make_plan("net-kill-a", vpc_id=vpc_id, subnet_ids=eks))
+    assert view.status == "succeeded", view
+    ledger.once("ec2", "AssociateVpcCidrBlock", since=mark)
+    subnet = _subnet(ec2, view.stages[0].result["compute_subnet"])
+    block = next(a for a in ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"][0]["CidrBlockAssociationSet"]
+                 if a["CidrBlock"] != "10.144.0.0/22")
+    assert _tags(subnet).get(CIDR_TAG) == block["AssociationId"], subnet
+    assert _net_of(subnet["CidrBlock"]).subnet_of(_net_of(block["CidrBlock"])), "the subnet is in the block we added"
+    assert _run(product, NetworkTeardown(product.deps()), _delete_plan("net-kill-a")).status == "succeeded"
+    assert _blocks(ec2, vpc_id) == ["10.144.0.0/22"], "the block we added went"
+
+    vpc_b, _, mark = _killed_after_associating(product, ec2, "10.148.0.0/22", "net-kill-b")
+    assert len(_blocks(ec2, vpc_b)) == 2
+    assert _run(product, NetworkTeardown(product.deps()), _delete_plan("net-kill-b")).status == "succeeded"
+    assert _blocks(ec2, vpc_b) == ["10.148.0.0/22"], "no subnet named it: the intent did"
+    assert not product.services.db.query("SELECT * FROM resource_intents WHERE cluster IN (?, ?)",
+                                         ("net-kill-a", "net-kill-b")), "the intents of what is gone are dropped"
+    assert leftovers(product.client, ledger.calls(since=mark), "net-kill-b") == []
 
 
 def test_teardown_deletes_the_load_balancer_controllers_leftovers_in_our_vpc_only(

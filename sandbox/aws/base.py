@@ -113,6 +113,7 @@ FAULT_KINDS = frozenset({
     "throttle",  # target: service, operation (optional); remaining: number of calls to throttle
     "access_denied",  # target: service, action (an API operation); the call fails at once with a 403
     "file_system_failed",  # target: subnet (optional): the next FSx file system created there ends FAILED
+    "hold_response",  # target: service, operation: the call is made and in the ledger; its answer waits for a clear
 })
 
 
@@ -121,6 +122,7 @@ class FaultRegistry:
 
     def __init__(self) -> None:
         self._faults: dict[str, Fault] = {}
+        self._held: dict[str, threading.Event] = {}  # a taken hold_response fault's id: set once it is cleared
         self._lock = threading.Lock()
         self._next = 0
 
@@ -134,11 +136,24 @@ class FaultRegistry:
         return fault
 
     def clear(self, fault_id: str | None = None) -> None:
+        """Drop one fault (or all), and release the answers its holds keep."""
         with self._lock:
             if fault_id is None:
                 self._faults.clear()
             else:
                 self._faults.pop(fault_id, None)
+            for held in [i for i in self._held if fault_id in (None, i)]:
+                self._held.pop(held).set()
+
+    def hold(self, fault: Fault) -> threading.Event:
+        """The event a held answer waits on: set when ``fault`` is cleared (also once it has no uses left)."""
+        with self._lock:
+            return self._held.setdefault(fault.id, threading.Event())
+
+    def holding(self) -> list[str]:
+        """The ids of the hold faults that held an answer and are not cleared yet."""
+        with self._lock:
+            return sorted(self._held)
 
     def list(self) -> list[Fault]:
         with self._lock:

@@ -45,6 +45,7 @@ ACCOUNT_ID = "123456789012"
 _log = logging.getLogger("sandbox.aws.front")
 _HOP_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "expect",
                           "proxy-connection", "te", "upgrade"})
+HOLD_POLL = 0.05  # how often a held answer looks whether it was released or its client went away
 CHUNK = 1024 * 1024  # moto's answers are relayed in chunks of this size, never buffered whole
 _READ_PREFIXES = ("Describe", "List", "Get", "Head", "Search", "BatchGet", "Simulate")
 # parameters that name what a call acts on, most specific last: the ledger's ``target``
@@ -179,6 +180,7 @@ class _AwsHandler(RequestHandler):
     def initialize(self, front: AwsFront, prefix: str) -> None:
         self.front = front
         self.prefix = prefix
+        self._gone = False  # the client closed the connection (a held answer stops waiting)
 
     def compute_etag(self) -> None:
         return None
@@ -271,7 +273,29 @@ class _AwsHandler(RequestHandler):
         if error is None and response.status >= 400:
             error = response.headers.get("x-amzn-ErrorType") or _error_code(response.body)
         await self._ledger(response.status, error)
-        self._write(response)
+        if await self._held(response.status):
+            self._write(response)
+
+    def on_connection_close(self) -> None:
+        self._gone = True
+
+    async def _held(self, status: int) -> bool:
+        """Hold a successful call's answer while a ``hold_response`` fault for it is armed: the call is made
+        and in the ledger, its answer waits until the fault is cleared. False if the client went away
+        meanwhile (a killed caller: the act happened, its answer was never seen)."""
+        fault = None
+        if status < 400 and self._entry["operation"]:
+            fault = self.front.faults.take("hold_response", service=self._entry["service"],
+                                           operation=self._entry["operation"])
+        if fault is None:
+            return True
+        released = self.front.faults.hold(fault)
+        stream = getattr(self.request.connection, "stream", None)  # HTTP/1's IOStream
+        while not released.is_set():
+            if self._gone or stream is None or stream.closed():
+                return False
+            await asyncio.sleep(HOLD_POLL)
+        return True
 
     get = head = post = delete = patch = put = options = _dispatch
 
@@ -301,6 +325,8 @@ class _AwsHandler(RequestHandler):
             if response.status >= 400:
                 error = next((v.split(":")[0] for k, v in response.headers if k.lower() == "x-amzn-errortype"), None)
             await self._ledger(response.status, error)
+            if not await self._held(response.status):
+                return
             self.set_status(response.status, response.reason)
             self.clear_header("Content-Type")
             length = None

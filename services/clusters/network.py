@@ -23,6 +23,7 @@ from typing import Any, Literal, cast
 
 from services.clusters.create_base import CreateStage, ec2_cluster_filters, ec2_tag_specs, owned
 from services.clusters.create_models import ClusterCreatePlan, NetworkResult, PlannedResource
+from services.clusters.intents import CIDR_BLOCK, ResourceIntents
 from services.errors import Conflict, Invalid, Permanent, Transient
 from services.stages import Done, Observed, StageContext, Wait
 
@@ -125,7 +126,8 @@ def _private_route_table(ec2: Any, vpc_id: str, zone: str, cluster: str) -> tupl
 
 
 def ensure_compute_subnet(ec2: Any, vpc_id: str, zone: str, cluster: str, tags: dict[str, str],
-                          prefix: int = COMPUTE_PREFIX, original: Collection[str] | None = None) -> str:
+                          prefix: int = COMPUTE_PREFIX, original: Collection[str] | None = None,
+                          intents: ResourceIntents | None = None) -> str:
     """HyperPod nodes' subnet for ``cluster`` in ``zone`` (name or zone id) of ``vpc_id``: the one tagged for
     the cluster there, else a new ``/prefix`` in the first free range of the VPC's CIDR blocks, else (the VPC
     is full) in a CIDR block it adds to the VPC. Associated with the private route table
@@ -136,11 +138,15 @@ def ensure_compute_subnet(ec2: Any, vpc_id: str, zone: str, cluster: str, tags: 
     ``original``: the association ids of the VPC's CIDR blocks when the caller first looked, kept by the
     caller across retries and crashes (the stage's persisted data). A subnet carved from a block not among
     them that holds no other subnet (one this call or an earlier, interrupted one added) carries that
-    association's id (``CIDR_TAG``), so teardown removes the block from a user's VPC. Without ``original``
-    only a block this very call saw associated can be proven ours."""
+    association's id (``CIDR_TAG``), so teardown removes the block from a user's VPC.
+
+    ``intents``: the installation's record of what it is about to create (every caller in the product gives
+    it). The block's CIDR is recorded there, in a transaction of its own, before ``AssociateVpcCidrBlock``,
+    so a block a crashed call added is ours also for a brand-new operation (whose ``original`` already
+    holds it) and for the teardown. Without either, only a block this very call saw associated is ours."""
     subnet_id = find_compute_subnet(ec2, vpc_id, zone, cluster)
     if subnet_id is None:
-        subnet_id = _create_compute_subnet(ec2, vpc_id, zone, cluster, tags, prefix, original)
+        subnet_id = _create_compute_subnet(ec2, vpc_id, zone, cluster, tags, prefix, original, intents)
     table, associated = _private_route_table(ec2, vpc_id, zone, cluster)
     if table is not None and subnet_id not in associated:
         ec2.associate_route_table(RouteTableId=table, SubnetId=subnet_id)
@@ -154,7 +160,7 @@ def block_ids(vpc: dict[str, Any]) -> list[str]:
 
 
 def _create_compute_subnet(ec2: Any, vpc_id: str, zone: str, cluster: str, tags: dict[str, str],
-                           prefix: int, original: Collection[str] | None) -> str:
+                           prefix: int, original: Collection[str] | None, intents: ResourceIntents | None) -> str:
     vpc = ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"][0]
     blocks = [a for a in vpc.get("CidrBlockAssociationSet", [])
               if a["CidrBlockState"]["State"] in ("associated", "associating")]
@@ -166,16 +172,18 @@ def _create_compute_subnet(ec2: Any, vpc_id: str, zone: str, cluster: str, tags:
     extra: dict[str, str] = {}
     cidr = free_block([a["CidrBlock"] for a in blocks], [s["CidrBlock"] for s in subnets], prefix)
     if cidr is None:
-        association = _add_block(ec2, vpc, [a["CidrBlock"] for a in blocks])
+        association = _add_block(ec2, vpc, [a["CidrBlock"] for a in blocks], cluster, intents)
         if association["CidrBlockState"]["State"] != "associated":
             raise Transient(f"VPC {vpc_id} is full; its new CIDR block {association['CidrBlock']} is associating",
                             delay=CIDR_WAIT)
         cidr = str(next(_net(association["CidrBlock"]).subnets(new_prefix=prefix)))
         extra[CIDR_TAG] = str(association["AssociationId"])
-    elif original is not None:  # an empty block added since the caller's first look (by an interrupted call)
-        added = [a for a in blocks if a["AssociationId"] not in original
-                 and _net(cidr).subnet_of(_net(a["CidrBlock"]))
-                 and not any(_net(s["CidrBlock"]).subnet_of(_net(a["CidrBlock"])) for s in subnets)]
+    else:  # a block an interrupted call added: recorded before its call, or empty and new since the first look
+        recorded = {i.key for i in intents.recorded(cluster, CIDR_BLOCK, vpc_id)} if intents else set()
+        added = [a for a in blocks if _net(cidr).subnet_of(_net(a["CidrBlock"])) and (
+            a["CidrBlock"] in recorded or (original is not None and a["AssociationId"] not in original
+                                           and not any(_net(s["CidrBlock"]).subnet_of(_net(a["CidrBlock"]))
+                                                       for s in subnets)))]
         if added:
             extra[CIDR_TAG] = str(added[0]["AssociationId"])
     _, zone_param = _zone_keys(zone)
@@ -185,8 +193,10 @@ def _create_compute_subnet(ec2: Any, vpc_id: str, zone: str, cluster: str, tags:
     return str(created["Subnet"]["SubnetId"])
 
 
-def _add_block(ec2: Any, vpc: dict[str, Any], blocks: list[str]) -> dict[str, Any]:
-    """Associate another /16 with a full VPC; answers the association as AWS did (``associating`` at first)."""
+def _add_block(ec2: Any, vpc: dict[str, Any], blocks: list[str], cluster: str,
+               intents: ResourceIntents | None) -> dict[str, Any]:
+    """Associate another /16 with a full VPC, its intent recorded first; answers the association as AWS did
+    (``associating`` at first)."""
     tables = ec2.all_pages("describe_route_tables", "RouteTables",
                            Filters=[{"Name": "vpc-id", "Values": [vpc["VpcId"]]}])
     routes = [r["DestinationCidrBlock"] for t in tables for r in t.get("Routes", []) if r.get("DestinationCidrBlock")]
@@ -194,8 +204,13 @@ def _add_block(ec2: Any, vpc: dict[str, Any], blocks: list[str]) -> dict[str, An
     if block is None:
         raise Permanent(f"VPC {vpc['VpcId']} has no free /{COMPUTE_PREFIX} for HyperPod's nodes and no /16 "
                         "is left to add to it; give a VPC with room (or a larger CIDR)")
-    added = ec2.associate_vpc_cidr_block(VpcId=vpc["VpcId"], CidrBlock=block)
-    return cast(dict[str, Any], added["CidrBlockAssociation"])
+    if intents is not None:
+        intents.intend(cluster, CIDR_BLOCK, vpc["VpcId"], block)
+    answer = ec2.associate_vpc_cidr_block(VpcId=vpc["VpcId"], CidrBlock=block)
+    added = cast(dict[str, Any], answer["CidrBlockAssociation"])
+    if intents is not None:
+        intents.created(cluster, CIDR_BLOCK, vpc["VpcId"], block, str(added["AssociationId"]))
+    return added
 
 
 def layout(vpc_cidr: str, zones: list[str]) -> dict[tuple[str, str], str]:
@@ -213,8 +228,10 @@ class _Network:
     """One pass over the network a plan asks for: each piece observed by its tags, made if missing (or, with
     ``write`` False, reported missing by raising :class:`_Missing`). Ids go to ``data`` as they are known."""
 
-    def __init__(self, ec2: Any, plan: ClusterCreatePlan, data: dict[str, Any], write: bool) -> None:
+    def __init__(self, ec2: Any, plan: ClusterCreatePlan, data: dict[str, Any], write: bool,
+                 intents: ResourceIntents) -> None:
         self.ec2 = ec2
+        self.intents = intents
         self.plan = plan
         self.data = data
         self.write = write
@@ -451,7 +468,7 @@ class _Network:
                 raise _Missing("compute subnet's route table association")
         else:
             subnet_id = ensure_compute_subnet(self.ec2, vpc_id, zone, self.cluster, self.plan.tags,
-                                              original=self.data.get("vpc_blocks"))
+                                              original=self.data.get("vpc_blocks"), intents=self.intents)
         self.data["compute_subnet"] = subnet_id
 
 
@@ -482,21 +499,25 @@ class NetworkStage(CreateStage):
     def _ec2(self, plan: ClusterCreatePlan) -> Any:
         return self.deps.aws.client("ec2", plan.region)
 
+    def _pass(self, ctx: StageContext[ClusterCreatePlan], write: bool) -> _Network:
+        return _Network(self._ec2(ctx.request), ctx.request, ctx.data, write,
+                        ResourceIntents(self.deps.registry.db, self.deps.clock))
+
     def observe(self, ctx: StageContext[ClusterCreatePlan]) -> Observed:
         ctx.data["nat_failed_before"] = sorted(
             str(n["NatGatewayId"]) for n in self._ec2(ctx.request).describe_nat_gateways(
                 Filter=_role_filters(ctx.request.name, "nat"))["NatGateways"] if n["State"] == "failed")
         try:
-            waiting = _Network(self._ec2(ctx.request), ctx.request, ctx.data, write=False).run()
+            waiting = self._pass(ctx, write=False).run()
         except _Missing:
             return Observed.ABSENT
         return Observed.DONE if waiting is None else Observed.IN_PROGRESS
 
     def act(self, ctx: StageContext[ClusterCreatePlan]) -> None:
-        _Network(self._ec2(ctx.request), ctx.request, ctx.data, write=True).run()
+        self._pass(ctx, write=True).run()
 
     def poll(self, ctx: StageContext[ClusterCreatePlan]) -> Done | Wait:
-        waiting = _Network(self._ec2(ctx.request), ctx.request, ctx.data, write=True).run()
+        waiting = self._pass(ctx, write=True).run()
         return Done() if waiting is None else waiting
 
     def result(self, ctx: StageContext[ClusterCreatePlan]) -> dict[str, Any]:

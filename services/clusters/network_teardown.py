@@ -5,10 +5,12 @@ Each step observes what is left, so a crash or a retry resumes where it was. Del
 (NAT gateways, VPC endpoints) and dependencies that clear by themselves (network interfaces of a deleted
 HyperPod cluster or load balancer still detaching) are waits with their reason, never failures. The only
 untagged things touched are load balancers' and the VPC CNI's network interfaces left ``available`` in our
-subnets (they would keep the subnet from being deleted), the CIDR block a compute subnet's tag says we
-added to a user's VPC, and what the AWS Load Balancer Controller made for the cluster's EKS cluster in our
-VPCs (load balancers, target groups and security groups tagged ``elbv2.k8s.aws/cluster=<EKS cluster>``):
-it goes first, since its network interfaces and groups would keep our subnets and VPC from going.
+subnets (they would keep the subnet from being deleted), the CIDR blocks we added to a user's VPC (named
+by a compute subnet's tag, or recorded in the installation's intents before the call, so a crash before the
+subnet was made leaves none behind: :mod:`services.clusters.intents`), and what the AWS Load Balancer
+Controller made for the cluster's EKS cluster in our VPCs (load balancers, target groups and security groups
+tagged ``elbv2.k8s.aws/cluster=<EKS cluster>``): it goes first, since its network interfaces and groups
+would keep our subnets and VPC from going.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.clusters.create_base import ClusterDeletePlan, DeleteStage, ec2_cluster_filters, owned
+from services.clusters.intents import CIDR_BLOCK, Intent, ResourceIntents
 from services.clusters.network import CIDR_TAG
 from services.errors import NotFound, ServiceError
 from services.stages import Done, Observed, StageContext, Wait
@@ -37,9 +40,11 @@ def _dependency(exc: ServiceError) -> bool:
 class _Teardown:
     """One pass of the teardown: answers a Wait while something is still going, None once nothing is left."""
 
-    def __init__(self, ec2: Any, elb: Any, plan: ClusterDeletePlan, data: dict[str, Any]) -> None:
+    def __init__(self, ec2: Any, elb: Any, plan: ClusterDeletePlan, data: dict[str, Any],
+                 intents: ResourceIntents) -> None:
         self.ec2 = ec2
         self.elb = elb
+        self.intents = intents
         self.cluster = plan.name
         self.eks_cluster = plan.eks_cluster
         self.data = data
@@ -55,12 +60,32 @@ class _Teardown:
         return self.ours(self.ec2.all_pages("describe_subnets", "Subnets", Filters=self.filters))
 
     def record_cidrs(self, subnets: list[dict[str, Any]]) -> None:
-        """Remember (in the stage's data, saved before any subnet goes) the CIDR blocks we added."""
+        """Remember (in the stage's data, saved before any subnet goes) the CIDR blocks we added: named by our
+        subnets' tags, or recorded as intents before their call (also when no subnet was made after it)."""
         cidrs: dict[str, str] = self.data.setdefault("cidrs", {})
         for subnet in subnets:
             tag = next((t["Value"] for t in subnet.get("Tags", []) if t["Key"] == CIDR_TAG), None)
             if tag:
                 cidrs[tag] = subnet["VpcId"]
+        cidrs.update(self.intended_blocks()[0])
+
+    def intended_blocks(self) -> tuple[dict[str, str], list[Intent]]:
+        """The live associations (id: VPC) of the CIDR blocks recorded as the cluster's before their call, and
+        the recorded ones AWS has no live association for (never made, already gone, or gone with the VPC)."""
+        found: dict[str, str] = {}
+        missing: list[Intent] = []
+        for intent in self.intents.recorded(self.cluster, CIDR_BLOCK):
+            try:
+                vpcs = self.ec2.describe_vpcs(VpcIds=[intent.scope])["Vpcs"]
+            except NotFound:
+                vpcs = []
+            live = [a for v in vpcs for a in v.get("CidrBlockAssociationSet", []) if a["CidrBlock"] == intent.key
+                    and a["CidrBlockState"]["State"] in ("associated", "associating")]
+            if live:
+                found[str(live[0]["AssociationId"])] = intent.scope
+            else:
+                missing.append(intent)
+        return found, missing
 
     def scope(self) -> None:
         """Remember (in the stage's data) the VPCs we have anything in, ours or a user's: the load balancer
@@ -83,7 +108,7 @@ class _Teardown:
         left += [f"load balancer {b['LoadBalancerName']}" for b in self.load_balancers()]
         left += [f"target group {g['TargetGroupName']}" for g in self.target_groups()]
         left += [f"load balancer controller's security group {g['GroupId']}" for g in self.controller_groups()]
-        left += [f"CIDR block association {a}" for a in self.data.get("cidrs", {})]
+        left += [f"CIDR block association {a}" for a in {**self.data.get("cidrs", {}), **self.intended_blocks()[0]}]
         return left
 
     def dead_nat_interfaces(self) -> set[str]:
@@ -176,6 +201,8 @@ class _Teardown:
             waiting = self.delete(f"VPC {vpc_id}", self.ec2.delete_vpc, VpcId=vpc_id)
             if waiting is not None:
                 return waiting
+        for intent in self.intended_blocks()[1]:  # the blocks they recorded are gone (with our VPCs too)
+            self.intents.forget(intent.cluster, intent.kind, intent.scope, intent.key)
         return None
 
     def delete(self, what: str, call: Any, **params: Any) -> Wait | None:
@@ -352,7 +379,7 @@ class NetworkTeardown(DeleteStage):
     def _pass(self, ctx: StageContext[ClusterDeletePlan]) -> _Teardown:
         region = ctx.request.region
         return _Teardown(self.deps.aws.client("ec2", region), self.deps.aws.client("elbv2", region), ctx.request,
-                         ctx.data)
+                         ctx.data, ResourceIntents(self.deps.registry.db, self.deps.clock))
 
     def observe(self, ctx: StageContext[ClusterDeletePlan]) -> Observed:
         return Observed.ABSENT if self._pass(ctx).leftovers() else Observed.DONE
