@@ -151,6 +151,30 @@ def test_the_stage_applies_every_component_once_and_completes_without_nodes(worl
     lbc = apps.read_namespaced_deployment("aws-load-balancer-controller", "kube-system")
     assert {f"--aws-vpc-id={_vpc(world)}", "--aws-region=us-west-2", f"--cluster-name={NAME}"} <= set(
         lbc.spec.template.spec.containers[0].args)
+    # the controller's CRDs, its webhooks and their serving certificate (applied once cert-manager serves its API)
+    assert {"targetgroupbindings.elbv2.k8s.aws", "ingressclassparams.elbv2.k8s.aws",
+            "certificates.cert-manager.io", "issuers.cert-manager.io"} <= crds
+    admission = k8s.AdmissionregistrationV1Api(api)
+    mutating = admission.read_mutating_webhook_configuration("aws-load-balancer-webhook")
+    validating = admission.read_validating_webhook_configuration("aws-load-balancer-webhook")
+    policies = {w.name: w.failure_policy for w in mutating.webhooks + validating.webhooks}
+    assert policies == {"mpod.elbv2.k8s.aws": "Fail", "mservice.elbv2.k8s.aws": "Ignore",
+                        "mtargetgroupbinding.elbv2.k8s.aws": "Fail", "vingressclassparams.elbv2.k8s.aws": "Fail",
+                        "vtargetgroupbinding.elbv2.k8s.aws": "Fail", "vingress.elbv2.k8s.aws": "Fail"}, policies
+    assert {w.client_config.service.name for w in mutating.webhooks + validating.webhooks} == {
+        "aws-load-balancer-webhook-service"}
+    assert mutating.metadata.annotations["cert-manager.io/inject-ca-from"] == \
+        "kube-system/aws-load-balancer-serving-cert"
+    certificate = k8s.CustomObjectsApi(api).get_namespaced_custom_object(
+        "cert-manager.io", "v1", "kube-system", "certificates", "aws-load-balancer-serving-cert")
+    assert certificate["spec"]["secretName"] == "aws-load-balancer-tls"
+    assert "aws-load-balancer-webhook-service.kube-system.svc" in certificate["spec"]["dnsNames"]
+    assert certificate["spec"]["issuerRef"]["name"] == k8s.CustomObjectsApi(api).get_namespaced_custom_object(
+        "cert-manager.io", "v1", "kube-system", "issuers", "aws-load-balancer-selfsigned-issuer")["metadata"]["name"]
+    volumes = lbc.spec.template.spec.volumes
+    assert [(v.name, v.secret.secret_name) for v in volumes] == [("cert", "aws-load-balancer-tls")]
+    assert k8s.CoreV1Api(api).read_namespaced_service("aws-load-balancer-webhook-service", "kube-system").spec.ports[
+        0].port == 443
     role = k8s.RbacAuthorizationV1Api(api).read_cluster_role("hyperpod-patching")
     assert role.metadata.labels["app.kubernetes.io/managed-by"] == "instantstart"
     assert [(f.manager, f.operation) for f in role.metadata.managed_fields] == [("instantstart", "Apply")]

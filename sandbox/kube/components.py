@@ -41,6 +41,8 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
     "kueue": tuple(f"kueue-v0.19.2/kueue.x-k8s.io_{p}.yaml" for p in (
         "clusterqueues", "cohorts", "localqueues", "resourceflavors", "topologies", "workloadpriorityclasses")),
     "karpenter": ("karpenter-v1.14.1/karpenter.sh_nodepools.yaml",),
+    "cert-manager": ("cert-manager-v1.18.2/cert-manager.io_certificates.RECONSTRUCTED.yaml",
+                     "cert-manager-v1.18.2/cert-manager.io_issuers.RECONSTRUCTED.yaml"),
 }
 
 

@@ -132,6 +132,11 @@ BUILTINS: tuple[ResourceType, ...] = (
     _rt("networking.k8s.io", "v1", "ingresses", "Ingress", True, ("ing",), status=True),
     _rt("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
         ("crd", "crds"), status=True),
+    # stored and served, never called: no request is sent to a webhook (sandbox/README.md)
+    _rt("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration",
+        False),
+    _rt("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", "ValidatingWebhookConfiguration",
+        False),
 )
 
 CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")

@@ -121,8 +121,10 @@ class DependenciesStage(CreateStage):
         if failed:
             raise Permanent("; ".join(failed))
         # what apply held back while the component's new IAM role propagated (its add-on or association)
+        # and the objects whose kinds another component's CRDs serve, until they are served
         deferred = [(c, o) for c, o in observed if isinstance(c, Addon | Manifests) and c.identity is not None
-                    and c.diff(o) and set(c.diff(o)) <= USES_ROLE]
+                    and c.diff(o) and set(c.diff(o)) <= USES_ROLE | (
+                        c.later(target) if isinstance(c, Manifests) else set())]
         held = {c.name: why for c, _ in deferred if (why := c.blocked(target))}
         ready = [(c, o) for c, o in deferred if c.name not in held]
         if ready:  # their roles have propagated: apply what uses them now

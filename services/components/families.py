@@ -97,7 +97,9 @@ KUBERAY = Manifests("kuberay-operator", "v1.7.0", files=("kuberay-operator.yaml"
                     resource_type="Kubernetes Deployment + CRDs")
 LOAD_BALANCER_CONTROLLER = Manifests("aws-load-balancer-controller", "v2.13.2",
                                      files=("aws-load-balancer-controller.yaml",),
-                                     resource_type="Kubernetes Deployment", identity=LBC_ROLE)
+                                     crds=("elbv2.k8s.aws_targetgroupbindings.yaml",
+                                           "elbv2.k8s.aws_ingressclassparams.yaml"),
+                                     resource_type="Kubernetes Deployment + CRDs + webhooks", identity=LBC_ROLE)
 
 #: the plugins through which nodes advertise their devices (nvidia.com/gpu, aws.amazon.com/neuron*,
 #: vpc.amazonaws.com/efa)

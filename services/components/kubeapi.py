@@ -29,7 +29,14 @@ KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     ("apps/v1", "Deployment"): ("deployments", True),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): ("customresourcedefinitions", False),
     ("networking.k8s.io/v1", "Ingress"): ("ingresses", True),
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): ("mutatingwebhookconfigurations", False),
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): ("validatingwebhookconfigurations", False),
+    ("cert-manager.io/v1", "Issuer"): ("issuers", True),
+    ("cert-manager.io/v1", "Certificate"): ("certificates", True),
 }
+#: API versions another component's CRDs serve (what installs them): objects of these kinds are applied once
+#: the API is served
+FROM_CRDS: dict[str, str] = {"cert-manager.io/v1": "the cert-manager add-on"}
 #: what the load balancer controller makes AWS load balancers for (its finalizers hold them until it has
 #: deleted those): (apiVersion, kind, the path listing them in all namespaces)
 LOAD_BALANCED = (("v1", "Service", "/api/v1/services"),
@@ -69,6 +76,15 @@ def apply(api: ApiClient, obj: dict[str, Any]) -> dict[str, Any] | None:
     """Server-side apply ``obj`` under :data:`FIELD_MANAGER`."""
     return _call(api, "PATCH", object_path(obj), [("fieldManager", FIELD_MANAGER), ("force", "true")],
                  body=json.dumps(obj), content_type="application/apply-patch+yaml")
+
+
+def served(api: ApiClient, api_version: str) -> bool:
+    """Whether the cluster serves ``api_version`` (a group's CRDs are established)."""
+    try:
+        _call(api, "GET", f"/apis/{api_version}")
+    except NotFound:
+        return False
+    return True
 
 
 def delete(api: ApiClient, obj: dict[str, Any]) -> None:

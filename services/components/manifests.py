@@ -158,11 +158,25 @@ class Manifests(Component):
         if self.identity is not None:
             self.identity.ensure(target, [m for m in observed.missing if m in IDENTITY_PIECES])
         wanted = set(observed.missing)
+        unserved = set(self.unserved(target))
         for obj in self.objects(target):
-            if self._label(obj) in wanted:
+            if self._label(obj) in wanted and obj["apiVersion"] not in unserved:
                 kubeapi.apply(target.kube, obj)
 
+    def later(self, target: Target) -> set[str]:
+        """The objects of kinds another component's CRDs serve (:data:`kubeapi.FROM_CRDS`): applied once served."""
+        return {self._label(o) for o in self.objects(target) if o["apiVersion"] in kubeapi.FROM_CRDS}
+
+    def unserved(self, target: Target) -> list[str]:
+        """The API versions of :meth:`later` objects the cluster does not serve yet."""
+        assert target.kube is not None
+        wanted = sorted({o["apiVersion"] for o in self.objects(target)} & set(kubeapi.FROM_CRDS))
+        return [v for v in wanted if not kubeapi.served(target.kube, v)]
+
     def blocked(self, target: Target) -> str | None:
+        unserved = self.unserved(target) if target.kube is not None and self.later(target) else []
+        if unserved:
+            return "; ".join(f"waiting for {v} (CRDs of {kubeapi.FROM_CRDS[v]}) to be served" for v in unserved)
         return blocked_by(self.identity, target)
 
     def leftover(self, target: Target) -> Leftover:
