@@ -3,8 +3,9 @@ across the process boundary (``app/sandbox.py``), authenticated with a control t
 
 * ``GET /_sandbox/health``: ready (the readiness probe);
 * ``GET /_sandbox/info``: the simulated operations, endpoints and clusters;
-* ``GET|POST /_sandbox/faults``, ``DELETE /_sandbox/faults/<id|all>``: the injected faults (a delete also
-  releases the answers a ``hold_response`` fault holds, once used up too);
+* ``GET|POST /_sandbox/faults``, ``DELETE /_sandbox/faults/<id|all>``: the injected faults, with ``held``:
+  the answers a ``hold_response`` fault holds now (listed until cleared, once used up too; a delete
+  releases them);
 * ``GET /_sandbox/clusters?after=<generation>&wait=<s>``: the emulated clusters, as a long-poll that
   answers as soon as the set changes after ``generation`` (the server follows it to register
   kubeconfigs for clusters an EKS create makes);
@@ -78,8 +79,14 @@ class _Control(RequestHandler):
         self.finish(json.dumps(body))
 
     def _faults(self) -> list[dict[str, Any]]:
-        return [{"id": f.id, "kind": f.kind, "target": f.target, "remaining": f.remaining}
-                for f in self.host.world.faults.list()]
+        """The active faults, and the used-up hold faults not cleared yet, with the answers they hold now."""
+        faults = self.host.world.faults
+        held = {f.id: (f, n) for f, n in faults.holding()}
+        listed = faults.list()
+        return [{"id": f.id, "kind": f.kind, "target": f.target, "remaining": f.remaining,
+                 "held": held.pop(f.id, (f, 0))[1]} for f in listed] + [
+            {"id": f.id, "kind": f.kind, "target": f.target, "remaining": f.remaining, "held": n}
+            for f, n in held.values()]
 
 
 class _Health(_Control):
@@ -111,7 +118,7 @@ class _Faults(_Control):
 class _Fault(_Control):
     def delete(self, fault_id: str) -> None:
         faults = self.host.world.faults
-        if fault_id != "all" and fault_id not in {f.id for f in faults.list()} | set(faults.holding()):
+        if fault_id != "all" and fault_id not in {f.id for f in faults.list()} | {f.id for f, _ in faults.holding()}:
             self._json({"error": f"no active fault {fault_id!r} (it may have cleared itself)"}, 404)
             return
         faults.clear(None if fault_id == "all" else fault_id)

@@ -186,6 +186,7 @@ class FaultView(ResponseModel):
     kind: str
     target: dict[str, str]
     remaining: int | None = None
+    held: int = Field(0, description="hold_response: the answers it holds now (listed until cleared)")
 
 
 class SandboxInfo(ResponseModel):

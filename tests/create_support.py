@@ -84,6 +84,13 @@ def sandbox_product(folder: Path, speed: float = 3000.0) -> Iterator[SandboxProd
         live.stop()
 
 
+def held_answers(live: LiveServer, fault_id: str) -> int:
+    """How many answers the sandbox's ``hold_response`` fault ``fault_id`` holds now (0 once released or
+    their callers went away)."""
+    faults = live.get("/api/v1/sandbox/faults").json()
+    return int(next((f.get("held", 0) for f in faults if f["id"] == fault_id), 0))
+
+
 def make_plan(name: str = "demo", **overrides: Any) -> ClusterCreatePlan:
     """A plan as the precheck would compute it for the sandbox (us-west-2a, 2 x ml.g5.8xlarge)."""
     names = DerivedNames(eks_cluster=name, hyperpod_cluster=name, vpc=f"{name}-vpc", security_group=f"{name}-efa",

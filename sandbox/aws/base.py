@@ -122,7 +122,9 @@ class FaultRegistry:
 
     def __init__(self) -> None:
         self._faults: dict[str, Fault] = {}
-        self._held: dict[str, threading.Event] = {}  # a taken hold_response fault's id: set once it is cleared
+        # a hold_response fault that held an answer: the fault and the event set when it is cleared
+        self._held: dict[str, tuple[Fault, threading.Event]] = {}
+        self._waiting: dict[str, int] = {}  # how many answers each of them holds now
         self._lock = threading.Lock()
         self._next = 0
 
@@ -143,17 +145,27 @@ class FaultRegistry:
             else:
                 self._faults.pop(fault_id, None)
             for held in [i for i in self._held if fault_id in (None, i)]:
-                self._held.pop(held).set()
+                self._held.pop(held)[1].set()
 
     def hold(self, fault: Fault) -> threading.Event:
-        """The event a held answer waits on: set when ``fault`` is cleared (also once it has no uses left)."""
+        """One more answer held by ``fault``: the event it waits on, set when the fault is cleared (also once
+        it has no uses left). Each hold ends with :meth:`unhold`."""
         with self._lock:
-            return self._held.setdefault(fault.id, threading.Event())
+            _, released = self._held.setdefault(fault.id, (fault, threading.Event()))
+            self._waiting[fault.id] = self._waiting.get(fault.id, 0) + 1
+            return released
 
-    def holding(self) -> list[str]:
-        """The ids of the hold faults that held an answer and are not cleared yet."""
+    def unhold(self, fault: Fault) -> None:
+        """One answer ``fault`` held no longer waits (released, or its caller went away)."""
         with self._lock:
-            return sorted(self._held)
+            left = self._waiting.pop(fault.id, 0) - 1
+            if left > 0:
+                self._waiting[fault.id] = left
+
+    def holding(self) -> list[tuple[Fault, int]]:
+        """The hold faults that held an answer and are not cleared yet, with how many answers wait now."""
+        with self._lock:
+            return [(fault, self._waiting.get(i, 0)) for i, (fault, _) in sorted(self._held.items())]
 
     def list(self) -> list[Fault]:
         with self._lock:

@@ -291,11 +291,14 @@ class _AwsHandler(RequestHandler):
             return True
         released = self.front.faults.hold(fault)
         stream = getattr(self.request.connection, "stream", None)  # HTTP/1's IOStream
-        while not released.is_set():
-            if self._gone or stream is None or stream.closed():
-                return False
-            await asyncio.sleep(HOLD_POLL)
-        return True
+        try:
+            while not released.is_set():
+                if self._gone or stream is None or stream.closed():
+                    return False
+                await asyncio.sleep(HOLD_POLL)
+            return True
+        finally:
+            self.front.faults.unhold(fault)
 
     get = head = post = delete = patch = put = options = _dispatch
 
