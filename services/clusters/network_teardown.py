@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.clusters.create_base import ClusterDeletePlan, DeleteStage, ec2_cluster_filters, owned
-from services.clusters.intents import CIDR_BLOCK, Intent, ResourceIntents
+from services.clusters.intents import CIDR_BLOCK, ResourceIntents
 from services.clusters.network import CIDR_TAG
 from services.errors import NotFound, ServiceError
 from services.stages import Done, Observed, StageContext, Wait
@@ -67,13 +67,12 @@ class _Teardown:
             tag = next((t["Value"] for t in subnet.get("Tags", []) if t["Key"] == CIDR_TAG), None)
             if tag:
                 cidrs[tag] = subnet["VpcId"]
-        cidrs.update(self.intended_blocks()[0])
+        cidrs.update(self.intended_blocks())
 
-    def intended_blocks(self) -> tuple[dict[str, str], list[Intent]]:
-        """The live associations (id: VPC) of the CIDR blocks recorded as the cluster's before their call, and
-        the recorded ones AWS has no live association for (never made, already gone, or gone with the VPC)."""
+    def intended_blocks(self) -> dict[str, str]:
+        """The live associations (id: VPC) of the CIDR blocks recorded as the cluster's before their call (one
+        never made, already gone, or gone with its VPC has none)."""
         found: dict[str, str] = {}
-        missing: list[Intent] = []
         for intent in self.intents.recorded(self.cluster, CIDR_BLOCK):
             try:
                 vpcs = self.ec2.describe_vpcs(VpcIds=[intent.scope])["Vpcs"]
@@ -83,9 +82,7 @@ class _Teardown:
                     and a["CidrBlockState"]["State"] in ("associated", "associating")]
             if live:
                 found[str(live[0]["AssociationId"])] = intent.scope
-            else:
-                missing.append(intent)
-        return found, missing
+        return found
 
     def scope(self) -> None:
         """Remember (in the stage's data) the VPCs we have anything in, ours or a user's: the load balancer
@@ -108,7 +105,7 @@ class _Teardown:
         left += [f"load balancer {b['LoadBalancerName']}" for b in self.load_balancers()]
         left += [f"target group {g['TargetGroupName']}" for g in self.target_groups()]
         left += [f"load balancer controller's security group {g['GroupId']}" for g in self.controller_groups()]
-        left += [f"CIDR block association {a}" for a in {**self.data.get("cidrs", {}), **self.intended_blocks()[0]}]
+        left += [f"CIDR block association {a}" for a in {**self.data.get("cidrs", {}), **self.intended_blocks()}]
         return left
 
     def dead_nat_interfaces(self) -> set[str]:
@@ -201,7 +198,7 @@ class _Teardown:
             waiting = self.delete(f"VPC {vpc_id}", self.ec2.delete_vpc, VpcId=vpc_id)
             if waiting is not None:
                 return waiting
-        for intent in self.intended_blocks()[1]:  # the blocks they recorded are gone (with our VPCs too)
+        for intent in self.intents.recorded(self.cluster, CIDR_BLOCK):  # their blocks are gone, with the VPCs too
             self.intents.forget(intent.cluster, intent.kind, intent.scope, intent.key)
         return None
 
