@@ -24,6 +24,7 @@ import tornado.ioloop
 import tornado.web
 import tornado.websocket
 from pydantic import BaseModel
+from tornado.escape import url_unescape
 
 from app.api.base import Call, Reply, Route
 from app.bootstrap import Services
@@ -285,9 +286,11 @@ class ApiHandler(tornado.web.RequestHandler):
 
     SUPPORTED_METHODS = EveryMethod(tornado.web.RequestHandler.SUPPORTED_METHODS)
 
-    def initialize(self, services: Services, routes: dict[str, Route]) -> None:
+    def initialize(self, services: Services, table: RouteTable) -> None:
         self.services = services
-        self.routes = routes
+        found = table.lookup(self.request.path)
+        assert found is not None, "the table's pattern matched this path"
+        self.routes, self.path_params = found
         self.limit = services.settings.api_max_body_bytes
         self.route: Route | None = None
         self.principal: Principal | None = None
@@ -351,7 +354,9 @@ class ApiHandler(tornado.web.RequestHandler):
             return
         self.chunks.append(chunk)
 
-    async def get(self, **path: str) -> None:
+    async def get(self) -> None:
+        path = {k: self.decode_argument(url_unescape(v, encoding=None, plus=False), name=k)
+                for k, v in self.path_params.items()}  # as Tornado's own path arguments are decoded
         await self._dispatch(path)
 
     post = delete = put = patch = get
@@ -575,8 +580,38 @@ class EventsSocket(tornado.websocket.WebSocketHandler):
         self._release()
 
 
-def _pattern(path: str) -> str:
-    return re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", path) + "$"
+def _pattern(path: str, *, named: bool = True) -> str:
+    """A route's path as a regular expression: ``{name}`` is one path segment (a named group if ``named``)."""
+    pieces = re.split(r"\{(\w+)\}", path)  # literal, name, literal, name, ..., literal
+    return "".join(re.escape(piece) if i % 2 == 0 else (f"(?P<{piece}>[^/]+)" if named else "[^/]+")
+                   for i, piece in enumerate(pieces))
+
+
+class RouteTable:
+    """Every REST path behind ONE URL pattern of the server, so a request meets one regular expression (in C)
+    instead of one per path; the handler then finds its path's routes by a dictionary lookup (literal paths)
+    or, for templated ones, by trying those alone, literal before templated as before:
+    ``POST /clusters/import`` is not ``GET /clusters/{cluster}``."""
+
+    def __init__(self, routes: list[Route]) -> None:
+        by_path: dict[str, dict[str, Route]] = {}
+        for r in routes:
+            by_path.setdefault(r.path, {})[r.method] = r
+        ordered = sorted(by_path, key=lambda path: path.count("{"))
+        self.literal = {path: by_path[path] for path in ordered if "{" not in path}
+        self.templated = [(re.compile(_pattern(path) + "$"), by_path[path]) for path in ordered if "{" in path]
+        self.pattern = "(?:" + "|".join(_pattern(path, named=False) for path in ordered) + ")$"
+
+    def lookup(self, path: str) -> tuple[dict[str, Route], dict[str, str]] | None:
+        """The routes (by method) of ``path`` and its path parameters, still URL-escaped."""
+        methods = self.literal.get(path)
+        if methods is not None:
+            return methods, {}
+        for regex, methods in self.templated:
+            match = regex.match(path)
+            if match:
+                return methods, match.groupdict()
+        return None
 
 
 def rest_patterns(services: Services, routes: list[Route] = ROUTES) -> list[tuple[Any, ...]]:
@@ -585,15 +620,10 @@ def rest_patterns(services: Services, routes: list[Route] = ROUTES) -> list[tupl
     for r in routes:  # what runs on the loop must not be able to block it
         if r.on_loop and (not r.read_only or inspect.iscoroutinefunction(r.handler)):
             raise Invalid(f"route {r.name} cannot run on the loop: on_loop is for synchronous memory-only reads")
-    by_path: dict[str, dict[str, Route]] = {}
-    for r in routes:
-        by_path.setdefault(r.path, {})[r.method] = r
-    patterns: list[tuple[Any, ...]] = [
+    table = RouteTable(routes)
+    return [
         (r"/api/v1/openapi\.json$", OpenApiHandler, {"document": openapi_document(routes)}),
         (r"/api/v1/events$", EventsSocket, {"services": services}),
+        (table.pattern, ApiHandler, {"services": services, "table": table}),
+        (r"/api/.*", NotFoundHandler),
     ]
-    # literal paths before parameterised ones: POST /clusters/import is not GET /clusters/{cluster}
-    for path, methods in sorted(by_path.items(), key=lambda item: item[0].count("{")):
-        patterns.append((_pattern(path), ApiHandler, {"services": services, "routes": methods}))
-    patterns.append((r"/api/.*", NotFoundHandler))
-    return patterns

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import html
 import logging
 import os
@@ -287,10 +288,26 @@ def make_dashboard(services: Services, pages: list[Page] = PAGES) -> Callable[[]
     return dashboard
 
 
+#: young collections every this many net allocations (CPython's default is 700): a cached read allocates ~100
+GC_YOUNG_THRESHOLD = 10_000
+
+
+def settle_heap() -> None:
+    """Keep the cyclic garbage collector off the request path. What start-up made (modules, Panel and Bokeh
+    models, pydantic schemas, boto3 clients: ~180,000 objects) lives as long as the process, yet every full
+    collection walked all of it — measured under ``wrk``: one 0.7 s stall of the event loop every ~10 s,
+    every open request waiting for it. ``gc.freeze()`` moves it out of the collector's sight, so a full
+    collection walks only what was made since; young collections run less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+
+
 def run_guarded(server: Any, listening: Callable[[int], None]) -> None:
     """Start Panel's (Bokeh's) server with every handler guarded (see app/edge.py), tell ``listening`` its
     port, then serve until interrupted."""
     guard_application(server._tornado)
+    settle_heap()
     server.start()
     listening(server.port)
     server.io_loop.start()

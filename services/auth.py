@@ -31,7 +31,10 @@ class Role(StrEnum):
 
     @property
     def rank(self) -> int:
-        return list(Role).index(self)
+        return _RANK[self]  # checked several times per request: a lookup, not a walk of the enum
+
+
+_RANK = {role: i for i, role in enumerate(Role)}
 
 
 @dataclass(frozen=True)

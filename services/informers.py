@@ -110,6 +110,7 @@ class Informer:
         self._wake = threading.Event()  # ends a retry pause early: a stop or a resync
         self._listed = threading.Condition()  # notified after every list and at stop
         self._synced_at: float | None = None
+        self._version = 0  # counts changes to the objects (a list, an applied event)
         self._resp: Any = None
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"informer-{cluster}-{kind.resource}")
         self._thread.start()
@@ -119,6 +120,13 @@ class Informer:
     def items(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self._objects.values())
+
+    def stamp(self) -> tuple[int, float | None]:
+        """``(version, synced_at)``: the version changes with every change to the objects (a list, an applied
+        event), so a reader may reuse what it derived from them while it holds; ``synced_at`` (monotonic
+        seconds, None before the first list) is what :meth:`age` counts from."""
+        with self._lock:
+            return self._version, self._synced_at
 
     def age(self) -> float | None:
         """Seconds since the cache last matched the server (a list or a watch event), None before the first."""
@@ -230,6 +238,7 @@ class Informer:
                 break
         with self._lock:
             self._objects = objects
+            self._version += 1
             self._synced_at = time.monotonic()
         with self._listed:
             self.lists += 1
@@ -287,6 +296,7 @@ class Informer:
                 self._objects.pop(_key(slim), None)
             else:
                 self._objects[_key(slim)] = slim
+            self._version += 1
             self._synced_at = time.monotonic()
         self.bus.publish(Event("kube", kind.lower(), {"cluster": self.cluster, "resource": self.kind.resource,
                                                       "name": slim["metadata"].get("name")}))

@@ -191,3 +191,35 @@ def test_a_memory_only_read_of_an_uncached_cluster_loads_it_in_the_background(pr
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "counted"},
         "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}})
     wait_until(lambda: pods_on_node() == before + 1, 30, "the pod to be counted on its node, from the pods' informer")
+
+
+def test_a_memory_only_read_is_reused_until_what_it_was_derived_from_changes(product: SandboxProduct) -> None:
+    services = product.services
+
+    def read() -> Any:
+        return services.clusters.describe_cluster(VIEWER, "fast", wait=0)
+
+    wait_until(lambda: not read().loading, 30, "the cluster's AWS and Kubernetes parts in the caches")
+    first, again = read(), read()
+    assert again.nodes_by_group is first.nodes_by_group, "the second read was derived again, not reused"
+    assert again.cache_age_seconds is not None and first.cache_age_seconds is not None
+    assert again.cache_age_seconds >= first.cache_age_seconds, "a reused answer still carries the cache's age"
+    status = [services.operations.summary(VIEWER).registered for _ in range(2)]
+    assert status[0][0] is status[1][0], "the status summary's cluster row was derived again"
+
+    node = first.nodes_by_group["workers"][0]
+    core = k8s.CoreV1Api(services.kube.api_client("fast"))
+    relabel = {"metadata": {"labels": {"node.kubernetes.io/instance-type": "ml.relabelled"}}}
+    core.patch_node(node.name, relabel)
+    try:
+        def shown() -> str | None:
+            return next(n.instance_type for n in read().nodes_by_group["workers"] if n.name == node.name)
+
+        wait_until(lambda: shown() == "ml.relabelled", 30, "the relabelled node in a memory-only read")
+        assert services.operations.summary(VIEWER).registered[0] is not status[0][0], \
+            "the summary row outlived a change of the nodes it counts"
+    finally:
+        relabel["metadata"]["labels"]["node.kubernetes.io/instance-type"] = node.instance_type or "ml.g5.8xlarge"
+        core.patch_node(node.name, relabel)
+    wait_until(lambda: next(n.instance_type for n in read().nodes_by_group["workers"] if n.name == node.name)
+               == node.instance_type, 30, "the label put back")

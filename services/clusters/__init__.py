@@ -92,9 +92,7 @@ class Clusters:
     def list_clusters(self, principal: Principal, refresh: bool = False,
                       wait: float = FIRST_SYNC_SECONDS) -> list[ClusterSummary]:
         """Every registered cluster; ``wait``: how long a cluster not yet read may take (status uses 0)."""
-        fields = set(ClusterSummary.model_fields)
-        return [ClusterSummary(**self.reader.detail(r, refresh, wait, summary=True).model_dump(include=fields))
-                for r in self.registry.list()]
+        return [self.reader.summary(r, refresh, wait) for r in self.registry.list()]
 
     @verb(Role.VIEWER)
     def describe_cluster(self, principal: Principal, name: str, refresh: bool = False,

@@ -12,6 +12,7 @@ before answering, as the first read of a cluster is."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -24,14 +25,17 @@ from services.clusters.models import (
     ClusterDetail,
     ClusterDetailQuery,
     ClusterRecord,
+    ClusterSummary,
     InstanceGroupView,
     NodeView,
 )
 from services.errors import NotFound, ServiceError
-from services.informers import Informers
+from services.informers import Informer, Informers
 
 FIRST_SYNC_SECONDS = 20.0  # the first read of a cluster waits this long for its first list
 REVALIDATE_WORKERS = 2  # background AWS refreshes at once (each key at most once in flight)
+MEMO_ENTRIES = 256  # reused memory-only reads kept (one per cluster and page asked); past it, all are dropped
+SUMMARY_FIELDS = set(ClusterSummary.model_fields)
 
 
 class _NotRead(Exception):
@@ -65,6 +69,9 @@ class ClusterReader:
         self._refresher = ThreadPoolExecutor(REVALIDATE_WORKERS, thread_name_prefix="aws-revalidate")
         self._in_flight: set[tuple[str, ...]] = set()
         self._lock = threading.Lock()
+        #: memory-only reads by (cluster, summary, page): (the stamp of their inputs, what was derived)
+        self._memo: dict[tuple[Any, ...], tuple[tuple[Any, ...], ClusterDetail]] = {}
+        self._summaries: dict[str, tuple[ClusterDetail, ClusterSummary]] = {}
 
     def _aws(self, service: str, operation: str, region: str, resource: str, refresh: bool, wait: float,
              **params: Any) -> Any:
@@ -108,37 +115,95 @@ class ClusterReader:
     def detail(self, record: ClusterRecord, refresh: bool = False, wait: float = FIRST_SYNC_SECONDS,
                page: ClusterDetailQuery | None = None, *, summary: bool = False) -> ClusterDetail:
         """The cluster from the caches. ``summary``: counts only (no pods, no node list: what a list or a
-        status answer needs, cheap on a 1,000-node cluster); ``page`` narrows and pages the node list."""
-        detail = ClusterDetail(name=record.name, ownership=record.ownership, region=record.region,
-                               eks_name=record.eks_name, hyperpod_name=record.hyperpod_name)
-        errors: list[str] = []
-        try:
-            eks = self._aws("eks", "describe_cluster", record.region, record.eks_name, refresh, wait,
-                            name=record.eks_name)["cluster"]
-            detail.eks_status, detail.kubernetes_version = eks.get("status"), eks.get("version")
-        except ServiceError as exc:
-            errors.append(f"EKS: {exc.message}")
-        except _NotRead:
-            detail.loading = True
-        if record.hyperpod_name:
-            try:
-                hp = self._aws("sagemaker", "describe_cluster", record.region, record.hyperpod_name, refresh, wait,
-                               ClusterName=record.hyperpod_name)
-                detail.hyperpod_status, detail.node_recovery = hp.get("ClusterStatus"), hp.get("NodeRecovery")
-                detail.instance_groups = [
-                    InstanceGroupView(name=g["InstanceGroupName"], instance_type=g.get("InstanceType", ""),
-                                      current_count=g.get("CurrentCount", 0), target_count=g.get("TargetCount", 0),
-                                      status=g.get("Status", "")) for g in hp.get("InstanceGroups", [])]
-            except ServiceError as exc:
-                errors.append(f"HyperPod: {exc.message}")
-            except _NotRead:
-                detail.loading = True
+        status answer needs, cheap on a 1,000-node cluster); ``page`` narrows and pages the node list.
+
+        A memory-only read (``wait=0``, no ``refresh``) is derived once per state of its inputs and then
+        reused: the registry record, the AWS answers and the informers' versions are compared, not the
+        objects rebuilt (only ``cache_age_seconds`` is brought up to date). What is handed out is shared:
+        callers read it, never change it."""
+        eks = self._part("eks", "describe_cluster", record.region, record.eks_name, refresh, wait,
+                         name=record.eks_name)
+        hp = self._part("sagemaker", "describe_cluster", record.region, record.hyperpod_name, refresh, wait,
+                        ClusterName=record.hyperpod_name) if record.hyperpod_name else None
         try:
             nodes = self.informers.get(record.name, "nodes")
             pods = None if summary else self.informers.get(record.name, "pods")
         except NotFound as exc:  # forgotten while this read was under way
-            detail.error = "; ".join([*errors, f"Kubernetes: {exc.message}"])
+            detail = self._aws_facts(record, eks, hp)
+            detail.error = "; ".join([*([detail.error] if detail.error else []), f"Kubernetes: {exc.message}"])
             return detail
+        if refresh or wait > 0:
+            return self._build(record, eks, hp, nodes, pods, refresh, wait, page, summary)
+        key = (record.name, summary, None if page is None else (page.group, page.health, page.after, page.limit))
+        version, synced_at = nodes.stamp()  # before the objects are read: a later change makes a new stamp
+        stamp = (record, eks, hp, version, nodes.synced.is_set(), nodes.error,
+                 None if pods is None else (pods.stamp()[0], pods.synced.is_set(), pods.error))
+        memo = self._memo.get(key)
+        if memo is not None and memo[0] == stamp:
+            return self._aged(memo[1], synced_at, summary)
+        detail = self._build(record, eks, hp, nodes, pods, refresh, wait, page, summary)
+        if not detail.loading:
+            if len(self._memo) >= MEMO_ENTRIES:
+                self._memo.clear()
+            self._memo[key] = (stamp, detail)
+        return detail
+
+    def summary(self, record: ClusterRecord, refresh: bool = False,
+                wait: float = FIRST_SYNC_SECONDS) -> ClusterSummary:
+        """The cluster's counts as a :class:`ClusterSummary` (a list's row), reused like :meth:`detail`."""
+        detail = self.detail(record, refresh, wait, summary=True)
+        made = self._summaries.get(record.name)
+        if made is not None and made[0] is detail:
+            return made[1]
+        row = ClusterSummary(**detail.model_dump(include=SUMMARY_FIELDS))
+        if len(self._summaries) >= MEMO_ENTRIES:
+            self._summaries.clear()
+        self._summaries[record.name] = (detail, row)
+        return row
+
+    @staticmethod
+    def _aged(detail: ClusterDetail, synced_at: float | None, summary: bool) -> ClusterDetail:
+        """A reused detail with its cache age as of now (a summary carries its counts only)."""
+        if summary or synced_at is None or detail.cache_age_seconds is None:
+            return detail
+        return detail.model_copy(update={"cache_age_seconds": max(0.0, time.monotonic() - synced_at)})
+
+    def _part(self, service: str, operation: str, region: str, resource: str, refresh: bool, wait: float,
+              **params: Any) -> Any:
+        """An AWS answer, or the :class:`ServiceError` it is cached as, or a :class:`_NotRead`."""
+        try:
+            return self._aws(service, operation, region, resource, refresh, wait, **params)
+        except (ServiceError, _NotRead) as exc:
+            return exc
+
+    @staticmethod
+    def _aws_facts(record: ClusterRecord, eks: Any, hp: Any) -> ClusterDetail:
+        detail = ClusterDetail(name=record.name, ownership=record.ownership, region=record.region,
+                               eks_name=record.eks_name, hyperpod_name=record.hyperpod_name)
+        errors: list[str] = []
+        if isinstance(eks, ServiceError):
+            errors.append(f"EKS: {eks.message}")
+        elif isinstance(eks, _NotRead):
+            detail.loading = True
+        else:
+            detail.eks_status, detail.kubernetes_version = eks["cluster"].get("status"), eks["cluster"].get("version")
+        if isinstance(hp, ServiceError):
+            errors.append(f"HyperPod: {hp.message}")
+        elif isinstance(hp, _NotRead):
+            detail.loading = True
+        elif hp is not None:
+            detail.hyperpod_status, detail.node_recovery = hp.get("ClusterStatus"), hp.get("NodeRecovery")
+            detail.instance_groups = [
+                InstanceGroupView(name=g["InstanceGroupName"], instance_type=g.get("InstanceType", ""),
+                                  current_count=g.get("CurrentCount", 0), target_count=g.get("TargetCount", 0),
+                                  status=g.get("Status", "")) for g in hp.get("InstanceGroups", [])]
+        detail.error = "; ".join(errors) or None
+        return detail
+
+    def _build(self, record: ClusterRecord, eks: Any, hp: Any, nodes: Informer, pods: Informer | None,
+               refresh: bool, wait: float, page: ClusterDetailQuery | None, summary: bool) -> ClusterDetail:
+        detail = self._aws_facts(record, eks, hp)
+        errors = [detail.error] if detail.error else []
         if refresh:
             nodes.resync(wait)
             if pods is not None:
