@@ -25,6 +25,10 @@ from mcp import Client, StdioServerParameters
 
 from app.bootstrap import Services
 from app.sandbox import SANDBOX_ACCESS_KEY
+from panels.clusters import ClustersPane
+from panels.events import EventsPane
+from services.auth import Principal, Role
+from services.clusters.models import ClusterImport
 from tests.ledger import CallLedger
 from tests.sandbox_support import SeededServer, seeded_server
 from tests.support import ROOT, LiveServer, clean_env, wait_until
@@ -32,12 +36,15 @@ from tests.support import ROOT, LiveServer, clean_env, wait_until
 pytestmark = pytest.mark.slow
 NAME = "ev-eks"
 EVENTS = f"/api/v1/clusters/{NAME}/events"
+ADMIN = Principal("events-admin", Role.ADMIN, "t-adm", "api")
+VIEWER = Principal("events-viewer", Role.VIEWER, "t-view", "ui")
 
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SeededServer, Services]]:
-    """The seeded cluster imported; a second installation of the product stands for the node's kubelet and
-    health agent (it writes Events through the cluster's Kubernetes API)."""
+    """The seeded cluster imported; a second installation of the product (the cluster imported there too)
+    stands for the node's kubelet and health agent (it writes Events through the cluster's Kubernetes API) and
+    serves the panes."""
     folder = tmp_path_factory.mktemp("events")
     with seeded_server(folder, NAME, nodes=2) as server:
         accepted = server.live.post("/api/v1/clusters/import", {"eks_cluster": NAME, "hyperpod_cluster": NAME})
@@ -45,8 +52,10 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SeededSer
         done = server.live.get(f"/api/v1/operations/{accepted.json()['operation']['id']}/wait?timeout=60").json()
         assert done["status"] == "succeeded", done
         writer = server.product(folder / "writer")
-        writer.kube.register_eks(NAME, NAME, "us-west-2")
         try:
+            view, _ = writer.clusters.import_cluster(ADMIN, ClusterImport(eks_cluster=NAME, hyperpod_cluster=NAME))
+            wait_until(lambda: writer.engine.run_until_idle(view.id).status == "succeeded", 60,
+                       "the second installation's import")
             yield server, writer
         finally:
             writer.stop()
@@ -222,3 +231,33 @@ def test_an_agent_with_a_viewer_token_reads_the_timeline_through_the_bridge(
     assert all(e["severity"] in ("warning", "error") for e in timeline["events"])
     assert detail["event"]["source"] == "hyperpod" and detail["event"]["event_id"]
     assert refused["is_error"] and "neither a HyperPod node" in refused["text"]
+
+
+def test_the_cluster_page_shows_the_timeline_filters_it_and_redraws_on_a_node_event(
+        seeded: tuple[SeededServer, Services]) -> None:
+    """Rendered without a browser and without a loop (as in a script): reads are synchronous, a bus event
+    redraws on its delivery thread."""
+    live, writer = seeded[0].live, seeded[1]
+    first = nodes(live)[0]
+    node_event(writer, "pane-info-1", "Normal", first, reason="NodeHasSufficientMemory", message="memory ok")
+    node_event(writer, "pane-warn-1", "Warning", first, reason="NodeHasDiskPressure", message="disk pressure")
+    wait_until(lambda: {"NodeHasSufficientMemory", "NodeHasDiskPressure"} <= {
+        e.reason for e in writer.timeline.list_events(VIEWER, NAME).events}, 60, "the node events in the cache")
+    page = ClustersPane(writer.clusters, writer.bus, VIEWER, operations=writer.operations, timeline=writer.timeline)
+    assert page.events is not None and page.events.state.cluster == NAME, "the selected cluster's timeline"
+    pane = page.events
+    assert pane.state.view is not None and pane.state.view.events, pane.state.message
+    assert "<table class='events-table'>" in pane.timeline.object
+    assert "data-severity='info'" in pane.timeline.object
+    pane.state.severity = "warning"
+    assert pane.state.view.events and all(e.severity != "info" for e in pane.state.view.events)
+    assert "data-severity='info'" not in pane.timeline.object
+    pane.state.node = "worker 7"  # not a node name: said in the message, the timeline kept
+    assert pane.state.message.startswith("invalid filter") and pane.state.view.events
+    pane.state.node = ""
+
+    node_event(writer, "script-1", "Warning", first, reason="Probe", message="<b>disk</b> pressure")
+    wait_until(lambda: "&lt;b&gt;disk&lt;/b&gt; pressure" in pane.timeline.object, 60,
+               "the new node event drawn, escaped, without a refresh asked")
+    alone = EventsPane(writer.timeline, writer.bus, VIEWER, cluster=NAME)  # embeddable: a notebook shows it alone
+    assert alone.state.view is not None and any(e.reason == "Probe" for e in alone.state.view.events)
