@@ -39,6 +39,7 @@ FIRST_SYNC_SECONDS = 20.0  # the first read of a cluster's events waits this lon
 PAGE = 100  # ListClusterEvents' MaxResults ceiling
 MAX_PAGES = 10  # at most this many pages per read: a severity filter on a busy cluster stops here
 EVENT_ID = r"^[0-9a-fA-F-]{36}$"
+EPOCH = dt.datetime.fromtimestamp(0, dt.UTC)  # an Event without any timestamp sorts last
 
 
 class Severity(StrEnum):
@@ -109,7 +110,7 @@ def _iso(value: Any) -> str:
     if isinstance(value, dt.datetime):
         stamp = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
     else:
-        stamp = _parse(str(value)) or dt.datetime.fromtimestamp(0, dt.UTC)
+        stamp = _parse(str(value)) or EPOCH
     return stamp.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -207,12 +208,11 @@ class ClusterTimeline:
         def load() -> tuple[list[dict[str, Any]], bool]:
             client = self.aws.client("sagemaker", record.region)
             found: list[dict[str, Any]] = []
-            pages = client.get_paginator("list_cluster_events").paginate(
-                **params, PaginationConfig={"PageSize": PAGE, "MaxItems": PAGE * MAX_PAGES})
-            for page in pages:
+            pages = client.get_paginator("list_cluster_events").paginate(**params, PaginationConfig={"PageSize": PAGE})
+            for number, page in enumerate(pages, 1):
                 found += [e for e in page.get("Events", []) if wanted(e)]
-                if len(found) > query.limit:
-                    return found, True
+                if len(found) > query.limit or (number == MAX_PAGES and page.get("NextToken")):
+                    return found, True  # full, or MAX_PAGES read with more to come
             return found, False
 
         try:
@@ -254,7 +254,7 @@ class ClusterTimeline:
             if since is not None and (when is None or when <= since):
                 continue
             found.append(ClusterEvent(
-                time=_iso(when) if when else _iso(0), source=EventSource.KUBERNETES,
+                time=_iso(when or EPOCH), source=EventSource.KUBERNETES,
                 severity=Severity.WARNING if event.get("type") == "Warning" else Severity.INFO, resource="Node",
                 group=scope.groups.get(node), node=node, instance_id=scope.instances.get(node),
                 reason=event.get("reason"), message=str(event.get("message") or ""),
