@@ -13,6 +13,7 @@ from services.awscache import AwsCache
 from services.backups import Backups
 from services.clock import Clock
 from services.clusters import Clusters
+from services.clusters.events import ClusterTimeline
 from services.clusters.registry import ClusterRegistry
 from services.db import Database
 from services.events import EventBus
@@ -49,6 +50,7 @@ class Services:
     clusters: Clusters
     token_verbs: Tokens
     operations: Operations
+    timeline: ClusterTimeline
 
     def lock(self) -> None:
         """Take the data directory's lock (start-up order: lock, sandbox reachable, registry, resume)."""
@@ -114,4 +116,5 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         longpolls=Slots("long-polls", settings.longpolls_per_principal),
         informers=informers, clusters=clusters, token_verbs=Tokens(tokens, audit, bus),
         operations=Operations(engine, kube, clusters),
+        timeline=ClusterTimeline(registry, aws, clusters.cache, informers),
     )

@@ -19,10 +19,12 @@ import panel as pn
 import param
 
 from panels.cluster_create import ClusterCreatePane
+from panels.events import EventsPane
 from panels.live import LiveRefresh
 from panels.tables import ReadOnlyTable, role_hint
 from services.auth import Principal, Role
 from services.clusters import Clusters
+from services.clusters.events import ClusterTimeline
 from services.clusters.models import ClusterDetail, ClusterImport, ClusterSummary, Ownership
 from services.errors import ServiceError
 from services.events import Event, EventBus
@@ -169,10 +171,11 @@ class ClustersState(param.Parameterized):
 class ClustersPane(pn.viewable.Viewer):
     def __init__(self, clusters: Clusters, bus: EventBus, principal: Principal,
                  current_principal: Callable[[], Principal] | None = None, *, operations: Operations,
-                 **params: Any) -> None:
+                 timeline: ClusterTimeline | None = None, **params: Any) -> None:
         super().__init__(**params)
         self.state = ClustersState(clusters, principal, current_principal)
         self.lifecycle = ClusterCreatePane(clusters, operations, bus, principal, current_principal)
+        self.events = EventsPane(timeline, bus, principal) if timeline is not None else None  # the cluster's timeline
         self.table = ReadOnlyTable(clusters_frame(self.state.clusters), selectable=1, sizing_mode="stretch_width",
                                    css_classes=["clusters-table"],
                                    empty="No clusters yet: import one below ('instantstart sandbox seed' makes a "
@@ -205,6 +208,8 @@ class ClustersPane(pn.viewable.Viewer):
         self.overview.object = overview_html(event.new)
         managed = {c.name for c in self.state.clusters if c.ownership is Ownership.MANAGED}
         self.lifecycle.state.target = self.state.selected if self.state.selected in managed else ""
+        if self.events is not None:
+            self.events.state.cluster = self.state.selected
 
     def _on_selection(self, event: param.parameterized.Event) -> None:
         if event.new and event.new[0] < len(self.state.clusters):
@@ -246,6 +251,7 @@ class ClustersPane(pn.viewable.Viewer):
             self.overview,
             pn.pane.Markdown("**Instance groups**"),
             self.groups,
+            *([self.events] if self.events is not None else []),
             self.lifecycle,
             sizing_mode="stretch_width",
         )

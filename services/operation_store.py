@@ -13,6 +13,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import ValidationError
+
 from services.audit import AuditLog
 from services.auth import Principal, Role
 from services.clock import Clock
@@ -157,11 +159,14 @@ class OperationStore:
     def view(self, row: Any, stages: builtins.list[Any]) -> OperationView:
         kind = self.kinds.get(row["kind"])
         declared = {s.name: s for s in kind.stages} if kind is not None else {}
+        request = self._typed_request(kind, row) if declared else None
         views = []
         for s in stages:
             stage = declared.get(s["name"])
             deadline = stage.deadline * self.pace if stage is not None and stage.deadline is not None else None
-            expected = stage.expected_seconds * self.pace if stage is not None and stage.expected_seconds else None
+            seconds = (stage.expected_for(request) if request is not None else stage.expected_seconds) \
+                if stage is not None else None
+            expected = seconds * self.pace if seconds else None
             views.append(StageView(
                 name=s["name"], status=StageStatus(s["status"]), phase=Phase(s["phase"]), attempts=s["attempts"],
                 acted=bool(s["acted"]), read_only=stage.read_only if stage is not None else False,
@@ -177,6 +182,15 @@ class OperationStore:
             conditions=[Condition(**c) for c in loads(row["conditions"])],
             result=loads(row["result"]), error=loads(row["error"]),
             status_url=f"/api/v1/operations/{row['id']}", stages=views)
+
+    @staticmethod
+    def _typed_request(kind: Any, row: Any) -> Any:
+        """The operation's request as its kind's model (what a stage's expected duration may depend on);
+        None when the stored request no longer fits the model."""
+        try:
+            return kind.request_model.model_validate(loads(row["request"]))
+        except ValidationError:
+            return None
 
     @staticmethod
     def row(conn: Any, op_id: str) -> Any:

@@ -88,6 +88,11 @@ class Stage(abc.ABC, Generic[R]):
     #: its elapsed time, scaled by the engine's pace like its waits (so the sandbox shows its own). None: unknown
     expected_seconds: float | None = None
 
+    def expected_for(self, request: R) -> float | None:
+        """How long the stage usually takes for ``request`` (AWS's durations, seconds): ``expected_seconds``
+        unless the request changes it (a stage that makes a resource only for some requests)."""
+        return self.expected_seconds
+
     @abc.abstractmethod
     def observe(self, ctx: StageContext[R]) -> Observed: ...
 

@@ -457,3 +457,26 @@ def test_teardown_of_a_create_that_never_reached_eks_succeeds_and_writes_nothing
     mark = world.ledger.mark()
     _succeeded(run_stages(world.product.services, [StorageTeardown(deps), HyperpodTeardown(deps)], teardown))
     world.ledger.assert_no_writes(since=mark)
+
+
+def test_verify_counts_only_the_instances_hyperpod_lists_for_the_group(world: World) -> None:
+    """A node that only carries the group's label (another cluster's instance) is not one of the group's nodes."""
+    plan = make_plan("hp-count", instance_type="ml.m5.4xlarge", count=1, efa=False, accelerator=None)
+    given = world.given(plan)
+    impostor = {"metadata": {"name": "hyperpod-i-0fedcba9876543210", "labels": {
+        "sagemaker.amazonaws.com/instance-group-name": plan.names.instance_group,
+        "sagemaker.amazonaws.com/node-health-status": "Schedulable",
+        "sagemaker.amazonaws.com/cluster-name": "someone-elses"}},
+        "spec": {"providerID": "aws:///usw2-az1/sagemaker/cluster/hyperpod-other-i-0fedcba9876543210"},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                   "capacity": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+                   "allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"}}}
+    world.core(plan).create_node(impostor)
+    view = _succeeded(run_stages(world.product.services, given + world.create_stages(), plan))
+    listed = world.product.client("sagemaker").list_cluster_nodes(ClusterName=plan.names.hyperpod_cluster)
+    assert len(listed["ClusterNodeSummaries"]) == 1
+    labelled = world.core(plan).list_node(
+        label_selector=f"sagemaker.amazonaws.com/instance-group-name={plan.names.instance_group}").items
+    assert len(labelled) == 2, "the impostor carries the group's label, as a selector by label would count it"
+    verified = next(s for s in view.stages if s.name == "verify")
+    assert verified.result["nodes_ready"] == 1, verified.message

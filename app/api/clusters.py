@@ -151,7 +151,7 @@ def _page(services: Services, principal: Principal) -> Any:
     from panels.clusters import ClustersPane
 
     return ClustersPane(clusters=services.clusters, operations=services.operations, bus=services.bus,
-                        principal=principal,
+                        principal=principal, timeline=services.timeline,
                         current_principal=current_principal(services, principal))
 
 

@@ -145,7 +145,7 @@ class Clusters:
         plan, warnings = self.planner.plan(request, principal.name, RESERVED_NAMES, fresh=False)
         return CreatePlanView(plan=plan, resources=planned_resources(self._create_stages, plan),
                               stages=[s.name for s in self._create_stages],
-                              expected_seconds={s.name: s.expected_seconds for s in self._create_stages},
+                              expected_seconds={s.name: s.expected_for(plan) for s in self._create_stages},
                               warnings=warnings)
 
     @verb(Role.OPERATOR)

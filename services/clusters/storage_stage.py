@@ -42,6 +42,7 @@ MANAGED_LABEL = {"app.kubernetes.io/managed-by": "instantstart"}
 APPLY = "application/apply-patch+yaml"
 S3_NOMINAL = "1200Gi"  # S3 has no size: the driver ignores it, Kubernetes requires one
 FSX_POLL = 30.0
+FSX_CREATE_SECONDS = 600.0  # a new Lustre file system: CREATING to AVAILABLE in about ten minutes
 
 
 def s3_prefix(cluster: str) -> str:
@@ -116,7 +117,12 @@ def _tagged_file_system(fsx: Any, cluster: str) -> dict[str, Any] | None:
 
 class StorageStage(CreateStage):
     name = "storage"
-    expected_seconds = 60.0  # AWS: a minute for the claims; a new FSx file system adds about ten
+    expected_seconds = 60.0  # AWS: a minute for the claims (and for mounting an existing file system)
+
+    def expected_for(self, request: ClusterCreatePlan) -> float | None:
+        """A new FSx for Lustre file system adds its creation (about ten minutes in AWS) to the claims."""
+        new_fsx = request.fsx is not None and request.fsx.mode == "new"
+        return (self.expected_seconds or 0.0) + FSX_CREATE_SECONDS if new_fsx else self.expected_seconds
 
     def resources(self, plan: ClusterCreatePlan) -> list[PlannedResource]:
         made = [PlannedResource(stage=self.name, type="Kubernetes PersistentVolume",

@@ -3,6 +3,10 @@
 It only looks: the instance group's nodes are Ready and HyperPod calls them ``Schedulable``
 (``sagemaker.amazonaws.com/node-health-status``), every installed component is healthy, and the storage
 stage's claims are Bound. Until all hold it waits, saying what is missing, up to its deadline.
+
+The group's nodes are the instances HyperPod lists for it (``ListClusterNodes``), found in Kubernetes by
+their instance id (:mod:`services.clusters.instances`), never by the ``instance-group-name`` label alone:
+a node of another cluster or group that carries the label is not counted.
 """
 
 from __future__ import annotations
@@ -14,10 +18,10 @@ from kubernetes import client as k8s
 from services.clusters.create_base import CreateStage, result_of
 from services.clusters.create_models import ClusterCreatePlan, NetworkResult, StorageResult, VerifyResult
 from services.clusters.dependencies_stage import components_health
+from services.clusters.instances import group_instances, instance_id_of
 from services.errors import NotFound
 from services.stages import Done, Observed, StageContext, Wait
 
-GROUP_LABEL = "sagemaker.amazonaws.com/instance-group-name"
 HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
 SCHEDULABLE = "Schedulable"
 HEALTHY = frozenset({"active", "healthy", "available", "ready"})
@@ -54,7 +58,9 @@ class VerifyStage(CreateStage):
         core = k8s.CoreV1Api(self.deps.kube.api_client(plan.name))
         missing: list[str] = []
         group = plan.names.instance_group
-        nodes: list[Any] = core.list_node(label_selector=f"{GROUP_LABEL}={group}").items
+        sagemaker = self.deps.aws.client("sagemaker", plan.region)
+        instances = group_instances(sagemaker, plan.names.hyperpod_cluster, group)
+        nodes: list[Any] = [n for n in core.list_node().items if _instance_of(n) in instances]
         usable = [n for n in nodes if _usable(n)]
         if len(usable) < plan.count:
             unusable = sorted(f"{n.metadata.name} ({_why_not(n)})" for n in nodes if not _usable(n))
@@ -74,6 +80,11 @@ class VerifyStage(CreateStage):
                 missing.append(f"claim {claim} {phase}")
         ctx.data["found"] = {"nodes": len(usable), "components": len(healthy), "claims": bound}
         return missing
+
+
+def _instance_of(node: Any) -> str:
+    """The node's EC2 instance id ('' when neither its provider id nor its name carries one)."""
+    return instance_id_of(str(node.metadata.name), node.spec.provider_id if node.spec else None) or ""
 
 
 def _ready(node: Any) -> bool:

@@ -1,0 +1,143 @@
+"""Events pane: one cluster's timeline (HyperPod's cluster events and Kubernetes node events, newest first)
+with its filters — severity, source, node, group — redrawn when a node event arrives on the bus (topic
+``kube``, resource ``events``), never polled. Embeddable: the cluster page shows it under the overview, and a
+notebook can show it alone.
+
+The pane holds no rules: it calls the ``list_events`` verb (``services/clusters/events.py``), in a worker
+thread when served, so the loop never waits on AWS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+from typing import Any
+
+import panel as pn
+import param
+
+from panels.live import LiveRefresh
+from services.auth import Principal
+from services.clusters.events import ClusterEventsQuery, ClusterEventsView, ClusterTimeline, EventSource, Severity
+from services.errors import ServiceError
+from services.events import Event, EventBus
+
+COLOURS = {Severity.INFO: "#6e7781", Severity.WARNING: "#bf8700", Severity.ERROR: "#cf222e"}
+ANY = "any"
+LIMIT = 100
+
+
+def timeline_html(view: ClusterEventsView | None) -> str:
+    """The timeline as a table (every value escaped: it comes from AWS and the cluster)."""
+    if view is None:
+        return "<p>Select a cluster to see its events.</p>"
+    esc = html.escape
+    parts = [f"<p class='events-error'>{esc(e)}</p>" for e in view.errors]
+    if not view.events:
+        parts.append("<p class='events-empty'>No events match.</p>")
+        return "".join(parts)
+    rows = []
+    for e in view.events:
+        where = " / ".join(x for x in (e.group, e.node or e.instance_id) if x) or e.resource
+        what = f"<b>{esc(e.reason)}</b>: {esc(e.message)}" if e.reason else esc(e.message)
+        count = f" ({e.count} times)" if e.count > 1 else ""
+        rows.append(f"<tr data-severity='{e.severity.value}'><td>{esc(e.time)}</td><td>{e.source.value}</td>"
+                    f"<td style='color:{COLOURS[e.severity]};font-weight:bold'>{e.severity.value}</td>"
+                    f"<td>{esc(e.resource)}</td><td>{esc(where)}</td><td>{what}{count}</td></tr>")
+    parts.append("<table class='events-table'><tr><th>time (UTC)</th><th>source</th><th>severity</th>"
+                 "<th>resource</th><th>group / node</th><th>event</th></tr>" + "".join(rows) + "</table>")
+    if view.truncated:
+        parts.append("<p class='events-more'>More events match: narrow the filters.</p>")
+    return "".join(parts)
+
+
+class EventsState(param.Parameterized):
+    cluster = param.String(default="", doc="the cluster whose events are shown")
+    severity: param.Selector[str] = param.Selector(default=ANY, objects=[ANY, *[s.value for s in Severity]],
+                                                   doc="at least this severity")
+    source: param.Selector[str] = param.Selector(default=ANY, objects=[ANY, *[s.value for s in EventSource]],
+                                                 doc="only this source")
+    node = param.String(default="", doc="only this node (name or instance id)")
+    group = param.String(default="", doc="only this instance group")
+    view = param.ClassSelector(class_=ClusterEventsView, default=None, allow_None=True)
+    message = param.String(default="")
+
+    def __init__(self, timeline: ClusterTimeline, principal: Principal, **params: Any) -> None:
+        super().__init__(**params)
+        self.service = timeline
+        self.principal = principal
+        self._asked = 0
+
+    def query(self) -> ClusterEventsQuery:
+        return ClusterEventsQuery(severity=None if self.severity == ANY else Severity(self.severity),
+                                  source=None if self.source == ANY else EventSource(self.source),
+                                  node=self.node.strip() or None, group=self.group.strip() or None, limit=LIMIT)
+
+    def fetch(self, cluster: str, query: ClusterEventsQuery) -> tuple[ClusterEventsView | None, str]:
+        """Ask the verb (blocking: AWS on a cache miss); assigns nothing, so it may run in a worker thread."""
+        if not cluster:
+            return None, ""
+        try:
+            return self.service.list_events(self.principal, cluster, query, wait=2), ""
+        except ServiceError as exc:
+            return None, f"{exc.code}: {exc.message}"
+
+    def _ask(self) -> tuple[int, str, ClusterEventsQuery] | None:
+        try:
+            query = self.query()
+        except ValueError as exc:  # the query model's own validation (a malformed node or group)
+            self.message = f"invalid filter: {exc}"
+            return None
+        self._asked += 1
+        return self._asked, self.cluster, query
+
+    def _apply(self, number: int, cluster: str, answer: tuple[ClusterEventsView | None, str]) -> None:
+        if number == self._asked and cluster == self.cluster:  # an older answer never overwrites a newer one
+            self.view, self.message = answer
+
+    def reload(self) -> None:
+        """Read and assign synchronously (a script, a synchronous test)."""
+        asked = self._ask()
+        if asked is not None:
+            self._apply(asked[0], asked[1], self.fetch(asked[1], asked[2]))
+
+    async def refresh(self) -> None:
+        asked = self._ask()
+        if asked is None:
+            return
+        answer = await asyncio.get_running_loop().run_in_executor(None, self.fetch, asked[1], asked[2])
+        self._apply(asked[0], asked[1], answer)
+
+
+class EventsPane(pn.viewable.Viewer):
+    def __init__(self, timeline: ClusterTimeline, bus: EventBus, principal: Principal, cluster: str = "",
+                 **params: Any) -> None:
+        super().__init__(**params)
+        self.state = EventsState(timeline, principal, cluster=cluster)
+        self.timeline = pn.pane.HTML(timeline_html(None), sizing_mode="stretch_width", css_classes=["cluster-events"])
+        self.state.param.watch(lambda e: setattr(self.timeline, "object", timeline_html(e.new)), "view")
+        self.state.param.watch(lambda _e: self._refresh(), ["cluster", "severity", "source", "node", "group"])
+        self._kube = LiveRefresh(bus, "kube", self._on_kube)
+        self._refresh()
+
+    def _on_kube(self, events: list[Event]) -> None:
+        if any(e.data.get("cluster") == self.state.cluster and e.data.get("resource") == "events" for e in events):
+            self._refresh()
+
+    def _refresh(self) -> None:
+        if not self._kube.spawn(self.state.refresh):
+            self.state.reload()
+
+    def __panel__(self) -> pn.viewable.Viewable:
+        state = self.state
+        return pn.Column(
+            pn.pane.Markdown("**Events** (HyperPod and Kubernetes node events, newest first)"),
+            pn.Row(pn.widgets.Select.from_param(state.param.severity, name="Severity", width=120),
+                   pn.widgets.Select.from_param(state.param.source, name="Source", width=120),
+                   pn.widgets.TextInput.from_param(state.param.node, name="Node", width=200,
+                                                   placeholder="hyperpod-i-… or i-…"),
+                   pn.widgets.TextInput.from_param(state.param.group, name="Instance group", width=160)),
+            pn.pane.Markdown(state.param.message, css_classes=["events-message"]),
+            self.timeline,
+            sizing_mode="stretch_width",
+        )

@@ -1,0 +1,329 @@
+"""A cluster's events timeline: HyperPod's ``ListClusterEvents`` merged with the Kubernetes Events about its
+nodes, newest first — the first place a diagnosis looks (why a group is short, why a node was rebooted or
+replaced, what the health agent saw).
+
+HyperPod's part is read through the AWS TTL cache: the same question asked again within the TTL costs no
+AWS call, and an operation that changes the cluster invalidates it. The filters HyperPod applies itself
+(instance group, instance id, time) are sent with the call; the pages (``Descending``, 100 events each) are
+read until the answer is full. ``DescribeClusterEvent`` adds one event's details, cached the same way.
+The Kubernetes part is the events informer's memory (Events whose ``involvedObject`` is a Node).
+
+A part that cannot be read (ListClusterEvents needs ``NodeProvisioningMode=Continuous``; access denied; the
+event list not yet arrived) is named in ``errors`` and the other part is still answered. This module only
+reads: it never changes AWS or Kubernetes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from pydantic import AwareDatetime, Field
+
+from services.auth import Principal, Role
+from services.aws import AwsClients
+from services.awscache import AwsCache
+from services.clusters.instances import INSTANCE_ID, group_instances, instance_id_of
+from services.clusters.models import GROUP_LABEL, ClusterRecord
+from services.clusters.registry import ClusterRegistry
+from services.errors import Invalid, NotFound, ServiceError
+from services.informers import Informers
+from services.models import RequestModel, ResponseModel
+from services.verbs import verb
+
+FIRST_SYNC_SECONDS = 20.0  # the first read of a cluster's events waits this long for the informer's list
+PAGE = 100  # ListClusterEvents' MaxResults ceiling
+MAX_PAGES = 10  # at most this many pages per read: a severity filter on a busy cluster stops here
+EVENT_ID = r"^[0-9a-fA-F-]{36}$"
+EPOCH = dt.datetime.fromtimestamp(0, dt.UTC)  # an Event without any timestamp sorts last
+
+
+class Severity(StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
+HYPERPOD_LEVELS = {"Info": Severity.INFO, "Warn": Severity.WARNING, "Error": Severity.ERROR}
+
+
+class EventSource(StrEnum):
+    HYPERPOD = "hyperpod"  # ListClusterEvents: the cluster, its instance groups and instances
+    KUBERNETES = "kubernetes"  # Events about the cluster's Nodes (kubelet, node controller, health agent)
+
+
+class ClusterEventsQuery(RequestModel):
+    """Narrow the timeline; every filter is optional, newest events first."""
+
+    since: AwareDatetime | None = Field(None, description="only events after this time, ISO 8601 with a zone "
+                                                          "(e.g. 2026-12-01T18:00:00Z)")
+    node: str | None = Field(None, max_length=128, pattern=r"^[a-z0-9][a-z0-9.-]*$",
+                             description="only events of this node: its Kubernetes name (hyperpod-i-...) or its "
+                                         "EC2 instance id (i-...)")
+    group: str | None = Field(None, max_length=63, pattern=r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$",
+                              description="only events of this instance group (and of its nodes)")
+    severity: Severity | None = Field(None, description="at least this severity: info (everything), warning "
+                                                        "(HyperPod Warn/Error, Kubernetes Warning) or error")
+    source: EventSource | None = Field(None, description="only HyperPod's events or only Kubernetes' node events")
+    limit: int = Field(100, ge=1, le=500, description="at most this many events (the newest)")
+    refresh: bool = Field(False, description="ask HyperPod again instead of the short-lived cache")
+
+
+class ClusterEvent(ResponseModel):
+    time: str = Field(..., description="when it happened (UTC, ISO 8601)")
+    source: EventSource
+    severity: Severity
+    resource: str = Field(..., description="what it is about: Cluster, InstanceGroup or Instance (HyperPod), "
+                                           "Node (Kubernetes)")
+    group: str | None = Field(None, description="the instance group, when HyperPod names one or the node is known")
+    node: str | None = Field(None, description="the Kubernetes node name, when the node has joined")
+    instance_id: str | None = None
+    reason: str | None = Field(None, description="Kubernetes' machine-readable reason (e.g. NodeNotReady)")
+    message: str
+    count: int = Field(1, description="how often Kubernetes saw it (Events are deduplicated)")
+    event_id: str | None = Field(None, description="HyperPod's event id: clusters_events_get answers its details")
+
+
+class ClusterEventsView(ResponseModel):
+    cluster: str
+    events: list[ClusterEvent]
+    truncated: bool = Field(False, description="more events match than were returned: narrow with since, node, "
+                                               "group or severity, or raise limit")
+    errors: list[str] = Field(default_factory=list, description="parts that could not be read, and why; the other "
+                                                                "part is still answered")
+    hyperpod_age_seconds: float | None = Field(None, description="age of HyperPod's answer in the cache")
+    kubernetes_age_seconds: float | None = Field(None, description="age of the node events cache")
+
+
+class ClusterEventDetail(ResponseModel):
+    event: ClusterEvent
+    details: dict[str, Any] = Field(default_factory=dict, description="HyperPod's EventDetails.EventMetadata "
+                                                                      "(per resource type, as AWS answers it)")
+
+
+def _iso(value: Any) -> str:
+    if isinstance(value, dt.datetime):
+        stamp = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+    else:
+        stamp = _parse(str(value)) or EPOCH
+    return stamp.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _parse(text: str | None) -> dt.datetime | None:
+    if not text:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=dt.UTC)
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """Which node events a read wants, and what is known about the nodes."""
+
+    node: str | None  # the node filter's node name
+    group_nodes: set[str] | None  # the group filter's node names
+    groups: dict[str, str]  # node name -> instance group
+    instances: dict[str, str]  # node name -> instance id
+
+
+class ClusterTimeline:
+    """The read verbs of a cluster's events (the service object the composition root builds once)."""
+
+    def __init__(self, registry: ClusterRegistry, aws: AwsClients, cache: AwsCache, informers: Informers) -> None:
+        self.registry = registry
+        self.aws = aws
+        self.cache = cache
+        self.informers = informers
+
+    @verb(Role.VIEWER)
+    def list_events(self, principal: Principal, name: str, query: ClusterEventsQuery | None = None,
+                    wait: float = FIRST_SYNC_SECONDS) -> ClusterEventsView:
+        """The cluster's HyperPod events and Kubernetes node events, merged newest first and filtered."""
+        query = query or ClusterEventsQuery()
+        record = self.registry.get(name)
+        view = ClusterEventsView(cluster=name, events=[])
+        nodes, groups = self._nodes(record, wait, view.errors)
+        instance_id, node_name = self._resolve_node(query.node, nodes)
+        events: list[ClusterEvent] = []
+        more = False
+        if query.source in (None, EventSource.HYPERPOD):
+            more = self._hyperpod(record, query, instance_id, nodes, view, events)
+        if query.source in (None, EventSource.KUBERNETES):
+            group_nodes = self._group_nodes(record, query.group, nodes, view.errors) if query.group else None
+            scope = _Scope(node_name, group_nodes, groups, {n: i for i, n in nodes.items()})
+            more = self._kubernetes(record, query, scope, wait, view, events) or more
+        events.sort(key=lambda e: e.time, reverse=True)
+        view.events = events[:query.limit]
+        view.truncated = more or len(events) > query.limit
+        return view
+
+    @verb(Role.VIEWER)
+    def describe_event(self, principal: Principal, name: str, event_id: str,
+                       refresh: bool = False) -> ClusterEventDetail:
+        """One HyperPod event with its details (``DescribeClusterEvent``), from the cache when fresh."""
+        record = self.registry.get(name)
+        if not re.fullmatch(EVENT_ID, event_id):
+            raise Invalid(f"{event_id!r} is not a HyperPod event id (a UUID): take one from clusters_events_list")
+        if not record.hyperpod_name:
+            raise NotFound(f"{name} has no HyperPod cluster registered, so it has no HyperPod events")
+        hyperpod = record.hyperpod_name
+
+        def load() -> Any:
+            return self.aws.client("sagemaker", record.region).describe_cluster_event(
+                ClusterName=hyperpod, EventId=event_id)["EventDetails"]
+
+        raw, _ = self.cache.get(("sagemaker", "describe_cluster_event", record.region, hyperpod, event_id), load,
+                                refresh=refresh)
+        nodes, _ = self._nodes(record, 0.0, [])
+        metadata = (raw.get("EventDetails") or {}).get("EventMetadata") or {}
+        return ClusterEventDetail(event=_hyperpod_event(raw, nodes), details=dict(metadata))
+
+    # ----- HyperPod ----------------------------------------------------------------------------------
+
+    def _hyperpod(self, record: ClusterRecord, query: ClusterEventsQuery, instance_id: str | None,
+                  nodes: dict[str, str], view: ClusterEventsView, out: list[ClusterEvent]) -> bool:
+        if not record.hyperpod_name:
+            view.errors.append(f"HyperPod: {record.name} has no HyperPod cluster registered")
+            return False
+        params: dict[str, Any] = {"ClusterName": record.hyperpod_name, "SortOrder": "Descending"}
+        if query.group:
+            params["InstanceGroupName"] = query.group
+        if instance_id:
+            params["NodeId"] = instance_id
+        if query.since is not None:
+            params["EventTimeAfter"] = query.since
+        wanted = _at_least(query.severity, lambda e: HYPERPOD_LEVELS.get(str(e.get("EventLevel")), Severity.INFO))
+        key = ("sagemaker", "list_cluster_events", record.region, record.hyperpod_name, query.group or "",
+               instance_id or "", query.since.isoformat() if query.since else "", str(query.severity or ""),
+               str(query.limit))
+
+        def load() -> tuple[list[dict[str, Any]], bool]:
+            client = self.aws.client("sagemaker", record.region)
+            found: list[dict[str, Any]] = []
+            pages = client.get_paginator("list_cluster_events").paginate(**params, PaginationConfig={"PageSize": PAGE})
+            for number, page in enumerate(pages, 1):
+                found += [e for e in page.get("Events", []) if wanted(e)]
+                if len(found) > query.limit or (number == MAX_PAGES and page.get("NextToken")):
+                    return found, True  # full, or MAX_PAGES read with more to come
+            return found, False
+
+        try:
+            (found, more), age = self.cache.get(key, load, refresh=query.refresh)
+        except ServiceError as exc:
+            view.errors.append(f"HyperPod: {exc.message}")
+            return False
+        view.hyperpod_age_seconds = round(age, 3)
+        out += [_hyperpod_event(e, nodes) for e in found]
+        return bool(more)
+
+    # ----- Kubernetes --------------------------------------------------------------------------------
+
+    def _kubernetes(self, record: ClusterRecord, query: ClusterEventsQuery, scope: _Scope, wait: float,
+                    view: ClusterEventsView, out: list[ClusterEvent]) -> bool:
+        try:
+            informer = self.informers.get(record.name, "events")
+        except NotFound as exc:
+            view.errors.append(f"Kubernetes: {exc.message}")
+            return False
+        if query.refresh:
+            informer.resync(wait)
+        if not informer.wait_synced(wait):
+            view.errors.append(f"Kubernetes: the event list has not arrived ({informer.error or 'still listing'})")
+            return False
+        view.kubernetes_age_seconds = informer.age()
+        since = query.since
+        wanted = _at_least(query.severity, lambda e: Severity.WARNING if e.get("type") == "Warning" else Severity.INFO)
+        found: list[ClusterEvent] = []
+        for event in informer.items():
+            about = event.get("involvedObject") or {}
+            if about.get("kind") != "Node" or not wanted(event):
+                continue
+            node = str(about.get("name") or "")
+            if (scope.node is not None and node != scope.node) or (scope.group_nodes is not None
+                                                                   and node not in scope.group_nodes):
+                continue
+            when = _parse(event.get("lastTimestamp")) or _parse((event.get("metadata") or {}).get("creationTimestamp"))
+            if since is not None and (when is None or when <= since):
+                continue
+            found.append(ClusterEvent(
+                time=_iso(when or EPOCH), source=EventSource.KUBERNETES,
+                severity=Severity.WARNING if event.get("type") == "Warning" else Severity.INFO, resource="Node",
+                group=scope.groups.get(node), node=node, instance_id=scope.instances.get(node),
+                reason=event.get("reason"), message=str(event.get("message") or ""),
+                count=int(event.get("count") or 1)))
+        out += found
+        return False
+
+    # ----- nodes -------------------------------------------------------------------------------------
+
+    def _nodes(self, record: ClusterRecord, wait: float, errors: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+        """From the nodes informer (empty until its first list): instance id → node name, and node name → the
+        group its label names (shown beside a node's events; the group filter asks HyperPod instead)."""
+        try:
+            informer = self.informers.get(record.name, "nodes")
+        except NotFound as exc:
+            errors.append(f"Kubernetes: {exc.message}")
+            return {}, {}
+        informer.wait_synced(wait)
+        names: dict[str, str] = {}
+        groups: dict[str, str] = {}
+        for node in informer.items():
+            name = str(node["metadata"]["name"])
+            found = instance_id_of(name, (node.get("spec") or {}).get("providerID"))
+            if found:
+                names[found] = name
+            group = (node["metadata"].get("labels") or {}).get(GROUP_LABEL)
+            if group:
+                groups[name] = str(group)
+        return names, groups
+
+    @staticmethod
+    def _resolve_node(node: str | None, nodes: dict[str, str]) -> tuple[str | None, str | None]:
+        """``(instance id, node name)`` for the ``node`` filter, either of which it may name."""
+        if node is None:
+            return None, None
+        if INSTANCE_ID.fullmatch(node):
+            return node, nodes.get(node, f"hyperpod-{node}")
+        instance = next((i for i, n in nodes.items() if n == node), None) or instance_id_of(node, None)
+        if instance is None:
+            raise Invalid(f"node {node!r} is neither a HyperPod node of this cluster nor an instance id (i-...)",
+                          details={"nodes": sorted(nodes.values())[:50]})
+        return instance, node
+
+    def _group_nodes(self, record: ClusterRecord, group: str, nodes: dict[str, str], errors: list[str]) -> set[str]:
+        """The node names of ``group``: the instances HyperPod lists for it (cached), mapped to their nodes."""
+        if not record.hyperpod_name:
+            return set()
+        hyperpod = record.hyperpod_name
+        try:
+            instances, _ = self.cache.get(
+                ("sagemaker", "list_cluster_nodes", record.region, hyperpod, group),
+                lambda: group_instances(self.aws.client("sagemaker", record.region), hyperpod, group))
+        except ServiceError as exc:
+            errors.append(f"HyperPod: {exc.message}")
+            return set()
+        return {nodes.get(i, f"hyperpod-{i}") for i in instances}
+
+
+def _at_least(severity: Severity | None, of: Callable[[dict[str, Any]], Severity]) -> Callable[[dict[str, Any]], bool]:
+    if severity is None:
+        return lambda event: True
+    return lambda event: RANK[of(event)] >= RANK[severity]
+
+
+def _hyperpod_event(event: dict[str, Any], nodes: dict[str, str]) -> ClusterEvent:
+    instance = event.get("InstanceId")
+    return ClusterEvent(
+        time=_iso(event.get("EventTime")), source=EventSource.HYPERPOD,
+        severity=HYPERPOD_LEVELS.get(str(event.get("EventLevel")), Severity.INFO),
+        resource=str(event.get("ResourceType") or "Cluster"), group=event.get("InstanceGroupName"),
+        node=nodes.get(instance) if instance else None, instance_id=instance,
+        message=str(event.get("Description") or ""), event_id=event.get("EventId"))
