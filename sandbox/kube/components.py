@@ -41,6 +41,9 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
     "kueue": tuple(f"kueue-v0.19.2/kueue.x-k8s.io_{p}.yaml" for p in (
         "clusterqueues", "cohorts", "localqueues", "resourceflavors", "topologies", "workloadpriorityclasses")),
     "karpenter": ("karpenter-v1.14.1/karpenter.sh_nodepools.yaml",),
+    # what HyperPod installs when a cluster's AutoScaling is enabled (managed Karpenter)
+    "hyperpod-karpenter": ("karpenter-v1.14.1/karpenter.sh_nodepools.yaml",
+                           "hyperpod-karpenter/karpenter.sagemaker.amazonaws.com_hyperpodnodeclasses.RECONSTRUCTED.yaml"),
 }
 
 

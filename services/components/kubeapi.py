@@ -29,6 +29,8 @@ KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     ("apps/v1", "Deployment"): ("deployments", True),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): ("customresourcedefinitions", False),
     ("networking.k8s.io/v1", "Ingress"): ("ingresses", True),
+    ("karpenter.sh/v1", "NodePool"): ("nodepools", False),
+    ("karpenter.sagemaker.amazonaws.com/v1", "HyperpodNodeClass"): ("hyperpodnodeclasses", False),
 }
 #: what the load balancer controller makes AWS load balancers for (its finalizers hold them until it has
 #: deleted those): (apiVersion, kind, the path listing them in all namespaces)
