@@ -22,6 +22,7 @@ from services.components.tiered import (
     TieredCheckpointing,
     TieredSettings,
 )
+from services.errors import Permanent
 from tests.scale_support import BUCKET, ScaleWorld, remove, scale_world, settle
 
 pytestmark = pytest.mark.slow
@@ -137,6 +138,24 @@ def test_moving_the_namespace_rewrites_the_trust_and_moves_the_service_account(w
     assert sub[1] == f"system:serviceaccount:hyperpod-team-b:{SERVICE_ACCOUNT}"
     remove(moved, target)
     assert moved.leftover(target).gone
+
+
+def test_a_cluster_without_an_oidc_provider_is_refused_with_how_to_add_it(world: ScaleWorld) -> None:
+    iam = world.product.client("iam")
+    issuer = world.product.client("eks").describe_cluster(name=NAME)["cluster"]["identity"]["oidc"]["issuer"]
+    arn = f"arn:aws:iam::123456789012:oidc-provider/{issuer.removeprefix('https://')}"
+    iam.delete_open_id_connect_provider(OpenIDConnectProviderArn=arn)
+    try:
+        feature = TieredCheckpointing()
+        mark = world.ledger.mark()
+        observed = feature.observe(world.target())
+        assert observed.failed is not None and "no IAM OIDC provider" in observed.failed
+        assert "CreateOpenIDConnectProvider" in observed.failed and not observed.settled
+        with pytest.raises(Permanent, match="no IAM OIDC provider"):
+            feature.apply(world.target(), observed)
+        world.ledger.assert_no_writes(since=mark)
+    finally:
+        iam.create_open_id_connect_provider(Url=issuer, ClientIDList=["sts.amazonaws.com"], Tags=[])
 
 
 def test_a_role_of_our_name_that_is_not_ours_is_refused_and_left_alone(world: ScaleWorld) -> None:

@@ -358,17 +358,20 @@ class ManagedKarpenter(Component):
     def blocked(self, target: Target) -> str | None:
         """What waits: UpdateCluster for IAM to propagate our new role and for the cluster to take updates; the
         node class and pool for HyperPod to install Karpenter's CRDs (it does once autoscaling is on)."""
-        cluster = self._hyperpod(target)
-        if (cluster.get("AutoScaling") or {}).get("Mode") != "Enable":
-            if self._propagating(target):
-                return f"waiting for IAM to propagate the role {self.role_name(target)}"
-            status = cluster.get("ClusterStatus")
-            if status not in UPDATABLE and not (status == "Updating" and
-                                                cluster.get("NodeProvisioningMode") == "Continuous"):
-                return f"HyperPod cluster {target.hyperpod_cluster} is {status}: AutoScaling waits until InService"
-        if not self._crds_ready(target):
-            return "waiting for HyperPod to install Karpenter's CRDs (NodePool, HyperpodNodeClass)"
-        return None
+        return self._update_blocked(target, self._hyperpod(target)) or (
+            None if self._crds_ready(target) else
+            "waiting for HyperPod to install Karpenter's CRDs (NodePool, HyperpodNodeClass)")
+
+    def _update_blocked(self, target: Target, cluster: dict[str, Any]) -> str | None:
+        """Why the UpdateCluster that enables autoscaling waits (None: it may go now, or is not needed)."""
+        if (cluster.get("AutoScaling") or {}).get("Mode") == "Enable":
+            return None
+        if self._propagating(target):
+            return f"waiting for IAM to propagate the role {self.role_name(target)}"
+        status = cluster.get("ClusterStatus")
+        if status in UPDATABLE or (status == "Updating" and cluster.get("NodeProvisioningMode") == "Continuous"):
+            return None
+        return f"HyperPod cluster {target.hyperpod_cluster} is {status}: AutoScaling waits until InService"
 
     def apply(self, target: Target, observed: Observation) -> None:
         if observed.failed:
@@ -386,8 +389,7 @@ class ManagedKarpenter(Component):
         if "policy" in todo:
             iam.put_role_policy(RoleName=name, PolicyName=INLINE_POLICY,
                                 PolicyDocument=json.dumps(self.policy(cluster["ClusterArn"])))
-        waiting = self.blocked(target)
-        if "autoscaling" in todo and (waiting is None or waiting.startswith("waiting for HyperPod")):
+        if "autoscaling" in todo and self._update_blocked(target, cluster) is None:
             target.client("sagemaker").update_cluster(
                 ClusterName=target.hyperpod_cluster, AutoScaling={"Mode": "Enable", "AutoScalerType": "Karpenter"},
                 ClusterRole=self.role_arn(target))

@@ -146,22 +146,22 @@ class TieredCheckpointing(Component):
         return cluster
 
     @staticmethod
-    def _oidc(target: Target) -> tuple[str, str]:
-        """The EKS cluster's OIDC issuer and its IAM provider's ARN; refused if IAM has no such provider."""
+    def _oidc(target: Target) -> tuple[str, str, str | None]:
+        """The EKS cluster's OIDC issuer, its IAM provider's ARN, and why the role cannot trust it (None: it
+        can; IAM has no provider for the issuer otherwise)."""
         from services.clusters.eks_stage import provider_arn
         issuer = str(target.client("eks").describe_cluster(name=target.eks_cluster)["cluster"]
                      .get("identity", {}).get("oidc", {}).get("issuer", ""))
         if not issuer:
-            raise Permanent(f"EKS cluster {target.eks_cluster} has no OIDC issuer")
+            return "", "", f"EKS cluster {target.eks_cluster} has no OIDC issuer"
         arn = provider_arn(target.account, target.region, issuer)
         try:
             target.client("iam").get_open_id_connect_provider(OpenIDConnectProviderArn=arn)
-        except NotFound as exc:
-            raise Permanent(f"EKS cluster {target.eks_cluster} has no IAM OIDC provider for {issuer}: the "
-                            "checkpoint role trusts the cluster's service accounts through it; create it (IAM "
-                            "CreateOpenIDConnectProvider, audience sts.amazonaws.com), then retry",
-                            details={"issuer": issuer, "provider_arn": arn}) from exc
-        return issuer, arn
+        except NotFound:
+            return issuer, arn, (f"EKS cluster {target.eks_cluster} has no IAM OIDC provider for {issuer}: the "
+                                 "checkpoint role trusts the cluster's service accounts through it; create it (IAM "
+                                 "CreateOpenIDConnectProvider, audience sts.amazonaws.com), then retry")
+        return issuer, arn, None
 
     def _policy(self, target: Target) -> dict[str, Any] | None:
         try:
@@ -223,7 +223,7 @@ class TieredCheckpointing(Component):
                 PolicyArn=self.policy_arn(target)).get("Tags", [])}, target.cluster):
             raise Permanent(f"the IAM policy {self.iam_name(target)} exists and is not {target.cluster}'s (no "
                             "instantstart tags): it is left alone; delete or rename it, then retry")
-        issuer, provider = self._oidc(target)
+        issuer, provider, no_provider = self._oidc(target)
         role = self._role(target)
         if role is None:
             missing += ["role", "attachment"]
@@ -231,7 +231,7 @@ class TieredCheckpointing(Component):
             if not owned(self._role_tags(target), target.cluster):
                 raise Permanent(f"the IAM role {self.iam_name(target)} exists and is not {target.cluster}'s (no "
                                 "instantstart tags): it is left alone; delete or rename it, then retry")
-            if role.get("AssumeRolePolicyDocument") != self.trust_document(issuer, provider):
+            if no_provider is None and role.get("AssumeRolePolicyDocument") != self.trust_document(issuer, provider):
                 missing.append("trust")
             if self.policy_arn(target) not in self._attached(target):
                 missing.append("attachment")
@@ -245,13 +245,14 @@ class TieredCheckpointing(Component):
         settings = {"memory_percent": config.get("InstanceMemoryAllocationPercentage"),
                     "namespace": accounts[0].metadata.namespace if accounts else None} if enabled else {}
         status = cluster.get("ClusterStatus", "")
-        settled = not missing and status in SETTLED_STATUSES
-        detail = "" if settled else (f"to do: {', '.join(missing)}" if missing else
-                                     f"HyperPod cluster {target.hyperpod_cluster} is {status}")
+        settled = not missing and no_provider is None and status in SETTLED_STATUSES
+        detail = "" if settled else (no_provider or (f"to do: {', '.join(missing)}" if missing else
+                                                   f"HyperPod cluster {target.hyperpod_cluster} is {status}"))
         return Observation(status=("Enabled" if enabled else "Disabled") if not missing else
                            ("Enabled (incomplete)" if enabled else "ABSENT"),
                            missing=missing, settled=settled, healthy=settled, detail=detail,
-                           version=self.version, settings=settings, foreign=enabled and not ours)
+                           version=self.version, settings=settings, foreign=enabled and not ours,
+                           failed=no_provider)
 
     def blocked(self, target: Target) -> str | None:
         """UpdateCluster is refused while the HyperPod cluster is busy (a continuous cluster takes it while
@@ -263,6 +264,8 @@ class TieredCheckpointing(Component):
         return f"HyperPod cluster {target.hyperpod_cluster} is {status}: TieredStorageConfig waits until InService"
 
     def apply(self, target: Target, observed: Observation) -> None:
+        if observed.failed:
+            raise Permanent(f"tiered checkpointing cannot be enabled: {observed.failed}")
         todo = set(observed.missing)
         iam = target.client("iam")
         name = self.iam_name(target)
@@ -278,7 +281,7 @@ class TieredCheckpointing(Component):
                               Description=f"Tiered checkpoints of {target.cluster} to its shared bucket",
                               Tags=tag_list(target.tags))
         if {"role", "trust"} & todo:
-            issuer, provider = self._oidc(target)
+            issuer, provider, _ = self._oidc(target)
             trust = json.dumps(self.trust_document(issuer, provider))
             if "role" in todo:
                 iam.create_role(RoleName=name, AssumeRolePolicyDocument=trust, Tags=tag_list(target.tags),
