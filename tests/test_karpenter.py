@@ -196,6 +196,16 @@ def test_enable_scale_for_pending_pods_then_disable(world: ScaleWorld) -> None:
     for name in ("train-0", "train-1", "train-2", "train-3", "huge"):
         core.delete_namespaced_pod(name, "default")
 
+    # narrowing the groups: gpu now has nodes, but it is past its start (in our node class), so it stays eligible
+    narrowed = feature.configured(KarpenterSettings(instance_groups=["gpu"], max_nodes=3))
+    mark = world.ledger.mark()
+    observed = settle(narrowed, target)
+    assert observed.settings["instance_groups"] == ["gpu"]
+    assert _writes(world, mark) == Counter({"k8s:patch:hyperpodnodeclasses.karpenter.sagemaker.amazonaws.com": 1,
+                                            "k8s:patch:nodepools.karpenter.sh": 1})
+    pool = custom.get_cluster_custom_object(KARPENTER, "v1", "nodepools", OBJECT_NAME)
+    assert pool["spec"]["template"]["spec"]["requirements"][0]["values"] == ["ml.g5.8xlarge"]
+
     mark = world.ledger.mark()
     remove(feature, target)
     writes = _writes(world, mark)
