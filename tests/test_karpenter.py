@@ -3,7 +3,7 @@ group by its rule; enabling makes the cluster role (trusting hyperpod.sagemaker.
 cluster), sends UpdateCluster with only AutoScaling + ClusterRole, and applies our HyperpodNodeClass and NodePool
 naming only the chosen groups, never touching a NodePool we did not make; a re-apply writes nothing; pending pods
 make HyperPod's Karpenter add nodes to the eligible group they fit (DescribeCluster and the Kubernetes API show
-them), within the NodePool's node limit; disabling removes exactly what we made."""
+them), within the NodePool's node limit, and remove them once empty; disabling removes exactly what we made."""
 
 from __future__ import annotations
 
@@ -193,10 +193,8 @@ def test_enable_scale_for_pending_pods_then_disable(world: ScaleWorld) -> None:
                                 if core.read_namespaced_pod(p, "default").spec.node_name], 120, "a third pod bound")
     assert len(bound) == 1 and _group(world, "gpu")["TargetCount"] == 3
     assert len(core.list_node(label_selector="sagemaker.amazonaws.com/instance-group-name=gpu").items) == 3
-    for name in ("train-0", "train-1", "train-2", "train-3", "huge"):
-        core.delete_namespaced_pod(name, "default")
 
-    # narrowing the groups: gpu now has nodes, but it is past its start (in our node class), so it stays eligible
+    # narrowing the groups: gpu has nodes now, but it is past its start (in our node class): still eligible
     narrowed = feature.configured(KarpenterSettings(instance_groups=["gpu"], max_nodes=3))
     mark = world.ledger.mark()
     observed = settle(narrowed, target)
@@ -205,6 +203,13 @@ def test_enable_scale_for_pending_pods_then_disable(world: ScaleWorld) -> None:
                                             "k8s:patch:nodepools.karpenter.sh": 1})
     pool = custom.get_cluster_custom_object(KARPENTER, "v1", "nodepools", OBJECT_NAME)
     assert pool["spec"]["template"]["spec"]["requirements"][0]["values"] == ["ml.g5.8xlarge"]
+
+    for name in ("train-0", "train-1", "train-2", "train-3", "huge"):
+        core.delete_namespaced_pod(name, "default")
+    # the work is done: Karpenter consolidates the empty nodes (the pool's consolidateAfter) down to zero
+    wait_until(lambda: _group(world, "gpu")["TargetCount"] == 0 and not core.list_node(
+        label_selector="sagemaker.amazonaws.com/instance-group-name=gpu").items, 120, "gpu scaled back to 0")
+    assert _group(world, "warm")["CurrentCount"] == 1, "a node outside our node class is never consolidated"
 
     mark = world.ledger.mark()
     remove(feature, target)

@@ -14,13 +14,19 @@
   NodePool's ``limits.nodes`` (over all of its groups) and the 6758-instance cap of a group. The nodes then
   launch and join like any other HyperPod node, so DescribeCluster and ``kubectl get nodes`` show them.
 
-Not simulated: consolidation and scale-down, ``limits`` other than ``nodes``, weights between NodePools (they are
-taken in name order), and availability-zone requirements (a zone is picked at launch).
+Consolidation is "when empty" only: a running node of the pool's groups that has held no pod but DaemonSets'
+for the pool's ``consolidateAfter`` (simulated time; ``Never`` keeps it) is deleted and its group's target
+lowered, while no pending pod is headed for those groups; the timers live in memory (a restart starts them
+again). Not simulated: moving pods off underutilized nodes, disruption budgets, ``limits`` other than
+``nodes``, weights between NodePools (they are taken in name order), availability-zone requirements (a zone is
+picked at launch), and Karpenter draining a deleted NodePool's nodes (they stay until empty and consolidated
+by another pool, or deleted).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -32,7 +38,7 @@ from sandbox.kube.scheduling import free_resources, matches_node_selection, misf
 
 from .hyperpod_lifecycle import Lifecycle
 from .hyperpod_nodes import node_name, template_node
-from .hyperpod_state import ClusterRec, GroupRec
+from .hyperpod_state import RUN, ClusterRec, GroupRec
 
 NODECLASS_GROUP = "karpenter.sagemaker.amazonaws.com"
 NODECLASS_KIND = "HyperpodNodeClass"
@@ -62,6 +68,16 @@ def _requirement_met(req: dict[str, Any], labels: dict[str, str]) -> bool:
     return False
 
 
+def _duration(text: str) -> float | None:
+    """A Karpenter duration (``30s``, ``1h30m``) in seconds; None for ``Never``."""
+    if text == "Never":
+        return None
+    seconds = 0.0
+    for number, unit in re.findall(r"([0-9]+)([smh])", text):
+        seconds += int(number) * {"s": 1, "m": 60, "h": 3600}[unit]
+    return seconds
+
+
 def _pending(pod: dict[str, Any]) -> bool:
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
     if spec.get("nodeName") or status.get("phase") not in (None, "Pending"):
@@ -79,6 +95,7 @@ class ManagedKarpenter:
         self.emulator = emulator
         self.life = life
         self.region = region
+        self.empty_since: dict[tuple[str, str], float] = {}  # (cluster, instance id) -> when it became empty
 
     def _cluster(self, c: ClusterRec) -> Cluster | None:
         if self.emulator is None or c.kube_cluster is None:
@@ -103,23 +120,52 @@ class ManagedKarpenter:
         all_pods = cluster.list(pods_rt, None).items
         pending = sorted((p for p in all_pods if _pending(p)),
                          key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]))
-        if not pending:
-            return
         used: dict[str, dict[str, Decimal]] = {}
+        busy: set[str] = set()  # nodes running a pod that is not a DaemonSet's
         for pod in all_pods:
             bound = (pod.get("spec") or {}).get("nodeName")
             if bound and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
                 total = used.setdefault(bound, {})
                 for name, q in pod_requests(pod).items():
                     total[name] = total.get(name, Decimal(0)) + q
+                if not any(o.get("kind") == "DaemonSet" for o in pod["metadata"].get("ownerReferences") or []):
+                    busy.add(bound)
         placed: set[str] = set()
         for pool in sorted(cluster.list(pool_rt, None).items, key=lambda p: p["metadata"]["name"]):
             if pool["metadata"].get("deletionTimestamp"):
                 continue
             groups = self._groups(c, cluster, class_rt, pool)
-            if groups:
-                self._scale_pool(c, pool, groups, [p for p in pending if p["metadata"]["uid"] not in placed],
-                                 used, placed, now)
+            if not groups:
+                continue
+            before = len(placed)
+            self._scale_pool(c, pool, groups, [p for p in pending if p["metadata"]["uid"] not in placed],
+                             used, placed, now)
+            if len(placed) == before:  # no pending pod is headed for these groups' nodes
+                self._consolidate(c, pool, groups, busy, now)
+
+    def _consolidate(self, c: ClusterRec, pool: dict[str, Any], groups: list[GroupRec], busy: set[str],
+                     now: float) -> None:
+        """Remove the pool's nodes that have run no pod but DaemonSets' for ``consolidateAfter`` (as
+        BatchDeleteClusterNodes would: the group's target goes down with it)."""
+        after = _duration(((pool.get("spec") or {}).get("disruption") or {}).get("consolidateAfter", "0s"))
+        if after is None:
+            return
+        for g in groups:
+            for node in c.group_nodes(g.name):
+                if node.phase != RUN or node.end or node.recovery or not node.instance_id:
+                    continue
+                key = (c.name, node.instance_id)
+                if node_name(node.instance_id) in busy:
+                    self.empty_since.pop(key, None)
+                    continue
+                if now - self.empty_since.setdefault(key, now) < after:
+                    continue
+                del self.empty_since[key]
+                g.target = max(g.target - 1, 0)
+                g.spec = {**g.spec, "InstanceCount": g.target}
+                self.life.request(node, "Delete", now)
+                self.life.event(c, now, "Info", "InstanceGroup", f"Karpenter NodePool {pool['metadata']['name']} "
+                                f"removed empty node {node.instance_id} from instance group {g.name}.", node=node)
 
     def _groups(self, c: ClusterRec, cluster: Cluster, class_rt: Any, pool: dict[str, Any]) -> list[GroupRec]:
         ref = ((pool.get("spec") or {}).get("template") or {}).get("spec", {}).get("nodeClassRef") or {}
