@@ -248,8 +248,7 @@ class TieredCheckpointing(Component):
         settled = not missing and no_provider is None and status in SETTLED_STATUSES
         detail = "" if settled else (no_provider or (f"to do: {', '.join(missing)}" if missing else
                                                    f"HyperPod cluster {target.hyperpod_cluster} is {status}"))
-        return Observation(status=("Enabled" if enabled else "Disabled") if not missing else
-                           ("Enabled (incomplete)" if enabled else "ABSENT"),
+        return Observation(status="Enabled" if not missing else ("Enabled (incomplete)" if enabled else "ABSENT"),
                            missing=missing, settled=settled, healthy=settled, detail=detail,
                            version=self.version, settings=settings, foreign=enabled and not ours,
                            failed=no_provider)
