@@ -6,6 +6,7 @@ settings change rewrites only what changed, and disabling removes exactly that c
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from services.components.tiered import (
 )
 from services.errors import Permanent
 from tests.scale_support import BUCKET, ScaleWorld, remove, scale_world, settle
+from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
 NAME = "tiers"
@@ -74,8 +76,11 @@ def test_enable_builds_exactly_the_chain_then_a_reapply_writes_nothing_and_disab
         "sagemaker:UpdateCluster": 1, "iam:CreatePolicy": 1, "iam:CreateRole": 1, "iam:AttachRolePolicy": 1,
         "k8s:create:namespaces": 1, "k8s:create:serviceaccounts": 1})
     update = world.ledger.once("sagemaker", "UpdateCluster", since=mark)["request"]
-    assert update == {"ClusterName": NAME,
+    assert update == {"ClusterName": NAME, "NodeRecovery": "Automatic",  # update-cluster won't take it alone
                       "TieredStorageConfig": {"Mode": "Enable", "InstanceMemoryAllocationPercentage": 40}}
+    last = [f"{e['service']}:{e['operation']}" if e.get("kind") == "aws" else f"k8s:{e['verb']}:{e['resource']}"
+            for e in world.ledger.writes(mark)][-1]
+    assert last == "sagemaker:UpdateCluster", "the chain first, TieredStorageConfig last"
     assert world.describe()["TieredStorageConfig"] == update["TieredStorageConfig"]
 
     iam = world.product.client("iam")
@@ -108,13 +113,16 @@ def test_enable_builds_exactly_the_chain_then_a_reapply_writes_nothing_and_disab
     remove(feature, target)
     assert _writes(world, mark) == Counter({
         "sagemaker:UpdateCluster": 1, "k8s:delete:serviceaccounts": 1, "iam:DetachRolePolicy": 1,
-        "iam:DeleteRole": 1, "iam:DeletePolicy": 1})
-    assert world.ledger.once("sagemaker", "UpdateCluster", since=mark)["request"]["TieredStorageConfig"] == {
-        "Mode": "Disable"}
+        "iam:DeleteRole": 1, "iam:DeletePolicy": 1, "k8s:delete:namespaces": 1})
+    assert world.ledger.once("sagemaker", "UpdateCluster", since=mark)["request"] == {
+        "ClusterName": NAME, "NodeRecovery": "Automatic", "TieredStorageConfig": {"Mode": "Disable"}}
+    first = world.ledger.writes(mark)[0]
+    assert (first.get("service"), first.get("operation")) == ("sagemaker", "UpdateCluster"), "Disable first"
     assert world.describe()["TieredStorageConfig"]["Mode"] == "Disable"
     with pytest.raises(iam.exceptions.NoSuchEntityException):
         iam.get_role(RoleName=ROLE)
-    assert core.read_namespace(DEFAULT_NAMESPACE).metadata.name == DEFAULT_NAMESPACE, "the jobs' namespace stays"
+    assert not core.list_namespace(field_selector=f"metadata.name={DEFAULT_NAMESPACE}").items, \
+        "the namespace we made, holding nothing else, is gone"
     assert not core.list_service_account_for_all_namespaces(field_selector=f"metadata.name={SERVICE_ACCOUNT}").items
     mark = world.ledger.mark()
     assert feature.leftover(target).gone
@@ -163,8 +171,76 @@ def test_a_role_of_our_name_that_is_not_ours_is_refused_and_left_alone(world: Sc
     iam.create_role(RoleName=ROLE, AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []}))
     try:
         feature = TieredCheckpointing()
-        with pytest.raises(Exception, match="not tiers's"):
-            feature.observe(world.target())
+        observed = feature.observe(world.target())  # a mere read: reported, never raised
+        assert observed.failed is not None and f"IAM role {ROLE} exists and is not tiers's" in observed.failed
+        assert not observed.settled
+        mark = world.ledger.mark()
+        with pytest.raises(Permanent, match="not tiers's"):
+            feature.apply(world.target(), observed)
+        world.ledger.assert_no_writes(since=mark)
         assert f"role:{ROLE}" not in feature.leftover(world.target()).to_delete
     finally:
         iam.delete_role(RoleName=ROLE)
+
+
+def test_a_policy_of_our_name_that_is_not_ours_is_reported_not_raised(world: ScaleWorld) -> None:
+    iam = world.product.client("iam")
+    arn = iam.create_policy(PolicyName=ROLE, PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "*"}]}))["Policy"]["Arn"]
+    try:
+        feature = TieredCheckpointing()
+        observed = feature.observe(world.target())
+        assert observed.failed is not None and f"IAM policy {ROLE} exists and is not tiers's" in observed.failed
+        assert f"policy:{ROLE}" not in feature.leftover(world.target()).to_delete
+    finally:
+        iam.delete_policy(PolicyArn=arn)
+
+
+def test_no_hyperpod_cluster_is_reported_not_raised(world: ScaleWorld) -> None:
+    feature = TieredCheckpointing()
+    for hyperpod in ("", "no-such-cluster"):
+        target = dataclasses.replace(world.target(), hyperpod_cluster=hyperpod)
+        observed = feature.observe(target)
+        assert observed.failed is not None and not observed.settled and not observed.foreign
+        assert ("has no HyperPod cluster" if not hyperpod else "does not exist") in observed.failed
+        assert feature.leftover(target).to_delete == []
+
+
+def test_a_stop_half_way_through_enabling_leaves_the_feature_ours_and_resumable(world: ScaleWorld) -> None:
+    """A fault after the policy and before the role: HyperPod's TieredStorageConfig is not sent yet, the next
+    round sees our tagged policy (not a foreign feature) and finishes the chain, the UpdateCluster last."""
+    feature = TieredCheckpointing()
+    target = world.target()
+    fault = world.product.live.post("/api/v1/sandbox/faults", {
+        "kind": "access_denied", "count": 1, "target": {"service": "iam", "action": "CreateRole"}})
+    assert fault.status_code == 201, fault.text
+    mark = world.ledger.mark()
+    with pytest.raises(Exception, match="CreateRole"):
+        feature.apply(target, feature.observe(target))
+    assert "sagemaker:UpdateCluster" not in _writes(world, mark)
+    assert world.describe().get("TieredStorageConfig", {}).get("Mode") != "Enable"
+    half = feature.observe(target)
+    assert not half.foreign and half.failed is None and {"role", "tiered-storage"} <= set(half.missing)
+    assert "policy" not in half.missing
+
+    world.product.client("sagemaker").update_cluster(  # HyperPod enabled with only our policy to show for it
+        ClusterName=NAME, NodeRecovery="Automatic", TieredStorageConfig={"Mode": "Enable"})
+    assert not feature.observe(target).foreign, "our tagged policy is proof enough"
+    assert settle(feature, target).healthy
+    remove(feature, target)
+    assert feature.leftover(target).gone
+
+
+def test_disable_keeps_our_namespace_while_it_holds_something_of_someone_else(world: ScaleWorld) -> None:
+    feature = TieredCheckpointing()
+    target = world.target()
+    settle(feature, target)
+    core = k8s.CoreV1Api(world.product.services.kube.api_client(NAME))
+    core.create_namespaced_config_map(DEFAULT_NAMESPACE, k8s.V1ConfigMap(
+        metadata=k8s.V1ObjectMeta(name="job-config"), data={"epochs": "3"}))
+    remove(feature, target)
+    assert core.read_namespaced_config_map("job-config", DEFAULT_NAMESPACE).data == {"epochs": "3"}
+    assert not core.list_service_account_for_all_namespaces(field_selector=f"metadata.name={SERVICE_ACCOUNT}").items
+    core.delete_namespace(DEFAULT_NAMESPACE)
+    wait_until(lambda: not core.list_namespace(field_selector=f"metadata.name={DEFAULT_NAMESPACE}").items, 30,
+               "namespace gone")

@@ -13,10 +13,13 @@ accounts, which this component builds piece by piece, each observed before it is
 * the service account itself, labelled ours and annotated with the role's ARN, in the training namespace (the
   jobs' default ``hyperpod-ns-training`` unless the settings name another one: HyperPod's job auto-resume only
   handles namespaces prefixed ``hyperpod`` or ``kubeflow``). A namespace that does not exist yet is created
-  (labelled ours) and kept when the feature is disabled: the jobs live there.
+  (labelled ours); disabling deletes it only while it holds nothing of anyone else.
 
-Disabling (:meth:`leftover` → :meth:`delete`) sets ``Mode=Disable`` and removes exactly that chain, and only
-what carries our tags or label.
+The chain is made first and ``TieredStorageConfig`` sent last (with the cluster's current ``NodeRecovery``:
+update-cluster does not take TieredStorageConfig alone), so a stop half-way leaves a feature that is still
+recognisably ours (our tagged policy, role or labelled service account). Disabling (:meth:`leftover` →
+:meth:`delete`) sets ``Mode=Disable`` first, once the cluster takes updates, and then removes exactly that
+chain, and only what carries our tags or label.
 """
 
 from __future__ import annotations
@@ -136,22 +139,37 @@ class TieredCheckpointing(Component):
     # ----- reads --------------------------------------------------------------------------------------------
 
     @staticmethod
-    def _hyperpod(target: Target) -> dict[str, Any]:
+    def _hyperpod(target: Target) -> tuple[dict[str, Any], str | None]:
+        """DescribeCluster's answer, and why the feature cannot be on this cluster (None: it can)."""
         if not target.hyperpod_cluster:
-            raise Permanent(f"{target.cluster} has no HyperPod cluster: tiered checkpointing is a HyperPod feature")
-        cluster: dict[str, Any] = target.client("sagemaker").describe_cluster(ClusterName=target.hyperpod_cluster)
+            return {}, f"{target.cluster} has no HyperPod cluster: tiered checkpointing is a HyperPod feature"
+        try:
+            cluster: dict[str, Any] = target.client("sagemaker").describe_cluster(
+                ClusterName=target.hyperpod_cluster)
+        except NotFound:
+            return {}, f"HyperPod cluster {target.hyperpod_cluster} does not exist"
         if "Eks" not in (cluster.get("Orchestrator") or {}):
-            raise Permanent(f"HyperPod cluster {target.hyperpod_cluster} is not orchestrated by EKS: tiered "
-                            "checkpointing is only offered on EKS-orchestrated clusters")
-        return cluster
+            return cluster, (f"HyperPod cluster {target.hyperpod_cluster} is not orchestrated by EKS: tiered "
+                             "checkpointing is only offered on EKS-orchestrated clusters")
+        return cluster, None
+
+    def _update(self, target: Target, cluster: dict[str, Any], config: dict[str, Any]) -> None:
+        """UpdateCluster with the TieredStorageConfig and the cluster's current NodeRecovery (update-cluster
+        does not take TieredStorageConfig alone, aws-facts §6)."""
+        extra = {"NodeRecovery": cluster["NodeRecovery"]} if cluster.get("NodeRecovery") else {}
+        target.client("sagemaker").update_cluster(ClusterName=target.hyperpod_cluster, TieredStorageConfig=config,
+                                                  **extra)
 
     @staticmethod
     def _oidc(target: Target) -> tuple[str, str, str | None]:
         """The EKS cluster's OIDC issuer, its IAM provider's ARN, and why the role cannot trust it (None: it
         can; IAM has no provider for the issuer otherwise)."""
         from services.clusters.eks_stage import provider_arn
-        issuer = str(target.client("eks").describe_cluster(name=target.eks_cluster)["cluster"]
-                     .get("identity", {}).get("oidc", {}).get("issuer", ""))
+        try:
+            issuer = str(target.client("eks").describe_cluster(name=target.eks_cluster)["cluster"]
+                         .get("identity", {}).get("oidc", {}).get("issuer", ""))
+        except NotFound:
+            return "", "", f"EKS cluster {target.eks_cluster} does not exist"
         if not issuer:
             return "", "", f"EKS cluster {target.eks_cluster} has no OIDC issuer"
         arn = provider_arn(target.account, target.region, issuer)
@@ -204,33 +222,61 @@ class TieredCheckpointing(Component):
             label_selector=f"{MANAGED_LABEL}={OURS},{COMPONENT_LABEL}={NAME}")
         return list(listed.items or [])
 
+    def _policy_ours(self, target: Target) -> bool:
+        tags = target.client("iam").list_policy_tags(PolicyArn=self.policy_arn(target)).get("Tags", [])
+        return owned({t["Key"]: t["Value"] for t in tags}, target.cluster)
+
+    def _not_ours(self, target: Target, policy: bool, role: bool) -> str | None:
+        """Why an IAM resource of our name is not ours to use (None: each is absent or ours)."""
+        for kind, present in (("policy", policy), ("role", role)):
+            if present and not (self._policy_ours(target) if kind == "policy" else
+                                owned(self._role_tags(target), target.cluster)):
+                return (f"the IAM {kind} {self.iam_name(target)} exists and is not {target.cluster}'s (no "
+                        "instantstart tags): it is left alone; delete or rename it, then retry")
+        return None
+
+    def _our_namespaces(self, target: Target) -> list[Any]:
+        listed = self._core(target).list_namespace(label_selector=f"{MANAGED_LABEL}={OURS},{COMPONENT_LABEL}={NAME}")
+        return list(listed.items or [])
+
+    def _holds_only_ours(self, target: Target, namespace: str) -> bool:
+        """Whether the namespace holds nothing but its default service account, its root CA and our service
+        account (no pod, claim, config map, secret or other service account of anyone)."""
+        core = self._core(target)
+        if core.list_namespaced_pod(namespace, limit=1).items or \
+                core.list_namespaced_persistent_volume_claim(namespace, limit=1).items:
+            return False
+        accounts = {sa.metadata.name for sa in core.list_namespaced_service_account(namespace).items or []
+                    if sa.metadata is not None}
+        maps = {cm.metadata.name for cm in core.list_namespaced_config_map(namespace).items or []
+                if cm.metadata is not None}
+        if accounts - {"default", SERVICE_ACCOUNT} or maps - {"kube-root-ca.crt"}:
+            return False
+        return not any(sec.type != "kubernetes.io/service-account-token"
+                       for sec in core.list_namespaced_secret(namespace).items or [])
+
     # ----- the component ------------------------------------------------------------------------------------
 
     def observe(self, target: Target) -> Observation:
-        cluster = self._hyperpod(target)
+        cluster, unusable = self._hyperpod(target)
+        policy = self._policy(target)
+        role = self._role(target)
+        refused = unusable or self._not_ours(target, policy is not None, role is not None) or (
+            f"{NAME}: the cluster's Kubernetes API is not registered" if target.kube is None else None)
+        if refused:
+            return Observation(status="ABSENT", missing=[], settled=False, healthy=False, detail=refused,
+                               version=self.version, failed=refused)
         config = cluster.get("TieredStorageConfig") or {}
         enabled = config.get("Mode") == "Enable"
         missing: list[str] = []
-        if not enabled or (self.settings.memory_percent is not None and config.get(
-                "InstanceMemoryAllocationPercentage") != self.settings.memory_percent):
-            missing.append("tiered-storage")
         if self._namespace(target) is None:
             missing.append("namespace")
-        policy = self._policy(target)
         if policy is None:
             missing.append("policy")
-        elif not owned({t["Key"]: t["Value"] for t in target.client("iam").list_policy_tags(
-                PolicyArn=self.policy_arn(target)).get("Tags", [])}, target.cluster):
-            raise Permanent(f"the IAM policy {self.iam_name(target)} exists and is not {target.cluster}'s (no "
-                            "instantstart tags): it is left alone; delete or rename it, then retry")
         issuer, provider, no_provider = self._oidc(target)
-        role = self._role(target)
         if role is None:
             missing += ["role", "attachment"]
         else:
-            if not owned(self._role_tags(target), target.cluster):
-                raise Permanent(f"the IAM role {self.iam_name(target)} exists and is not {target.cluster}'s (no "
-                                "instantstart tags): it is left alone; delete or rename it, then retry")
             if no_provider is None and role.get("AssumeRolePolicyDocument") != self.trust_document(issuer, provider):
                 missing.append("trust")
             if self.policy_arn(target) not in self._attached(target):
@@ -241,7 +287,10 @@ class TieredCheckpointing(Component):
         if not here or (here[0].metadata.annotations or {}).get(ROLE_ANNOTATION) != self.role_arn(target) or \
                 len(accounts) > 1:
             missing.append("service-account")
-        ours = role is not None or bool(accounts)
+        if not enabled or (self.settings.memory_percent is not None and config.get(
+                "InstanceMemoryAllocationPercentage") != self.settings.memory_percent):
+            missing.append("tiered-storage")  # last: apply enables it once the whole chain is there
+        ours = role is not None or policy is not None or bool(accounts)
         settings = {"memory_percent": config.get("InstanceMemoryAllocationPercentage"),
                     "namespace": accounts[0].metadata.namespace if accounts else None} if enabled else {}
         status = cluster.get("ClusterStatus", "")
@@ -256,21 +305,24 @@ class TieredCheckpointing(Component):
     def blocked(self, target: Target) -> str | None:
         """UpdateCluster is refused while the HyperPod cluster is busy (a continuous cluster takes it while
         Updating); the IAM and Kubernetes pieces never wait."""
-        cluster = self._hyperpod(target)
+        cluster, unusable = self._hyperpod(target)
+        return unusable or self._busy(target, cluster)
+
+    @staticmethod
+    def _busy(target: Target, cluster: dict[str, Any]) -> str | None:
         status = cluster.get("ClusterStatus")
         if status == "InService" or (status == "Updating" and cluster.get("NodeProvisioningMode") == "Continuous"):
             return None
         return f"HyperPod cluster {target.hyperpod_cluster} is {status}: TieredStorageConfig waits until InService"
 
     def apply(self, target: Target, observed: Observation) -> None:
+        """The chain first (policy, role, service account: each tagged or labelled ours, so a stop half-way
+        leaves the feature recognisably ours), HyperPod's TieredStorageConfig last."""
         if observed.failed:
             raise Permanent(f"tiered checkpointing cannot be enabled: {observed.failed}")
         todo = set(observed.missing)
         iam = target.client("iam")
         name = self.iam_name(target)
-        if "tiered-storage" in todo and not self.blocked(target):
-            target.client("sagemaker").update_cluster(ClusterName=target.hyperpod_cluster,
-                                                      TieredStorageConfig=self.wanted_config())
         core = self._core(target)
         if "namespace" in todo:
             core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(
@@ -292,6 +344,10 @@ class TieredCheckpointing(Component):
             iam.attach_role_policy(RoleName=name, PolicyArn=self.policy_arn(target))
         if "service-account" in todo:
             self._service_account(target, core)
+        if "tiered-storage" in todo:
+            cluster, _ = self._hyperpod(target)
+            if self._busy(target, cluster) is None:
+                self._update(target, cluster, self.wanted_config())
 
     def _service_account(self, target: Target, core: k8s.CoreV1Api) -> None:
         """Ours in the wanted namespace, annotated with the role; ours in any other namespace (the settings
@@ -315,33 +371,40 @@ class TieredCheckpointing(Component):
                 raise Permanent(f"namespace {self.settings.namespace} is gone; retry to create it") from exc
 
     def leftover(self, target: Target) -> Leftover:
+        """What disabling still removes: TieredStorageConfig first (waiting, as ``going``, while the cluster
+        takes no update), then the chain; our namespaces only if they hold nothing of anyone else."""
         left = Leftover()
-        if target.hyperpod_cluster:
-            try:
-                config = target.client("sagemaker").describe_cluster(
-                    ClusterName=target.hyperpod_cluster).get("TieredStorageConfig") or {}
-            except NotFound:
-                config = {}
-            if config.get("Mode") == "Enable":
-                left.to_delete.append("tiered-storage")
+        cluster, _ = self._hyperpod(target)
+        if (cluster.get("TieredStorageConfig") or {}).get("Mode") == "Enable":
+            (left.going if self._busy(target, cluster) else left.to_delete).append("tiered-storage")
         if target.kube is not None:
             left.to_delete += [f"service-account:{sa.metadata.namespace}/{sa.metadata.name}"
                                for sa in self._ours_elsewhere(target)]
+            for ns in self._our_namespaces(target):
+                if ns.metadata.deletion_timestamp is not None:
+                    left.going.append(f"namespace:{ns.metadata.name}")
+                elif self._holds_only_ours(target, ns.metadata.name):
+                    left.to_delete.append(f"namespace:{ns.metadata.name}")
         if self._role(target) is not None and owned(self._role_tags(target), target.cluster):
             left.to_delete.append(f"role:{self.iam_name(target)}")
-        if self._policy(target) is not None and owned({t["Key"]: t["Value"] for t in target.client(
-                "iam").list_policy_tags(PolicyArn=self.policy_arn(target)).get("Tags", [])}, target.cluster):
+        if self._policy(target) is not None and self._policy_ours(target):
             left.to_delete.append(f"policy:{self.iam_name(target)}")
         return left
 
     def delete(self, target: Target, left: Leftover) -> None:
+        """Mode=Disable alone first; the chain only once the cluster reads Disable (a later round), so a stop
+        half-way never leaves the feature enabled without the pieces that prove it ours."""
+        if "tiered-storage" in left.going:
+            return
+        if "tiered-storage" in left.to_delete:
+            cluster, unusable = self._hyperpod(target)
+            if unusable is None and self._busy(target, cluster) is None:
+                self._update(target, cluster, {"Mode": "Disable"})
+            return
         iam = target.client("iam")
         for piece in left.to_delete:
             kind, _, ident = piece.partition(":")
-            if kind == "tiered-storage":
-                target.client("sagemaker").update_cluster(ClusterName=target.hyperpod_cluster,
-                                                          TieredStorageConfig={"Mode": "Disable"})
-            elif kind == "service-account":
+            if kind == "service-account":
                 namespace, _, account = ident.partition("/")
                 with contextlib.suppress(NotFound):  # already gone
                     self._core(target).delete_namespaced_service_account(account, namespace)
@@ -351,3 +414,8 @@ class TieredCheckpointing(Component):
                 iam.delete_role(RoleName=ident)
             elif kind == "policy":
                 iam.delete_policy(PolicyArn=self.policy_arn(target))
+        for piece in left.to_delete:
+            kind, _, ident = piece.partition(":")
+            if kind == "namespace" and self._holds_only_ours(target, ident):
+                with contextlib.suppress(NotFound):
+                    self._core(target).delete_namespace(ident)
