@@ -19,8 +19,11 @@ instance groups it may scale.
 
 Settings choose the groups (up to 10) and an optional cap on the NodePool's nodes; capacity is HyperPod's
 only (asking for EC2 capacity is refused: that is open-source Karpenter with an EC2NodeClass, not this).
-Disabling deletes our NodePool and node class first, then (once they are gone) sets ``Mode=Disable`` and
-deletes the role.
+Disabling deletes our NodePool and node class first, then (once they are gone, and once the cluster takes
+updates) sets ``Mode=Disable``, and deletes the role only once autoscaling reads Disable and is no longer
+``Deleting``. ``AutoScaling.Status`` ``Failed`` is reported as failed (with its ``FailureMessage``);
+``Creating`` and ``Deleting`` are not settled. :func:`preflight` is the read-only check the features
+precheck calls; each problem starts with the rule it breaks.
 """
 
 from __future__ import annotations
@@ -91,6 +94,22 @@ def _digest(obj: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+def _instance_types(group: dict[str, Any]) -> list[str]:
+    """A group's instance types as DescribeCluster shows them: its InstanceType, or the types its
+    InstanceRequirements currently run (or are moving to)."""
+    if group.get("InstanceType"):
+        return [str(group["InstanceType"])]
+    requirements = group.get("InstanceRequirements") or {}
+    return [str(t) for t in requirements.get("CurrentInstanceTypes") or requirements.get("DesiredInstanceTypes")
+            or requirements.get("InstanceTypes") or []]
+
+
+def preflight(target: Target, settings: KarpenterSettings) -> list[str]:
+    """Each reason ``target`` cannot get managed Karpenter with ``settings`` (empty: it can), each message
+    starting with the rule it breaks; only reads (DescribeCluster, the Kubernetes API), never raises for them."""
+    return ManagedKarpenter(settings).preflight(target)
+
+
 def _label(obj: dict[str, Any]) -> str:
     return f"{obj['kind']} {obj['metadata']['name']}"
 
@@ -141,8 +160,7 @@ class ManagedKarpenter(Component):
         """Our HyperpodNodeClass and NodePool for the chosen ``groups`` (DescribeCluster's group details),
         labelled ours and stamped."""
         names = list(self.settings.instance_groups)
-        types = sorted({str(g.get("InstanceType")) for g in groups if g["InstanceGroupName"] in names
-                        and g.get("InstanceType")})
+        types = sorted({t for g in groups if g["InstanceGroupName"] in names for t in _instance_types(g)})
         node_class: dict[str, Any] = {"apiVersion": NODECLASS_API, "kind": "HyperpodNodeClass",
                                       "metadata": {"name": OBJECT_NAME}, "spec": {"instanceGroups": names}}
         pool_spec: dict[str, Any] = {
@@ -164,12 +182,17 @@ class ManagedKarpenter(Component):
     # ----- reads --------------------------------------------------------------------------------------------
 
     @staticmethod
-    def _hyperpod(target: Target) -> dict[str, Any]:
+    def _hyperpod(target: Target) -> tuple[dict[str, Any], str | None]:
+        """DescribeCluster's answer, and why there is nothing to scale (None: there is a cluster)."""
         if not target.hyperpod_cluster:
-            raise Permanent(f"{target.cluster} has no HyperPod cluster: managed Karpenter scales HyperPod "
-                            "instance groups")
-        cluster: dict[str, Any] = target.client("sagemaker").describe_cluster(ClusterName=target.hyperpod_cluster)
-        return cluster
+            return {}, (f"hyperpod-cluster: {target.cluster} has no HyperPod cluster: managed Karpenter scales "
+                        "HyperPod instance groups")
+        try:
+            cluster: dict[str, Any] = target.client("sagemaker").describe_cluster(
+                ClusterName=target.hyperpod_cluster)
+        except NotFound:
+            return {}, f"hyperpod-cluster: HyperPod cluster {target.hyperpod_cluster} does not exist"
+        return cluster, None
 
     def _role(self, target: Target) -> dict[str, Any] | None:
         try:
@@ -232,30 +255,38 @@ class ManagedKarpenter(Component):
                   in_class: list[str] | None = None) -> list[str]:
         """Each reason this cluster cannot get managed Karpenter for the chosen groups (empty: it can).
         ``in_class``: the groups already in our live node class (past their start)."""
-        cluster = cluster if cluster is not None else self._hyperpod(target)
+        if cluster is None:
+            cluster, unusable = self._hyperpod(target)
+            if unusable:
+                return [unusable]
+        if target.kube is None:
+            return [f"kubernetes-api: the Kubernetes API of {target.cluster} is not registered: the preflight reads "
+                    "the health-monitoring agent and Karpenter's CRDs there"]
         in_class = in_class if in_class is not None else self._live_groups(target)
         problems: list[str] = []
         if "Eks" not in (cluster.get("Orchestrator") or {}):
-            problems.append("the HyperPod cluster is not orchestrated by EKS: managed Karpenter is EKS-only")
+            problems.append("eks-orchestrator: the HyperPod cluster is not orchestrated by EKS: managed Karpenter "
+                            "is EKS-only")
         if cluster.get("NodeProvisioningMode") != "Continuous":
-            problems.append("continuous node provisioning is off: managed Karpenter builds on "
-                            "NodeProvisioningMode=Continuous, which is chosen when the cluster is created")
+            problems.append("continuous-provisioning: continuous node provisioning is off: managed Karpenter builds "
+                            "on NodeProvisioningMode=Continuous, which is chosen when the cluster is created")
         if cluster.get("NodeRecovery") != "Automatic":
-            problems.append(f"automatic node recovery is off (NodeRecovery={cluster.get('NodeRecovery', 'None')}): "
-                            "managed Karpenter needs NodeRecovery=Automatic")
+            problems.append("node-recovery: automatic node recovery is off "
+                            f"(NodeRecovery={cluster.get('NodeRecovery', 'None')}): managed Karpenter needs "
+                            "NodeRecovery=Automatic")
         versions = self._agent_versions(target)
         if not versions:
-            problems.append(f"the HyperPod health-monitoring agent is not installed (needs {MIN_HMA} or later; the "
-                            "health-monitoring-agent component installs it)")
+            problems.append(f"health-monitoring-agent: the HyperPod health-monitoring agent is not installed (needs "
+                            f"{MIN_HMA} or later; the health-monitoring-agent component installs it)")
         elif min(_version(v) for v in versions) < _version(MIN_HMA):
-            problems.append(f"the health-monitoring agent is {min(versions, key=_version)}: managed Karpenter "
-                            f"needs {MIN_HMA} or later")
+            problems.append(f"health-monitoring-agent: the health-monitoring agent is "
+                            f"{min(versions, key=_version)}: managed Karpenter needs {MIN_HMA} or later")
         for name in EXISTING_KARPENTER_CRDS:
             crd = self._crd(target, name)
             if crd is not None and not any(v.name == "v1" and v.served for v in crd.spec.versions or []):
                 served = ", ".join(v.name for v in crd.spec.versions or [] if v.served)
-                problems.append(f"a Karpenter is installed whose {name} CRD serves {served}, not v1: managed "
-                                "Karpenter needs v1 NodePools and NodeClaims (upgrade or remove it)")
+                problems.append(f"karpenter-v1: a Karpenter is installed whose {name} CRD serves {served}, not v1: "
+                                "managed Karpenter needs v1 NodePools and NodeClaims (upgrade or remove it)")
         problems += self._group_rules(cluster, in_class)
         return problems
 
@@ -267,17 +298,20 @@ class ManagedKarpenter(Component):
     @staticmethod
     def _group_problem(group: dict[str, Any], started: bool) -> str | None:
         name = group["InstanceGroupName"]
+        if not _instance_types(group):
+            return (f"group-instance-types: instance group {name} shows no instance type (neither InstanceType nor "
+                    "InstanceRequirements' current types): the NodePool must name them; retry once it has one")
         if group.get("OnStartDeepHealthChecks"):
-            return (f"instance group {name} runs deep health checks on start "
+            return (f"group-deep-health-checks: instance group {name} runs deep health checks on start "
                     f"({', '.join(group['OnStartDeepHealthChecks'])}): not supported with Karpenter (a check takes "
                     "60-90 minutes while pods wait)")
         if group.get("TrainingPlanArn"):
-            return (f"instance group {name} uses training plan {group['TrainingPlanArn']}: managed Karpenter "
-                    "provisions on-demand capacity only")
+            return (f"group-training-plan: instance group {name} uses training plan {group['TrainingPlanArn']}: "
+                    "managed Karpenter provisions on-demand capacity only")
         count = max(int(group.get("TargetCount") or 0), int(group.get("CurrentCount") or 0))
         if count and not started:
-            return (f"instance group {name} has {count} node(s): managed Karpenter needs groups that start at 0 "
-                    "nodes (it would scale them down to 0); scale it to 0 or add an empty group")
+            return (f"group-starts-empty: instance group {name} has {count} node(s): managed Karpenter needs groups "
+                    "that start at 0 nodes (it would scale them down to 0); scale it to 0 or add an empty group")
         return None
 
     def _group_rules(self, cluster: dict[str, Any], in_class: list[str]) -> list[str]:
@@ -285,12 +319,13 @@ class ManagedKarpenter(Component):
         problems: list[str] = []
         chosen = self.settings.instance_groups
         if not chosen:
-            problems.append("no instance group chosen: name the groups Karpenter may scale (eligible: "
+            problems.append("groups-chosen: no instance group chosen: name the groups Karpenter may scale (eligible: "
                             f"{', '.join(self.eligible(cluster, in_class)) or 'none'})")
         for name in chosen:
             group = groups.get(name)
             if group is None:
-                problems.append(f"HyperPod cluster {cluster.get('ClusterName')} has no instance group {name} "
+                problems.append(f"group-exists: HyperPod cluster {cluster.get('ClusterName')} has no instance group "
+                                f"{name} "
                                 f"(its groups: {', '.join(groups) or 'none'})")
                 continue
             why = self._group_problem(group, name in in_class)
@@ -299,8 +334,9 @@ class ManagedKarpenter(Component):
         if (cluster.get("AutoScaling") or {}).get("Mode") != "Enable":
             for name, group in groups.items():
                 if name not in chosen and group.get("OnStartDeepHealthChecks"):
-                    problems.append(f"instance group {name} (not chosen) runs deep health checks on start, which "
-                                    "HyperPod refuses on a cluster with AutoScaling enabled")
+                    problems.append(f"other-groups-deep-health-checks: instance group {name} (not chosen) runs deep "
+                                    "health checks on start, which HyperPod refuses on a cluster with AutoScaling "
+                                    "enabled")
         return problems
 
     def _live(self, target: Target) -> dict[str, dict[str, Any] | None]:
@@ -315,7 +351,16 @@ class ManagedKarpenter(Component):
     # ----- the component ------------------------------------------------------------------------------------
 
     def observe(self, target: Target) -> Observation:
-        cluster = self._hyperpod(target)
+        cluster, unusable = self._hyperpod(target)
+        role = None if unusable else self._role(target)
+        if unusable is None and role is not None and not self._role_ours(target):
+            unusable = (f"the IAM role {self.role_name(target)} exists and is not {target.cluster}'s (no "
+                        "instantstart tags): it is left alone; delete or rename it, then retry")
+        if unusable is None and target.kube is None:
+            unusable = f"{NAME}: the cluster's Kubernetes API is not registered"
+        if unusable:
+            return Observation(status="ABSENT", missing=[], settled=False, healthy=False, detail=unusable,
+                               version=self.version, failed=unusable)
         in_class = self._live_groups(target)
         problems = self.preflight(target, cluster, in_class)
         scaling = cluster.get("AutoScaling") or {}
@@ -323,19 +368,17 @@ class ManagedKarpenter(Component):
         foreign = enabled and cluster.get("ClusterRole") != self.role_arn(target)
         missing: list[str] = []
         if not foreign:
-            role = self._role(target)
             if role is None:
                 missing += ["role", "policy"]
             else:
-                if not self._role_ours(target):
-                    raise Permanent(f"the IAM role {self.role_name(target)} exists and is not {target.cluster}'s "
-                                    "(no instantstart tags): it is left alone; delete or rename it, then retry")
                 if role.get("AssumeRolePolicyDocument") != self.trust():
                     missing.append("trust")
                 if not self._has_policy(target):
                     missing.append("policy")
             if not enabled or scaling.get("AutoScalerType") != "Karpenter":
                 missing.append("autoscaling")
+        if enabled and scaling.get("Status") == "Failed":
+            problems.append(f"HyperPod's autoscaling failed: {scaling.get('FailureMessage') or 'no reason given'}")
         for obj in self.objects(cluster.get("InstanceGroups") or []):
             live = kubeapi.get(self._kube(target), obj)
             if live is not None and (live["metadata"].get("labels") or {}).get(MANAGED_LABEL) != OURS:
@@ -347,20 +390,31 @@ class ManagedKarpenter(Component):
         pool = kubeapi.get(self._kube(target), self.objects([])[1]) or {}
         settings = {"instance_groups": in_class, "capacity": "hyperpod",
                     "max_nodes": ((pool.get("spec") or {}).get("limits") or {}).get("nodes")} if enabled else {}
-        settled = not missing and not problems
-        healthy = settled and scaling.get("Status", "InService") == "InService"
+        # AutoScaling.Status: InService | Failed | Creating | Deleting; only InService is settled
+        in_service = not enabled or scaling.get("Status", "InService") == "InService"
+        settled = not missing and not problems and in_service
+        detail = "; ".join(problems) or (f"to do: {', '.join(missing)}" if missing else "") or (
+            "" if in_service else f"HyperPod's autoscaling is {scaling.get('Status')}")
         return Observation(status="ABSENT" if not enabled else ("Enabled" if not missing else "Enabled (incomplete)"),
-                           missing=missing, settled=settled, healthy=healthy,
-                           detail="; ".join(problems) or (f"to do: {', '.join(missing)}" if missing else ""),
+                           missing=missing, settled=settled, healthy=settled, detail=detail,
                            failed="; ".join(problems) or None, version=self.version, settings=settings,
                            foreign=foreign)
 
     def blocked(self, target: Target) -> str | None:
         """What waits: UpdateCluster for IAM to propagate our new role and for the cluster to take updates; the
         node class and pool for HyperPod to install Karpenter's CRDs (it does once autoscaling is on)."""
-        return self._update_blocked(target, self._hyperpod(target)) or (
+        cluster, unusable = self._hyperpod(target)
+        return unusable or self._update_blocked(target, cluster) or (
             None if self._crds_ready(target) else
             "waiting for HyperPod to install Karpenter's CRDs (NodePool, HyperpodNodeClass)")
+
+    @staticmethod
+    def _busy(target: Target, cluster: dict[str, Any]) -> str | None:
+        """Why the cluster takes no UpdateCluster now (None: it does)."""
+        status = cluster.get("ClusterStatus")
+        if status in UPDATABLE or (status == "Updating" and cluster.get("NodeProvisioningMode") == "Continuous"):
+            return None
+        return f"HyperPod cluster {target.hyperpod_cluster} is {status}: AutoScaling waits until InService"
 
     def _update_blocked(self, target: Target, cluster: dict[str, Any]) -> str | None:
         """Why the UpdateCluster that enables autoscaling waits (None: it may go now, or is not needed)."""
@@ -368,10 +422,7 @@ class ManagedKarpenter(Component):
             return None
         if self._propagating(target):
             return f"waiting for IAM to propagate the role {self.role_name(target)}"
-        status = cluster.get("ClusterStatus")
-        if status in UPDATABLE or (status == "Updating" and cluster.get("NodeProvisioningMode") == "Continuous"):
-            return None
-        return f"HyperPod cluster {target.hyperpod_cluster} is {status}: AutoScaling waits until InService"
+        return self._busy(target, cluster)
 
     def apply(self, target: Target, observed: Observation) -> None:
         if observed.failed:
@@ -379,7 +430,7 @@ class ManagedKarpenter(Component):
         todo = set(observed.missing)
         iam = target.client("iam")
         name = self.role_name(target)
-        cluster = self._hyperpod(target)
+        cluster, _ = self._hyperpod(target)
         if "role" in todo:
             iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(self.trust()),
                             Tags=tag_list(target.tags),
@@ -399,35 +450,37 @@ class ManagedKarpenter(Component):
                     kubeapi.apply(self._kube(target), obj)
 
     def leftover(self, target: Target) -> Leftover:
+        """Our NodePool and node class; HyperPod's autoscaling while it names our role (``going`` while it is
+        Deleting or the cluster takes no update); our role."""
         left = Leftover()
         if target.kube is not None:
             for label, live in self._live(target).items():
                 if live is None or (live["metadata"].get("labels") or {}).get(MANAGED_LABEL) != OURS:
                     continue
                 (left.going if live["metadata"].get("deletionTimestamp") else left.to_delete).append(label)
-        if target.hyperpod_cluster:
-            try:
-                cluster = self._hyperpod(target)
-            except NotFound:
-                cluster = {}
-            if (cluster.get("AutoScaling") or {}).get("Mode") == "Enable" and \
-                    cluster.get("ClusterRole") == self.role_arn(target):
-                left.to_delete.append("autoscaling")
+        cluster, _ = self._hyperpod(target)
+        scaling = cluster.get("AutoScaling") or {}
+        if scaling.get("Status") == "Deleting":
+            left.going.append("autoscaling")
+        elif scaling.get("Mode") == "Enable" and cluster.get("ClusterRole") == self.role_arn(target):
+            (left.going if self._busy(target, cluster) else left.to_delete).append("autoscaling")
         if self._role(target) is not None and self._role_ours(target):
             left.to_delete.append(f"role:{self.role_name(target)}")
         return left
 
     def delete(self, target: Target, left: Leftover) -> None:
-        """Our NodePool and node class first (Karpenter removes their nodes); autoscaling and the role only
-        once those are gone, in a later round."""
+        """Our NodePool and node class first (Karpenter removes their nodes); then, in a later round, Mode=Disable
+        alone; the role only once autoscaling reads Disable and is no longer Deleting."""
         objects = [o for o in self.objects([]) if _label(o) in left.to_delete]
         for obj in reversed(objects):
             kubeapi.delete(self._kube(target), obj)
-        if objects or any(p.startswith(("NodePool", "HyperpodNodeClass")) for p in left.going):
+        if objects or any(p.startswith(("NodePool", "HyperpodNodeClass")) for p in left.going) or \
+                "autoscaling" in left.going:
             return
         if "autoscaling" in left.to_delete:
             target.client("sagemaker").update_cluster(ClusterName=target.hyperpod_cluster,
                                                       AutoScaling={"Mode": "Disable"})
+            return
         iam = target.client("iam")
         for piece in left.to_delete:
             if piece.startswith("role:"):
