@@ -15,6 +15,8 @@ import pytest
 from kubernetes import client as k8s
 from pydantic import ValidationError
 
+from services.clusters.create_base import ClusterDeletePlan
+from services.clusters.iam_stage import IamTeardown
 from services.components.tiered import (
     DEFAULT_NAMESPACE,
     PREREQUISITES,
@@ -24,6 +26,7 @@ from services.components.tiered import (
     TieredSettings,
 )
 from services.errors import Permanent
+from tests.create_support import run_stages
 from tests.scale_support import BUCKET, ScaleWorld, remove, scale_world, settle
 from tests.support import wait_until
 
@@ -244,3 +247,23 @@ def test_disable_keeps_our_namespace_while_it_holds_something_of_someone_else(wo
     core.delete_namespace(DEFAULT_NAMESPACE)
     wait_until(lambda: not core.list_namespace(field_selector=f"metadata.name={DEFAULT_NAMESPACE}").items, 30,
                "namespace gone")
+
+
+def test_the_cluster_delete_iam_stage_removes_the_role_and_the_tagged_policy(world: ScaleWorld) -> None:
+    """Deleting the cluster with the feature on: its iam stage removes our role and our tagged policy too (the
+    service account and namespace go with the EKS cluster); an untagged policy of a cluster-derived name stays."""
+    settle(TieredCheckpointing(), world.target())
+    iam = world.product.client("iam")
+    theirs = iam.create_policy(PolicyName=f"{NAME}-theirs", PolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "*"}]}))
+    delete = ClusterDeletePlan(name=NAME, region="us-west-2", account="123456789012", eks_cluster=NAME,
+                               bucket=BUCKET, requested_by="tester")
+    view = run_stages(world.product.services, [IamTeardown(world.product.deps())], delete)
+    assert view.status == "succeeded", view.error
+    policy_arn = f"arn:aws:iam::123456789012:policy/{ROLE}"
+    assert view.stages[0].result["deleted_policies"] == [policy_arn]
+    with pytest.raises(iam.exceptions.NoSuchEntityException):
+        iam.get_role(RoleName=ROLE)
+    with pytest.raises(iam.exceptions.NoSuchEntityException):
+        iam.get_policy(PolicyArn=policy_arn)
+    assert iam.get_policy(PolicyArn=theirs["Policy"]["Arn"])["Policy"]["PolicyName"] == f"{NAME}-theirs"
