@@ -267,3 +267,34 @@ def test_the_cluster_delete_iam_stage_removes_the_role_and_the_tagged_policy(wor
     with pytest.raises(iam.exceptions.NoSuchEntityException):
         iam.get_policy(PolicyArn=policy_arn)
     assert iam.get_policy(PolicyArn=theirs["Policy"]["Arn"])["Policy"]["PolicyName"] == f"{NAME}-theirs"
+
+
+def test_disable_waits_while_the_cluster_takes_no_update(world: ScaleWorld) -> None:
+    """A HyperPod cluster that ended Failed with tiered storage on: disabling reports it as going (the cluster
+    takes no UpdateCluster) and writes nothing, instead of a refused UpdateCluster."""
+    fault = world.product.live.post("/api/v1/sandbox/faults", {
+        "kind": "insufficient_capacity", "target": {"instance_type": "ml.c5.2xlarge"}})
+    assert fault.status_code == 201, fault.text
+    sm = world.product.client("sagemaker")
+    broken = f"{NAME}-broken"
+    eks_arn = world.product.client("eks").describe_cluster(name=NAME)["cluster"]["arn"]
+    sm.create_cluster(ClusterName=broken, Orchestrator={"Eks": {"ClusterArn": eks_arn}}, NodeRecovery="Automatic",
+                      InstanceGroups=[world.group("w", 1, instance_type="ml.c5.2xlarge")],
+                      VpcConfig={"SecurityGroupIds": [world.security_group], "Subnets": [world.subnet]},
+                      TieredStorageConfig={"Mode": "Enable"})
+    try:
+        wait_until(lambda: sm.describe_cluster(ClusterName=broken)["ClusterStatus"] == "Failed", 120,
+                   "the cluster failed")
+        target = dataclasses.replace(world.target(), hyperpod_cluster=broken)
+        feature = TieredCheckpointing()
+        assert "is Failed" in (feature.blocked(target) or "")
+        left = feature.leftover(target)
+        assert "tiered-storage" in left.going and "tiered-storage" not in left.to_delete
+        mark = world.ledger.mark()
+        feature.delete(target, left)
+        world.ledger.assert_no_writes(since=mark)
+        assert sm.describe_cluster(ClusterName=broken)["TieredStorageConfig"]["Mode"] == "Enable"
+    finally:
+        sm.delete_cluster(ClusterName=broken)
+        wait_until(lambda: broken not in [c["ClusterName"] for c in sm.list_clusters()["ClusterSummaries"]], 120,
+                   "the failed cluster deleted")
