@@ -22,6 +22,7 @@ from . import hyperpod_checks as checks
 from . import hyperpod_node_ops as node_ops
 from .base import AwsError, Call, FaultRegistry, SimClock
 from .hyperpod_access import HyperPodAccess
+from .hyperpod_karpenter import ManagedKarpenter
 from .hyperpod_lifecycle import (
     CAPACITY_RETRY,
     DELETE,
@@ -73,6 +74,7 @@ class HyperPodSimulator:
         self.plans = TrainingPlans(account, region, self._plan_in_use)
         self.life = Lifecycle(faults, KubeNodes(kube, region, eks_version), self.ids, region,
                               placement_of or default_placement_of(region), self._ips_in_use, self._plan_gate)
+        self.karpenter = ManagedKarpenter(kube, self.life, region)  # autoscaling: CRDs and the controller
         self._lock = threading.RLock()
 
     def _ips_in_use(self, subnet: str) -> set[str]:
@@ -91,6 +93,8 @@ class HyperPodSimulator:
             for name, cluster in list(self.clusters.items()):
                 if not self.life.advance(cluster, now):
                     del self.clusters[name]
+                else:
+                    self.karpenter.reconcile(cluster, now)
 
     def to_state(self) -> dict[str, Any]:
         with self._lock:
@@ -275,6 +279,7 @@ class HyperPodSimulator:
             self._min_deadline(c, g, now)
             self.life.scale(c, g, now + SETUP, by_update=False)
         self.clusters[name] = c
+        self.karpenter.install(c)
         self.life.event(c, now, "Info", "Cluster", "Cluster creation started.")
         return {"ClusterArn": c.arn}
 
@@ -423,6 +428,7 @@ class HyperPodSimulator:
         if c.kube_cluster is not None:
             self.access.grant(c.kube_cluster, (s["ExecutionRole"] for s in specs + restricted))
         c.config = config
+        self.karpenter.install(c)
         changed = False
         for spec, is_restricted in [(s, False) for s in specs] + [(s, True) for s in restricted]:
             g = c.group(spec["InstanceGroupName"])

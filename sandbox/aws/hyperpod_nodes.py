@@ -83,6 +83,23 @@ def _kube_config(group: GroupRec) -> tuple[dict[str, str], list[dict[str, str]]]
     return labels, taints
 
 
+def template_node(rec: ClusterRec, group: GroupRec, region: str) -> dict[str, Any]:
+    """What a new, healthy node of ``group`` will look like to the scheduler (labels, taints, allocatable) before
+    it launches: what an autoscaler simulates a pending pod against."""
+    instance_type = group.spec.get("InstanceType") or ((group.spec.get("InstanceRequirements") or {}).get(
+        "InstanceTypes") or ["ml.m5.xlarge"])[0]
+    arch = instance_resources(instance_type).arch
+    custom_labels, taints = _kube_config(group)
+    labels = {**custom_labels, "kubernetes.io/os": "linux", "kubernetes.io/arch": arch,
+              "node.kubernetes.io/instance-type": instance_type, "beta.kubernetes.io/instance-type": instance_type,
+              "topology.kubernetes.io/region": region, SM + "compute-type": "hyperpod",
+              SM + "cluster-name": rec.name, SM + "instance-group-name": group.name, HEALTH_LABEL: SCHEDULABLE}
+    _, allocatable = _capacity(instance_type)
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"template-{group.name}", "labels": labels},
+            "spec": {"taints": taints}, "status": {"allocatable": allocatable,
+                                                   "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
 class KubeNodes:
     """Writes and reads the Kubernetes Node of each HyperPod node; a no-op without an emulator."""
 

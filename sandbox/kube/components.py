@@ -43,6 +43,9 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
     "karpenter": ("karpenter-v1.14.1/karpenter.sh_nodepools.yaml",),
     "cert-manager": ("cert-manager-v1.18.2/cert-manager.io_certificates.RECONSTRUCTED.yaml",
                      "cert-manager-v1.18.2/cert-manager.io_issuers.RECONSTRUCTED.yaml"),
+    # what HyperPod installs when a cluster's AutoScaling is enabled (managed Karpenter)
+    "hyperpod-karpenter": ("karpenter-v1.14.1/karpenter.sh_nodepools.yaml",
+                           "hyperpod-karpenter/karpenter.sagemaker.amazonaws.com_hyperpodnodeclasses.RECONSTRUCTED.yaml"),
 }
 
 

@@ -5,8 +5,9 @@ Roles are created with their tags in ``CreateRole`` itself and found again by na
 without our tags is someone else's and is refused, never adopted or changed. The execution role's inline
 policy grants what HyperPod nodes need (aws-facts.md §5: ENI management, ECR pull, EKS pod identity on this
 cluster only) and S3 on the shared bucket alone, never ``s3:*`` on ``*``. The shared bucket is created when
-missing and is never deleted: the teardown removes the cluster's roles only (a role of one of the cluster's
-names without its tags is left alone, and the stage says so).
+missing and is never deleted: the teardown removes the cluster's roles and the customer managed policies tagged
+as the cluster's (the managed features make them, e.g. tiered checkpointing's bucket policy); a role of one of
+the cluster's names without its tags is left alone, and the stage says so.
 
 IAM is eventually consistent: after it creates a role the stage waits once before it is done. That the wait
 is owed is written in ``ctx.data`` by ``observe`` (which the engine saves before ``act``), so a crash between
@@ -216,8 +217,10 @@ class IamStage(CreateStage):
 
 class IamTeardown(DeleteStage):
     """Delete the roles tagged as this cluster's (policies detached, inline policies and instance profiles
-    removed first); roles without our tags, and the shared bucket, are never touched: a role of one of the
-    cluster's names without its tags (a create refused because the name was taken) is named in the message."""
+    removed first), then the customer managed policies tagged as this cluster's (detached from whatever still
+    has them); roles and policies without our tags, and the shared bucket, are never touched: a role of one of
+    the cluster's names without its tags (a create refused because the name was taken) is named in the
+    message."""
 
     name = "iam"
     expected_seconds = 15.0
@@ -240,6 +243,39 @@ class IamTeardown(DeleteStage):
                 left.append(role)
         return left
 
+    def _owned_policies(self, plan: ClusterDeletePlan) -> list[str]:
+        """ARNs of the customer managed policies left that carry this cluster's tags (named from the cluster's
+        name, like its roles: only those are read for their tags)."""
+        iam = self.deps.aws.client("iam")
+        arns = [str(p["Arn"]) for p in iam.all_pages("list_policies", "Policies", Scope="Local")
+                if str(p["PolicyName"]).startswith(f"{plan.name}-")]
+        left = []
+        for arn in arns:
+            try:
+                tags = iam.list_policy_tags(PolicyArn=arn).get("Tags")
+            except NotFound:  # deleted meanwhile
+                continue
+            if owned(tags, plan.name):
+                left.append(arn)
+        return left
+
+    def _delete_policy(self, arn: str) -> None:
+        iam = self.deps.aws.client("iam")
+        try:
+            entities = iam.list_entities_for_policy(PolicyArn=arn)
+            for role in entities.get("PolicyRoles", []):
+                iam.detach_role_policy(RoleName=role["RoleName"], PolicyArn=arn)
+            for user in entities.get("PolicyUsers", []):
+                iam.detach_user_policy(UserName=user["UserName"], PolicyArn=arn)
+            for group in entities.get("PolicyGroups", []):
+                iam.detach_group_policy(GroupName=group["GroupName"], PolicyArn=arn)
+            for version in iam.list_policy_versions(PolicyArn=arn).get("Versions", []):
+                if not version.get("IsDefaultVersion"):
+                    iam.delete_policy_version(PolicyArn=arn, VersionId=version["VersionId"])
+            iam.delete_policy(PolicyArn=arn)
+        except NotFound:  # deleted meanwhile
+            return
+
     def _foreign_roles(self, plan: ClusterDeletePlan) -> list[str]:
         """The roles of the names a create of this cluster gives that exist without this cluster's tags."""
         iam = self.deps.aws.client("iam")
@@ -255,13 +291,17 @@ class IamTeardown(DeleteStage):
 
     def observe(self, ctx: StageContext[ClusterDeletePlan]) -> Observed:
         roles = self._owned_roles(ctx.request)
+        policies = self._owned_policies(ctx.request)
         ctx.data["roles"] = roles
+        ctx.data["policies"] = policies
         # foreign roles too: nothing is done to them, but poll says they were left alone
-        return Observed.ABSENT if roles or self._foreign_roles(ctx.request) else Observed.DONE
+        return Observed.ABSENT if roles or policies or self._foreign_roles(ctx.request) else Observed.DONE
 
     def act(self, ctx: StageContext[ClusterDeletePlan]) -> None:
         for role in self._owned_roles(ctx.request):
             self._delete_role(ctx.request, role)
+        for arn in self._owned_policies(ctx.request):
+            self._delete_policy(arn)
 
     def _delete_role(self, plan: ClusterDeletePlan, role: str) -> None:
         iam = self.deps.aws.client("iam")
@@ -282,6 +322,9 @@ class IamTeardown(DeleteStage):
         left = self._owned_roles(ctx.request)
         if left:
             return Wait(5.0, f"IAM roles still present: {', '.join(left)}")
+        policies = self._owned_policies(ctx.request)
+        if policies:
+            return Wait(5.0, f"IAM policies still present: {', '.join(policies)}")
         foreign = self._foreign_roles(ctx.request)
         if foreign:
             return Done(f"IAM role(s) {', '.join(foreign)} lack the instantstart tags of {ctx.request.name}: not this "
@@ -289,4 +332,5 @@ class IamTeardown(DeleteStage):
         return Done()
 
     def result(self, ctx: StageContext[ClusterDeletePlan]) -> dict[str, Any]:
-        return {"deleted_roles": list(ctx.data.get("roles", [])), "bucket_kept": ctx.request.bucket}
+        return {"deleted_roles": list(ctx.data.get("roles", [])),
+                "deleted_policies": list(ctx.data.get("policies", [])), "bucket_kept": ctx.request.bucket}

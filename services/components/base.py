@@ -34,6 +34,7 @@ class Target:
     kube: ApiClient | None = None  # None: the Kubernetes API is not reachable (the EKS cluster is gone)
     bucket: str | None = None  # the shared bucket the S3 CSI driver may mount
     vpc_id: str = ""  # the cluster's VPC (the load balancer controller's --aws-vpc-id); "" at teardown
+    hyperpod_cluster: str = ""  # the HyperPod cluster's name, for the features that configure it ("" if none)
 
     def client(self, service: str) -> Any:
         return self.aws.client(service, self.region)

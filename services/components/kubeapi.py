@@ -33,6 +33,8 @@ KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): ("validatingwebhookconfigurations", False),
     ("cert-manager.io/v1", "Issuer"): ("issuers", True),
     ("cert-manager.io/v1", "Certificate"): ("certificates", True),
+    ("karpenter.sh/v1", "NodePool"): ("nodepools", False),
+    ("karpenter.sagemaker.amazonaws.com/v1", "HyperpodNodeClass"): ("hyperpodnodeclasses", False),
 }
 #: API versions another component's CRDs serve (what installs them): objects of these kinds are applied once
 #: the API is served
