@@ -196,3 +196,60 @@ def test_foreign_is_shown_and_adopted_only_on_request(seeded: tuple[LiveServer, 
     assert not features(live)["cert_manager"]["foreign"]
     toggle(live, {"cert_manager": False})  # ours now: it may go
     assert eks.list_addons(clusterName=CLUSTER)["addons"] == []
+
+
+def test_a_manifest_feature_on_again_and_off_in_kubernetes(seeded: tuple[LiveServer, dict[str, str]]) -> None:
+    live, _ = seeded
+    ledger = CallLedger(live)
+    mark = ledger.mark()
+    toggle(live, {"kuberay_operator": True})
+    applied = [e for e in ledger.writes(mark) if e.get("kind") != "aws"]
+    assert applied and {e["verb"] for e in applied} == {"patch"}, applied  # server-side apply, object by object
+    assert any(e.get("name") == "rayclusters.ray.io" for e in applied)
+    assert features(live)["kuberay_operator"]["enabled"]
+
+    again = ledger.mark()
+    toggle(live, {"kuberay_operator": True})
+    ledger.assert_no_writes(since=again)  # neither AWS nor Kubernetes
+
+    gone = ledger.mark()
+    toggle(live, {"kuberay_operator": False})
+    deleted = {e.get("name") for e in ledger.writes(gone) if e.get("verb") == "delete"}
+    assert {"rayclusters.ray.io", "kuberay-operator"} <= deleted, deleted
+    assert not features(live)["kuberay_operator"]["enabled"]
+
+
+def test_the_inference_operator_brings_its_prerequisites_and_one_copy_of_each(
+        seeded: tuple[LiveServer, dict[str, str]]) -> None:
+    live, world = seeded
+    ledger = CallLedger(live)
+    start = ledger.mark()
+    view = toggle(live, {"hyperpod_inference_operator": True})
+    assert [s["name"] for s in view["stages"]] == [
+        "pod_identity_agent", "cert_manager", "metrics_server", "s3_csi_driver", "fsx_csi_driver",
+        "load_balancer_controller", "hyperpod_inference_operator"]
+    created = next(e["request"] for e in ledger.succeeded("eks", "CreateAddon", start)
+                   if e["request"]["addonName"] == "amazon-sagemaker-hyperpod-inference")
+    assert created["addonVersion"] == "v1.3.0-eksbuild.1"  # operator v3.2, the CRDs this project ships
+    values = json.loads(created["configurationValues"])
+    cluster_arn = aws(world, "sagemaker").describe_cluster(ClusterName=CLUSTER)["ClusterArn"]
+    assert values == {"executionRoleArn": f"arn:aws:iam::123456789012:role/{CLUSTER}-hp-inference-operator-role",
+                      "tlsCertificateS3Bucket": "instantstart-shared-123456789012-us-west-2",
+                      "hyperpodClusterArn": cluster_arn, "alb": {"enabled": False}, "keda": {"enabled": False}}
+    roles = {e["request"]["RoleName"] for e in ledger.succeeded("iam", "CreateRole", start)}
+    assert roles == {f"{CLUSTER}-{suffix}" for suffix in ("s3-csi-role", "fsx-csi-role", "lbc-role",
+                                                          "hp-inference-operator-role")}
+    listed = features(live)
+    assert set(listed["metrics_server"]["required_by"]) == {"hyperpod_inference_operator"}
+
+    mark = ledger.mark()
+    toggle(live, {"hyperpod_inference_operator": True})
+    ledger.assert_no_writes(since=mark)
+
+    off = toggle(live, {name: False for name in ("hyperpod_inference_operator", "load_balancer_controller",
+                                                  "fsx_csi_driver", "s3_csi_driver", "metrics_server", "cert_manager",
+                                                  "pod_identity_agent")})
+    assert off["stages"][0]["name"] == "remove-hyperpod_inference_operator"
+    assert leftovers(lambda s: aws(world, s), ledger.calls(since=start), CLUSTER) == []
+    assert aws(world, "eks").list_addons(clusterName=CLUSTER)["addons"] == []
+    assert not any(f["enabled"] for f in features(live).values())
