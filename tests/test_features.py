@@ -7,19 +7,22 @@ installed by the user before is shown as foreign and adopted only on request."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import boto3
 import httpx2
 import pytest
+from mcp import Client, StdioServerParameters
 
 from app.sandbox import SANDBOX_ACCESS_KEY
 from services.clusters.checks import ADMIN_POLICY, access_entry_principal
 from tests.create_support import leftovers
 from tests.ledger import CallLedger
 from tests.sandbox_support import seeded_server
-from tests.support import LiveServer, wait_until
+from tests.support import ROOT, LiveServer, clean_env, wait_until
 
 pytestmark = pytest.mark.slow
 CLUSTER = "hp-eks"
@@ -252,4 +255,59 @@ def test_the_inference_operator_brings_its_prerequisites_and_one_copy_of_each(
     assert off["stages"][0]["name"] == "remove-hyperpod_inference_operator"
     assert leftovers(lambda s: aws(world, s), ledger.calls(since=start), CLUSTER) == []
     assert aws(world, "eks").list_addons(clusterName=CLUSTER)["addons"] == []
+    assert not any(f["enabled"] for f in features(live).values())
+
+
+def test_an_agent_toggles_a_feature_through_the_mcp_bridge(seeded: tuple[LiveServer, dict[str, str]]) -> None:
+    """Following skills/managed-features.md: read the features, turn one on, follow it, re-send it (nothing
+    changes), turn it off; a refused change comes back as the tool's error with the dependent named."""
+    live, _ = seeded
+    ledger = CallLedger(live)
+
+    async def call(client: Client, tool: str, arguments: dict[str, Any]) -> tuple[bool, dict[str, Any], str]:
+        result = await client.call_tool(tool, arguments)
+        text = "".join(getattr(c, "text", "") for c in result.content)
+        return bool(result.is_error), dict(result.structured_content or {}), text
+
+    async def follow(client: Client, op_id: str) -> dict[str, Any]:
+        for _ in range(10):
+            failed, view, text = await call(client, "operations_wait", {"id": op_id, "timeout": 60})
+            assert not failed, text
+            if view["status"] in ("succeeded", "failed", "cancelled"):
+                return view
+        raise AssertionError(f"{op_id} did not end")
+
+    async def agent() -> dict[str, Any]:
+        params = StdioServerParameters(command=sys.executable, args=["-m", "app.cli", "mcp", "--url", live.url],
+                                       env={**clean_env(), "INSTANTSTART_TOKEN": live.admin_token}, cwd=str(ROOT))
+        async with Client(params) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert tools["features_get"].annotations and tools["features_get"].annotations.read_only_hint
+            update = tools["features_update"]
+            assert update.annotations and update.annotations.destructive_hint
+            assert "hyperpod_training_operator" in update.input_schema["properties"]
+            failed, listed, text = await call(client, "features_get", {"cluster": CLUSTER})
+            assert not failed, text
+            assert not {f["name"]: f for f in listed["features"]}["hyperpod_training_operator"]["enabled"]
+            failed, made, text = await call(client, "features_update",
+                                            {"cluster": CLUSTER, "hyperpod_training_operator": True})
+            assert not failed, text
+            on = await follow(client, made["operation"]["id"])
+            assert on["status"] == "succeeded", on
+            mark = ledger.mark()
+            failed, again, text = await call(client, "features_update",
+                                             {"cluster": CLUSTER, "hyperpod_training_operator": True})
+            assert not failed, text
+            assert not any(s["acted"] for s in (await follow(client, again["operation"]["id"]))["stages"])
+            ledger.assert_no_writes(since=mark)
+            failed, _, text = await call(client, "features_update", {"cluster": CLUSTER, "cert_manager": False})
+            assert failed and "hyperpod_training_operator" in text, text
+            failed, gone, text = await call(client, "features_update", {
+                "cluster": CLUSTER, "hyperpod_training_operator": False, "cert_manager": False,
+                "pod_identity_agent": False})
+            assert not failed, text
+            return await follow(client, gone["operation"]["id"])
+
+    off = anyio.run(agent)
+    assert off["status"] == "succeeded", off
     assert not any(f["enabled"] for f in features(live).values())

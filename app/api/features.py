@@ -36,7 +36,8 @@ ROUTES: list[Route] = [
                       "enabled features need it."),
     Route("PATCH", "/api/v1/clusters/{cluster}/features", "features_update",
           "Turn managed features on or off, or change their settings", role_of(Features.update_features), _update,
-          body=FeaturesPatch, response=Accepted, path_params=CLUSTER, read_only=False, status=202, tag="features",
+          body=FeaturesPatch, response=Accepted, path_params=CLUSTER, read_only=False, destructive=True, status=202,
+          tag="features",
           open_world=True,
           description="An explicit diff: send only the features to change, each true (on), false (off) or an "
                       "object (on with these settings; only the fields given change; \"adopt\": true takes over an "
@@ -44,7 +45,9 @@ ROUTES: list[Route] = [
                       "first. Refused at once (409, nothing changed) when turning one off would break an enabled "
                       "feature that depends on it (the message names it), or when it would change or remove a "
                       "foreign installation without adopt. Re-sending the current state runs an operation that "
-                      "changes nothing. Follow the operation with operations_wait; each stage is one feature."),
+                      "changes nothing. false deletes what the feature made (its add-on or objects, its IAM "
+                      "role): confirm with the user first. Follow the operation with operations_wait; each "
+                      "stage is one feature."),
 ]
 
 
