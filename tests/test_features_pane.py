@@ -1,5 +1,6 @@
 """The Advanced features pane renders alone (no server, no browser), shows a cluster's features, sends only the
-toggles the user touched and shows the reconcile stages of the change it started."""
+toggles the user touched and shows the reconcile stages of the change it started; and, through the same
+in-process installation, the load balancer controller is not turned off while it holds load balancers."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ from collections.abc import Iterator
 
 import panel as pn
 import pytest
+from kubernetes import client as k8s
 
 from app.bootstrap import Services
 from panels.features import FeaturesPane
 from services.auth import Principal, Role
 from services.clusters.models import ClusterImport
+from services.errors import Conflict
+from services.features import FeaturesPatch
+from services.operations import OperationQuery
 from tests.sandbox_support import seeded_server
 from tests.support import wait_until
 
@@ -64,3 +69,23 @@ def test_the_pane_sends_only_touched_toggles_and_shows_the_stages(imported: Serv
 
     viewer = pane_for(imported, VIEWER)
     assert all(w.disabled for w in viewer.toggles.select(pn.widgets.Switch)) and viewer.apply_button.disabled
+
+
+def test_the_load_balancer_controller_stays_while_it_holds_load_balancers(imported: Services) -> None:
+    features = imported.features
+    view, _ = features.update_features(ADMIN, "fpane", FeaturesPatch(load_balancer_controller=True))
+    wait_until(lambda: imported.engine.run_until_idle(view.id).status.value == "succeeded", 120, "the controller on")
+    core = k8s.CoreV1Api(imported.kube.api_client("fpane"))
+    core.create_namespace({"metadata": {"name": "web"}})
+    core.create_namespaced_service("web", {"metadata": {"name": "front"}, "spec": {
+        "type": "LoadBalancer", "ports": [{"port": 80, "targetPort": 8080}]}})
+    before = len(imported.engine.list(OperationQuery(kind="features.update")))
+    with pytest.raises(Conflict, match="Service web/front") as refused:
+        features.update_features(ADMIN, "fpane", FeaturesPatch(load_balancer_controller=False))
+    assert refused.value.details == {"load_balanced": ["Service web/front"]}
+    assert len(imported.engine.list(OperationQuery(kind="features.update"))) == before, "refused before any row"
+    core.delete_namespaced_service("front", "web")
+    view, _ = features.update_features(ADMIN, "fpane", FeaturesPatch(load_balancer_controller=False))
+    done = wait_until(lambda: (v := imported.engine.run_until_idle(view.id)).status.value == "succeeded" and v, 120,
+                      "the controller off")
+    assert [s.name for s in done.stages] == ["remove-load_balancer_controller"]

@@ -20,7 +20,8 @@ from services.aws import AwsClients
 from services.clusters.create_base import cluster_tags
 from services.clusters.pipeline import cluster_target
 from services.clusters.registry import ClusterRegistry
-from services.components import Observation, Target
+from services.components import Observation, Target, kubeapi
+from services.components.families import LOAD_BALANCER_CONTROLLER
 from services.components.hyperpod_addons import ConfiguredAddon
 from services.errors import Conflict, Invalid, Permanent
 from services.features.models import FeatureChange, FeaturesPatch, FeaturesPlan, FeaturesView, FeatureView
@@ -135,6 +136,14 @@ class Features:
                                details={"dependent": name, "depends_on": broken})
         for change in changes.values():
             self._check_config(change, target)
+        if any(self._index[n].component is LOAD_BALANCER_CONTROLLER and enabled(observed[n]) for n in turned_off) \
+                and target.kube is not None:
+            balanced = [f"{o['kind']} {o['metadata'].get('namespace')}/{o['metadata']['name']}"
+                        for o in kubeapi.load_balanced(target.kube)]
+            if balanced:
+                raise Conflict("the load balancer controller cannot be turned off while it holds AWS load balancers "
+                               f"for {', '.join(balanced[:10])}: delete those first (their load balancers go with "
+                               "them), then turn it off", details={"load_balanced": balanced})
         order = [f.name for f in self.features]
         stages = [REMOVE + n for n in reversed(order) if n in turned_off] + [n for n in order if n in changes
                                                                             and changes[n].enabled]
@@ -152,8 +161,8 @@ class Features:
             return FeatureChange(feature=name, enabled=False)
         current = obs.settings if model is not None and enabled(obs) else {}
         if value is True:
-            settings = (current or model().model_dump()) if model is not None else None
-            return FeatureChange(feature=name, enabled=True, settings=settings)
+            return FeatureChange(feature=name, enabled=True,
+                                 settings=self._settings(name, model, current, {}) if model is not None else None)
         given = dict(value)
         adopt = given.pop("adopt", False)
         if not isinstance(adopt, bool):
@@ -164,15 +173,18 @@ class Features:
         if given and obs.foreign and not adopt:
             raise Conflict(f"{name} was installed by someone else: its settings are not changed here unless you adopt "
                            f"it ({{\"{name}\": {{\"adopt\": true, ...}}}})", details={"feature": name, "foreign": True})
-        settings = None
-        if model is not None:
-            try:
-                settings = model.model_validate({**current, **given}).model_dump()
-            except ValidationError as exc:
-                raise Invalid(f"{name}: invalid settings: "
-                              + "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()),
-                              details={"feature": name, "fields": list(model.model_fields)}) from None
+        settings = self._settings(name, model, current, given) if model is not None else None
         return FeatureChange(feature=name, enabled=True, settings=settings, adopt=adopt and obs.foreign)
+
+    @staticmethod
+    def _settings(name: str, model: type[BaseModel], current: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+        """``given`` over the actual settings (the model's defaults for a feature that is off), validated."""
+        try:
+            return model.model_validate({**current, **given}).model_dump()
+        except ValidationError as exc:
+            raise Invalid(f"{name}: invalid settings: "
+                          + "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()),
+                          details={"feature": name, "fields": list(model.model_fields)}) from None
 
     def _check_config(self, change: FeatureChange, target: Target) -> None:
         """A feature whose configuration needs facts the cluster lacks (a HyperPod cluster) is refused now."""
