@@ -129,7 +129,8 @@ class Features:
         on_after = ({n for n, o in observed.items() if enabled(o)} - turned_off) | {
             n for n, c in changes.items() if c.enabled}
         for name in sorted(on_after):
-            broken = [d for d in self._index[name].depends_on if d not in on_after]
+            # only what this request turns off: a prerequisite missing before it (a user's own install) is theirs
+            broken = [d for d in self._index[name].depends_on if d in turned_off]
             if broken:
                 raise Conflict(f"turning off {', '.join(broken)} would break {name}, which is on and depends on it: "
                                f"turn {name} off first, or in the same request (\"{name}\": false)",
