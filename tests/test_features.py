@@ -311,3 +311,16 @@ def test_an_agent_toggles_a_feature_through_the_mcp_bridge(seeded: tuple[LiveSer
     off = anyio.run(agent)
     assert off["status"] == "succeeded", off
     assert not any(f["enabled"] for f in features(live).values())
+
+
+def test_a_users_install_lacking_a_prerequisite_blocks_no_other_change(
+        seeded: tuple[LiveServer, dict[str, str]]) -> None:
+    live, world = seeded
+    eks = aws(world, "eks")
+    eks.create_addon(clusterName=CLUSTER, addonName="aws-mountpoint-s3-csi-driver")  # theirs, no pod identity agent
+    wait_until(lambda: features(live)["s3_csi_driver"]["foreign"], 60, "the user's S3 CSI driver listed")
+    assert not features(live)["pod_identity_agent"]["enabled"]
+    toggle(live, {"metrics_server": True})  # not refused for a prerequisite this request does not touch
+    toggle(live, {"metrics_server": False})
+    eks.delete_addon(clusterName=CLUSTER, addonName="aws-mountpoint-s3-csi-driver")
+    wait_until(lambda: eks.list_addons(clusterName=CLUSTER)["addons"] == [], 60, "the user's add-on gone")
