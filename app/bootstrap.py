@@ -17,6 +17,7 @@ from services.clusters.events import ClusterTimeline
 from services.clusters.registry import ClusterRegistry
 from services.db import Database
 from services.events import EventBus
+from services.features import Features
 from services.informers import Informers
 from services.kube import KubeClients
 from services.limits import Slots
@@ -51,6 +52,7 @@ class Services:
     token_verbs: Tokens
     operations: Operations
     timeline: ClusterTimeline
+    features: Features
 
     def lock(self) -> None:
         """Take the data directory's lock (start-up order: lock, sandbox reachable, registry, resume)."""
@@ -105,6 +107,9 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     clusters = Clusters(settings, clock, aws, registry, informers, AwsCache(clock), engine, audit, bus, kube)
     for kind in clusters.kinds():
         engine.register(kind)
+    features = Features(settings, aws, kube, registry, engine)
+    for kind in features.kinds():
+        engine.register(kind)
     tokens = TokenStore(db, clock)
     return Services(
         settings=settings, clock=clock, db=db, bus=bus, audit=audit, tokens=tokens,
@@ -117,4 +122,5 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         informers=informers, clusters=clusters, token_verbs=Tokens(tokens, audit, bus),
         operations=Operations(engine, kube, clusters),
         timeline=ClusterTimeline(registry, aws, clusters.cache, informers),
+        features=features,
     )

@@ -47,8 +47,9 @@ class Addon(Component):
         status = str(addon["status"])
         issues = (addon.get("health") or {}).get("issues") or []
         detail = "; ".join(f"{i.get('code')}: {i.get('message')}" for i in issues)
+        ours = owned(addon.get("tags"), target.cluster)
         obs = Observation(status=status, version=str(addon.get("addonVersion", "")), detail=detail,
-                          missing=role_missing if owned(addon.get("tags"), target.cluster) else [])
+                          missing=role_missing if ours else [], foreign=not ours)
         obs.healthy = status == "ACTIVE"
         if status in FAILED:
             obs.failed = f"EKS add-on {self.name} is {status}: {detail or 'no detail from EKS'}"
@@ -67,10 +68,21 @@ class Addon(Component):
             return
         params: dict[str, Any] = {"clusterName": target.eks_cluster, "addonName": self.name,
                                   "resolveConflicts": RESOLVE_CONFLICTS, "tags": target.tags}
+        params.update(self.create_params(target))
         if self.identity is not None:
             params["podIdentityAssociations"] = [{"serviceAccount": self.identity.service_account,
                                                   "roleArn": self.identity.role_arn(target)}]
         target.client("eks").create_addon(**params)
+
+    def create_params(self, target: Target) -> dict[str, Any]:
+        """More ``CreateAddon`` parameters (a pinned version, configuration values); none by default."""
+        return {}
+
+    def adopt(self, target: Target, observed: Observation) -> None:
+        """Tag the add-on someone else installed as ours (its configuration is then reconciled as ours)."""
+        addon = self._describe(target)
+        if addon is not None:
+            target.client("eks").tag_resource(resourceArn=addon["addonArn"], tags=target.tags)
 
     def blocked(self, target: Target) -> str | None:
         return blocked_by(self.identity, target)

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from services.aws import AwsClients
 from services.clusters.create_models import ComponentState
+from services.errors import Permanent
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Target:
     bucket: str | None = None  # the shared bucket the S3 CSI driver may mount
     vpc_id: str = ""  # the cluster's VPC (the load balancer controller's --aws-vpc-id); "" at teardown
     hyperpod_cluster: str = ""  # the HyperPod cluster's name, for the features that configure it ("" if none)
+    hyperpod_arn: str | None = None  # the HyperPod cluster on it (the inference operator's configuration)
 
     def client(self, service: str) -> Any:
         return self.aws.client(service, self.region)
@@ -92,6 +94,11 @@ class Component(abc.ABC):
     @abc.abstractmethod
     def apply(self, target: Target, observed: Observation) -> None:
         """Create or change what ``observed`` says is missing (each piece once, by deterministic name)."""
+
+    def adopt(self, target: Target, observed: Observation) -> None:
+        """Take over what ``observed`` found installed by someone else (``observed.foreign``): mark it ours, so
+        it is reconciled and deleted like what we made. Only on a user's explicit request."""
+        raise Permanent(f"{self.name} cannot be adopted: remove the existing installation, then enable it here")
 
     def blocked(self, target: Target) -> str | None:
         """Why :meth:`apply` holds back part of what is missing for now (None: it does not): the IAM role it

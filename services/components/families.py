@@ -10,6 +10,7 @@ from typing import Any
 from services.clusters.create_models import ClusterCreatePlan
 from services.components.addons import Addon
 from services.components.base import Component, Target
+from services.components.hyperpod_addons import HYPERPOD_INFERENCE_OPERATOR, HYPERPOD_TRAINING_OPERATOR
 from services.components.identity import PodRole
 from services.components.manifests import Manifests
 from services.errors import Permanent
@@ -105,11 +106,14 @@ LOAD_BALANCER_CONTROLLER = Manifests("aws-load-balancer-controller", "v2.13.2",
 #: vpc.amazonaws.com/efa)
 DEVICE_PLUGINS: tuple[Manifests, ...] = (NVIDIA_PLUGIN, EFA_PLUGIN, NEURON_PLUGIN)
 
-#: every component, in install order
+#: components a cluster gets only as managed features it asked for (services/features), never at create
+OPTIONAL: tuple[Component, ...] = (HYPERPOD_TRAINING_OPERATOR, HYPERPOD_INFERENCE_OPERATOR)
+
+#: every component, in install order (the cluster delete's teardown walks it backwards, optional ones too)
 COMPONENTS: tuple[Component, ...] = (
     VPC_CNI, KUBE_PROXY, COREDNS, POD_IDENTITY_AGENT, CERT_MANAGER, METRICS_SERVER, S3_CSI, FSX_CSI,
     HYPERPOD_RBAC, HEALTH_AGENT, NVIDIA_PLUGIN, EFA_PLUGIN, NEURON_PLUGIN, TRAINING_OPERATOR, KUBERAY,
-    LOAD_BALANCER_CONTROLLER,
+    LOAD_BALANCER_CONTROLLER, *OPTIONAL,
 )
 
 
@@ -125,8 +129,9 @@ def _neuron(plan: ClusterCreatePlan) -> bool:
 def components_for(plan: ClusterCreatePlan) -> list[Component]:
     """The components ``plan``'s cluster gets, in install order: the FSx CSI driver only with FSx, the NVIDIA
     plugin on NVIDIA GPUs, the Neuron plugin on Trainium/Inferentia, the EFA plugin where the type has EFA, the
-    health-monitoring agent on accelerated types."""
+    health-monitoring agent on accelerated types; the :data:`OPTIONAL` ones never (they are features)."""
     wanted = {
+        **{c.name: False for c in OPTIONAL},
         FSX_CSI.name: plan.fsx is not None,
         NVIDIA_PLUGIN.name: _nvidia(plan),
         NEURON_PLUGIN.name: _neuron(plan),

@@ -125,9 +125,12 @@ class Manifests(Component):
         unready: list[str] = []  # workloads whose pods are not ready (they may wait for the nodes)
         idle: list[str] = []  # DaemonSets no node matches (yet, or a variant for other instance types)
         daemonsets = 0
+        foreign = False  # an object of ours by name, not by label: someone else installed the component
         for obj in self.objects(target):
             live = kubeapi.get(target.kube, obj)
             label = self._label(obj)
+            if live is not None and (live["metadata"].get("labels") or {}).get(MANAGED_LABEL) != OURS:
+                foreign = True
             if live is None or (live["metadata"].get("annotations") or {}).get(APPLIED) != \
                     obj["metadata"]["annotations"][APPLIED]:
                 missing.append(label)
@@ -145,7 +148,7 @@ class Manifests(Component):
         status = "ABSENT" if missing else ("Ready" if not waiting and not unready else "Applied")
         return Observation(status=status, missing=missing, settled=not missing and not waiting,
                            healthy=not missing and not waiting and not unready,
-                           detail="; ".join(waiting + unready), version=self.version)
+                           detail="; ".join(waiting + unready), version=self.version, foreign=foreign)
 
     def pods_ready(self, target: Target) -> int:
         """Ready pods of this component's DaemonSets (a device plugin's: one per node whose devices it advertises)."""
@@ -172,6 +175,12 @@ class Manifests(Component):
         assert target.kube is not None
         wanted = sorted({o["apiVersion"] for o in self.objects(target)} & set(kubeapi.FROM_CRDS))
         return [v for v in wanted if not kubeapi.served(target.kube, v)]
+    def adopt(self, target: Target, observed: Observation) -> None:
+        """Apply every object over what someone else installed: server-side apply with our field manager and
+        labels takes them over."""
+        assert target.kube is not None
+        for obj in self.objects(target):
+            kubeapi.apply(target.kube, obj)
 
     def blocked(self, target: Target) -> str | None:
         unserved = self.unserved(target) if target.kube is not None and self.later(target) else []
