@@ -20,6 +20,7 @@ from services.informers import Informers
 from services.kube import KubeClients
 from services.limits import Slots
 from services.metrics import Metrics
+from services.nodes import Nodes
 from services.operation_verbs import Operations
 from services.operations import Backoff, Engine, lock_data_dir
 from services.sessions import SessionStore, SignInThrottle
@@ -49,6 +50,7 @@ class Services:
     clusters: Clusters
     token_verbs: Tokens
     operations: Operations
+    nodes: Nodes
 
     def lock(self) -> None:
         """Take the data directory's lock (start-up order: lock, sandbox reachable, registry, resume)."""
@@ -103,6 +105,9 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     clusters = Clusters(settings, clock, aws, registry, informers, AwsCache(clock), engine, audit, bus, kube)
     for kind in clusters.kinds():
         engine.register(kind)
+    nodes = Nodes(registry, informers, aws, kube, clusters.cache, engine, audit)
+    for kind in nodes.kinds():
+        engine.register(kind)
     tokens = TokenStore(db, clock)
     return Services(
         settings=settings, clock=clock, db=db, bus=bus, audit=audit, tokens=tokens,
@@ -114,4 +119,5 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         longpolls=Slots("long-polls", settings.longpolls_per_principal),
         informers=informers, clusters=clusters, token_verbs=Tokens(tokens, audit, bus),
         operations=Operations(engine, kube, clusters),
+        nodes=nodes,
     )

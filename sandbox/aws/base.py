@@ -104,6 +104,7 @@ class Fault:
 
 FAULT_KINDS = frozenset({
     "node_unhealthy",  # target: cluster, node (instance id)
+    "node_persistent_fault",  # target: cluster (HyperPod name), node: unhealthy across reboots, cleared by a replace
     "deep_health_check_failed",  # target: cluster (HyperPod name), node, check (optional): the checks fail
     "spot_reclaimed",  # target: cluster (HyperPod name), node, instance_group (optional): EC2 takes a Spot node
     "insufficient_capacity",  # target: instance_type, availability_zone (optional)

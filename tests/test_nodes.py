@@ -1,0 +1,249 @@
+"""Nodes through REST against a real server in sandbox mode, on a cluster made by `sandbox seed` and imported:
+the list from the watch cache (health, group, capacity, filters, paging, no AWS call), the detail with
+DescribeClusterNode, reboots batched 25 per call (ledger), a deep health check that fails and shows its status
+label and reason, a drain that lists the pods it would evict and that a PodDisruptionBudget holds up, cordon
+no-ops, and the refusals (role, confirmation, unknown nodes, selectors) made before any operation exists."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from app.sandbox import SANDBOX_ACCESS_KEY
+from tests.ledger import CallLedger
+from tests.sandbox_support import SeededServer
+from tests.support import ROOT, LiveServer, free_port, start_server, wait_until
+
+pytestmark = pytest.mark.slow
+NODES = 60
+SPEED = 500  # a reboot (7 simulated minutes) is about a second; the sandbox ticks every 0.2 s
+GROUP = "sagemaker.amazonaws.com/instance-group-name"
+BASE = "/api/v1/clusters/hp-eks/nodes"
+
+
+@contextmanager
+def node_cluster(folder: Path, nodes: int) -> Iterator[SeededServer]:
+    """A sandbox server with a seeded cluster of ``nodes`` ml.g5.8xlarge (the account's quota raised first, as a
+    user would), imported, with automatic node recovery off."""
+    aws_port, kube_port = free_port(), free_port()
+    live = start_server(folder / "data", env={"INSTANTSTART_SANDBOX_SPEED": str(SPEED),
+                                              "INSTANTSTART_SANDBOX_AWS_PORT": str(aws_port),
+                                              "INSTANTSTART_SANDBOX_KUBE_PORT": str(kube_port)})
+    server = SeededServer(live, aws_port, kube_port)
+    try:
+        quotas = aws(server, "service-quotas")
+        code = next(q["QuotaCode"] for q in quotas.list_service_quotas(ServiceCode="sagemaker", MaxResults=100)[
+            "Quotas"] if q["QuotaName"] == "ml.g5.8xlarge for cluster usage")
+        quotas.request_service_quota_increase(ServiceCode="sagemaker", QuotaCode=code, DesiredValue=float(nodes))
+        seed = subprocess.run([sys.executable, "-m", "app.cli", "sandbox", "seed", "--name", "hp-eks", "--nodes",
+                               str(nodes), "--data-dir", str(live.data_dir)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=300)
+        assert seed.returncode == 0, seed.stderr
+        made = live.post("/api/v1/clusters/import", {"eks_cluster": "hp-eks", "hyperpod_cluster": "hp-eks"})
+        assert made.status_code == 202, made.text
+        done = live.get(f"/api/v1/operations/{made.json()['operation']['id']}/wait?timeout=60").json()
+        assert done["status"] == "succeeded", done
+        # automatic node recovery off, as a user may run it: faults wait for an operator
+        aws(server, "sagemaker").update_cluster(ClusterName="hp-eks", NodeRecovery="None")
+        yield server
+    finally:
+        live.stop()
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeededServer]:
+    with node_cluster(tmp_path_factory.mktemp("nodes"), NODES) as server:
+        yield server
+
+
+def aws(server: SeededServer, service: str) -> Any:
+    secret = (server.live.data_dir / "sandbox" / "aws-secret-key").read_text().strip()
+    return boto3.client(service, endpoint_url=f"http://127.0.0.1:{server.aws_port}", region_name="us-west-2",
+                        aws_access_key_id=SANDBOX_ACCESS_KEY, aws_secret_access_key=secret)
+
+
+def kube(server: SeededServer, folder: Path) -> k8s.ApiClient:
+    path = folder / "kubeconfig"
+    written = subprocess.run([sys.executable, "-m", "app.cli", "kubeconfig", "hp-eks", "--data-dir",
+                              str(server.live.data_dir)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert written.returncode == 0, written.stderr
+    path.write_text(written.stdout)
+    return k8s_config.new_client_from_config(str(path))
+
+
+def nodes(live: LiveServer, **params: Any) -> dict[str, Any]:
+    answer = live.get(BASE, params=params)
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+def finished(live: LiveServer, answer: Any) -> dict[str, Any]:
+    assert answer.status_code == 202, answer.text
+    op_id = answer.json()["operation"]["id"]
+    return dict(wait_until(lambda: (v := live.get(f"/api/v1/operations/{op_id}").json())["status"] in (
+        "succeeded", "failed", "cancelled") and v, 120, f"operation {op_id} to end"))
+
+
+def test_the_list_comes_from_the_watch_cache_with_health_filters_and_paging(seeded: SeededServer) -> None:
+    live = seeded.live
+    ledger = CallLedger(live)
+    wait_until(lambda: nodes(live)["matched"] == NODES, 60, "every node in the cache")
+    mark = ledger.mark()
+    listed = nodes(live, limit=NODES)
+    assert listed["health"] == {"Schedulable": NODES} and listed["next_after"] is None
+    first = listed["nodes"][0]
+    assert first["instance_group"] == "workers" and first["instance_type"] == "ml.g5.8xlarge"
+    assert first["instance_id"] and first["name"] == f"hyperpod-{first['instance_id']}"
+    assert first["gpus"] == 1 and first["ready"] and not first["cordoned"] and first["pods"] >= 1
+    assert first["deep_health_check"] is None and first["fault_reasons"] == []
+    assert ledger.calls(service="sagemaker", since=mark) == [], "the list reads no AWS"
+
+    page = nodes(live, limit=25)
+    assert len(page["nodes"]) == 25 and page["matched"] == NODES and page["next_after"] == page["nodes"][-1]["name"]
+    rest = nodes(live, limit=100, after=page["next_after"])
+    assert len(rest["nodes"]) == NODES - 25 and rest["nodes"][0]["name"] > page["next_after"]
+    assert nodes(live, selector=f"{GROUP}=workers")["matched"] == NODES
+    assert nodes(live, selector=f"{GROUP} notin (workers)")["matched"] == 0
+    assert nodes(live, selector=f"kubernetes.io/hostname={first['name']}")["nodes"][0]["name"] == first["name"]
+    assert nodes(live, group="other")["matched"] == 0 and nodes(live, health="Schedulable")["matched"] == NODES
+    bad = live.get(BASE, params={"selector": "a in b"})
+    assert bad.status_code == 422 and "invalid label selector" in bad.json()["error"]["message"]
+
+    detail = live.get(f"{BASE}/{first['instance_id']}").json()  # by instance id too
+    assert detail["name"] == first["name"] and detail["hyperpod"]["InstanceStatus"]["Status"] == "Running"
+    assert detail["hyperpod"]["InstanceGroupName"] == "workers" and detail["labels"][GROUP] == "workers"
+    assert any(c["type"] == "Ready" and c["status"] == "True" for c in detail["conditions"])
+    missing = live.get(f"{BASE}/hyperpod-i-0000000000000000")
+    assert missing.status_code == 404 and "nodes_list" in missing.json()["error"]["message"]
+
+
+def test_refusals_come_before_any_operation(seeded: SeededServer) -> None:
+    live = seeded.live
+    ledger = CallLedger(live)
+    name = nodes(live, limit=1)["nodes"][0]["name"]
+    before = len(live.get("/api/v1/operations", params={"limit": 500}).json())
+    mark = ledger.mark()
+    operator = live.make_token("operator")
+    refused = live.post(f"{BASE}/replace", {"nodes": [name], "confirm": True}, token=operator)
+    assert refused.status_code == 403, refused.text
+    unconfirmed = live.post(f"{BASE}/replace", {"nodes": [name]})
+    assert unconfirmed.status_code == 422 and "root and secondary volumes" in unconfirmed.json()["error"]["message"]
+    assert live.post(f"{BASE}/delete", {"nodes": [name]}).status_code == 422
+    assert live.post(f"{BASE}/reboot", {"nodes": ["nope"]}).status_code == 404
+    both = live.post(f"{BASE}/reboot", {"nodes": [name], "selector": f"{GROUP}=workers"})
+    assert both.status_code == 422 and "not both" in both.text
+    none = live.post(f"{BASE}/reboot", {"selector": f"{GROUP}=gone"})
+    assert none.status_code == 422 and "matches no node" in none.json()["error"]["message"]
+    checks = live.post(f"{BASE}/health-checks", {"nodes": [name], "checks": ["Vibes"]})
+    assert checks.status_code == 422 and "InstanceStress" in checks.text
+    assert len(live.get("/api/v1/operations", params={"limit": 500}).json()) == before
+    ledger.assert_no_writes(since=mark)
+    denied = live.get("/api/v1/audit", params={"action": "nodes_replace"}).json()
+    assert any(r["outcome"] == "denied" for r in denied), "a refused replace leaves a trace"
+
+
+def test_sixty_reboots_are_three_calls_and_each_node_comes_back(seeded: SeededServer) -> None:
+    live = seeded.live
+    ledger = CallLedger(live)
+    mark = ledger.mark()
+    done = finished(live, live.post(f"{BASE}/reboot", {"selector": f"{GROUP}=workers"}))
+    assert done["status"] == "succeeded", (done["error"], done["stages"])
+    assert done["target"] == "cluster/hp-eks/node"
+    calls = ledger.succeeded("sagemaker", "BatchRebootClusterNodes", since=mark)
+    assert [len(c["request"]["NodeIds"]) for c in calls] == [25, 25, 10]
+    result = done["stages"][0]["result"]
+    assert len(result["accepted"]) == NODES and result["failed"] == []
+    assert set(result["health_after"].values()) == {"Schedulable"}
+
+
+def test_a_failing_deep_health_check_shows_its_status_label_and_reason(seeded: SeededServer) -> None:
+    live = seeded.live
+    ledger = CallLedger(live)
+    node = nodes(live, limit=3)["nodes"][2]
+    fault = live.post("/api/v1/sandbox/faults", {"kind": "deep_health_check_failed", "target": {
+        "cluster": "hp-eks", "node": node["instance_id"], "check": "InstanceStress"}})
+    assert fault.status_code == 201, fault.text
+    mark = ledger.mark()
+    done = finished(live, live.post(f"{BASE}/health-checks", {"nodes": [node["name"]], "checks": ["InstanceStress"]}))
+    assert done["status"] == "succeeded", (done["error"], done["stages"])
+    assert done["target"] == f"cluster/hp-eks/node/{node['name']}"
+    assert done["stages"][0]["result"]["verdicts"] == {node["name"]: "Failed"}
+    started = ledger.once("sagemaker", "StartClusterHealthCheck", since=mark)["request"]
+    assert started["DeepHealthCheckConfigurations"] == [{"InstanceGroupName": "workers", "InstanceIds": [
+        node["instance_id"]], "DeepHealthChecks": ["InstanceStress"]}]
+    failed = nodes(live, health="UnschedulablePendingReplacement")["nodes"]
+    assert [(n["name"], n["deep_health_check"], n["fault_types"], n["fault_reasons"]) for n in failed] == [
+        (node["name"], "Failed", ["DeepHealthCheck"], ["InstanceStressFailed"])]
+
+
+def test_drain_lists_the_pods_first_and_waits_on_a_blocking_budget(seeded: SeededServer, tmp_path: Path) -> None:
+    live = seeded.live
+    ledger = CallLedger(live)
+    api = kube(seeded, tmp_path)
+    apps, core, policy = k8s.AppsV1Api(api), k8s.CoreV1Api(api), k8s.PolicyV1Api(api)
+    node = nodes(live, limit=5)["nodes"][4]["name"]
+    labels = {"app": "trainer"}
+    apps.create_namespaced_deployment("default", {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "trainer"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": labels}, "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                                                     "containers": [{"name": "c", "image": "busybox"}]}}}})
+    policy.create_namespaced_pod_disruption_budget("default", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "trainer-pdb"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": labels}}})
+
+    def running() -> list[Any]:
+        return [p for p in core.list_namespaced_pod("default", label_selector="app=trainer").items
+                if p.spec.node_name == node and p.status.phase == "Running"]
+
+    wait_until(lambda: len(running()) == 2, 60, "the trainer pods running on the node")
+    wait_until(lambda: policy.read_namespaced_pod_disruption_budget("trainer-pdb", "default").status.expected_pods
+               == 2, 60, "the budget's status")
+    mark = ledger.mark()
+    plan = live.post(f"{BASE}/drain", {"nodes": [node], "dry_run": True})
+    assert plan.status_code == 200, plan.text
+    body = plan.json()
+    trainers = [p for p in body["pods"] if p["name"].startswith("trainer-")]
+    assert len(trainers) == 2 and all(p["budgets"] == ["default/trainer-pdb"] and p["blocked"] for p in trainers)
+    assert all(p["owner"].startswith("ReplicaSet/trainer-") for p in trainers)
+    assert body["blocked_by"] == ["default/trainer-pdb"] and any(j.startswith("ReplicaSet/default/trainer-")
+                                                                 for j in body["jobs"])
+    assert body["skipped"], "the DaemonSet pods (device plugins) stay"
+    ledger.assert_no_writes(since=mark)
+
+    op = live.post(f"{BASE}/drain", {"nodes": [node]})
+    assert op.status_code == 202, op.text
+    op_id = op.json()["operation"]["id"]
+
+    def waiting_on_budget() -> bool:
+        view = live.get(f"/api/v1/operations/{op_id}").json()
+        assert view["status"] not in ("succeeded", "failed"), view
+        return "PodDisruptionBudget default/trainer-pdb" in (view["stages"][1]["message"] or "")
+
+    wait_until(waiting_on_budget, 60, "the drain to wait on the budget, naming it")
+    assert nodes(live, selector=f"kubernetes.io/hostname={node}")["nodes"][0]["cordoned"]
+    assert len(running()) == 2, "the budget held both pods"
+    policy.patch_namespaced_pod_disruption_budget("trainer-pdb", "default", {"spec": {"minAvailable": 0}})
+    done = wait_until(lambda: (v := live.get(f"/api/v1/operations/{op_id}").json())["status"] in (
+        "succeeded", "failed") and v, 60, "the drain to finish once the budget allows it")
+    assert done["status"] == "succeeded", (done["error"], done["stages"])
+    assert sorted(done["stages"][1]["result"]["evicted"]) == sorted(f"default/{p['name']}" for p in trainers)
+    evictions = [e for e in ledger.writes(since=mark) if e.get("kind") != "aws" and "eviction" in str(e)]
+    assert evictions, "pods left through the eviction subresource"
+    assert running() == []
+
+    again = finished(live, live.post(f"{BASE}/cordon", {"nodes": [node]}))
+    assert again["status"] == "succeeded" and again["stages"][0]["message"] == "already in the desired state"
+    uncordoned = finished(live, live.post(f"{BASE}/uncordon", {"nodes": [node]}))
+    assert uncordoned["status"] == "succeeded" and uncordoned["stages"][0]["result"]["changed"] == [node]
+    wait_until(lambda: not nodes(live, selector=f"kubernetes.io/hostname={node}")["nodes"][0]["cordoned"], 30,
+               "the node schedulable again")
