@@ -39,7 +39,7 @@ class SandboxWorld(Protocol):
 
 FaultKind = Literal["node_unhealthy", "insufficient_capacity", "addon_degraded", "quota_exhausted", "throttle",
                     "access_denied", "deep_health_check_failed", "spot_reclaimed", "eks_create_failed",
-                    "file_system_failed"]
+                    "file_system_failed", "node_persistent_fault"]
 
 
 class NodeUnhealthyTarget(RequestModel):
@@ -54,6 +54,14 @@ class DeepHealthCheckFailedTarget(RequestModel):
     node: str | None = Field(None, description="only this instance id; default any node running deep health checks")
     check: Literal["InstanceStress", "InstanceConnectivity", "MultiNodeTrainingValidation"] | None = Field(
         None, description="only this deep health check; default any")
+
+
+class NodePersistentFaultTarget(RequestModel):
+    cluster: str = Field(..., min_length=1, description="HyperPod cluster name")
+    node: str = Field(..., min_length=1, description="instance id of the node with bad hardware")
+    fault_type: str | None = Field(None, max_length=63, description="the fault-types label (default "
+                                                                    "AcceleratedHardware)")
+    reason: str | None = Field(None, max_length=63, description="the fault-reasons label (default NvidiaGpuXidError)")
 
 
 class SpotReclaimedTarget(RequestModel):
@@ -102,7 +110,7 @@ class AccessDeniedTarget(RequestModel):
 
 FaultTarget = (NodeUnhealthyTarget | InsufficientCapacityTarget | AddonDegradedTarget | QuotaExhaustedTarget
                | ThrottleTarget | AccessDeniedTarget | DeepHealthCheckFailedTarget | SpotReclaimedTarget
-               | EksCreateFailedTarget | FileSystemFailedTarget)
+               | EksCreateFailedTarget | FileSystemFailedTarget | NodePersistentFaultTarget)
 TARGET_MODELS: dict[str, type[RequestModel]] = {
     "node_unhealthy": NodeUnhealthyTarget,
     "insufficient_capacity": InsufficientCapacityTarget,
@@ -114,6 +122,7 @@ TARGET_MODELS: dict[str, type[RequestModel]] = {
     "spot_reclaimed": SpotReclaimedTarget,
     "eks_create_failed": EksCreateFailedTarget,
     "file_system_failed": FileSystemFailedTarget,
+    "node_persistent_fault": NodePersistentFaultTarget,
 }
 # per kind: (target keys required, target keys allowed), from the models above
 FAULT_TARGETS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
@@ -144,7 +153,9 @@ class FaultInject(RequestModel):
                             "replaced; spot_reclaimed (cluster, optional node, instance_group): EC2 takes a Spot "
                             "node back and HyperPod launches another; eks_create_failed (cluster = EKS name): its "
                             "creation ends FAILED with a health issue; file_system_failed (optional subnet): the "
-                            "next FSx file system created there ends FAILED")
+                            "next FSx file system created there ends FAILED; node_persistent_fault (cluster, node, "
+                            "optional fault_type, reason): bad hardware, unhealthy again after every reboot until "
+                            "the node is replaced")
     target: FaultTarget = Field(..., description="what the fault applies to: the keys of the kind's target model")
     count: int | None = Field(None, ge=1, le=10_000,
                               description="throttle, access_denied: how many calls fail (default: until cleared); "

@@ -30,6 +30,9 @@ from services.verbs import role_of
 CLUSTER = {"cluster": "name the cluster is registered under (clusters_list)"}
 NODE = {**CLUSTER, "node": "the node's name (nodes_list) or its HyperPod instance id"}
 BASE = "/api/v1/clusters/{cluster}/nodes"
+#: the node actions are their own MCP toolset (``--toolsets node_actions``), so the default set an agent loads stays
+#: small; the reads are in the default ``nodes`` toolset
+ACTIONS_TOOLSET = "node_actions"
 
 
 class DetailQuery(RequestModel):
@@ -64,7 +67,7 @@ def _drain(call: Call) -> Reply:
 def _mutation(name: str, path: str, summary: str, verb_fn: Any, handler: Handler, body: type[RequestModel],
               description: str, *, destructive: bool = False, **extra: Any) -> Route:
     return Route("POST", f"{BASE}/{path}", name, summary, role_of(verb_fn), handler, body=body, response=Accepted,
-                 path_params=CLUSTER, read_only=False, destructive=destructive, status=202, tag="nodes",
+                 path_params=CLUSTER, read_only=False, destructive=destructive, status=202, tag=ACTIONS_TOOLSET,
                  open_world=True, description=description, **extra)
 
 
