@@ -164,7 +164,7 @@ class NodesPane(pn.viewable.Viewer):
                  current_principal: Callable[[], Principal] | None = None, **params: Any) -> None:
         super().__init__(**params)
         self.state = NodesState(nodes, clusters, principal, current_principal)
-        self.picker = pn.widgets.Select(name="Cluster", options=[], width=240, css_classes=["nodes-cluster"])
+        self.picker = pn.widgets.Select(label="Cluster", options=[], width=240, css_classes=["nodes-cluster"])
         self.grid = pn.pane.HTML(grid_html([]), sizing_mode="stretch_width", css_classes=["node-grid-pane"])
         self.table = ReadOnlyTable(nodes_frame([]), selectable="checkbox", sizing_mode="stretch_width",
                                    css_classes=["nodes-table"],
@@ -172,13 +172,13 @@ class NodesPane(pn.viewable.Viewer):
         self.buttons: dict[str, pn.widgets.Button] = {}
         for action, (_verb, role, _what) in ACTIONS.items():
             button = pn.widgets.Button(label=action.capitalize(), disabled=not principal.allows(role),
-                                       button_type="danger" if role is Role.ADMIN else "default",
+                                       color="danger" if role is Role.ADMIN else "default",
                                        css_classes=[f"node-action-{action.replace(' ', '-')}"])
             if not principal.allows(role):
                 button.description = f"needs the {role.value} role"
             button.on_click(self._asker(action))
             self.buttons[action] = button
-        self.confirm_button = pn.widgets.Button(label="Confirm", button_type="primary", visible=False,
+        self.confirm_button = pn.widgets.Button(label="Confirm", color="primary", visible=False,
                                                 css_classes=["node-confirm"], loading=self.state.param.busy)
         self.cancel_button = pn.widgets.Button(label="Cancel", visible=False, css_classes=["node-cancel"])
         self.confirm_button.on_click(self._confirm)
