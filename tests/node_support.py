@@ -22,11 +22,11 @@ SPEED = 500  # a reboot (7 simulated minutes) is about a second; the sandbox tic
 
 
 @contextmanager
-def node_cluster(folder: Path, nodes: int) -> Iterator[SeededServer]:
+def node_cluster(folder: Path, nodes: int, *, recovery: str = "None", speed: int = SPEED) -> Iterator[SeededServer]:
     """A sandbox server with a seeded cluster of ``nodes`` ml.g5.8xlarge (the account's quota raised first, as a
-    user would), imported, with automatic node recovery off."""
+    user would), imported; automatic node recovery off unless ``recovery`` is ``Automatic``."""
     aws_port, kube_port = free_port(), free_port()
-    live = start_server(folder / "data", env={"INSTANTSTART_SANDBOX_SPEED": str(SPEED),
+    live = start_server(folder / "data", env={"INSTANTSTART_SANDBOX_SPEED": str(speed),
                                               "INSTANTSTART_SANDBOX_AWS_PORT": str(aws_port),
                                               "INSTANTSTART_SANDBOX_KUBE_PORT": str(kube_port)})
     server = SeededServer(live, aws_port, kube_port)
@@ -45,8 +45,8 @@ def node_cluster(folder: Path, nodes: int) -> Iterator[SeededServer]:
         assert made.status_code == 202, made.text
         done = live.get(f"/api/v1/operations/{made.json()['operation']['id']}/wait?timeout=60").json()
         assert done["status"] == "succeeded", done
-        # automatic node recovery off, as a user may run it: faults wait for an operator
-        aws(server, "sagemaker").update_cluster(ClusterName="hp-eks", NodeRecovery="None")
+        if recovery != "Automatic":  # as a user may run it: faults wait for an operator
+            aws(server, "sagemaker").update_cluster(ClusterName="hp-eks", NodeRecovery=recovery)
         yield server
     finally:
         live.stop()
