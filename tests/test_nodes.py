@@ -71,6 +71,7 @@ def test_the_list_comes_from_the_watch_cache_with_health_filters_and_paging(seed
     detail = live.get(f"{BASE}/{first['instance_id']}").json()  # by instance id too
     assert detail["name"] == first["name"] and detail["hyperpod"]["InstanceStatus"]["Status"] == "Running"
     assert detail["hyperpod"]["InstanceGroupName"] == "workers" and detail["labels"][GROUP] == "workers"
+    assert detail["hyperpod"]["LaunchTime"].startswith("20"), "times as ISO 8601"
     assert any(c["type"] == "Ready" and c["status"] == "True" for c in detail["conditions"])
     missing = live.get(f"{BASE}/hyperpod-i-0000000000000000")
     assert missing.status_code == 404 and "nodes_list" in missing.json()["error"]["message"]
@@ -191,8 +192,10 @@ def test_drain_lists_the_pods_first_and_waits_on_a_blocking_budget(seeded: Seede
     assert evictions, "pods left through the eviction subresource"
     assert running() == []
 
+    quiet = ledger.mark()
     again = finished(live, live.post(f"{BASE}/cordon", {"nodes": [node]}))
     assert again["status"] == "succeeded" and again["stages"][0]["message"] == "already in the desired state"
+    ledger.assert_no_writes(since=quiet)
     uncordoned = finished(live, live.post(f"{BASE}/uncordon", {"nodes": [node]}))
     assert uncordoned["status"] == "succeeded" and uncordoned["stages"][0]["result"]["changed"] == [node]
     wait_until(lambda: not nodes(live, selector=f"kubernetes.io/hostname={node}")["nodes"][0]["cordoned"], 30,

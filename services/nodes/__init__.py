@@ -11,6 +11,7 @@ operation on the node (``cluster/<c>/node/<name>``) or, for several, on all the 
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import Counter
 from typing import Any
 
@@ -152,7 +153,8 @@ class Nodes:
             try:
                 described, _ = self.cache.get(("sagemaker", "describe_cluster_node", record.region,
                                                record.hyperpod_name, ident), load, refresh=refresh)
-                detail.hyperpod = {k: v for k, v in described.items() if isinstance(v, (str, int, float, dict, list))}
+                detail.hyperpod = {k: v.isoformat() if isinstance(v, dt.datetime) else v for k, v in described.items()
+                                   if isinstance(v, (str, int, float, dict, list, dt.datetime))}
             except ServiceError as exc:
                 detail.error = f"HyperPod: {exc.message}"
         return detail
