@@ -138,23 +138,48 @@ class NodesState(param.Parameterized):
     def cancel(self) -> None:
         self.pending, self.message = "", "Cancelled; nothing was done."
 
-    def act(self) -> None:
-        """Run the confirmed action (blocking: the verb's precheck reads the caches)."""
+    def drain_text(self, principal: Principal, cluster: str, names: list[str]) -> str:
+        """What the drain would do (plan_drain: pods, jobs, blocking budgets); assigns nothing (worker-safe)."""
+        try:
+            plan = self.service.plan_drain(principal, cluster, NodeSelection(nodes=names))
+        except ServiceError as exc:
+            return f" The drain plan could not be read ({exc.code}): {exc.message}"
+        pods = [f"{p.namespace}/{p.name}" for p in plan.pods]
+        return (f" It evicts {len(pods)} pod(s){': ' + ', '.join(pods[:10]) if pods else ''}"
+                f"{'…' if len(pods) > 10 else ''}; jobs affected: {', '.join(plan.jobs[:10]) or 'none'}; "
+                + (f"held up now by the budget(s) {', '.join(plan.blocked_by)} (the drain waits for them)"
+                   if plan.blocked_by else "no disruption budget holds it up now")
+                + f"; {len(plan.skipped)} pod(s) stay (DaemonSet, mirror).")
+
+    async def ask_drain(self) -> None:
+        """The drain's confirmation, with its plan read in a worker; assigned here, on the loop."""
+        self.ask("drain")
+        if self.pending != "drain":
+            return
+        asked = self.message
+        text = await asyncio.get_running_loop().run_in_executor(
+            None, self.drain_text, self._current_principal(), self.cluster, list(self.selected))
+        if self.pending == "drain" and self.message == asked:  # not cancelled or changed meanwhile
+            self.message = asked + text
+
+    def act(self, principal: Principal, cluster: str, action: str, names: list[str]) -> str:
+        """Run a confirmed action (blocking: the verb's precheck reads the caches); assigns nothing, so it may
+        run in a worker thread, and answers the message to show."""
+        verb_name = ACTIONS[action][0]
+        try:
+            view, _created = getattr(self.service, verb_name)(principal, cluster, request_for(action, names))
+            return f"{action} started: {view.id} ({view.kind})"
+        except ServiceError as exc:
+            return f"refused ({exc.code}): {exc.message}"
+
+    async def confirm(self) -> None:
         action, self.pending = self.pending, ""
         if not action:
             return
-        verb_name = ACTIONS[action][0]
-        try:
-            view, _created = getattr(self.service, verb_name)(self._current_principal(), self.cluster,
-                                                              request_for(action, list(self.selected)))
-            self.message = f"{action} started: {view.id} ({view.kind})"
-        except ServiceError as exc:
-            self.message = f"refused ({exc.code}): {exc.message}"
-
-    async def confirm(self) -> None:
         self.busy = True
         try:
-            await asyncio.get_running_loop().run_in_executor(None, self.act)
+            self.message = await asyncio.get_running_loop().run_in_executor(
+                None, self.act, self._current_principal(), self.cluster, action, list(self.selected))
         finally:
             self.busy = False
 
@@ -191,7 +216,12 @@ class NodesPane(pn.viewable.Viewer):
         self._kube = LiveRefresh(bus, "kube", self._on_kube)
         self._refresh()
 
-    def _asker(self, action: str) -> Callable[[Any], None]:
+    def _asker(self, action: str) -> Callable[[Any], Any]:
+        if action == "drain":
+            async def ask_drain(_event: Any) -> None:
+                await self.state.ask_drain()
+            return ask_drain
+
         def ask(_event: Any) -> None:
             self.state.ask(action)
         return ask

@@ -95,6 +95,7 @@ class QuotaExhaustedTarget(RequestModel):
 class ThrottleTarget(RequestModel):
     service: str = Field(..., min_length=1, description="AWS service, e.g. sagemaker or eks")
     operation: str | None = Field(None, description="only this API operation; default all of the service")
+    after: int | None = Field(None, ge=0, le=10_000, description="let this many matching calls through first")
 
 
 class AccessDeniedTarget(RequestModel):
@@ -147,7 +148,8 @@ class FaultInject(RequestModel):
     kind: FaultKind = Field(..., description="node_unhealthy (target cluster = HyperPod cluster name, node = "
                             "instance id, optional recovery = Reboot|Replace); insufficient_capacity (instance_type, "
                             "optional availability_zone); addon_degraded (cluster = EKS name, addon); "
-                            "quota_exhausted (instance_type); throttle (service, optional operation); access_denied "
+                            "quota_exhausted (instance_type); throttle (service, optional operation, optional after "
+                            "= matching calls let through first); access_denied "
                             "(service, action): the call fails at once with AWS's 403 naming the action; "
                             "deep_health_check_failed (cluster, optional node, check): the checks fail, the node is "
                             "replaced; spot_reclaimed (cluster, optional node, instance_group): EC2 takes a Spot "

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client as k8s
 
 from tests.ledger import CallLedger
-from tests.node_support import kube, node_cluster
+from tests.node_support import aws, kube, node_cluster
 from tests.sandbox_support import SeededServer
 from tests.support import LiveServer, wait_until
 
@@ -103,14 +103,23 @@ def test_refusals_come_before_any_operation(seeded: SeededServer) -> None:
 
 
 def test_sixty_reboots_are_three_calls_and_each_node_comes_back(seeded: SeededServer) -> None:
+    """The second batch is throttled: the retry sends it and the third, never the first batch again."""
     live = seeded.live
     ledger = CallLedger(live)
+    throttled = live.post("/api/v1/sandbox/faults", {"kind": "throttle", "count": 1, "target": {
+        "service": "sagemaker", "operation": "BatchRebootClusterNodes", "after": 1}})
+    assert throttled.status_code == 201, throttled.text
     mark = ledger.mark()
     done = finished(live, live.post(f"{BASE}/reboot", {"selector": f"{GROUP}=workers"}))
     assert done["status"] == "succeeded", (done["error"], done["stages"])
-    assert done["target"] == "cluster/hp-eks/node"
+    assert done["target"] == "cluster/hp-eks/node" and done["stages"][0]["retries"] >= 1
+    tries = ledger.calls(service="sagemaker", operation="BatchRebootClusterNodes", since=mark)
+    assert [(len(c["request"]["NodeIds"]), c["status"] >= 400) for c in tries] == [
+        (25, False), (25, True), (25, False), (10, False)]
     calls = ledger.succeeded("sagemaker", "BatchRebootClusterNodes", since=mark)
-    assert [len(c["request"]["NodeIds"]) for c in calls] == [25, 25, 10]
+    sent = [i for c in calls for i in c["request"]["NodeIds"]]
+    assert len(sent) == len(set(sent)) == NODES, "each node rebooted once"
+    assert tries[1]["request"]["NodeIds"] == tries[2]["request"]["NodeIds"], "the throttled batch is sent again"
     result = done["stages"][0]["result"]
     assert len(result["accepted"]) == NODES and result["failed"] == []
     assert set(result["health_after"].values()) == {"Schedulable"}
@@ -134,6 +143,43 @@ def test_a_failing_deep_health_check_shows_its_status_label_and_reason(seeded: S
     failed = nodes(live, health="UnschedulablePendingReplacement")["nodes"]
     assert [(n["name"], n["deep_health_check"], n["fault_types"], n["fault_reasons"]) for n in failed] == [
         (node["name"], "Failed", ["DeepHealthCheck"], ["InstanceStressFailed"])]
+
+
+def test_checks_a_reboot_ends_unfinished_are_a_failed_verdict_not_a_two_hour_wait(seeded: SeededServer) -> None:
+    live = seeded.live
+    node = nodes(live, limit=8)["nodes"][7]
+    op = live.post(f"{BASE}/health-checks", {"nodes": [node["name"]], "checks": [
+        "InstanceStress", "InstanceConnectivity", "MultiNodeTrainingValidation"]})
+    assert op.status_code == 202, op.text
+    op_id = op.json()["operation"]["id"]
+    wait_until(lambda: "(1 seen under way)" in (live.get(f"/api/v1/operations/{op_id}").json()["stages"][0][
+        "message"] or ""), 60, "the checks under way")
+    aws(seeded, "sagemaker").batch_reboot_cluster_nodes(ClusterName="hp-eks", NodeIds=[node["instance_id"]])
+    done = wait_until(lambda: (v := live.get(f"/api/v1/operations/{op_id}").json())["status"] in (
+        "succeeded", "failed") and v, 120, "the check to end")
+    assert done["status"] == "succeeded", (done["error"], done["stages"])
+    assert done["stages"][0]["result"]["verdicts"] == {node["name"]: "Failed"}
+
+
+def test_the_group_comes_from_hyperpod_and_logical_ids_are_checked(seeded: SeededServer, tmp_path: Path) -> None:
+    live = seeded.live
+    ledger = CallLedger(live)
+    node = nodes(live, limit=10)["nodes"][9]
+    core = k8s.CoreV1Api(kube(seeded, tmp_path))
+    core.patch_node(node["name"], {"metadata": {"labels": {GROUP: None}}})
+    wait_until(lambda: nodes(live, selector=f"kubernetes.io/hostname={node['name']}")["nodes"][0][
+        "instance_group"] is None, 30, "the label gone from the cache")
+    before = len(live.get("/api/v1/operations", params={"limit": 500}).json())
+    pattern = live.post(f"{BASE}/delete", {"logical_ids": ["bad_id!"], "confirm": True})
+    assert pattern.status_code == 422, pattern.text
+    mode = live.post(f"{BASE}/delete", {"logical_ids": ["workers-0001"], "confirm": True})
+    assert mode.status_code == 409 and "Continuous" in mode.json()["error"]["message"], mode.text
+    assert len(live.get("/api/v1/operations", params={"limit": 500}).json()) == before
+    mark = ledger.mark()
+    done = finished(live, live.post(f"{BASE}/health-checks", {"nodes": [node["name"]], "checks": ["InstanceStress"]}))
+    assert done["status"] == "succeeded", (done["error"], done["stages"])
+    started = ledger.once("sagemaker", "StartClusterHealthCheck", since=mark)["request"]
+    assert [c["InstanceGroupName"] for c in started["DeepHealthCheckConfigurations"]] == ["workers"]
 
 
 def test_drain_lists_the_pods_first_and_waits_on_a_blocking_budget(seeded: SeededServer, tmp_path: Path) -> None:

@@ -184,15 +184,47 @@ class Nodes:
             objects = self._find(record.name, request.nodes) if request.nodes else []
         refs = [NodeRef(name=o["metadata"]["name"], instance_id=instance_id(o), group=labels(o).get(GROUP_LABEL))
                 for o in sorted(objects, key=lambda o: o["metadata"]["name"])]
-        refs += [NodeRef(name=i) for i in getattr(request, "logical_ids", [])]
+        logical: list[str] = list(getattr(request, "logical_ids", []))
+        refs += [NodeRef(name=i) for i in logical]
         if hyperpod:
             if not record.hyperpod_name:
                 raise Conflict(f"{record.name} has no HyperPod cluster registered: this works on HyperPod nodes only")
-            outside = [r.name for r in refs if not r.instance_id and r.name not in getattr(request, "logical_ids", [])]
+            outside = [r.name for r in refs if not r.instance_id and r.name not in logical]
             if outside:
                 raise Invalid(f"not HyperPod nodes (no instance id): {', '.join(outside)}; choose nodes of "
                               f"{record.hyperpod_name}'s instance groups", details={"not_hyperpod": outside})
+            refs = self._with_groups(record, refs, logical)
         return refs
+
+    def _with_groups(self, record: ClusterRecord, refs: list[NodeRef], logical: list[str]) -> list[NodeRef]:
+        """Each node's instance group as HyperPod lists it (ListClusterNodes, paged; a Node's label may be missing);
+        a node HyperPod does not list is refused. NodeLogicalIds need NodeProvisioningMode=Continuous."""
+        sagemaker = self.aws.client("sagemaker", record.region)
+        if logical:
+            mode = sagemaker.describe_cluster(ClusterName=record.hyperpod_name).get("NodeProvisioningMode")
+            if mode != "Continuous":
+                raise Conflict(f"{record.hyperpod_name} provisions nodes with NodeProvisioningMode "
+                               f"{mode or 'unset'}: NodeLogicalIds work only with Continuous; name the nodes instead",
+                               details={"node_provisioning_mode": mode})
+        groups: dict[str, str] = {}
+        token: str | None = None
+        while True:
+            page = sagemaker.list_cluster_nodes(ClusterName=record.hyperpod_name, MaxResults=100,
+                                                **({"IncludeNodeLogicalIds": True} if logical else {}),
+                                                **({"NextToken": token} if token else {}))
+            for summary in page.get("ClusterNodeSummaries", []):
+                for key in (summary.get("InstanceId"), summary.get("NodeLogicalId")):
+                    if key:
+                        groups[str(key)] = str(summary.get("InstanceGroupName") or "")
+            token = page.get("NextToken")
+            if not token:
+                break
+        unknown = sorted(r.name for r in refs if not groups.get(r.instance_id or r.name))
+        if unknown:
+            raise Invalid(f"HyperPod lists no instance group for {', '.join(unknown[:20])} in "
+                          f"{record.hyperpod_name} (gone, or not launched yet): nodes_list shows its nodes now",
+                          details={"unknown": unknown})
+        return [r.model_copy(update={"group": groups[r.instance_id or r.name]}) for r in refs]
 
     def _submit(self, principal: Principal, name: str, cluster: str, request: NodeSelection,
                 idempotency_key: str | None, *, hyperpod: bool = True,

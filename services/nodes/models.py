@@ -4,13 +4,16 @@ descriptions below are what an agent reads."""
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import Field, StringConstraints, model_validator
 
 from services.models import RequestModel, ResponseModel
 
 SELECTOR_HELP = ("a Kubernetes label selector choosing the nodes (e.g. 'sagemaker.amazonaws.com/instance-group-name"
                  "=workers' or 'sagemaker.amazonaws.com/node-health-status in (UnschedulablePendingReplacement)')")
+LogicalId = Annotated[str, StringConstraints(min_length=1, max_length=128,  # ClusterNodeLogicalId in the API
+                                             pattern=r"^[a-zA-Z0-9][a-zA-Z0-9\-]*[a-zA-Z0-9]$")]
 DEEP_HEALTH_CHECKS = ("InstanceStress", "InstanceConnectivity", "MultiNodeTrainingValidation")  # botocore's enum
 
 
@@ -100,7 +103,7 @@ class NodeDestroy(NodeSelection):
 
 
 class NodeDelete(NodeDestroy):
-    logical_ids: list[str] = Field(default_factory=list, max_length=1000,
+    logical_ids: list[LogicalId] = Field(default_factory=list, max_length=1000,
                                    description="NodeLogicalIds of nodes that have not joined Kubernetes yet "
                                                "(NodeProvisioningMode=Continuous only)")
 

@@ -23,7 +23,7 @@ from services.awscache import AwsCache
 from services.errors import NotFound, Permanent
 from services.informers import Informers
 from services.kube import KubeClients
-from services.nodes.facts import DHC_LABEL, boot_id, health, labels, ready
+from services.nodes.facts import DHC_LABEL, HEALTH_LABEL, boot_id, health, labels, ready
 from services.nodes.models import NodeAction, NodePlan
 from services.stages import Done, Observed, Stage, StageContext, Wait
 
@@ -31,6 +31,8 @@ RECOVER_BATCH = 25  # BatchReboot/BatchReplaceClusterNodes: NodeIds (or NodeLogi
 DELETE_BATCH = 99  # BatchDeleteClusterNodes: NodeIds per call
 DELETE_BATCH_WITH_LOGICAL = 50  # ... NodeIds and NodeLogicalIds combined, once logical ids are included
 POLL = 30.0
+CHECKING = "DeepHealthCheckInProgress"  # ClusterInstanceStatus while deep health checks run
+PENDING_RECOVERY = ("UnschedulablePendingReplacement", "UnschedulablePendingReboot")  # node-health-status
 
 
 @dataclass(frozen=True)
@@ -86,36 +88,61 @@ class BatchRequest(NodeStage):
         self.expected_seconds = {NodeAction.REBOOT: 420.0, NodeAction.REPLACE: 1200.0, NodeAction.DELETE: 600.0}[action]
 
     def observe(self, ctx: StageContext[NodePlan]) -> Observed:
-        return Observed.IN_PROGRESS if "accepted" in ctx.data else Observed.ABSENT
+        if ctx.data.get("sent_all"):
+            return Observed.IN_PROGRESS
+        if "sent" not in ctx.data:  # first look: what the world is before any call (saved before act runs)
+            ctx.data["sent"], ctx.data["accepted"], ctx.data["failed"] = [], [], []
+            if self.action is NodeAction.REBOOT:
+                cached = self.cached_nodes(ctx.request)
+                ctx.data["boot_ids"] = {n.name: boot_id(cached.get(n.name) or {}) for n in ctx.request.nodes}
+        return Observed.ABSENT
+
+    def _under_way(self, plan: NodePlan, before: dict[str, str], keys: list[str]) -> set[str]:
+        """Of ``keys`` (instance ids / logical ids) not recorded as sent, those the world shows were sent anyway
+        (a crash between a call and its record): a new boot id or a pending-reboot/not-ready node for a reboot;
+        an instance gone or shutting down for a replacement or deletion."""
+        if self.action is NodeAction.REBOOT:
+            cached = self.cached_nodes(plan)
+            by_key = {(n.instance_id or n.name): n.name for n in plan.nodes}
+            return {k for k in keys if (obj := cached.get(by_key.get(k, ""))) is not None and (
+                boot_id(obj) != before.get(by_key[k]) or not ready(obj)
+                or labels(obj).get(HEALTH_LABEL) == "UnschedulablePendingReboot")}
+        listed = {n["InstanceId"]: n["InstanceStatus"]["Status"] for n in cluster_nodes(self.deps.aws, plan)}
+        ids = {n.instance_id for n in plan.nodes if n.instance_id}
+        return {k for k in keys if k in ids and listed.get(k, "ShuttingDown") == "ShuttingDown"}
 
     def act(self, ctx: StageContext[NodePlan]) -> None:
         plan = ctx.request
         sagemaker = self.deps.aws.client("sagemaker", plan.region)
-        ids = [n.instance_id for n in plan.nodes if n.instance_id]
-        logical = [n.name for n in plan.nodes if not n.instance_id]  # Continuous mode: nodes not yet in Kubernetes
-        if self.action is NodeAction.REBOOT:
-            cached = self.cached_nodes(plan)
-            ctx.data["boot_ids"] = {n.name: boot_id(cached.get(n.name) or {}) for n in plan.nodes}
+        sent: list[str] = ctx.data.setdefault("sent", [])
+        accepted: list[str] = ctx.data.setdefault("accepted", [])
+        failed: list[dict[str, str]] = ctx.data.setdefault("failed", [])
+        ids = [n.instance_id for n in plan.nodes if n.instance_id and n.instance_id not in sent]
+        logical = [n.name for n in plan.nodes if not n.instance_id and n.name not in sent]  # Continuous mode
+        if ctx.attempt:  # a rerun (after a throttle or a crash): what the world already shows under way is not resent
+            seen = self._under_way(plan, ctx.data.get("boot_ids") or {}, ids + logical)
+            sent += sorted(seen)
+            accepted += sorted(seen)
+            ids, logical = [i for i in ids if i not in seen], [i for i in logical if i not in seen]
         call, size, with_logical = {
             NodeAction.REBOOT: (sagemaker.batch_reboot_cluster_nodes, RECOVER_BATCH, None),
             NodeAction.REPLACE: (sagemaker.batch_replace_cluster_nodes, RECOVER_BATCH, None),
             NodeAction.DELETE: (sagemaker.batch_delete_cluster_nodes, DELETE_BATCH, DELETE_BATCH_WITH_LOGICAL),
         }[self.action]
-        accepted: list[str] = []
-        failed: list[dict[str, str]] = []
         for chunk_ids, chunk_logical in batches(ids, logical, size, with_logical):
             params: dict[str, Any] = {"ClusterName": plan.hyperpod_cluster}
             if chunk_ids:
                 params["NodeIds"] = chunk_ids
             if chunk_logical:
                 params["NodeLogicalIds"] = chunk_logical
-            answer = call(**params)
+            answer = call(**params)  # a Transient here leaves the earlier batches recorded (the engine saves data)
+            sent += chunk_ids + chunk_logical
             accepted += list(answer.get("Successful") or []) + list(answer.get("SuccessfulNodeLogicalIds") or [])
             for entry in list(answer.get("Failed") or []) + list(answer.get("FailedNodeLogicalIds") or []):
                 failed.append({"node": str(entry.get("NodeId") or entry.get("NodeLogicalId")),
                                "code": str(entry.get("ErrorCode") or entry.get("Code") or ""),
                                "message": str(entry.get("Message") or "")})
-        ctx.data["accepted"], ctx.data["failed"] = accepted, failed
+        ctx.data["sent_all"] = True
         self.deps.cache.invalidate(plan.region, plan.hyperpod_cluster or "")
         if not accepted:
             raise Permanent(f"HyperPod accepted none of the {self.action.value} requests: "
@@ -215,33 +242,50 @@ class HealthCheck(NodeStage):
 
     def act(self, ctx: StageContext[NodePlan]) -> None:
         plan = ctx.request
+        chosen = plan.nodes
+        if ctx.attempt:  # a rerun (a crash after the call?): nodes HyperPod already checks are not started again
+            statuses = {n["InstanceId"]: n["InstanceStatus"]["Status"] for n in cluster_nodes(self.deps.aws, plan)}
+            chosen = [n for n in plan.nodes if statuses.get(str(n.instance_id)) != CHECKING]
         by_group: dict[str, list[str]] = {}
-        for node in plan.nodes:
+        for node in chosen:
             by_group.setdefault(node.group or "", []).append(str(node.instance_id))
-        self.deps.aws.client("sagemaker", plan.region).start_cluster_health_check(
-            ClusterName=plan.hyperpod_cluster, DeepHealthCheckConfigurations=[
-                {"InstanceGroupName": group, "InstanceIds": ids, "DeepHealthChecks": list(plan.checks)}
-                for group, ids in sorted(by_group.items())])
+        if by_group:
+            self.deps.aws.client("sagemaker", plan.region).start_cluster_health_check(
+                ClusterName=plan.hyperpod_cluster, DeepHealthCheckConfigurations=[
+                    {"InstanceGroupName": group, "InstanceIds": ids, "DeepHealthChecks": list(plan.checks)}
+                    for group, ids in sorted(by_group.items())])
         ctx.data["started"] = True
 
     def poll(self, ctx: StageContext[NodePlan]) -> Done | Wait:
+        """A node's verdict, once its checks were seen under way (an earlier check's label is no verdict): Passed
+        when it is Running again labelled Passed, else Failed (labelled Failed, or no final label: a reboot ended
+        the checks unfinished); Failed at once when HyperPod marks it for reboot or replacement."""
         plan = ctx.request
         statuses = {n["InstanceId"]: n["InstanceStatus"]["Status"] for n in cluster_nodes(self.deps.aws, plan)}
         cached = self.cached_nodes(plan)
+        seen: list[str] = ctx.data.setdefault("under_way", [])
         verdicts: dict[str, str] = {}
         waiting: list[str] = []
         for node in plan.nodes:
             status = statuses.get(str(node.instance_id))
-            label = labels(cached[node.name]).get(DHC_LABEL) if node.name in cached else None
+            marks = labels(cached[node.name]) if node.name in cached else {}
+            label, node_health = marks.get(DHC_LABEL), marks.get(HEALTH_LABEL)
+            if (status == CHECKING or label == "InProgress") and node.name not in seen:
+                seen.append(node.name)
             if status is None:
                 verdicts[node.name] = "gone"
-            elif status in ("Pending", "DeepHealthCheckInProgress") or label not in ("Passed", "Failed"):
-                waiting.append(node.name)
+            elif node_health in PENDING_RECOVERY:
+                verdicts[node.name] = "Failed"
+            elif status in ("Pending", CHECKING) or label == "InProgress" or node.name not in seen:
+                waiting.append(node.name)  # not under way yet: a label left by an earlier check is no verdict
+            elif status == "Running":  # no final label: the checks ended unfinished (stopped by a reboot)
+                verdicts[node.name] = "Passed" if label == "Passed" else "Failed"
             else:
-                verdicts[node.name] = str(label)
+                waiting.append(node.name)
         ctx.data["verdicts"] = verdicts
         if waiting:
-            return Wait(POLL, f"deep health checks running on {len(waiting)} node(s): {', '.join(waiting[:5])}")
+            return Wait(POLL, f"deep health checks running on {len(waiting)} node(s) ({len(seen)} seen under way): "
+                              f"{', '.join(waiting[:5])}")
         failed = sorted(k for k, v in verdicts.items() if v != "Passed")
         return Done(f"{len(verdicts) - len(failed)} passed" + (f"; failed or gone: {', '.join(failed)}"
                                                                if failed else ""))
