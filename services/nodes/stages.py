@@ -99,14 +99,13 @@ class BatchRequest(NodeStage):
 
     def _under_way(self, plan: NodePlan, before: dict[str, str], keys: list[str]) -> set[str]:
         """Of ``keys`` (instance ids / logical ids) not recorded as sent, those the world shows were sent anyway
-        (a crash between a call and its record): a new boot id or a pending-reboot/not-ready node for a reboot;
+        (a crash between a call and its record): a new boot id or a pending-reboot label for a reboot;
         an instance gone or shutting down for a replacement or deletion."""
         if self.action is NodeAction.REBOOT:
             cached = self.cached_nodes(plan)
             by_key = {(n.instance_id or n.name): n.name for n in plan.nodes}
             return {k for k in keys if (obj := cached.get(by_key.get(k, ""))) is not None and (
-                boot_id(obj) != before.get(by_key[k]) or not ready(obj)
-                or labels(obj).get(HEALTH_LABEL) == "UnschedulablePendingReboot")}
+                boot_id(obj) != before.get(by_key[k]) or labels(obj).get(HEALTH_LABEL) == "UnschedulablePendingReboot")}
         listed = {n["InstanceId"]: n["InstanceStatus"]["Status"] for n in cluster_nodes(self.deps.aws, plan)}
         ids = {n.instance_id for n in plan.nodes if n.instance_id}
         return {k for k in keys if k in ids and listed.get(k, "ShuttingDown") == "ShuttingDown"}
