@@ -22,6 +22,7 @@ from services.informers import Informers
 from services.kube import KubeClients
 from services.limits import Slots
 from services.metrics import Metrics
+from services.nodes import Nodes
 from services.operation_verbs import Operations
 from services.operations import Backoff, Engine, lock_data_dir
 from services.sessions import SessionStore, SignInThrottle
@@ -53,6 +54,7 @@ class Services:
     operations: Operations
     timeline: ClusterTimeline
     features: Features
+    nodes: Nodes
 
     def lock(self) -> None:
         """Take the data directory's lock (start-up order: lock, sandbox reachable, registry, resume)."""
@@ -109,6 +111,8 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         engine.register(kind)
     features = Features(settings, aws, kube, registry, engine)
     for kind in features.kinds():
+    nodes = Nodes(registry, informers, aws, kube, clusters.cache, engine, audit)
+    for kind in nodes.kinds():
         engine.register(kind)
     tokens = TokenStore(db, clock)
     return Services(
@@ -123,4 +127,5 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         operations=Operations(engine, kube, clusters),
         timeline=ClusterTimeline(registry, aws, clusters.cache, informers),
         features=features,
+        nodes=nodes,
     )

@@ -39,7 +39,8 @@ class SandboxWorld(Protocol):
 
 FaultKind = Literal["node_unhealthy", "insufficient_capacity", "addon_degraded", "quota_exhausted", "throttle",
                     "access_denied", "deep_health_check_failed", "spot_reclaimed", "eks_create_failed",
-                    "file_system_failed", "hold_response"]
+                    "file_system_failed", "hold_response",
+                    "node_persistent_fault"]
 
 
 class NodeUnhealthyTarget(RequestModel):
@@ -54,6 +55,14 @@ class DeepHealthCheckFailedTarget(RequestModel):
     node: str | None = Field(None, description="only this instance id; default any node running deep health checks")
     check: Literal["InstanceStress", "InstanceConnectivity", "MultiNodeTrainingValidation"] | None = Field(
         None, description="only this deep health check; default any")
+
+
+class NodePersistentFaultTarget(RequestModel):
+    cluster: str = Field(..., min_length=1, description="HyperPod cluster name")
+    node: str = Field(..., min_length=1, description="instance id of the node with bad hardware")
+    fault_type: str | None = Field(None, max_length=63, description="the fault-types label (default "
+                                                                    "AcceleratedHardware)")
+    reason: str | None = Field(None, max_length=63, description="the fault-reasons label (default NvidiaGpuXidError)")
 
 
 class SpotReclaimedTarget(RequestModel):
@@ -87,6 +96,7 @@ class QuotaExhaustedTarget(RequestModel):
 class ThrottleTarget(RequestModel):
     service: str = Field(..., min_length=1, description="AWS service, e.g. sagemaker or eks")
     operation: str | None = Field(None, description="only this API operation; default all of the service")
+    after: int | None = Field(None, ge=0, le=10_000, description="let this many matching calls through first")
 
 
 class AccessDeniedTarget(RequestModel):
@@ -107,7 +117,8 @@ class HoldResponseTarget(RequestModel):
 
 FaultTarget = (NodeUnhealthyTarget | InsufficientCapacityTarget | AddonDegradedTarget | QuotaExhaustedTarget
                | ThrottleTarget | AccessDeniedTarget | DeepHealthCheckFailedTarget | SpotReclaimedTarget
-               | EksCreateFailedTarget | FileSystemFailedTarget | HoldResponseTarget)
+               | EksCreateFailedTarget | FileSystemFailedTarget | HoldResponseTarget
+               | NodePersistentFaultTarget)
 TARGET_MODELS: dict[str, type[RequestModel]] = {
     "node_unhealthy": NodeUnhealthyTarget,
     "insufficient_capacity": InsufficientCapacityTarget,
@@ -120,6 +131,7 @@ TARGET_MODELS: dict[str, type[RequestModel]] = {
     "eks_create_failed": EksCreateFailedTarget,
     "file_system_failed": FileSystemFailedTarget,
     "hold_response": HoldResponseTarget,
+    "node_persistent_fault": NodePersistentFaultTarget,
 }
 # per kind: (target keys required, target keys allowed), from the models above
 FAULT_TARGETS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
@@ -144,7 +156,8 @@ class FaultInject(RequestModel):
     kind: FaultKind = Field(..., description="node_unhealthy (target cluster = HyperPod cluster name, node = "
                             "instance id, optional recovery = Reboot|Replace); insufficient_capacity (instance_type, "
                             "optional availability_zone); addon_degraded (cluster = EKS name, addon); "
-                            "quota_exhausted (instance_type); throttle (service, optional operation); access_denied "
+                            "quota_exhausted (instance_type); throttle (service, optional operation, optional after "
+                            "= matching calls let through first); access_denied "
                             "(service, action): the call fails at once with AWS's 403 naming the action; "
                             "deep_health_check_failed (cluster, optional node, check): the checks fail, the node is "
                             "replaced; spot_reclaimed (cluster, optional node, instance_group): EC2 takes a Spot "
@@ -152,7 +165,10 @@ class FaultInject(RequestModel):
                             "creation ends FAILED with a health issue; file_system_failed (optional subnet): the "
                             "next FSx file system created there ends FAILED; hold_response (service, operation): the "
                             "call is made and in the ledger, its answer waits until the fault is cleared or the caller "
-                            "goes away (a crash exactly between an act and the save of its result)")
+                            "goes away (a crash exactly between an act and the save of its result); "
+                            "node_persistent_fault (cluster, node, "
+                            "optional fault_type, reason): bad hardware, unhealthy again after every reboot until "
+                            "the node is replaced")
     target: FaultTarget = Field(..., description="what the fault applies to: the keys of the kind's target model")
     count: int | None = Field(None, ge=1, le=10_000,
                               description="throttle, access_denied: how many calls fail (default: until cleared); "

@@ -104,13 +104,14 @@ class Fault:
 
 FAULT_KINDS = frozenset({
     "node_unhealthy",  # target: cluster, node (instance id)
+    "node_persistent_fault",  # target: cluster (HyperPod name), node: unhealthy across reboots, cleared by a replace
     "deep_health_check_failed",  # target: cluster (HyperPod name), node, check (optional): the checks fail
     "spot_reclaimed",  # target: cluster (HyperPod name), node, instance_group (optional): EC2 takes a Spot node
     "insufficient_capacity",  # target: instance_type, availability_zone (optional)
     "addon_degraded",  # target: cluster (EKS name), addon
     "eks_create_failed",  # target: cluster (EKS name): a CreateCluster ends FAILED (a health issue says why)
     "quota_exhausted",  # target: instance_type
-    "throttle",  # target: service, operation (optional); remaining: number of calls to throttle
+    "throttle",  # target: service, operation (optional), after (optional: calls let through first); remaining: calls
     "access_denied",  # target: service, action (an API operation); the call fails at once with a 403
     "file_system_failed",  # target: subnet (optional): the next FSx file system created there ends FAILED
     "hold_response",  # target: service, operation: the call is made and in the ledger; its answer waits for a clear
@@ -173,12 +174,16 @@ class FaultRegistry:
 
     def take(self, kind: str, **match: str) -> Fault | None:
         """The first active fault of ``kind`` whose target fields all match ``match`` (a target field that
-        is absent matches anything); uses one of its ``remaining`` and drops it when none are left."""
+        is absent matches anything; ``after`` is no match key: it counts matching calls let through first); uses
+        one of its ``remaining`` and drops it when none are left."""
         with self._lock:
             for fault in self._faults.values():
                 if fault.kind != kind:
                     continue
                 if any(key in fault.target and fault.target[key] != value for key, value in match.items()):
+                    continue
+                if int(fault.target.get("after") or 0) > 0:  # matching calls it lets through before it applies
+                    fault.target["after"] = str(int(fault.target["after"]) - 1)
                     continue
                 if fault.remaining is not None:
                     fault.remaining -= 1

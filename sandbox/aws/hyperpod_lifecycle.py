@@ -13,7 +13,10 @@ Faults come from the shared :class:`~sandbox.aws.base.FaultRegistry`: ``insuffic
 does; ``deep_health_check_failed`` (target ``cluster``, optional ``node``, ``check``) fails the deep health
 checks a node is running when they end (``deep-health-check-status=Failed``, pending replacement);
 ``spot_reclaimed`` (target ``cluster``, optional ``node``, ``instance_group``) has EC2 take a Spot node
-back: it shuts down and HyperPod launches a replacement. Each is one-shot unless injected with a count.
+back: it shuts down and HyperPod launches a replacement; ``node_persistent_fault`` (target ``cluster``,
+``node``, optional ``fault_type``, ``reason``) is bad hardware: the node is flagged pending replacement, again
+after every reboot, until the instance is replaced (automatically with ``NodeRecovery=Automatic``; otherwise
+only BatchReplaceClusterNodes clears it). Each is one-shot unless injected with a count.
 Recovery is automatic only with ``NodeRecovery=Automatic``; otherwise the node waits for
 BatchRebootClusterNodes/BatchReplaceClusterNodes.
 
@@ -226,8 +229,13 @@ class Lifecycle:
             self.kube.sync(c, g, node, t)
             self.event(c, t, "Info", "Instance", "Deep health checks passed; instance is Running.", node=node)
         elif node.phase == REBOOT:
-            node.phase, node.health, node.message = RUN, SCHEDULABLE, ""
+            node.phase, node.health, node.message, node.boots = RUN, SCHEDULABLE, "", node.boots + 1
             node.fault_type = node.fault_reason = ""
+            persistent = self._persistent(c, node)
+            if persistent is not None:  # the hardware is still bad: the agent flags it again after the boot
+                self.event(c, t, "Info", "Instance", "Instance rebooted and is Running.", node=node)
+                self.mark_unhealthy(c, node, t, "Replace", *persistent)
+                return
             self.kube.sync(c, g, node, t)
             self.event(c, t, "Info", "Instance", "Instance rebooted and is Running.", node=node)
         elif node.phase == UPDATE:
@@ -310,6 +318,10 @@ class Lifecycle:
     def _terminate(self, c: ClusterRec, node: NodeRec, t: float, why: str) -> None:
         if node.phase == SHUTDOWN:
             return
+        for fault in self.faults.list():  # a persistent fault lives with its instance
+            if fault.kind == "node_persistent_fault" and fault.target.get("node") == node.instance_id \
+                    and fault.target.get("cluster", c.name) == c.name:
+                self.faults.clear(fault.id)
         if node.instance_id is None:
             c.nodes.remove(node)
             return
@@ -354,6 +366,10 @@ class Lifecycle:
                 continue
             if node.phase != RUN or node.instance_id is None or node.recovery:
                 continue
+            persistent = self._persistent(c, node)
+            if persistent is not None and not node.fault_type:
+                self.mark_unhealthy(c, node, now, "Replace", *persistent)
+                continue
             fault = self.faults.take("node_unhealthy", cluster=c.name, node=node.instance_id)
             if fault is not None:
                 if fault.remaining is None:
@@ -373,6 +389,17 @@ class Lifecycle:
                 else:
                     self.event(c, now, "Warn", "Instance", f"Label {label} ignored: node recovery by label "
                                "needs NodeRecovery=Automatic.", node=node)
+
+    def _persistent(self, c: ClusterRec, node: NodeRec) -> tuple[str, str] | None:
+        """(fault type, reason) of a ``node_persistent_fault`` on this node (never used up: only a replacement,
+        which retires the instance, clears it)."""
+        if node.instance_id is None:
+            return None
+        fault = next((f for f in self.faults.list() if f.kind == "node_persistent_fault"
+                      and f.target.get("node") == node.instance_id and f.target.get("cluster", c.name) == c.name), None)
+        if fault is None:
+            return None
+        return fault.target.get("fault_type", "AcceleratedHardware"), fault.target.get("reason", "NvidiaGpuXidError")
 
     def _take(self, kind: str, **match: str) -> bool:
         """Whether a fault of ``kind`` matches; one injected without a count is used up by this one match."""

@@ -161,9 +161,13 @@ class KubeNodes:
         annotation_patch: dict[str, str | None] = {
             k: None for k in old_annotations if k.startswith(SM) and k not in annotations}
         annotation_patch.update(annotations)
+        spec: dict[str, Any] = {"taints": kept + taints}
+        ours = any(t.get("key") == "node.kubernetes.io/unschedulable" for t in existing.get("spec", {}).get("taints")
+                   or [])
+        if unschedulable or ours:  # a cordon someone else made (kubectl cordon, a drain) is theirs to lift
+            spec["unschedulable"] = True if unschedulable else None
         cluster.patch(rt, None, name, "merge", {
-            "metadata": {"labels": label_patch, "annotations": annotation_patch},
-            "spec": {"taints": kept + taints, "unschedulable": True if unschedulable else None}}, opts)
+            "metadata": {"labels": label_patch, "annotations": annotation_patch}, "spec": spec}, opts)
         cluster.patch(rt, None, name, "merge", {"status": status}, opts, subresource="status")
 
     def remove(self, rec: ClusterRec, node: NodeRec) -> None:
@@ -239,6 +243,7 @@ class KubeNodes:
                                         f"health monitoring agent detected {node.fault_reason}"))
         assert node.instance_id is not None
         ident = hashlib.sha256(node.instance_id.encode()).hexdigest()
+        boot = hashlib.sha256(f"{node.instance_id}/{node.boots}".encode()).hexdigest()  # new after each reboot
         res = instance_resources(node.instance_type)
         hostname = dns_hostname(node.ip, self.region)
         version = (self.eks_version(rec.kube_cluster) if self.eks_version and rec.kube_cluster else None) \
@@ -248,8 +253,8 @@ class KubeNodes:
             "addresses": [{"type": "InternalIP", "address": node.ip}, {"type": "InternalDNS", "address": hostname},
                           {"type": "Hostname", "address": hostname}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {"architecture": res.arch, "bootID": f"{ident[:8]}-{ident[8:12]}-{ident[12:16]}-"
-                                                           f"{ident[16:20]}-{ident[20:32]}",
+            "nodeInfo": {"architecture": res.arch, "bootID": f"{boot[:8]}-{boot[8:12]}-{boot[12:16]}-"
+                                                           f"{boot[16:20]}-{boot[20:32]}",
                          "containerRuntimeVersion": "containerd://1.7.27", "kernelVersion": "5.10.238-234.956.amzn2."
                          + ("aarch64" if res.arch == "arm64" else "x86_64"),
                          "kubeProxyVersion": "", "kubeletVersion": kubelet_version(version), "machineID": ident[:32],

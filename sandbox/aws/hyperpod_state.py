@@ -67,6 +67,7 @@ class NodeRec:
     last_software_update: float | None = None
     capacity_type: str = "OnDemand"
     added_by_update: bool = False  # launched by an UpdateCluster still in progress (rolled back on failure)
+    boots: int = 0  # reboots so far: the kubelet reports a new boot id after each
 
     @property
     def status(self) -> str:
