@@ -16,6 +16,7 @@ from services.clusters import Clusters
 from services.clusters.registry import ClusterRegistry
 from services.db import Database
 from services.events import EventBus
+from services.groups import InstanceGroups
 from services.informers import Informers
 from services.kube import KubeClients
 from services.limits import Slots
@@ -49,6 +50,7 @@ class Services:
     clusters: Clusters
     token_verbs: Tokens
     operations: Operations
+    groups: InstanceGroups
 
     def lock(self) -> None:
         """Take the data directory's lock (start-up order: lock, sandbox reachable, registry, resume)."""
@@ -103,6 +105,9 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     clusters = Clusters(settings, clock, aws, registry, informers, AwsCache(clock), engine, audit, bus, kube)
     for kind in clusters.kinds():
         engine.register(kind)
+    groups = InstanceGroups(clusters, aws, clusters.cache, engine)
+    for kind in groups.kinds():
+        engine.register(kind)
     tokens = TokenStore(db, clock)
     return Services(
         settings=settings, clock=clock, db=db, bus=bus, audit=audit, tokens=tokens,
@@ -113,5 +118,5 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         websockets=Slots("event WebSockets", settings.ws_per_principal),
         longpolls=Slots("long-polls", settings.longpolls_per_principal),
         informers=informers, clusters=clusters, token_verbs=Tokens(tokens, audit, bus),
-        operations=Operations(engine, kube, clusters),
+        operations=Operations(engine, kube, clusters), groups=groups,
     )

@@ -1,0 +1,222 @@
+"""Instance groups through REST against a real server in sandbox mode, on the seeded cluster imported here:
+add (each capacity type, a zone the cluster's subnets miss), scale to 0 and back, labels and taints, a
+re-sent state that writes nothing, the fixed-field refusal, delete — asserting the UpdateCluster payloads
+the sandbox's ledger recorded (every other group sent unchanged)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+import pytest
+
+from services.groups.spec import group_spec
+from tests.ledger import CallLedger
+from tests.sandbox_support import SeededServer, client, seeded_server
+from tests.support import LiveServer
+
+pytestmark = pytest.mark.slow
+EKS = "groups-eks"
+BASE = f"/api/v1/clusters/{EKS}/instance-groups"
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeededServer]:
+    with seeded_server(tmp_path_factory.mktemp("groups"), EKS, nodes=1) as server:
+        accepted = server.live.post("/api/v1/clusters/import", {"eks_cluster": EKS, "hyperpod_cluster": EKS})
+        assert accepted.status_code == 202, accepted.text
+        done = server.live.get(f"/api/v1/operations/{accepted.json()['operation']['id']}/wait?timeout=60").json()
+        assert done["status"] == "succeeded", done
+        yield server
+
+
+def request(live: LiveServer, method: str, path: str, body: Any = None, token: str | None = None) -> httpx2.Response:
+    return httpx2.request(method, live.url + path, json=body if body is not None else {},
+                          headers=live.headers(token), timeout=60)
+
+
+def finished(live: LiveServer, reply: httpx2.Response) -> dict[str, Any]:
+    assert reply.status_code == 202, reply.text
+    op_id = reply.json()["operation"]["id"]
+    for _ in range(20):
+        view = dict(live.get(f"/api/v1/operations/{op_id}/wait?timeout=30").json())
+        if view["status"] in ("succeeded", "failed", "cancelled"):
+            return view
+    raise AssertionError(f"{op_id} did not end")
+
+
+def brief(view: dict[str, Any]) -> str:
+    return f"{view['status']}: {view.get('error')}; " + "; ".join(f"{s['name']}: {s.get('message')}"
+                                                              for s in view.get("stages", []))
+
+
+def sagemaker(seeded: SeededServer) -> Any:
+    from app.sandbox import aws_session
+    from services.settings import Settings
+
+    settings = Settings(data_dir=seeded.live.data_dir, sandbox=True, sandbox_aws_port=seeded.aws_port)
+    return aws_session(settings).client("sagemaker", endpoint_url=f"http://127.0.0.1:{seeded.aws_port}",
+                                        region_name="us-west-2")
+
+
+def described(seeded: SeededServer) -> dict[str, Any]:
+    return dict(sagemaker(seeded).describe_cluster(ClusterName=EKS))
+
+
+def group(seeded: SeededServer, name: str) -> dict[str, Any] | None:
+    return next((g for g in described(seeded)["InstanceGroups"] if g["InstanceGroupName"] == name), None)
+
+
+def others_unchanged(sent: list[dict[str, Any]], before: dict[str, Any], changed: str) -> None:
+    """Every group but ``changed`` went out exactly as DescribeCluster described it before."""
+    expected = {g["InstanceGroupName"]: group_spec(g) for g in before["InstanceGroups"] if g["InstanceGroupName"]
+                != changed}
+    got = {g["InstanceGroupName"]: g for g in sent if g["InstanceGroupName"] != changed}
+    assert got == expected
+
+
+def zones(seeded: SeededServer) -> tuple[str, str]:
+    """(the zone of the cluster's own subnet, another zone)."""
+    ec2 = client_ec2(seeded)
+    subnet = described(seeded)["VpcConfig"]["Subnets"][0]
+    home = ec2.describe_subnets(SubnetIds=[subnet])["Subnets"][0]["AvailabilityZone"]
+    other = next(z["ZoneName"] for z in ec2.describe_availability_zones()["AvailabilityZones"] if z["ZoneName"] != home)
+    return home, other
+
+
+def client_ec2(seeded: SeededServer) -> Any:
+    from services.settings import Settings
+
+    return client(Settings(data_dir=seeded.live.data_dir, sandbox=True, sandbox_aws_port=seeded.aws_port), "ec2")
+
+
+def test_add_scale_to_zero_and_back_relabel_and_delete(seeded: SeededServer) -> None:
+    live, ledger = seeded.live, CallLedger(seeded.live)
+    home, _ = zones(seeded)
+    before = described(seeded)
+    mark = ledger.mark()
+    added = request(live, "POST", BASE, {"name": "extra", "instance_type": "ml.g5.8xlarge", "count": 1, "zone": home,
+                                         "ebs_volume_gib": 200, "labels": {"team": "a"},
+                                         "taints": [{"key": "dedicated", "value": "a", "effect": "NoSchedule"}]})
+    assert added.status_code == 202, added.text
+    assert any("the cluster's, in" in d for d in added.json()["decided"]), added.json()
+    view = finished(live, added)
+    assert view["status"] == "succeeded", brief(view)
+    assert view["target"] == f"cluster/{EKS}/group/extra"
+    sent = ledger.once("sagemaker", "UpdateCluster", since=mark)["request"]
+    others_unchanged(sent["InstanceGroups"], before, "extra")
+    new = next(g for g in sent["InstanceGroups"] if g["InstanceGroupName"] == "extra")
+    assert new["InstanceType"] == "ml.g5.8xlarge" and new["InstanceCount"] == 1
+    assert new["CapacityRequirements"] == {"OnDemand": {}} and "OverrideVpcConfig" not in new
+    assert new["InstanceStorageConfigs"] == [{"EbsVolumeConfig": {"VolumeSizeInGB": 200}}]
+    assert new["KubernetesConfig"] == {"Labels": {"team": "a"},
+                                       "Taints": [{"Key": "dedicated", "Value": "a", "Effect": "NoSchedule"}]}
+    assert ledger.writes(mark, service="ec2") == [], "the cluster's own subnet serves the zone: no subnet made"
+    listed = {g["name"]: g for g in live.get(BASE + "?refresh=true").json()}
+    assert listed["extra"]["current_count"] == 1 and listed["extra"]["labels"] == {"team": "a"}
+
+    # scale to zero: InstanceCount 0 with MinInstanceCount 0, every other group unchanged
+    before, mark = described(seeded), ledger.mark()
+    view = finished(live, request(live, "PATCH", BASE + "/extra", {"count": 0}))
+    assert view["status"] == "succeeded", brief(view)
+    sent = ledger.once("sagemaker", "UpdateCluster", since=mark)["request"]["InstanceGroups"]
+    others_unchanged(sent, before, "extra")
+    scaled = next(g for g in sent if g["InstanceGroupName"] == "extra")
+    assert scaled == {**group_spec(group_of(before, "extra")), "InstanceCount": 0, "MinInstanceCount": 0}
+    now = group(seeded, "extra")
+    assert now is not None and now["CurrentCount"] == 0 and now["TargetCount"] == 0
+
+    # and back to one
+    mark = ledger.mark()
+    view = finished(live, request(live, "PATCH", BASE + "/extra", {"count": 1}))
+    assert view["status"] == "succeeded", brief(view)
+    back = next(g for g in ledger.once("sagemaker", "UpdateCluster", since=mark)["request"]["InstanceGroups"]
+                if g["InstanceGroupName"] == "extra")
+    assert back["InstanceCount"] == 1 and back["KubernetesConfig"]["Labels"] == {"team": "a"}, "nothing dropped"
+    assert (group(seeded, "extra") or {}).get("CurrentCount") == 1
+
+    # the current state again: a no-op operation, no AWS write
+    mark = ledger.mark()
+    view = finished(live, request(live, "PATCH", BASE + "/extra", {"count": 1, "labels": {"team": "a"}}))
+    assert view["status"] == "succeeded" and view["stages"][0]["message"] == "already in the desired state", view
+    ledger.assert_no_writes(mark)
+
+    # labels and taints replace the sets; the taints left out are removed
+    mark = ledger.mark()
+    view = finished(live, request(live, "PATCH", BASE + "/extra", {"labels": {"team": "b"}, "taints": []}))
+    assert view["status"] == "succeeded", brief(view)
+    relabelled = next(g for g in ledger.once("sagemaker", "UpdateCluster", since=mark)["request"]["InstanceGroups"]
+                      if g["InstanceGroupName"] == "extra")
+    assert relabelled["KubernetesConfig"] == {"Labels": {"team": "b"}}
+
+    # delete: admin only, InstanceGroupsToDelete, the group gone
+    operator = live.make_token("operator")
+    mark = ledger.mark()
+    refused = request(live, "DELETE", BASE + "/extra", token=operator)
+    assert refused.status_code == 403, refused.text
+    view = finished(live, request(live, "DELETE", BASE + "/extra"))
+    assert view["status"] == "succeeded", brief(view)
+    deleted = ledger.once("sagemaker", "UpdateCluster", since=mark)["request"]
+    assert deleted["InstanceGroupsToDelete"] == ["extra"] and "InstanceGroups" not in deleted
+    assert group(seeded, "extra") is None
+    assert "extra" not in {g["name"] for g in live.get(BASE + "?refresh=true").json()}
+
+
+def group_of(cluster: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(g for g in cluster["InstanceGroups"] if g["InstanceGroupName"] == name)
+
+
+def test_a_spot_group_in_another_zone_gets_a_compute_subnet_there(seeded: SeededServer) -> None:
+    live, ledger = seeded.live, CallLedger(seeded.live)
+    _, other = zones(seeded)
+    mark = ledger.mark()
+    added = request(live, "POST", BASE, {"name": "spot", "instance_type": "ml.g5.8xlarge", "count": 1, "zone": other,
+                                         "capacity_type": "spot"})
+    assert added.status_code == 202, added.text
+    view = finished(live, added)
+    assert view["status"] == "succeeded", brief(view)
+    assert [s["name"] for s in view["stages"]] == ["subnet", "update"]
+    made = ledger.once("ec2", "CreateSubnet", since=mark)["request"]
+    assert made.get("AvailabilityZone") == other or made.get("AvailabilityZoneId"), made
+    subnet = view["stages"][0]["result"]["subnet"]
+    new = group_of({"InstanceGroups": ledger.once("sagemaker", "UpdateCluster", since=mark)["request"]
+                    ["InstanceGroups"]}, "spot")
+    assert new["CapacityRequirements"] == {"Spot": {}}
+    assert new["OverrideVpcConfig"]["Subnets"] == [subnet]
+    assert new["OverrideVpcConfig"]["SecurityGroupIds"] == described(seeded)["VpcConfig"]["SecurityGroupIds"]
+    shown = live.get(BASE + "/spot?refresh=true").json()
+    assert shown["capacity_type"] == "spot" and shown["subnets"] == [subnet]
+
+    # capacity type and EFA-only are fixed for the group's life: refused before anything is written
+    mark = ledger.mark()
+    for body, field in (({"capacity_type": "on-demand"}, "capacity_type"), ({"efa_only": True}, "efa_only")):
+        refused = request(live, "PATCH", BASE + "/spot", body)
+        assert refused.status_code == 409, refused.text
+        error = refused.json()["error"]
+        assert "fixed for" in error["message"] and error["details"]["field"] == field, error
+    ledger.assert_no_writes(mark)
+    assert live.get("/api/v1/operations?kind=instance_group.update&target=" + f"cluster/{EKS}/group/spot").json() == []
+    finished(live, request(live, "DELETE", BASE + "/spot"))
+
+
+def test_bad_choices_are_refused_with_the_valid_ones(seeded: SeededServer) -> None:
+    live, ledger = seeded.live, CallLedger(seeded.live)
+    home, _ = zones(seeded)
+    mark = ledger.mark()
+    efa = request(live, "POST", BASE, {"name": "efa", "instance_type": "ml.g5.8xlarge", "count": 1, "zone": home,
+                                       "efa_only": True})
+    assert efa.status_code == 422, efa.text
+    assert "more than one EFA interface" in efa.json()["error"]["message"]
+    able = efa.json()["error"]["details"]["instance_types"]
+    assert able and "ml.g5.8xlarge" not in able
+    unknown = request(live, "POST", BASE, {"name": "nope", "instance_type": "ml.g5.9xlarge", "count": 1, "zone": home})
+    assert unknown.status_code == 422 and "ml.g5.8xlarge" in unknown.json()["error"]["details"]["instance_types"]
+    quota = request(live, "POST", BASE, {"name": "big", "instance_type": "ml.g5.8xlarge", "count": 50, "zone": home})
+    assert quota.status_code == 422 and "quota" in quota.json()["error"]["message"], quota.text
+    exists = request(live, "POST", BASE, {"name": "workers", "instance_type": "ml.g5.8xlarge", "count": 1,
+                                          "zone": home})
+    assert exists.status_code == 409, exists.text
+    missing = request(live, "PATCH", BASE + "/ghost", {"count": 1})
+    assert missing.status_code == 404 and "workers" in missing.json()["error"]["message"]
+    ledger.assert_no_writes(mark)
