@@ -12,9 +12,10 @@ import httpx2
 import pytest
 
 from services.groups.spec import group_spec
+from services.settings import Settings
 from tests.ledger import CallLedger
 from tests.sandbox_support import SeededServer, client, seeded_server
-from tests.support import LiveServer
+from tests.support import LiveServer, wait_until
 
 pytestmark = pytest.mark.slow
 EKS = "groups-eks"
@@ -52,12 +53,7 @@ def brief(view: dict[str, Any]) -> str:
 
 
 def sagemaker(seeded: SeededServer) -> Any:
-    from app.sandbox import aws_session
-    from services.settings import Settings
-
-    settings = Settings(data_dir=seeded.live.data_dir, sandbox=True, sandbox_aws_port=seeded.aws_port)
-    return aws_session(settings).client("sagemaker", endpoint_url=f"http://127.0.0.1:{seeded.aws_port}",
-                                        region_name="us-west-2")
+    return client(settings_of(seeded), "sagemaker")
 
 
 def described(seeded: SeededServer) -> dict[str, Any]:
@@ -85,10 +81,12 @@ def zones(seeded: SeededServer) -> tuple[str, str]:
     return home, other
 
 
-def client_ec2(seeded: SeededServer) -> Any:
-    from services.settings import Settings
+def settings_of(seeded: SeededServer) -> Settings:
+    return Settings(data_dir=seeded.live.data_dir, sandbox=True, sandbox_aws_port=seeded.aws_port)
 
-    return client(Settings(data_dir=seeded.live.data_dir, sandbox=True, sandbox_aws_port=seeded.aws_port), "ec2")
+
+def client_ec2(seeded: SeededServer) -> Any:
+    return client(settings_of(seeded), "ec2")
 
 
 def test_add_scale_to_zero_and_back_relabel_and_delete(seeded: SeededServer) -> None:
@@ -219,4 +217,89 @@ def test_bad_choices_are_refused_with_the_valid_ones(seeded: SeededServer) -> No
     assert exists.status_code == 409, exists.text
     missing = request(live, "PATCH", BASE + "/ghost", {"count": 1})
     assert missing.status_code == 404 and "workers" in missing.json()["error"]["message"]
+    ledger.assert_no_writes(mark)
+
+
+RESERVABLE = ("ml.p5.4xlarge", "ml.p4d.24xlarge", "ml.p5.48xlarge", "ml.trn1.32xlarge")  # SearchTrainingPlan...
+
+
+def reservable(seeded: SeededServer, zone: str = "us-west-2a") -> str:
+    """A type training plans reserve that ``zone`` offers, with a cluster-usage quota raised to 8 (a new account
+    has none for these: the sandbox approves the increase at once)."""
+    offered = {t["instance_type"] for t in seeded.live.get(f"/api/v1/clusters/options?zone={zone}").json()[
+        "instance_types"]}
+    kind = next(t for t in RESERVABLE if t in offered)
+    quotas = client(settings_of(seeded), "service-quotas")
+    quota = next(q for page in quotas.get_paginator("list_service_quotas").paginate(ServiceCode="sagemaker")
+                 for q in page["Quotas"] if q["QuotaName"] == f"{kind} for cluster usage")
+    if quota["Value"] < 8:
+        quotas.request_service_quota_increase(ServiceCode="sagemaker", QuotaCode=quota["QuotaCode"], DesiredValue=8)
+    return kind
+
+
+def plan(seeded: SeededServer, name: str, kind: str, count: int = 2, hours: int = 24) -> dict[str, Any]:
+    """A training plan bought through the sandbox's SageMaker API (its first offering), once it is Scheduled or
+    Active."""
+    sm = sagemaker(seeded)
+    offerings = sm.search_training_plan_offerings(InstanceType=kind, InstanceCount=count, DurationHours=hours,
+                                                  TargetResources=["hyperpod-cluster"])
+    offering = offerings["TrainingPlanOfferings"][0]
+    sm.create_training_plan(TrainingPlanName=name, TrainingPlanOfferingId=offering["TrainingPlanOfferingId"])
+    return dict(wait_until(lambda: (p := sm.describe_training_plan(TrainingPlanName=name))["Status"] != "Pending"
+                           and p, 60, f"training plan {name} bought"))
+
+
+def test_a_training_plan_decides_zone_and_type_and_caps_the_count(seeded: SeededServer) -> None:
+    live, ledger = seeded.live, CallLedger(seeded.live)
+    kind = reservable(seeded)
+    bought = plan(seeded, "plan-a", kind)
+    reserved = bought["ReservedCapacitySummaries"][0]
+    other_zone = next(z for z in ("us-west-2a", "us-west-2b") if z != reserved["AvailabilityZone"])
+    mark = ledger.mark()
+    refusals = {
+        "zone": ({"zone": other_zone}, "reserves capacity in"),
+        "instance_type": ({"instance_type": "ml.g5.4xlarge"}, f"reserves {kind}"),
+        "max_count": ({"count": 3}, "at most 2 instances"),
+        "spot": ({"capacity_type": "spot"}, "cannot be combined with Spot"),
+    }
+    for what, (extra, said) in refusals.items():
+        refused = request(live, "POST", BASE, {"name": "planned", "count": 1, "training_plan": "plan-a", **extra})
+        assert refused.status_code == 422, (what, refused.text)
+        assert said in refused.json()["error"]["message"], (what, refused.json())
+    ledger.assert_no_writes(mark)
+
+    added = request(live, "POST", BASE, {"name": "planned", "count": 2, "training_plan": bought["TrainingPlanArn"]})
+    assert added.status_code == 202, added.text
+    decided = " ".join(added.json()["decided"])
+    assert f"zone {reserved['AvailabilityZone']} and instance type {kind}" in decided, decided
+    assert "capacity type training-plan" in decided
+    assert all(item in added.json()["message"] for item in added.json()["decided"])
+    view = finished(live, added)
+    assert view["status"] == "succeeded", brief(view)
+    new = group_of({"InstanceGroups": ledger.once("sagemaker", "UpdateCluster", since=mark)["request"]
+                    ["InstanceGroups"]}, "planned")
+    assert new["TrainingPlanArn"] == bought["TrainingPlanArn"] and new["InstanceType"] == kind
+    assert "CapacityRequirements" not in new and new["InstanceCount"] == 2
+    shown = live.get(BASE + "/planned?refresh=true").json()
+    assert shown["capacity_type"] == "training-plan" and shown["training_plan_status"] in ("Scheduled", "Active")
+
+    # the plan is fully used now: growing the group is refused with the plan's free count
+    grow = request(live, "PATCH", BASE + "/planned", {"count": 3})
+    assert grow.status_code == 422 and grow.json()["error"]["details"]["max_count"] == 2, grow.text
+    fixed = request(live, "PATCH", BASE + "/planned", {"capacity_type": "on-demand"})
+    assert fixed.status_code == 409 and "training-plan" in fixed.json()["error"]["message"], fixed.text
+    finished(live, request(live, "DELETE", BASE + "/planned"))
+
+
+def test_a_plan_that_is_not_scheduled_or_active_is_refused(seeded: SeededServer) -> None:
+    live, ledger = seeded.live, CallLedger(seeded.live)
+    plan(seeded, "plan-short", reservable(seeded), hours=1)
+    sm = sagemaker(seeded)
+    wait_until(lambda: sm.describe_training_plan(TrainingPlanName="plan-short")["Status"] == "Expired", 60,
+               "the one-hour plan to expire")
+    mark = ledger.mark()
+    refused = request(live, "POST", BASE, {"name": "late", "count": 1, "training_plan": "plan-short"})
+    assert refused.status_code == 422, refused.text
+    assert "Expired" in refused.json()["error"]["message"] and "Scheduled or Active" in refused.json()["error"][
+        "message"]
     ledger.assert_no_writes(mark)

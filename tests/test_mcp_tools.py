@@ -63,7 +63,8 @@ def test_only_routes_answering_an_operation_say_so(document: dict[str, Any]) -> 
     # the status summary reads every registered cluster)
     assert sorted(s.name for s in specs.values() if s.open_world) == \
         ["clusters_create", "clusters_delete", "clusters_get", "clusters_import", "clusters_kubeconfig",
-         "clusters_list", "clusters_options", "status_get"]
+         "clusters_list", "clusters_options", "instance_groups_add", "instance_groups_delete", "instance_groups_get",
+         "instance_groups_list", "instance_groups_update", "instance_groups_update_software", "status_get"]
 
 
 def test_the_cluster_lifecycle_tools_say_what_they_do(document: dict[str, Any]) -> None:

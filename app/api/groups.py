@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from app.api.base import Call, Reply, Route, accepted
+from app.api.pages import Page, current_principal
+from app.bootstrap import Services
+from services.auth import Principal
 from services.groups import InstanceGroups
 from services.groups.models import GroupAdd, GroupPatch, GroupView, SoftwareUpdate
 from services.models import RequestModel
@@ -66,14 +71,12 @@ ROUTES: list[Route] = [
     Route("POST", BASE, "instance_groups_add", "Add an instance group", role_of(InstanceGroups.add_group), _add,
           body=GroupAdd, response=Accepted, path_params=CLUSTER, read_only=False, status=202,
           tag="instance_groups", open_world=True,
-          description="Ask the decisions only (name, instance_type, count, zone, capacity_type), offering what "
-                      "clusters_options lists for the zone. With a training plan the zone and type come from the "
-                      "plan's reservation (name the reservation when the plan holds several), the count may not "
-                      "exceed what it reserves, the plan must be Scheduled or Active, and Spot is refused; the "
-                      "answer's 'decided' says what the plan (and the type's facts) decided. efa_only only for "
-                      "types with more than one EFA interface. Capacity type and efa_only are fixed for the "
-                      "group's life. Refused at once (nothing made) on a bad choice, with the valid ones. Follow "
-                      "the operation with operations_wait: it ends when the group is InService with its count."),
+          description="Ask only the decisions (name, instance_type, count, zone, capacity_type), offering what "
+                      "clusters_options lists for the zone. A training plan decides zone and type (its "
+                      "reservation: name one when it holds several), caps the count, must be Scheduled or Active "
+                      "and excludes Spot; 'decided' says what it decided. efa_only needs a type with >1 EFA "
+                      "interface. Capacity type and efa_only are fixed for the group's life. A bad choice is "
+                      "refused at once with the valid ones. Follow it with operations_wait."),
     Route("PATCH", BASE + "/{group}", "instance_groups_update", "Scale an instance group or change its labels, "
           "taints or automatic patching", role_of(InstanceGroups.update_group), _patch, body=GroupPatch,
           response=Accepted, path_params=GROUP, read_only=False, status=202, tag="instance_groups", open_world=True,
@@ -94,3 +97,13 @@ ROUTES: list[Route] = [
           description="Roll the group's nodes onto a HyperPod AMI release (the latest unless image_release is "
                       "given), node by node; a no-op when it already runs it. Follow it with operations_wait."),
 ]
+
+
+def _page(services: Services, principal: Principal) -> Any:
+    from panels.groups import GroupsPane
+
+    return GroupsPane(groups=services.groups, clusters=services.clusters, bus=services.bus, principal=principal,
+                      current_principal=current_principal(services, principal))
+
+
+PAGES: list[Page] = [Page("instance-groups", "Instance groups", role_of(InstanceGroups.list_groups), _page)]

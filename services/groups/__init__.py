@@ -190,7 +190,8 @@ class InstanceGroups:
             raise Invalid("a reservation belongs to a training plan: give the plan too (training_plan)")
         if zone is None or instance_type is None:
             raise Invalid("give the group's zone and instance_type (or a training plan, which decides both)")
-        options = self.clusters.options.read(OptionsQuery(region=record.region, zone=zone))
+        # fresh facts: a quota raised a moment ago counts (a mutation's precheck is worth the reads)
+        options = self.clusters.options.read(OptionsQuery(region=record.region, zone=zone, refresh=True))
         option = check_type(options.instance_types, instance_type, zone, request.count, request.efa_only)
         threads, why = threads_per_core(request.threads_per_core, option, plan_arn is not None)
         decided.append(why)
@@ -315,7 +316,7 @@ class InstanceGroups:
                               f"to {int(details.get('TargetCount', 0)) + available}",
                               details={"max_count": int(details.get("TargetCount", 0)) + available})
         instance_type = details.get("InstanceType")
-        options = self.clusters.options.read(OptionsQuery(region=record.region))
+        options = self.clusters.options.read(OptionsQuery(region=record.region, refresh=True))
         option = next((t for t in options.instance_types if t.instance_type == instance_type), None)
         if option is not None and option.quota is not None and option.in_use + grow > option.quota:
             raise Invalid(f"the account's '{instance_type} for cluster usage' quota is {option.quota} and "

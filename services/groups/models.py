@@ -25,67 +25,55 @@ class GroupAction(StrEnum):
 
 
 class Taint(RequestModel):
-    key: str = Field(..., min_length=1, max_length=317, description="taint key, e.g. dedicated")
-    value: str | None = Field(None, max_length=63, description="taint value (optional)")
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(..., description="what the taint does")
+    key: str = Field(..., min_length=1, max_length=317)
+    value: str | None = Field(None, max_length=63)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
 class AutoPatch(RequestModel):
-    """Scheduled automatic patching of the group's AMI (HyperPod ``AutoPatchConfig``)."""
+    """HyperPod ``AutoPatchConfig``."""
 
     strategy: Literal["WhenIdle", "WhenAllIdle", "DrainFirst"] = Field(
-        ..., description="WhenIdle: patch each node once it runs no pods; WhenAllIdle: once none of the group's "
-                         "nodes run pods; DrainFirst: drain each node, then patch it")
-    next_patch_date: str | None = Field(None, description="reschedule the next patch to this time (ISO 8601); "
-                                                          "HyperPod sets it itself when a patch is released")
+        ..., description="WhenIdle: each node once it runs no pods; WhenAllIdle: once no node does; DrainFirst")
+    next_patch_date: str | None = Field(None, description="move the next patch to this time (ISO 8601)")
     idle_wait_seconds: int | None = Field(None, ge=3600, le=2160000,
-                                          description="how long to wait for idleness before patching anyway")
-    drain_timeout_seconds: int | None = Field(None, ge=0, le=5400, description="DrainFirst: how long a drain "
-                                                                               "may take")
-    on_drain_timeout: Literal["Force", "Skip"] | None = Field(None, description="DrainFirst: what to do when "
-                                                                                "the drain times out")
+                                          description="wait this long for idleness")
+    drain_timeout_seconds: int | None = Field(None, ge=0, le=5400, description="DrainFirst: drain time limit")
+    on_drain_timeout: Literal["Force", "Skip"] | None = Field(None, description="DrainFirst: on timeout")
 
 
 class GroupAdd(RequestModel):
     """A new HyperPod instance group. With a training plan, the zone and instance type come from the plan's
     reservation (leave them out, or give the plan's)."""
 
-    name: str = Field(..., pattern=GROUP_NAME, description="instance group name, unique in the cluster")
+    name: str = Field(..., pattern=GROUP_NAME, description="unique in the cluster")
     instance_type: str | None = Field(None, pattern=r"^ml\.[a-z0-9.-]+$",
-                                      description="HyperPod instance type (instance_groups_options lists those the "
-                                                  "zone offers); taken from the reservation with a training plan")
-    count: int = Field(..., ge=0, le=6758, description="instances (0: an empty group, e.g. for autoscaling)")
-    zone: str | None = Field(None, pattern=ZONE, description="Availability Zone (name or id) of the group's "
-                                                             "subnet; taken from the reservation with a plan")
-    capacity_type: CapacityType = Field(CapacityType.ON_DEMAND, description="on-demand, spot, or training-plan "
-                                        "(fixed for the group's life)")
+                                      description="a type clusters_options lists for the zone (the plan's with a plan)")
+    count: int = Field(..., ge=0, le=6758, description="instances (0: an empty group)")
+    zone: str | None = Field(None, pattern=ZONE, description="Availability Zone (name or id); the plan's with a plan")
+    capacity_type: CapacityType = Field(CapacityType.ON_DEMAND, description="fixed for the group's life")
     training_plan: str | None = Field(None, min_length=1, max_length=2048,
-                                      description="training plan ARN or name (capacity_type training-plan)")
-    reservation: str | None = Field(None, description="the plan's reserved capacity to use (its "
-                                    "ReservedCapacityArn), when the plan holds several")
-    efa_only: bool = Field(False, description="EFA-only network interfaces (no ENA): only for types with more "
-                                              "than one EFA interface; fixed for the group's life")
-    ebs_volume_gib: int = Field(500, ge=1, le=16384, description="secondary EBS volume per node, GiB")
+                                      description="training plan ARN or name")
+    reservation: str | None = Field(None, description="ReservedCapacityArn, when the plan holds several")
+    efa_only: bool = Field(False, description="EFA-only interfaces (types with >1 EFA interface); fixed")
+    ebs_volume_gib: int = Field(500, ge=1, le=16384, description="EBS volume per node")
     deep_health_checks: list[DeepHealthCheck] = Field(default_factory=list,
-                                                      description="deep health checks each new node runs first")
-    threads_per_core: Literal[1, 2] | None = Field(None, description="1 disables hyperthreading; default: the "
-                                                                    "type's own default")
-    labels: dict[str, str] = Field(default_factory=dict, description="Kubernetes labels on the group's nodes")
-    taints: list[Taint] = Field(default_factory=list, description="Kubernetes taints on the group's nodes")
+                                                      description="run on each new node")
+    threads_per_core: Literal[1, 2] | None = Field(None, description="default: the type's")
+    labels: dict[str, str] = Field(default_factory=dict, description="node labels")
+    taints: list[Taint] = Field(default_factory=list, description="node taints")
 
 
 class GroupPatch(RequestModel):
     """Only the fields to change (an absent field is untouched)."""
 
-    count: int | None = Field(None, ge=0, le=6758, description="new instance count (0 empties the group)")
-    labels: dict[str, str] | None = Field(None, description="the group's Kubernetes labels (replaces them all)")
-    taints: list[Taint] | None = Field(None, description="the group's Kubernetes taints (replaces them all)")
-    auto_patch: AutoPatch | None = Field(None, description="scheduled automatic patching")
-    auto_patch_off: bool = Field(False, description="true: stop automatic patching")
-    capacity_type: CapacityType | None = Field(None, description="fixed for the group's life: only its current "
-                                                                 "value is accepted")
-    efa_only: bool | None = Field(None, description="fixed for the group's life: only its current value is "
-                                                    "accepted")
+    count: int | None = Field(None, ge=0, le=6758, description="instances (0 empties the group)")
+    labels: dict[str, str] | None = Field(None, description="node labels (the whole set)")
+    taints: list[Taint] | None = Field(None, description="node taints (the whole set)")
+    auto_patch: AutoPatch | None = Field(None, description="automatic patching")
+    auto_patch_off: bool = Field(False, description="stop automatic patching")
+    capacity_type: CapacityType | None = Field(None, description="fixed: only the current value")
+    efa_only: bool | None = Field(None, description="fixed: only the current value")
 
 
 class SoftwareUpdate(RequestModel):
