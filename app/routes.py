@@ -36,7 +36,7 @@ class ErrorEnvelope(BaseModel):
 ROUTES: list[Route] = [*system.ROUTES, *operations.ROUTES, *audit.ROUTES, *tokens.ROUTES, *backups.ROUTES,
                        *clusters.ROUTES, *groups.ROUTES]
 
-PAGES: list[Page] = [*operations.PAGES, *clusters.PAGES, *audit.PAGES, *backups.PAGES]
+PAGES: list[Page] = [*operations.PAGES, *clusters.PAGES, *audit.PAGES, *backups.PAGES, *groups.PAGES]
 
 
 def check_routes(routes: list[Route]) -> None:

@@ -162,6 +162,7 @@ def test_add_scale_to_zero_and_back_relabel_and_delete(seeded: SeededServer) -> 
 
 
 def group_of(cluster: dict[str, Any], name: str) -> dict[str, Any]:
+    """The group ``name`` of a DescribeCluster answer or an UpdateCluster request."""
     return next(g for g in cluster["InstanceGroups"] if g["InstanceGroupName"] == name)
 
 
@@ -303,3 +304,81 @@ def test_a_plan_that_is_not_scheduled_or_active_is_refused(seeded: SeededServer)
     assert "Expired" in refused.json()["error"]["message"] and "Scheduled or Active" in refused.json()["error"][
         "message"]
     ledger.assert_no_writes(mark)
+
+
+def test_an_eks_managed_node_group_is_listed_scaled_and_deleted(seeded: SeededServer) -> None:
+    live, ledger = seeded.live, CallLedger(seeded.live)
+    eks = client(settings_of(seeded), "eks")
+    subnets = eks.describe_cluster(name=EKS)["cluster"]["resourcesVpcConfig"]["subnetIds"]
+    eks.create_nodegroup(clusterName=EKS, nodegroupName="system", subnets=subnets, instanceTypes=["m5.large"],
+                         nodeRole="arn:aws:iam::123456789012:role/eks-node",
+                         scalingConfig={"minSize": 1, "maxSize": 2, "desiredSize": 1})
+    wait_until(lambda: eks.describe_nodegroup(clusterName=EKS, nodegroupName="system")["nodegroup"]["status"]
+               == "ACTIVE", 60, "the node group ACTIVE")
+    listed = {g["name"]: g for g in live.get(BASE + "?refresh=true").json()}
+    assert listed["system"]["kind"] == "eks-nodegroup" and listed["system"]["target_count"] == 1
+    assert listed["workers"]["kind"] == "hyperpod"
+
+    mark = ledger.mark()
+    refused = request(live, "PATCH", BASE + "/system", {"labels": {"a": "b"}})
+    assert refused.status_code == 422 and "only its count" in refused.json()["error"]["message"], refused.text
+    ledger.assert_no_writes(mark)
+    view = finished(live, request(live, "PATCH", BASE + "/system", {"count": 0}))
+    assert view["status"] == "succeeded" and [s["name"] for s in view["stages"]] == ["nodegroup"], brief(view)
+    scaled = ledger.once("eks", "UpdateNodegroupConfig", since=mark)["request"]
+    assert scaled["scalingConfig"] == {"desiredSize": 0, "minSize": 0, "maxSize": 2}
+    assert ledger.succeeded("sagemaker", "UpdateCluster", since=mark) == []
+
+    view = finished(live, request(live, "DELETE", BASE + "/system"))
+    assert view["status"] == "succeeded", brief(view)
+    ledger.once("eks", "DeleteNodegroup", since=mark)
+    assert "system" not in {g["name"] for g in live.get(BASE + "?refresh=true").json()}
+
+
+def test_automatic_patching_and_a_software_update(seeded: SeededServer) -> None:
+    live, ledger = seeded.live, CallLedger(seeded.live)
+    mark = ledger.mark()
+    patch = {"strategy": "DrainFirst", "drain_timeout_seconds": 600, "on_drain_timeout": "Skip"}
+    view = finished(live, request(live, "PATCH", BASE + "/workers", {"auto_patch": patch}))
+    assert view["status"] == "succeeded", brief(view)
+    sent = group_of(ledger.once("sagemaker", "UpdateCluster", since=mark)["request"], "workers")
+    assert sent["AutoPatchConfig"] == {"PatchingStrategy": "DrainFirst",
+                                       "DrainPolicy": {"DrainTimeoutInSeconds": 600, "OnDrainTimeout": "Skip"}}
+    assert live.get(BASE + "/workers?refresh=true").json()["auto_patch"]["PatchingStrategy"] == "DrainFirst"
+    mark = ledger.mark()
+    view = finished(live, request(live, "PATCH", BASE + "/workers", {"auto_patch_off": True}))
+    assert view["status"] == "succeeded", brief(view)
+    assert "AutoPatchConfig" not in group_of(ledger.once("sagemaker", "UpdateCluster", since=mark)["request"],
+                                             "workers")
+
+    mark = ledger.mark()
+    view = finished(live, request(live, "POST", BASE + "/workers/software-update", {"image_release": "2025.6.0"}))
+    assert view["status"] == "succeeded", brief(view)
+    assert ledger.once("sagemaker", "UpdateClusterSoftware", since=mark)["request"]["InstanceGroups"] == [
+        {"InstanceGroupName": "workers", "ImageReleaseVersion": "2025.6.0"}]
+    assert (group(seeded, "workers") or {})["CurrentImageReleaseVersion"] == "2025.6.0"
+    view = finished(live, request(live, "POST", BASE + "/workers/software-update", {}))
+    assert view["status"] == "succeeded", brief(view)
+    shown = live.get(BASE + "/workers?refresh=true").json()
+    assert shown["image_status"] == "UpToDate", shown
+    mark = ledger.mark()
+    view = finished(live, request(live, "POST", BASE + "/workers/software-update", {}))
+    assert view["stages"][0]["message"] == "already in the desired state", brief(view)
+    ledger.assert_no_writes(mark)
+
+
+def test_an_efa_only_group_for_a_type_with_several_efa_interfaces(seeded: SeededServer) -> None:
+    live, ledger = seeded.live, CallLedger(seeded.live)
+    home, _ = zones(seeded)
+    options = live.get(f"/api/v1/clusters/options?zone={home}").json()["instance_types"]
+    able = sorted(t["instance_type"] for t in options if t["efa_interfaces"] > 1)
+    assert able, "the zone offers types with more than one EFA interface"
+    mark = ledger.mark()
+    view = finished(live, request(live, "POST", BASE, {"name": "fabric", "instance_type": able[0], "count": 0,
+                                                       "zone": home, "efa_only": True}))
+    assert view["status"] == "succeeded", brief(view)
+    new = group_of(ledger.once("sagemaker", "UpdateCluster", since=mark)["request"], "fabric")
+    assert new["NetworkInterface"] == {"InterfaceType": "efa-only"} and new["InstanceCount"] == 0
+    shown = live.get(BASE + "/fabric?refresh=true").json()
+    assert shown["efa_only"] is True and shown["current_count"] == 0
+    finished(live, request(live, "DELETE", BASE + "/fabric"))

@@ -1,5 +1,6 @@
-"""The ``instance_groups`` noun: a cluster's HyperPod instance groups (and its EKS managed node groups, read
-only here). Its verbs are the only entry points for every face.
+"""The ``instance_groups`` noun: a cluster's HyperPod instance groups and its EKS managed node groups (those
+are listed, scaled and deleted; nothing else of theirs changes here). Its verbs are the only entry points for
+every face.
 
 Reads answer from the AWS TTL cache (the entry the clusters reader uses, so an operation's invalidation
 refreshes both). Mutations — add, update (scale, labels, taints, automatic patching), delete, software
@@ -255,6 +256,8 @@ class InstanceGroups:
         no-op without a write when the group already is as asked."""
         record, hyperpod = self._record(cluster)
         described = self._describe(record, hyperpod, fresh=True)
+        if find_group(described, group) is None and (nodegroup := self._nodegroup(record, group)) is not None:
+            return self._scale_nodegroup(principal, record, nodegroup, request, idempotency_key)
         details = self._details(described, cluster, group)
         check_fixed(group, details, request.capacity_type, request.efa_only)
         if request.auto_patch is not None and request.auto_patch_off:
@@ -323,12 +326,48 @@ class InstanceGroups:
                           f"{option.in_use} are in use: {grow} more do not fit (ask Service Quotas for more)",
                           details={"quota": option.quota, "in_use": option.in_use})
 
+    def _nodegroup(self, record: ClusterRecord, name: str) -> dict[str, Any] | None:
+        """The EKS managed node group ``name`` of the cluster, read now; None when it has none of that name."""
+        try:
+            return dict(self.aws.client("eks", record.region).describe_nodegroup(
+                clusterName=record.eks_name, nodegroupName=name)["nodegroup"])
+        except NotFound:
+            return None
+
+    def _scale_nodegroup(self, principal: Principal, record: ClusterRecord, nodegroup: dict[str, Any],
+                         request: GroupPatch, idempotency_key: str | None) -> tuple[OperationView, bool]:
+        name = nodegroup["nodegroupName"]
+        asked = request.model_dump(exclude={"count", "capacity_type"})
+        others = {k for k, v in asked.items() if v not in (None, False)}
+        if others or request.count is None:
+            raise Invalid(f"{name} is an EKS managed node group: only its count changes here (not "
+                          + (", ".join(sorted(others)) or "nothing") + ")", details={"kind": "eks-nodegroup"})
+        capacity = CapacityType.SPOT if nodegroup.get("capacityType") == "SPOT" else CapacityType.ON_DEMAND
+        if request.capacity_type is not None and request.capacity_type is not capacity:
+            raise Conflict(f"EKS node group {name} is {capacity.value}: its capacity type is fixed for its life",
+                           details={"field": "capacity_type", "current": capacity.value})
+        if nodegroup["status"] not in ("ACTIVE", "UPDATING"):
+            raise Conflict(f"EKS node group {name} is {nodegroup['status']}: it scales once it is ACTIVE")
+        current = nodegroup.get("scalingConfig") or {}
+        scaling = {"desiredSize": request.count, "minSize": min(int(current.get("minSize", 0)), request.count),
+                   "maxSize": max(int(current.get("maxSize", 1)), request.count, 1)}
+        change = GroupChange(cluster=record.name, region=record.region, hyperpod_cluster=str(record.hyperpod_name),
+                             group=name, action=GroupAction.UPDATE, eks_cluster=record.eks_name, scaling=scaling,
+                             requested_by=principal.name)
+        return self._engine.submit(UPDATE_KIND, change, principal, idempotency_key)
+
     @verb(Role.ADMIN)
     def delete_group(self, principal: Principal, cluster: str, group: str,
                      idempotency_key: str | None = None) -> tuple[OperationView, bool]:
         """Delete the group and its instances (their volumes are wiped) with InstanceGroupsToDelete."""
         record, hyperpod = self._record(cluster)
         described = self._describe(record, hyperpod, fresh=True)
+        if find_group(described, group) is None and (nodegroup := self._nodegroup(record, group)) is not None:
+            if nodegroup["status"] not in ("ACTIVE", "DEGRADED", "CREATE_FAILED"):
+                raise Conflict(f"EKS node group {group} is {nodegroup['status']}: it can be deleted once that ends")
+            change = GroupChange(cluster=cluster, region=record.region, hyperpod_cluster=hyperpod, group=group,
+                                 action=GroupAction.DELETE, eks_cluster=record.eks_name, requested_by=principal.name)
+            return self._engine.submit(DELETE_KIND, change, principal, idempotency_key)
         self._details(described, cluster, group)
         self._updatable(cluster, described)
         change = GroupChange(cluster=cluster, region=record.region, hyperpod_cluster=hyperpod, group=group,

@@ -95,6 +95,8 @@ class GroupChange(RequestModel):
     vpc_id: str | None = None
     security_groups: list[str] = Field(default_factory=list)
     image_release: str | None = None
+    eks_cluster: str | None = Field(None, description="set for an EKS managed node group (not HyperPod's)")
+    scaling: dict[str, int] | None = Field(None, description="an EKS node group's new scalingConfig")
     requested_by: str
 
 

@@ -7,6 +7,8 @@
   settled (InService with its count, or gone), saying AWS's reason meanwhile (the group's status, its
   counts, its newest event).
 * ``software``: UpdateClusterSoftware for the group, then a wait until its software update has ended.
+* ``nodegroup``: an EKS managed node group's UpdateNodegroupConfig (scaling) or DeleteNodegroup, then a wait
+  until it is ACTIVE, or gone.
 
 Each observes first: a group already as asked is DONE without a write (a re-sent state is a no-op), and a
 crash after the call finds the change made and only waits. Stages never sleep or loop.
@@ -241,8 +243,70 @@ class SoftwareStage(_GroupStage):
         return {"group": ctx.request.group}
 
 
+class NodegroupStage(_GroupStage):
+    """An EKS managed node group: UpdateNodegroupConfig (its scaling) or DeleteNodegroup, then a wait until it
+    is ACTIVE at its size, or gone."""
+
+    name = "nodegroup"
+    expected_seconds = 300.0
+
+    def _eks(self, change: GroupChange) -> Any:
+        return self.deps.aws.client("eks", change.region)
+
+    def _describe(self, change: GroupChange) -> dict[str, Any] | None:
+        try:
+            return dict(self._eks(change).describe_nodegroup(clusterName=change.eks_cluster,
+                                                             nodegroupName=change.group)["nodegroup"])
+        except NotFound:
+            return None
+
+    def observe(self, ctx: StageContext[GroupChange]) -> Observed:
+        change = ctx.request
+        group = self._describe(change)
+        if change.action is GroupAction.DELETE:
+            if group is None:
+                return Observed.DONE
+            return Observed.IN_PROGRESS if group["status"] == "DELETING" else Observed.ABSENT
+        if group is None:
+            raise Permanent(f"EKS node group {change.group} is gone")
+        if group["status"] == "UPDATING":
+            return Observed.IN_PROGRESS
+        same = all(group["scalingConfig"].get(k) == v for k, v in (change.scaling or {}).items())
+        return Observed.DONE if same and group["status"] == "ACTIVE" else Observed.ABSENT
+
+    def act(self, ctx: StageContext[GroupChange]) -> None:
+        change = ctx.request
+        eks = self._eks(change)
+        if change.action is GroupAction.DELETE:
+            eks.delete_nodegroup(clusterName=change.eks_cluster, nodegroupName=change.group)
+        else:
+            eks.update_nodegroup_config(clusterName=change.eks_cluster, nodegroupName=change.group,
+                                        scalingConfig=dict(change.scaling or {}))
+        self.deps.cache.invalidate(change.region, str(change.eks_cluster))
+
+    def poll(self, ctx: StageContext[GroupChange]) -> Done | Wait:
+        change = ctx.request
+        self.deps.cache.invalidate(change.region, str(change.eks_cluster))
+        group = self._describe(change)
+        if change.action is GroupAction.DELETE:
+            if group is None:
+                return Done(f"EKS node group {change.group} deleted")
+            return Wait(POLL_SECONDS, f"EKS node group {change.group} is {group['status']}")
+        if group is None:
+            raise Permanent(f"EKS node group {change.group} disappeared")
+        if group["status"] == "ACTIVE":
+            return Done(f"EKS node group {change.group} ACTIVE at {group['scalingConfig'].get('desiredSize')} nodes")
+        issues = "; ".join(str(i.get("message")) for i in (group.get("health") or {}).get("issues") or [])
+        return Wait(POLL_SECONDS, f"EKS node group {change.group} is {group['status']}"
+                    + (f": {issues}" if issues else ""))
+
+    def result(self, ctx: StageContext[GroupChange]) -> dict[str, Any]:
+        return {"group": ctx.request.group, "action": ctx.request.action.value, "kind": "eks-nodegroup"}
+
+
 def group_kinds(deps: GroupDeps) -> list[OperationKind[GroupChange]]:
-    subnet, update, software = SubnetStage(deps), UpdateStage(deps), SoftwareStage(deps)
+    subnet, update, software, nodegroup = SubnetStage(deps), UpdateStage(deps), SoftwareStage(deps), \
+        NodegroupStage(deps)
 
     def target(change: GroupChange) -> str:
         return group_target(change.cluster, change.group)
@@ -250,13 +314,17 @@ def group_kinds(deps: GroupDeps) -> list[OperationKind[GroupChange]]:
     def add_stages(change: GroupChange) -> list[str]:
         return ["subnet", "update"] if change.vpc_id is not None else ["update"]
 
+    def which(change: GroupChange) -> list[str]:  # a HyperPod group, or an EKS managed node group
+        return ["nodegroup"] if change.eks_cluster is not None else ["update"]
+
     return [
         OperationKind(ADD_KIND, GroupChange, (subnet, update), target=target, plan=add_stages,
                       description="add a HyperPod instance group (its zone's compute subnet first when needed)"),
-        OperationKind(UPDATE_KIND, GroupChange, (update,), target=target,
-                      description="scale an instance group or change its labels, taints or automatic patching"),
-        OperationKind(DELETE_KIND, GroupChange, (update,), target=target, role=Role.ADMIN,
-                      description="delete an instance group and its instances"),
+        OperationKind(UPDATE_KIND, GroupChange, (update, nodegroup), target=target, plan=which,
+                      description="scale an instance group (or EKS node group) or change its labels, taints or "
+                                  "automatic patching"),
+        OperationKind(DELETE_KIND, GroupChange, (update, nodegroup), target=target, role=Role.ADMIN, plan=which,
+                      description="delete an instance group (or EKS node group) and its instances"),
         OperationKind(SOFTWARE_KIND, GroupChange, (software,), target=target,
                       description="update an instance group's software (its HyperPod AMI)"),
     ]
