@@ -171,7 +171,7 @@ def test_a_spot_group_in_another_zone_gets_a_compute_subnet_there(seeded: Seeded
     _, other = zones(seeded)
     mark = ledger.mark()
     added = request(live, "POST", BASE, {"name": "spot", "instance_type": "ml.g5.8xlarge", "count": 1, "zone": other,
-                                         "capacity_type": "spot"})
+                                         "capacity_type": "spot", "deep_health_checks": ["InstanceStress"]})
     assert added.status_code == 202, added.text
     view = finished(live, added)
     assert view["status"] == "succeeded", brief(view)
@@ -181,11 +181,12 @@ def test_a_spot_group_in_another_zone_gets_a_compute_subnet_there(seeded: Seeded
     subnet = view["stages"][0]["result"]["subnet"]
     new = group_of({"InstanceGroups": ledger.once("sagemaker", "UpdateCluster", since=mark)["request"]
                     ["InstanceGroups"]}, "spot")
-    assert new["CapacityRequirements"] == {"Spot": {}}
+    assert new["CapacityRequirements"] == {"Spot": {}} and new["OnStartDeepHealthChecks"] == ["InstanceStress"]
     assert new["OverrideVpcConfig"]["Subnets"] == [subnet]
     assert new["OverrideVpcConfig"]["SecurityGroupIds"] == described(seeded)["VpcConfig"]["SecurityGroupIds"]
     shown = live.get(BASE + "/spot?refresh=true").json()
     assert shown["capacity_type"] == "spot" and shown["subnets"] == [subnet]
+    assert shown["deep_health_checks"] == ["InstanceStress"] and shown["current_count"] == 1
 
     # capacity type and EFA-only are fixed for the group's life: refused before anything is written
     mark = ledger.mark()
