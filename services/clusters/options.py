@@ -63,9 +63,12 @@ class InstanceTypeOption(ResponseModel):
     accelerators: int = 0
     accelerator_memory_gib: float | None = Field(None, description="memory of all its accelerators together")
     efa_interfaces: int = Field(0, description="EFA interfaces it supports (0: no EFA)")
-    threads_per_core: list[int] = Field(default_factory=list, description="the ThreadsPerCore values it accepts "
-                                                                          "(EC2's ValidThreadsPerCore; empty: unknown)")
-    default_threads_per_core: int | None = Field(None, description="its default threads per core (EC2)")
+    # facts a precheck reads (instance groups' ThreadsPerCore), left out of the answer to keep it small
+    threads_per_core: list[int] = Field(default_factory=list, exclude=True,
+                                        description="the ThreadsPerCore values it accepts (EC2's "
+                                                    "ValidThreadsPerCore; empty: unknown)")
+    default_threads_per_core: int | None = Field(None, exclude=True,
+                                                 description="its default threads per core (EC2)")
     quota: int | None = Field(None, description="'<type> for cluster usage' quota (None: not readable)")
     in_use: int = Field(0, description="instances of this type the region's HyperPod clusters run now")
 
