@@ -18,6 +18,7 @@ from services.clusters.registry import ClusterRegistry
 from services.db import Database
 from services.events import EventBus
 from services.features import Features
+from services.groups import InstanceGroups
 from services.informers import Informers
 from services.kube import KubeClients
 from services.limits import Slots
@@ -55,6 +56,7 @@ class Services:
     timeline: ClusterTimeline
     features: Features
     nodes: Nodes
+    groups: InstanceGroups
 
     def lock(self) -> None:
         """Take the data directory's lock (start-up order: lock, sandbox reachable, registry, resume)."""
@@ -110,9 +112,9 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     for kind in clusters.kinds():
         engine.register(kind)
     features = Features(settings, aws, kube, registry, engine)
-    for kind in features.kinds():
     nodes = Nodes(registry, informers, aws, kube, clusters.cache, engine, audit)
-    for kind in nodes.kinds():
+    groups = InstanceGroups(clusters, aws, clusters.cache, engine)
+    for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds()]:
         engine.register(kind)
     tokens = TokenStore(db, clock)
     return Services(
@@ -127,5 +129,5 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         operations=Operations(engine, kube, clusters),
         timeline=ClusterTimeline(registry, aws, clusters.cache, informers),
         features=features,
-        nodes=nodes,
+        nodes=nodes, groups=groups,
     )

@@ -17,6 +17,8 @@ class Accepted(ResponseModel):
     status_url: str
     status_tool: str = Field(STATUS_TOOL, description="the MCP tool that reports this operation's progress")
     message: str
+    decided: list[str] = Field(default_factory=list, description="what the server decided for the caller (e.g. "
+                                                                  "a training plan's zone and type), if anything")
 
 
 class Whoami(ResponseModel):

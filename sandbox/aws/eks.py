@@ -68,7 +68,7 @@ class EksSimulator(AccessOperations):
     operations = frozenset({
         "CreateCluster", "DescribeCluster", "ListClusters", "DescribeClusterVersions", "DeleteCluster",
         "UpdateClusterConfig", "DescribeUpdate",
-        "CreateNodegroup", "DescribeNodegroup", "ListNodegroups", "DeleteNodegroup",
+        "CreateNodegroup", "DescribeNodegroup", "ListNodegroups", "DeleteNodegroup", "UpdateNodegroupConfig",
         "DescribeAddonVersions", "DescribeAddonConfiguration", "CreateAddon", "DescribeAddon", "ListAddons",
         "UpdateAddon", "DeleteAddon",
         "CreateAccessEntry", "DescribeAccessEntry", "ListAccessEntries", "UpdateAccessEntry", "DeleteAccessEntry",
@@ -143,7 +143,7 @@ class EksSimulator(AccessOperations):
                 cluster["status"] = "ACTIVE"
         elif kind == "nodegroup":
             group = rec["nodegroups"].get(item)
-            if group is not None and group["status"] == "CREATING":
+            if group is not None and group["status"] in ("CREATING", "UPDATING"):
                 group["status"] = "ACTIVE"
             elif group is not None and group["status"] == "DELETING":
                 del rec["nodegroups"][item]
@@ -427,6 +427,22 @@ class EksSimulator(AccessOperations):
         group["status"] = "DELETING"
         rec["due"]["nodegroup:" + group["nodegroupName"]] = self.clock.now() + NODEGROUP_SECONDS
         return {"nodegroup": group}
+
+    def _op_UpdateNodegroupConfig(self, p: dict[str, Any]) -> dict[str, Any]:
+        """Scaling only (what the product changes): the sizes must stay min <= desired <= max, as EKS checks."""
+        rec, group = self._nodegroup(p)
+        if group["status"] != "ACTIVE":
+            raise AwsError("ResourceInUseException", f"Nodegroup {group['nodegroupName']} is currently "
+                                                     f"{group['status']}", 409)
+        scaling = {**group["scalingConfig"], **(p.get("scalingConfig") or {})}
+        if not scaling["minSize"] <= scaling["desiredSize"] <= scaling["maxSize"] or scaling["maxSize"] < 1:
+            raise AwsError("InvalidParameterException", "Nodegroup scaling config requires minSize <= desiredSize "
+                                                        "<= maxSize and maxSize >= 1", 400)
+        now = self.clock.now()
+        group.update(scalingConfig=scaling, status="UPDATING", modifiedAt=now)
+        rec["due"]["nodegroup:" + group["nodegroupName"]] = now + NODEGROUP_SECONDS
+        return {"update": {"id": str(uuid.uuid4()), "status": "InProgress", "type": "ConfigUpdate", "createdAt": now,
+                           "params": [{"type": "DesiredSize", "value": str(scaling["desiredSize"])}], "errors": []}}
 
     # --- add-ons ------------------------------------------------------------------------------------------
 

@@ -63,6 +63,12 @@ class InstanceTypeOption(ResponseModel):
     accelerators: int = 0
     accelerator_memory_gib: float | None = Field(None, description="memory of all its accelerators together")
     efa_interfaces: int = Field(0, description="EFA interfaces it supports (0: no EFA)")
+    # facts a precheck reads (instance groups' ThreadsPerCore), left out of the answer to keep it small
+    threads_per_core: list[int] = Field(default_factory=list, exclude=True,
+                                        description="the ThreadsPerCore values it accepts (EC2's "
+                                                    "ValidThreadsPerCore; empty: unknown)")
+    default_threads_per_core: int | None = Field(None, exclude=True,
+                                                 description="its default threads per core (EC2)")
     quota: int | None = Field(None, description="'<type> for cluster usage' quota (None: not readable)")
     in_use: int = Field(0, description="instances of this type the region's HyperPod clusters run now")
 
@@ -269,4 +275,6 @@ def _type_option(instance_type: str, zones: list[str], facts: dict[str, Any], qu
         accelerators=sum(int(d.get("Count", 0)) for d in devices),
         accelerator_memory_gib=round(total_mib / 1024, 1) if total_mib else None,
         efa_interfaces=int(efa.get("MaximumEfaInterfaces", 0)),
+        threads_per_core=[int(t) for t in (facts.get("VCpuInfo") or {}).get("ValidThreadsPerCore") or []],
+        default_threads_per_core=(facts.get("VCpuInfo") or {}).get("DefaultThreadsPerCore"),
         quota=int(quota) if quota is not None else None, in_use=in_use.get(instance_type, 0))

@@ -441,7 +441,7 @@ def env(shared_world: AwsWorld, clients: dict[str, Any]) -> Env:
     world.advance(CLUSTER_CREATE_SECONDS)
 
     name = names["eks"]
-    for group in ("ng-keep", "ng-doomed"):
+    for group in ("ng-keep", "ng-doomed", "ng-scaled"):
         eks.create_nodegroup(clusterName=name, nodegroupName=group, subnets=nets, nodeRole=role("eks-node"),
                              scalingConfig={"minSize": 1, "maxSize": 2, "desiredSize": 1})
     for addon in ("kube-proxy", "coredns", "eks-pod-identity-agent"):
@@ -732,6 +732,15 @@ def _describe_nodegroup(e: Env) -> None:
 @valid("eks", "ListNodegroups")
 def _list_nodegroups(e: Env) -> None:
     assert "ng-keep" in e["eks"].list_nodegroups(clusterName=e.eks)["nodegroups"]
+
+
+@valid("eks", "UpdateNodegroupConfig")
+def _update_nodegroup_config(e: Env) -> None:
+    update = e["eks"].update_nodegroup_config(clusterName=e.eks, nodegroupName="ng-scaled",
+                                              scalingConfig={"minSize": 0, "maxSize": 2, "desiredSize": 0})["update"]
+    assert update["type"] == "ConfigUpdate"
+    group = e["eks"].describe_nodegroup(clusterName=e.eks, nodegroupName="ng-scaled")["nodegroup"]
+    assert group["status"] == "UPDATING" and group["scalingConfig"]["desiredSize"] == 0
 
 
 @valid("eks", "DeleteNodegroup")

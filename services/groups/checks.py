@@ -1,0 +1,136 @@
+"""Prechecks of the ``instance_groups`` verbs: pure decisions over facts read from AWS before any operation
+row exists, each refusal naming the rule and the valid choices (HTTP 422 for a bad choice, 409 for a state
+that forbids it).
+
+Facts, never lists written here: which zones offer a type, its EFA interfaces and threads per core come from
+EC2 (``OptionsReader``); a training plan's reservations, their zone, type, count and state from SageMaker
+``DescribeTrainingPlan``. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.clusters.create_models import CapacityType
+from services.clusters.options import InstanceTypeOption
+from services.errors import Conflict, Invalid
+
+PLAN_USABLE = ("Scheduled", "Active")
+#: the incumbent's rule, used only when EC2 does not say a type's threads per core (incumbent §5.5)
+_TPC2_FAMILIES = ("ml.p4", "ml.p5", "ml.p6")
+
+
+def capacity_of(details: dict[str, Any]) -> CapacityType:
+    """A group's capacity type as DescribeCluster reports it."""
+    if details.get("TrainingPlanArn"):
+        return CapacityType.TRAINING_PLAN
+    return CapacityType.SPOT if "Spot" in (details.get("CapacityRequirements") or {}) else CapacityType.ON_DEMAND
+
+
+def efa_only_of(details: dict[str, Any]) -> bool:
+    return (details.get("NetworkInterface") or {}).get("InterfaceType") == "efa-only"
+
+
+def check_fixed(name: str, details: dict[str, Any], capacity: CapacityType | None, efa_only: bool | None) -> None:
+    """Capacity type and EFA-only mode are fixed when a group is created (UpdateCluster refuses a change)."""
+    actual = capacity_of(details)
+    if capacity is not None and capacity is not actual:
+        raise Conflict(f"instance group {name} is {actual.value}: a group's capacity type is fixed for its life "
+                       f"and cannot become {capacity.value}; add a new group with capacity type {capacity.value} "
+                       "instead", details={"field": "capacity_type", "current": actual.value})
+    if efa_only is not None and efa_only != efa_only_of(details):
+        raise Conflict(f"instance group {name} has efa_only={efa_only_of(details)}: EFA-only interface mode is "
+                       "fixed for a group's life; add a new group instead",
+                       details={"field": "efa_only", "current": efa_only_of(details)})
+
+
+@dataclass
+class PlanChoice:
+    """What a training plan decided for a new group."""
+
+    arn: str
+    zone: str
+    instance_type: str
+    cap: int
+    decided: list[str] = field(default_factory=list)
+
+
+def choose_reservation(plan: dict[str, Any], reservation: str | None, zone: str | None,
+                       instance_type: str | None, count: int, spot: bool) -> PlanChoice:
+    """The plan's reservation a new group uses, and what it fixes: the group's zone and type, the count cap."""
+    name, arn = plan["TrainingPlanName"], plan["TrainingPlanArn"]
+    if spot:
+        raise Invalid("a training plan is reserved capacity: it cannot be combined with Spot; choose capacity type "
+                      "training-plan (with the plan) or spot (without one)")
+    if plan["Status"] not in PLAN_USABLE:
+        raise Invalid(f"training plan {name} is {plan['Status']}: a group can use a plan only while it is "
+                      f"{' or '.join(PLAN_USABLE)}", details={"status": plan["Status"]})
+    summaries = [s for s in plan.get("ReservedCapacitySummaries") or [] if s.get("Status") in (*PLAN_USABLE, None)]
+    summaries = summaries or list(plan.get("ReservedCapacitySummaries") or [])
+    listed = [{"reservation": s["ReservedCapacityArn"], "zone": s.get("AvailabilityZone"),
+               "instance_type": s["InstanceType"], "count": s["TotalInstanceCount"]} for s in summaries]
+    if reservation is not None:
+        chosen = [s for s in summaries if s["ReservedCapacityArn"] == reservation]
+        if not chosen:
+            raise Invalid(f"training plan {name} has no reservation {reservation}", details={"reservations": listed})
+    elif len(summaries) > 1:
+        raise Invalid(f"training plan {name} holds {len(summaries)} reservations: choose one (reservation)",
+                      details={"reservations": listed})
+    else:
+        chosen = summaries
+    if not chosen:
+        raise Invalid(f"training plan {name} holds no reserved capacity", details={"reservations": listed})
+    rc = chosen[0]
+    plan_zone, plan_type, total = str(rc.get("AvailabilityZone") or ""), str(rc["InstanceType"]), \
+        int(rc["TotalInstanceCount"])
+    if zone is not None and zone not in (plan_zone, rc.get("AvailabilityZoneId")):
+        raise Invalid(f"training plan {name} reserves capacity in {plan_zone}, not {zone}: leave the zone out (the "
+                      "plan decides it) or give its zone", details={"zone": plan_zone})
+    if instance_type is not None and instance_type != plan_type:
+        raise Invalid(f"training plan {name} reserves {plan_type}, not {instance_type}: leave the type out (the "
+                      "plan decides it) or give its type", details={"instance_type": plan_type})
+    available = int(plan.get("AvailableInstanceCount", total))
+    cap = min(total, available)
+    if count > cap:
+        raise Invalid(f"training plan {name} reserves {total} x {plan_type} ({available} not in use): a group on it "
+                      f"may have at most {cap} instances, not {count}", details={"max_count": cap})
+    decided = [f"zone {plan_zone} and instance type {plan_type} from training plan {name}'s reservation "
+               f"{rc['ReservedCapacityArn']} ({total} instances reserved, {available} free; plan {plan['Status']})"]
+    return PlanChoice(arn=arn, zone=plan_zone, instance_type=plan_type, cap=cap, decided=decided)
+
+
+def check_type(facts: list[InstanceTypeOption], instance_type: str, zone: str, count: int,
+               efa_only: bool) -> InstanceTypeOption:
+    """The type is offered in the zone, fits its quota, and supports EFA-only when asked."""
+    offered = {t.instance_type: t for t in facts}
+    option = offered.get(instance_type)
+    if option is None:
+        raise Invalid(f"{zone} offers no HyperPod instance type {instance_type}; it offers: "
+                      + ", ".join(sorted(offered)), details={"instance_types": sorted(offered)})
+    if option.quota is not None and option.in_use + count > option.quota:
+        raise Invalid(f"the account's '{instance_type} for cluster usage' quota is {option.quota} and "
+                      f"{option.in_use} are in use: {count} more do not fit (ask Service Quotas for more)",
+                      details={"quota": option.quota, "in_use": option.in_use})
+    if efa_only and option.efa_interfaces <= 1:
+        able = sorted(t.instance_type for t in facts if t.efa_interfaces > 1)
+        raise Invalid(f"EFA-only interface mode needs a type with more than one EFA interface; {instance_type} has "
+                      f"{option.efa_interfaces}. Types in {zone} that support it: " + (", ".join(able) or "none"),
+                      details={"instance_types": able})
+    return option
+
+
+def threads_per_core(asked: int | None, option: InstanceTypeOption, on_plan: bool) -> tuple[int, str]:
+    """ThreadsPerCore for a new group and why: the caller's (if the type accepts it), else the type's default
+    (EC2), else the incumbent's heuristic (2 on a plan or p4/p5/p6, else 1)."""
+    valid = option.threads_per_core
+    if asked is not None:
+        if valid and asked not in valid:
+            raise Invalid(f"{option.instance_type} accepts threads per core {valid}, not {asked}",
+                          details={"threads_per_core": valid})
+        return asked, f"threads per core {asked} (asked)"
+    if option.default_threads_per_core is not None:
+        return int(option.default_threads_per_core), \
+            f"threads per core {option.default_threads_per_core} ({option.instance_type}'s default)"
+    value = 2 if on_plan or option.instance_type.startswith(_TPC2_FAMILIES) else 1
+    return value, f"threads per core {value} (EC2 does not say {option.instance_type}'s; heuristic)"

@@ -1,0 +1,78 @@
+"""``services/groups/spec.py``: DescribeCluster's group details -> UpdateCluster's group specification, checked
+against botocore's own model of both shapes (the one the product's clients load)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import botocore.session
+
+from services.groups.spec import SPEC_MEMBERS, full_group_list, group_spec
+
+MODEL = botocore.session.get_session().get_service_model("sagemaker")
+
+
+def members(shape: str) -> set[str]:
+    return set(MODEL.shape_for(shape).members)
+
+
+DETAILS: dict[str, Any] = {
+    "CurrentCount": 3, "TargetCount": 4, "MinCount": 2, "InstanceGroupName": "gpu", "InstanceType": "ml.p5.48xlarge",
+    "LifeCycleConfig": {"SourceS3Uri": "s3://b/lifecycle/", "OnCreate": "on_create.sh"},
+    "ExecutionRole": "arn:aws:iam::123456789012:role/exec", "ThreadsPerCore": 2,
+    "InstanceStorageConfigs": [{"EbsVolumeConfig": {"VolumeSizeInGB": 500}}],
+    "OnStartDeepHealthChecks": ["InstanceStress"], "Status": "Updating",
+    "TrainingPlanArn": "arn:aws:sagemaker:us-west-2:123456789012:training-plan/p", "TrainingPlanStatus": "Active",
+    "OverrideVpcConfig": {"SecurityGroupIds": ["sg-1"], "Subnets": ["subnet-1"]},
+    "ScheduledUpdateConfig": {"ScheduleExpression": "cron(0 4 ? * SUN *)"},
+    "AutoPatchConfig": {"PatchingStrategy": "DrainFirst", "CurrentPatchSchedule": {"NextPatchDate": 1},
+                        "DesiredPatchSchedule": {"NextPatchDate": 2}, "IdleWaitWindowInSeconds": 3600,
+                        "DrainPolicy": {"DrainTimeoutInSeconds": 60, "OnDrainTimeout": "Skip"}},
+    "CurrentImageId": "ami-old", "DesiredImageId": "ami-new", "CurrentImageReleaseVersion": "1.0.0",
+    "DesiredImageReleaseVersion": "1.1.0", "ImageVersionStatus": "UpdateAvailable", "ActiveOperations": {"Scaling": 1},
+    "KubernetesConfig": {"CurrentLabels": {"a": "1"}, "DesiredLabels": {"a": "2"},
+                         "CurrentTaints": [], "DesiredTaints": [{"Key": "k", "Effect": "NoSchedule"}]},
+    "CapacityRequirements": {"OnDemand": {}}, "TargetStateCount": 3, "SoftwareUpdateStatus": "InProgress",
+    "NetworkInterface": {"InterfaceType": "efa-only"},
+}
+
+
+def test_spec_members_are_exactly_the_models() -> None:
+    assert set(SPEC_MEMBERS) == members("ClusterInstanceGroupSpecification")
+
+
+def test_details_become_a_spec_with_only_spec_members_and_the_desired_values() -> None:
+    assert set(DETAILS) <= members("ClusterInstanceGroupDetails"), "the fixture uses only real detail members"
+    spec = group_spec(DETAILS)
+    assert set(spec) <= members("ClusterInstanceGroupSpecification")
+    for shape in ("Status", "CurrentCount", "TargetCount", "ActiveOperations", "TrainingPlanStatus"):
+        assert shape not in spec
+    assert spec["InstanceCount"] == 4 and spec["MinInstanceCount"] == 2
+    assert spec["ImageId"] == "ami-new" and spec["ImageReleaseVersion"] == "1.1.0"
+    assert spec["KubernetesConfig"] == {"Labels": {"a": "2"}, "Taints": [{"Key": "k", "Effect": "NoSchedule"}]}
+    assert spec["AutoPatchConfig"] == {"PatchingStrategy": "DrainFirst", "PatchSchedule": {"NextPatchDate": 2},
+                                       "IdleWaitWindowInSeconds": 3600,
+                                       "DrainPolicy": {"DrainTimeoutInSeconds": 60, "OnDrainTimeout": "Skip"}}
+    assert spec["NetworkInterface"] == {"InterfaceType": "efa-only"}
+    # every member the details carry a value for is carried over: nothing dropped
+    assert set(spec) == set(SPEC_MEMBERS) - {"InstanceRequirements", "SlurmConfig"}
+    assert DETAILS["KubernetesConfig"]["CurrentLabels"] == {"a": "1"}, "the details are not modified"
+
+
+def test_flexible_types_replace_the_single_type() -> None:
+    details = {**DETAILS, "InstanceRequirements": {"CurrentInstanceTypes": ["ml.p5.48xlarge"],
+                                                   "DesiredInstanceTypes": ["ml.p5.48xlarge", "ml.p5e.48xlarge"]}}
+    spec = group_spec(details)
+    assert spec["InstanceRequirements"] == {"InstanceTypes": ["ml.p5.48xlarge", "ml.p5e.48xlarge"]}
+    assert "InstanceType" not in spec
+
+
+def test_the_full_list_keeps_every_other_group_and_replaces_one() -> None:
+    other = {**DETAILS, "InstanceGroupName": "cpu", "TargetCount": 1}
+    cluster = {"InstanceGroups": [other, DETAILS]}
+    changed = {**group_spec(DETAILS), "InstanceCount": 0, "MinInstanceCount": 0}
+    sent = full_group_list(cluster, replace=changed)
+    assert sent == [group_spec(other), changed]
+    added = full_group_list(cluster, replace={"InstanceGroupName": "new", "InstanceCount": 1})
+    assert [g["InstanceGroupName"] for g in added] == ["cpu", "gpu", "new"]
+    assert full_group_list(cluster, without="gpu") == [group_spec(other)]
