@@ -24,8 +24,9 @@ _REF = re.compile(r"#/components/schemas/")
 _REF_NAME = re.compile(r'"\$ref": "#/components/schemas/([^"]+)"')
 #: toolsets (route tags) an agent gets unless it asks: the everyday nouns; audit, sandbox and
 #: tokens are on request (``--toolsets audit,sandbox`` or ``all``)
-DEFAULT_TOOLSETS = ("system", "operations", "backups", "clusters", "instance_groups", "nodes", "features", "storage",
-                    "training", "inference")
+#: what a bridge offers without --toolsets: the everyday reads and the cluster noun (an agent's context budget,
+#: tests/test_mcp_tools.py); each capability's playbook names the toolsets it needs (skills/*.md ``toolsets``)
+DEFAULT_TOOLSETS = ("system", "operations", "backups", "clusters", "nodes")
 #: query arguments that page or narrow a list, named in the hint of a result that was cut
 PAGING_ARGS = ("before", "before_id", "after", "limit", "status", "kind", "target", "actor", "action", "cluster",
                "group", "health")

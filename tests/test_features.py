@@ -278,7 +278,8 @@ def test_an_agent_toggles_a_feature_through_the_mcp_bridge(seeded: tuple[LiveSer
         raise AssertionError(f"{op_id} did not end")
 
     async def agent() -> dict[str, Any]:
-        params = StdioServerParameters(command=sys.executable, args=["-m", "app.cli", "mcp", "--url", live.url],
+        params = StdioServerParameters(command=sys.executable, args=[
+            "-m", "app.cli", "mcp", "--url", live.url, "--toolsets", "system,operations,clusters,features"],
                                        env={**clean_env(), "INSTANTSTART_TOKEN": live.admin_token}, cwd=str(ROOT))
         async with Client(params) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}

@@ -47,7 +47,8 @@ async def follow(client: Client, op_id: str) -> dict[str, Any]:
 
 
 def bridge(seeded: SeededServer, token: str) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable, args=["-m", "app.cli", "mcp", "--url", seeded.live.url],
+    return StdioServerParameters(command=sys.executable, args=["-m", "app.cli", "mcp", "--url", seeded.live.url,
+                                       "--toolsets", "system,operations,clusters,instance_groups"],
                                  env={**clean_env(), "INSTANTSTART_TOKEN": token}, cwd=str(ROOT))
 
 

@@ -49,6 +49,7 @@ def fresh_env(home: Path) -> dict[str, str]:
     return {**keep, "HOME": str(home), "INSTANTSTART_RUNTIME_DIR": str(home / "run"), "PYTHONUNBUFFERED": "1"}
 
 
+@pytest.mark.timeout(900)  # the whole walkthrough: a sandbox, an import, a create and a delete of `demo`
 def test_readme_commands_run_in_order(tmp_path: Path) -> None:
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()

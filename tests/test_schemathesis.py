@@ -85,6 +85,7 @@ def throwaway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Throwaway]:
         services.stop()
 
 
+@pytest.mark.timeout(900)  # every route of every noun, fuzzed
 @pytest.mark.parametrize("role", ["admin", "viewer"])
 def test_schemathesis_finds_nothing(throwaway: Throwaway, role: str, tmp_path: Path) -> None:
     report = tmp_path / "events.ndjson"

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from app.rest import openapi_document
-from mcp_bridge.tools import tool_specs
+from mcp_bridge.tools import DEFAULT_TOOLSETS, select_toolsets, tool_specs
 
 SKILLS = Path(__file__).resolve().parents[1] / "skills"
 
@@ -38,6 +38,11 @@ def test_every_tool_a_playbook_names_exists() -> None:
         assert mentioned <= tools, f"{path.name} names unknown tools {mentioned - tools}"
         assert mentioned <= declared | suggested, \
             f"{path.name} uses tools missing from its front matter {mentioned - declared - suggested}"
+        # what a bridge started with the playbook's toolsets (``--toolsets``, on top of the default) offers
+        wanted = ",".join([*DEFAULT_TOOLSETS, *(front.get("toolsets") or [])])
+        offered = {spec.name for spec in select_toolsets(tool_specs(openapi_document(), "admin"), wanted)}
+        assert declared | suggested <= offered, \
+            f"{path.name} needs toolsets it does not name (front matter `toolsets`): {(declared | suggested) - offered}"
 
 
 def test_a_read_only_playbook_calls_read_tools_and_only_suggests_the_rest() -> None:
