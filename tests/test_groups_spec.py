@@ -4,11 +4,12 @@ against botocore's own model of both shapes (the one the product's clients load)
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 import botocore.session
 
-from services.groups.spec import SPEC_MEMBERS, full_group_list, group_spec, update_groups
+from services.groups.spec import SPEC_MEMBERS, comparable, full_group_list, group_spec, patch_date, update_groups
 
 MODEL = botocore.session.get_session().get_service_model("sagemaker")
 
@@ -118,3 +119,15 @@ def test_sibling_group_updates_do_not_lose_each_others_change() -> None:
     second.join(30)
     assert aws.sent == [{"a": 3, "b": 1}, {"a": 3, "b": 5}]
     assert {g["InstanceGroupName"]: g["TargetCount"] for g in aws.groups} == {"a": 3, "b": 5}
+
+
+def test_a_sent_clear_and_a_patch_date_compare_equal_to_what_describe_reads_back() -> None:
+    sent = {"InstanceGroupName": "g", "InstanceCount": 0, "KubernetesConfig": {"Labels": {}, "Taints": []},
+            "AutoPatchConfig": {"PatchingStrategy": "WhenIdle",
+                                "PatchSchedule": {"NextPatchDate": "2026-12-24T05:00:00+02:00"}}}
+    details = {"InstanceGroupName": "g", "KubernetesConfig": {"DesiredLabels": {}, "DesiredTaints": []},
+               "AutoPatchConfig": {"PatchingStrategy": "WhenIdle", "DesiredPatchSchedule": {
+                   "NextPatchDate": datetime(2026, 12, 24, 3, 0, tzinfo=UTC)}}}
+    assert comparable(group_spec(details)) == comparable(sent)
+    assert patch_date("2026-12-24T03:00:00Z") == patch_date(datetime(2026, 12, 24, 3, 0, 0, 500, tzinfo=UTC))
+    assert comparable({**sent, "KubernetesConfig": {"Labels": {"a": "1"}, "Taints": []}}) != comparable(sent)

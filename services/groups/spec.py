@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 #: members of ClusterInstanceGroupSpecification (sagemaker 2017-07-24) this module carries over
@@ -91,6 +92,28 @@ def group_spec(details: dict[str, Any]) -> dict[str, Any]:
     if "InstanceRequirements" in spec:  # the two are mutually exclusive; the details report both
         spec.pop("InstanceType", None)
     return spec
+
+
+def patch_date(value: datetime | str) -> str:
+    """A ``NextPatchDate`` (DescribeCluster's timestamp, or the ISO 8601 text sent) as one normal form: UTC, to
+    the second."""
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+    return moment.astimezone(UTC).replace(microsecond=0).isoformat()
+
+
+def comparable(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` in the form two specs are compared in: an explicitly empty label or taint set (how a clear is
+    sent) is the same as none, and ``NextPatchDate`` is normalized (:func:`patch_date`), so a re-sent state is
+    seen as already done."""
+    out = copy.deepcopy(spec)
+    schedule = (out.get("AutoPatchConfig") or {}).get("PatchSchedule") or {}
+    if schedule.get("NextPatchDate") is not None:
+        schedule["NextPatchDate"] = patch_date(schedule["NextPatchDate"])
+    kubernetes = {k: v for k, v in (out.get("KubernetesConfig") or {}).items() if v}
+    out.pop("KubernetesConfig", None)
+    if kubernetes:
+        out["KubernetesConfig"] = kubernetes
+    return out
 
 
 def full_group_list(cluster: dict[str, Any], replace: dict[str, Any] | None = None,
