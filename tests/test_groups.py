@@ -6,6 +6,7 @@ the sandbox's ledger recorded (every other group sent unchanged)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx2
@@ -146,7 +147,18 @@ def test_add_scale_to_zero_and_back_relabel_and_delete(seeded: SeededServer) -> 
     assert view["status"] == "succeeded", brief(view)
     relabelled = next(g for g in ledger.once("sagemaker", "UpdateCluster", since=mark)["request"]["InstanceGroups"]
                       if g["InstanceGroupName"] == "extra")
-    assert relabelled["KubernetesConfig"] == {"Labels": {"team": "b"}}
+    assert relabelled["KubernetesConfig"] == {"Labels": {"team": "b"}, "Taints": []}, "a cleared set is sent empty"
+    mark = ledger.mark()
+    view = finished(live, request(live, "PATCH", BASE + "/extra", {"labels": {}, "taints": []}))
+    assert view["status"] == "succeeded", brief(view)
+    cleared = next(g for g in ledger.once("sagemaker", "UpdateCluster", since=mark)["request"]["InstanceGroups"]
+                   if g["InstanceGroupName"] == "extra")
+    assert cleared["KubernetesConfig"] == {"Labels": {}, "Taints": []}
+    assert not (group(seeded, "extra") or {}).get("KubernetesConfig", {}).get("DesiredLabels")
+    mark = ledger.mark()
+    view = finished(live, request(live, "PATCH", BASE + "/extra", {"labels": {}, "taints": []}))
+    assert view["status"] == "succeeded" and view["stages"][0]["message"] == "already in the desired state", view
+    ledger.assert_no_writes(mark)
 
     # delete: admin only, InstanceGroupsToDelete, the group gone
     operator = live.make_token("operator")
@@ -239,12 +251,13 @@ def reservable(seeded: SeededServer, zone: str = "us-west-2a") -> str:
     return kind
 
 
-def plan(seeded: SeededServer, name: str, kind: str, count: int = 2, hours: int = 24) -> dict[str, Any]:
+def plan(seeded: SeededServer, name: str, kind: str, count: int = 2, hours: int = 24,
+         target: str = "hyperpod-cluster") -> dict[str, Any]:
     """A training plan bought through the sandbox's SageMaker API (its first offering), once it is Scheduled or
     Active."""
     sm = sagemaker(seeded)
     offerings = sm.search_training_plan_offerings(InstanceType=kind, InstanceCount=count, DurationHours=hours,
-                                                  TargetResources=["hyperpod-cluster"])
+                                                  TargetResources=[target])
     offering = offerings["TrainingPlanOfferings"][0]
     sm.create_training_plan(TrainingPlanName=name, TrainingPlanOfferingId=offering["TrainingPlanOfferingId"])
     return dict(wait_until(lambda: (p := sm.describe_training_plan(TrainingPlanName=name))["Status"] != "Pending"
@@ -307,6 +320,18 @@ def test_a_plan_that_is_not_scheduled_or_active_is_refused(seeded: SeededServer)
     ledger.assert_no_writes(mark)
 
 
+def test_a_plan_bought_for_training_jobs_is_refused(seeded: SeededServer) -> None:
+    live, ledger = seeded.live, CallLedger(seeded.live)
+    bought = plan(seeded, "plan-jobs", reservable(seeded), target="training-job")
+    assert bought["TargetResources"] == ["training-job"]
+    mark = ledger.mark()
+    refused = request(live, "POST", BASE, {"name": "jobs", "count": 1, "training_plan": "plan-jobs"})
+    assert refused.status_code == 422, refused.text
+    assert "not hyperpod-cluster" in refused.json()["error"]["message"], refused.json()
+    assert refused.json()["error"]["details"]["target_resources"] == ["training-job"]
+    ledger.assert_no_writes(mark)
+
+
 def test_an_eks_managed_node_group_is_listed_scaled_and_deleted(seeded: SeededServer) -> None:
     live, ledger = seeded.live, CallLedger(seeded.live)
     eks = client(settings_of(seeded), "eks")
@@ -346,6 +371,24 @@ def test_automatic_patching_and_a_software_update(seeded: SeededServer) -> None:
     assert sent["AutoPatchConfig"] == {"PatchingStrategy": "DrainFirst",
                                        "DrainPolicy": {"DrainTimeoutInSeconds": 600, "OnDrainTimeout": "Skip"}}
     assert live.get(BASE + "/workers?refresh=true").json()["auto_patch"]["PatchingStrategy"] == "DrainFirst"
+    # a next patch date: parsed (422 when it is not ISO 8601 with an offset), and a re-send in another
+    # spelling of the same moment is a no-op without a write
+    mark = ledger.mark()
+    for bad in ("next week", "2026-12-24T03:00:00"):
+        refused = request(live, "PATCH", BASE + "/workers", {"auto_patch": {**patch, "next_patch_date": bad}})
+        assert refused.status_code == 422, refused.text
+    ledger.assert_no_writes(mark)
+    dated = {**patch, "next_patch_date": "2026-12-24T05:00:00+02:00"}
+    view = finished(live, request(live, "PATCH", BASE + "/workers", {"auto_patch": dated}))
+    assert view["status"] == "succeeded", brief(view)
+    sent = group_of(ledger.once("sagemaker", "UpdateCluster", since=mark)["request"], "workers")
+    moment = datetime(2026, 12, 24, 3, tzinfo=UTC).timestamp()  # the wire's epoch seconds
+    assert sent["AutoPatchConfig"]["PatchSchedule"] == {"NextPatchDate": moment}
+    mark = ledger.mark()
+    again = {**patch, "next_patch_date": "2026-12-24T03:00:00Z"}
+    view = finished(live, request(live, "PATCH", BASE + "/workers", {"auto_patch": again}))
+    assert view["status"] == "succeeded" and view["stages"][0]["message"] == "already in the desired state", view
+    ledger.assert_no_writes(mark)
     mark = ledger.mark()
     view = finished(live, request(live, "PATCH", BASE + "/workers", {"auto_patch_off": True}))
     assert view["status"] == "succeeded", brief(view)

@@ -3,11 +3,13 @@ against botocore's own model of both shapes (the one the product's clients load)
 
 from __future__ import annotations
 
+import threading
+from datetime import UTC, datetime
 from typing import Any
 
 import botocore.session
 
-from services.groups.spec import SPEC_MEMBERS, full_group_list, group_spec
+from services.groups.spec import SPEC_MEMBERS, comparable, full_group_list, group_spec, patch_date, update_groups
 
 MODEL = botocore.session.get_session().get_service_model("sagemaker")
 
@@ -76,3 +78,56 @@ def test_the_full_list_keeps_every_other_group_and_replaces_one() -> None:
     added = full_group_list(cluster, replace={"InstanceGroupName": "new", "InstanceCount": 1})
     assert [g["InstanceGroupName"] for g in added] == ["cpu", "gpu", "new"]
     assert full_group_list(cluster, without="gpu") == [group_spec(other)]
+
+
+class _Cluster:
+    """A HyperPod cluster's group list as UpdateCluster sets it (the AWS side of update_groups), and the payloads
+    it was sent, in order."""
+
+    def __init__(self, groups: list[dict[str, Any]]) -> None:
+        self.groups, self.sent = groups, []  # type: list[dict[str, Any]]
+
+    def describe_cluster(self) -> dict[str, Any]:
+        return {"ClusterStatus": "Updating", "InstanceGroups": [dict(g) for g in self.groups]}
+
+    def update_cluster(self, ClusterName: str, InstanceGroups: list[dict[str, Any]]) -> None:
+        self.sent.append({g["InstanceGroupName"]: g["InstanceCount"] for g in InstanceGroups})
+        self.groups = [dict(g, TargetCount=g["InstanceCount"]) for g in InstanceGroups]
+
+
+def test_sibling_group_updates_do_not_lose_each_others_change() -> None:
+    """B starts while A holds the describe->update window: B's payload carries A's change (it described after
+    A's UpdateCluster), and A's carries nothing stale of B's."""
+    aws = _Cluster([{"InstanceGroupName": "a", "TargetCount": 1}, {"InstanceGroupName": "b", "TargetCount": 1}])
+    b_built = threading.Event()
+
+    def build_b(cluster: dict[str, Any]) -> dict[str, Any]:
+        b_built.set()
+        return {"InstanceGroups": full_group_list(cluster, replace={"InstanceGroupName": "b", "InstanceCount": 5})}
+
+    def run_b() -> None:
+        update_groups("r", "c", aws.describe_cluster, aws.update_cluster, build_b)
+
+    second = threading.Thread(target=run_b)
+
+    def build_a(cluster: dict[str, Any]) -> dict[str, Any]:
+        second.start()
+        b_built.wait(2)  # without the lock B describes the old list meanwhile; with it B waits for A's update
+        return {"InstanceGroups": full_group_list(cluster, replace={"InstanceGroupName": "a", "InstanceCount": 3})}
+
+    update_groups("r", "c", aws.describe_cluster, aws.update_cluster, build_a)
+    second.join(30)
+    assert aws.sent == [{"a": 3, "b": 1}, {"a": 3, "b": 5}]
+    assert {g["InstanceGroupName"]: g["TargetCount"] for g in aws.groups} == {"a": 3, "b": 5}
+
+
+def test_a_sent_clear_and_a_patch_date_compare_equal_to_what_describe_reads_back() -> None:
+    sent = {"InstanceGroupName": "g", "InstanceCount": 0, "KubernetesConfig": {"Labels": {}, "Taints": []},
+            "AutoPatchConfig": {"PatchingStrategy": "WhenIdle",
+                                "PatchSchedule": {"NextPatchDate": "2026-12-24T05:00:00+02:00"}}}
+    details = {"InstanceGroupName": "g", "KubernetesConfig": {"DesiredLabels": {}, "DesiredTaints": []},
+               "AutoPatchConfig": {"PatchingStrategy": "WhenIdle", "DesiredPatchSchedule": {
+                   "NextPatchDate": datetime(2026, 12, 24, 3, 0, tzinfo=UTC)}}}
+    assert comparable(group_spec(details)) == comparable(sent)
+    assert patch_date("2026-12-24T03:00:00Z") == patch_date(datetime(2026, 12, 24, 3, 0, 0, 500, tzinfo=UTC))
+    assert comparable({**sent, "KubernetesConfig": {"Labels": {"a": "1"}, "Taints": []}}) != comparable(sent)

@@ -25,9 +25,12 @@ from services.errors import Conflict, Invalid, NotFound
 from services.groups.checks import (
     capacity_of,
     check_fixed,
+    check_karpenter_add,
     check_type,
     choose_reservation,
     efa_only_of,
+    reservation_cap,
+    reservation_of,
     threads_per_core,
 )
 from services.groups.models import (
@@ -38,7 +41,7 @@ from services.groups.models import (
     GroupView,
     SoftwareUpdate,
 )
-from services.groups.spec import find_group, group_spec
+from services.groups.spec import find_group, group_spec, patch_date
 from services.groups.stages import (
     ADD_KIND,
     DELETE_KIND,
@@ -173,6 +176,7 @@ class InstanceGroups:
         if not groups:
             raise Conflict(f"cluster {cluster} has no instance group to take the execution role and lifecycle "
                            "scripts from")
+        check_karpenter_add(described, request.name, list(request.deep_health_checks))
         capacity, decided = request.capacity_type, []
         if request.training_plan is not None and capacity is CapacityType.ON_DEMAND:
             capacity = CapacityType.TRAINING_PLAN
@@ -184,7 +188,7 @@ class InstanceGroups:
             plan = self.aws.client("sagemaker", record.region).describe_training_plan(
                 TrainingPlanName=_plan_name(request.training_plan))
             choice = choose_reservation(plan, request.reservation, zone, instance_type, request.count,
-                                        spot=capacity is CapacityType.SPOT)
+                                        spot=capacity is CapacityType.SPOT, groups=groups)
             zone, instance_type, plan_arn = choice.zone, choice.instance_type, choice.arn
             decided += choice.decided
         elif request.reservation is not None:
@@ -239,11 +243,14 @@ class InstanceGroups:
         return str(found[0]["VpcId"]), list(vpc.get("SecurityGroupIds") or [])
 
     @staticmethod
-    def _kubernetes(labels: dict[str, str], taints: list[dict[str, Any]]) -> dict[str, Any]:
+    def _kubernetes(labels: dict[str, str], taints: list[dict[str, Any]], given: tuple[str, ...] = ()) -> dict[
+            str, Any]:
+        """``KubernetesConfig`` for the sets; a set named in ``given`` (the caller's) is sent even when empty, so
+        clearing it says so (``"Labels": {}`` / ``"Taints": []``) instead of relying on an absent member."""
         out: dict[str, Any] = {}
-        if labels:
+        if labels or "labels" in given:
             out["Labels"] = dict(labels)
-        if taints:
+        if taints or "taints" in given:
             out["Taints"] = [{"Key": t["key"], **({"Value": t["value"]} if t.get("value") is not None else {}),
                               "Effect": t["effect"]} for t in taints]
         return out
@@ -262,7 +269,7 @@ class InstanceGroups:
         check_fixed(group, details, request.capacity_type, request.efa_only)
         if request.auto_patch is not None and request.auto_patch_off:
             raise Invalid("give auto_patch or auto_patch_off, not both")
-        patch = self._patch(record, details, request)
+        patch = self._patch(record, described, details, request)
         if not patch and request.capacity_type is None and request.efa_only is None:
             raise Invalid("nothing to change: give count, labels, taints, auto_patch or auto_patch_off")
         self._updatable(cluster, described)
@@ -270,11 +277,12 @@ class InstanceGroups:
                              action=GroupAction.UPDATE, patch=patch, requested_by=principal.name)
         return self._engine.submit(UPDATE_KIND, change, principal, idempotency_key)
 
-    def _patch(self, record: ClusterRecord, details: dict[str, Any], request: GroupPatch) -> dict[str, Any]:
+    def _patch(self, record: ClusterRecord, described: dict[str, Any], details: dict[str, Any],
+               request: GroupPatch) -> dict[str, Any]:
         spec = group_spec(details)
         patch: dict[str, Any] = {}
         if request.count is not None:
-            self._check_count(record, details, request.count)
+            self._check_count(record, described.get("InstanceGroups") or [], details, request.count)
             patch["InstanceCount"] = request.count
             minimum = spec.get("MinInstanceCount")
             if request.count == 0:
@@ -286,12 +294,13 @@ class InstanceGroups:
             labels = request.labels if request.labels is not None else current.get("Labels") or {}
             taints = [t.model_dump() for t in request.taints] if request.taints is not None else [
                 {"key": t["Key"], "value": t.get("Value"), "effect": t["Effect"]} for t in current.get("Taints") or []]
-            patch["KubernetesConfig"] = self._kubernetes(labels, taints) or None
+            given = tuple(k for k in ("labels", "taints") if getattr(request, k) is not None)
+            patch["KubernetesConfig"] = self._kubernetes(labels, taints, given)
         if request.auto_patch is not None:
             a = request.auto_patch
             auto: dict[str, Any] = {"PatchingStrategy": a.strategy}
             if a.next_patch_date is not None:
-                auto["PatchSchedule"] = {"NextPatchDate": a.next_patch_date}
+                auto["PatchSchedule"] = {"NextPatchDate": patch_date(a.next_patch_date)}
             if a.idle_wait_seconds is not None:
                 auto["IdleWaitWindowInSeconds"] = a.idle_wait_seconds
             drain = {k: v for k, v in (("DrainTimeoutInSeconds", a.drain_timeout_seconds),
@@ -303,8 +312,10 @@ class InstanceGroups:
             patch["AutoPatchConfig"] = None
         return patch
 
-    def _check_count(self, record: ClusterRecord, details: dict[str, Any], count: int) -> None:
-        """A larger count fits the training plan's free instances and the type's cluster-usage quota."""
+    def _check_count(self, record: ClusterRecord, groups: list[dict[str, Any]], details: dict[str, Any],
+                     count: int) -> None:
+        """A larger count fits the free instances of the group's reservation (its total less what the cluster's
+        ``groups`` run on it, at most the plan's free count) and the type's cluster-usage quota."""
         grow = count - int(details.get("TargetCount", 0))
         if grow <= 0:
             return
@@ -312,11 +323,16 @@ class InstanceGroups:
         if plan_arn:
             plan = self.aws.client("sagemaker", record.region).describe_training_plan(
                 TrainingPlanName=_plan_name(str(plan_arn)))
-            available = int(plan.get("AvailableInstanceCount", plan.get("TotalInstanceCount", 0)))
+            rc = reservation_of(plan, details)
+            if rc is None:
+                raise Conflict(f"training plan {plan['TrainingPlanName']} holds no reservation of "
+                               f"{details.get('InstanceType')}: instance group {details['InstanceGroupName']} "
+                               "cannot grow on it")
+            total, available = reservation_cap(plan, rc, groups)
             if grow > available:
-                raise Invalid(f"training plan {plan['TrainingPlanName']} has {available} free instances of "
-                              f"{plan.get('TotalInstanceCount')}: the group can grow by at most {available}, "
-                              f"to {int(details.get('TargetCount', 0)) + available}",
+                raise Invalid(f"training plan {plan['TrainingPlanName']}'s reservation {rc['ReservedCapacityArn']} "
+                              f"has {available} free instances of {total}: the group can grow by at most "
+                              f"{available}, to {int(details.get('TargetCount', 0)) + available}",
                               details={"max_count": int(details.get("TargetCount", 0)) + available})
         instance_type = details.get("InstanceType")
         options = self.clusters.options.read(OptionsQuery(region=record.region, refresh=True))

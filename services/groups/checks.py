@@ -17,6 +17,7 @@ from services.clusters.options import InstanceTypeOption
 from services.errors import Conflict, Invalid
 
 PLAN_USABLE = ("Scheduled", "Active")
+PLAN_TARGET = "hyperpod-cluster"  # DescribeTrainingPlan's TargetResources value a group's plan must list
 #: the incumbent's rule, used only when EC2 does not say a type's threads per core (incumbent §5.5)
 _TPC2_FAMILIES = ("ml.p4", "ml.p5", "ml.p6")
 
@@ -45,6 +46,21 @@ def check_fixed(name: str, details: dict[str, Any], capacity: CapacityType | Non
                        details={"field": "efa_only", "current": efa_only_of(details)})
 
 
+def autoscaling_on(cluster: dict[str, Any]) -> bool:
+    """DescribeCluster says HyperPod's managed Karpenter autoscaling is enabled."""
+    return (cluster.get("AutoScaling") or {}).get("Mode") == "Enable"
+
+
+def check_karpenter_add(cluster: dict[str, Any], name: str, deep_health_checks: list[str]) -> None:
+    """Managed Karpenter does not support instance groups with deep health checks (aws-facts §6): a cluster
+    with autoscaling enabled gets none."""
+    if deep_health_checks and autoscaling_on(cluster):
+        raise Conflict(f"cluster {cluster.get('ClusterName')} has managed Karpenter autoscaling enabled, which does "
+                       f"not support instance groups with deep health checks: add {name} without "
+                       "deep_health_checks, or disable autoscaling first",
+                       details={"rule": "karpenter-no-deep-health-checks", "group": name})
+
+
 @dataclass
 class PlanChoice:
     """What a training plan decided for a new group."""
@@ -56,10 +72,43 @@ class PlanChoice:
     decided: list[str] = field(default_factory=list)
 
 
+def check_plan_target(plan: dict[str, Any]) -> None:
+    """The plan was bought for HyperPod clusters (a plan for training jobs or endpoints cannot back a group)."""
+    targets = list(plan.get("TargetResources") or [])
+    if PLAN_TARGET not in targets:
+        raise Invalid(f"training plan {plan['TrainingPlanName']} reserves capacity for {', '.join(targets) or 'no'} "
+                      f"resources, not {PLAN_TARGET}: only a plan bought for HyperPod clusters can back an instance "
+                      "group", details={"target_resources": targets})
+
+
+def on_reservation(groups: list[dict[str, Any]], plan_arn: str, rc: dict[str, Any]) -> int:
+    """Instances the cluster's groups (DescribeCluster's details) already run on the reservation ``rc`` of the
+    plan: the groups on the plan with the reservation's instance type, counted at their target."""
+    return sum(int(g.get("TargetCount", 0)) for g in groups
+               if g.get("TrainingPlanArn") == plan_arn and g.get("InstanceType") == rc["InstanceType"])
+
+
+def reservation_of(plan: dict[str, Any], details: dict[str, Any]) -> dict[str, Any] | None:
+    """The reservation of the plan an existing group runs on: the one of its instance type."""
+    return next((s for s in plan.get("ReservedCapacitySummaries") or []
+                 if s.get("InstanceType") == details.get("InstanceType")), None)
+
+
+def reservation_cap(plan: dict[str, Any], rc: dict[str, Any], groups: list[dict[str, Any]]) -> tuple[int, int]:
+    """(the reservation's total, the instances still free on it): its total less what the cluster's groups run
+    on it, and never more than the plan's own free count."""
+    total = int(rc["TotalInstanceCount"])
+    free = max(0, total - on_reservation(groups, plan["TrainingPlanArn"], rc))
+    return total, min(free, int(plan.get("AvailableInstanceCount", free)))
+
+
 def choose_reservation(plan: dict[str, Any], reservation: str | None, zone: str | None,
-                       instance_type: str | None, count: int, spot: bool) -> PlanChoice:
-    """The plan's reservation a new group uses, and what it fixes: the group's zone and type, the count cap."""
+                       instance_type: str | None, count: int, spot: bool,
+                       groups: list[dict[str, Any]] | None = None) -> PlanChoice:
+    """The plan's reservation a new group uses, and what it fixes: the group's zone and type, the count cap
+    (the reservation's instances the cluster's ``groups`` do not already run)."""
     name, arn = plan["TrainingPlanName"], plan["TrainingPlanArn"]
+    check_plan_target(plan)
     if spot:
         raise Invalid("a training plan is reserved capacity: it cannot be combined with Spot; choose capacity type "
                       "training-plan (with the plan) or spot (without one)")
@@ -82,21 +131,20 @@ def choose_reservation(plan: dict[str, Any], reservation: str | None, zone: str 
     if not chosen:
         raise Invalid(f"training plan {name} holds no reserved capacity", details={"reservations": listed})
     rc = chosen[0]
-    plan_zone, plan_type, total = str(rc.get("AvailabilityZone") or ""), str(rc["InstanceType"]), \
-        int(rc["TotalInstanceCount"])
+    plan_zone, plan_type = str(rc.get("AvailabilityZone") or ""), str(rc["InstanceType"])
+    total, cap = reservation_cap(plan, rc, groups or [])
     if zone is not None and zone not in (plan_zone, rc.get("AvailabilityZoneId")):
         raise Invalid(f"training plan {name} reserves capacity in {plan_zone}, not {zone}: leave the zone out (the "
                       "plan decides it) or give its zone", details={"zone": plan_zone})
     if instance_type is not None and instance_type != plan_type:
         raise Invalid(f"training plan {name} reserves {plan_type}, not {instance_type}: leave the type out (the "
                       "plan decides it) or give its type", details={"instance_type": plan_type})
-    available = int(plan.get("AvailableInstanceCount", total))
-    cap = min(total, available)
     if count > cap:
-        raise Invalid(f"training plan {name} reserves {total} x {plan_type} ({available} not in use): a group on it "
-                      f"may have at most {cap} instances, not {count}", details={"max_count": cap})
+        raise Invalid(f"training plan {name}'s reservation {rc['ReservedCapacityArn']} holds {total} x {plan_type} "
+                      f"({cap} free): a group on it may have at most {cap} instances, not {count}",
+                      details={"max_count": cap})
     decided = [f"zone {plan_zone} and instance type {plan_type} from training plan {name}'s reservation "
-               f"{rc['ReservedCapacityArn']} ({total} instances reserved, {available} free; plan {plan['Status']})"]
+               f"{rc['ReservedCapacityArn']} ({total} instances reserved, {cap} free; plan {plan['Status']})"]
     return PlanChoice(arn=arn, zone=plan_zone, instance_type=plan_type, cap=cap, decided=decided)
 
 

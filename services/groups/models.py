@@ -4,16 +4,23 @@ the field descriptions below are what an agent reads."""
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AwareDatetime, Field
 
 from services.clusters.create_models import CapacityType
 from services.models import RequestModel, ResponseModel
 
 GROUP_NAME = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"  # ClusterInstanceGroupName
 ZONE = r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$|^[a-z]{3,4}\d-az\d+$"
-DeepHealthCheck = Literal["InstanceStress", "InstanceConnectivity"]
+DeepHealthCheck = Literal["InstanceStress", "InstanceConnectivity", "MultiNodeTrainingValidation"]
+#: ClusterKubernetesLabelKey / TaintKey and LabelValue / TaintValue (sagemaker 2017-07-24)
+_KEY = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+LabelKey = Annotated[str, Field(min_length=1, max_length=317, pattern=_KEY)]
+LabelValue = Annotated[str, Field(min_length=1, max_length=63, pattern=_VALUE)]
+Labels = dict[LabelKey, LabelValue]
+MAX_LABELS = MAX_TAINTS = 50  # ClusterKubernetesLabels / ClusterKubernetesTaints
 __all__ = ["CapacityType", "GroupAction"]
 
 
@@ -25,8 +32,8 @@ class GroupAction(StrEnum):
 
 
 class Taint(RequestModel):
-    key: str = Field(..., min_length=1, max_length=317)
-    value: str | None = Field(None, max_length=63)
+    key: str = Field(..., min_length=1, max_length=317, pattern=_KEY)
+    value: str | None = Field(None, min_length=1, max_length=63, pattern=_VALUE)
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
@@ -35,7 +42,8 @@ class AutoPatch(RequestModel):
 
     strategy: Literal["WhenIdle", "WhenAllIdle", "DrainFirst"] = Field(
         ..., description="WhenIdle: each node once it runs no pods; WhenAllIdle: once no node does; DrainFirst")
-    next_patch_date: str | None = Field(None, description="move the next patch to this time (ISO 8601)")
+    next_patch_date: AwareDatetime | None = Field(
+        None, description="move the next patch to this time (ISO 8601 with its offset, e.g. 2026-12-24T03:00:00Z)")
     idle_wait_seconds: int | None = Field(None, ge=3600, le=2160000,
                                           description="wait this long for idleness")
     drain_timeout_seconds: int | None = Field(None, ge=0, le=5400, description="DrainFirst: drain time limit")
@@ -46,7 +54,7 @@ class GroupAdd(RequestModel):
     """A new HyperPod instance group. With a training plan, the zone and instance type come from the plan's
     reservation (leave them out, or give the plan's)."""
 
-    name: str = Field(..., pattern=GROUP_NAME, description="unique in the cluster")
+    name: str = Field(..., min_length=1, max_length=63, pattern=GROUP_NAME, description="unique in the cluster")
     instance_type: str | None = Field(None, pattern=r"^ml\.[a-z0-9.-]+$",
                                       description="a type clusters_options lists for the zone (the plan's with a plan)")
     count: int = Field(..., ge=0, le=6758, description="instances (0: an empty group)")
@@ -60,16 +68,16 @@ class GroupAdd(RequestModel):
     deep_health_checks: list[DeepHealthCheck] = Field(default_factory=list,
                                                       description="run on each new node")
     threads_per_core: Literal[1, 2] | None = Field(None, description="default: the type's")
-    labels: dict[str, str] = Field(default_factory=dict, description="node labels")
-    taints: list[Taint] = Field(default_factory=list, description="node taints")
+    labels: Labels = Field(default_factory=dict, max_length=MAX_LABELS, description="node labels")
+    taints: list[Taint] = Field(default_factory=list, max_length=MAX_TAINTS, description="node taints")
 
 
 class GroupPatch(RequestModel):
     """Only the fields to change (an absent field is untouched)."""
 
     count: int | None = Field(None, ge=0, le=6758, description="instances (0 empties the group)")
-    labels: dict[str, str] | None = Field(None, description="node labels (the whole set)")
-    taints: list[Taint] | None = Field(None, description="node taints (the whole set)")
+    labels: Labels | None = Field(None, max_length=MAX_LABELS, description="node labels (the whole set)")
+    taints: list[Taint] | None = Field(None, max_length=MAX_TAINTS, description="node taints (the whole set)")
     auto_patch: AutoPatch | None = Field(None, description="automatic patching")
     auto_patch_off: bool = Field(False, description="stop automatic patching")
     capacity_type: CapacityType | None = Field(None, description="fixed: only the current value")

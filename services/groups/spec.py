@@ -13,12 +13,19 @@ details spell it differently: ``TargetCount`` -> ``InstanceCount``, ``MinCount``
 the details only report (``Status``, ``CurrentCount``, ``ActiveOperations``, ``TrainingPlanStatus``, ...).
 ``SPEC_MEMBERS`` lists the specification's members; a test checks it against botocore's own model, so a new
 member AWS adds fails the suite instead of being dropped silently.
+
+Every such UpdateCluster goes through :func:`update_groups`, which holds a per-cluster lock from its
+DescribeCluster to its UpdateCluster: two operations on sibling groups (which do not conflict as operations)
+would otherwise both describe the old list and the later one would resend the earlier one's group as it was
+(UpdateCluster is accepted while Updating in continuous provisioning mode), losing that change.
 """
 
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 #: members of ClusterInstanceGroupSpecification (sagemaker 2017-07-24) this module carries over
@@ -87,6 +94,28 @@ def group_spec(details: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
+def patch_date(value: datetime | str) -> str:
+    """A ``NextPatchDate`` (DescribeCluster's timestamp, or the ISO 8601 text sent) as one normal form: UTC, to
+    the second."""
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+    return moment.astimezone(UTC).replace(microsecond=0).isoformat()
+
+
+def comparable(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` in the form two specs are compared in: an explicitly empty label or taint set (how a clear is
+    sent) is the same as none, and ``NextPatchDate`` is normalized (:func:`patch_date`), so a re-sent state is
+    seen as already done."""
+    out = copy.deepcopy(spec)
+    schedule = (out.get("AutoPatchConfig") or {}).get("PatchSchedule") or {}
+    if schedule.get("NextPatchDate") is not None:
+        schedule["NextPatchDate"] = patch_date(schedule["NextPatchDate"])
+    kubernetes = {k: v for k, v in (out.get("KubernetesConfig") or {}).items() if v}
+    out.pop("KubernetesConfig", None)
+    if kubernetes:
+        out["KubernetesConfig"] = kubernetes
+    return out
+
+
 def full_group_list(cluster: dict[str, Any], replace: dict[str, Any] | None = None,
                     without: str | None = None) -> list[dict[str, Any]]:
     """UpdateCluster's ``InstanceGroups`` for DescribeCluster's answer ``cluster``: every group normalized by
@@ -109,3 +138,22 @@ def full_group_list(cluster: dict[str, Any], replace: dict[str, Any] | None = No
 def find_group(cluster: dict[str, Any], name: str) -> dict[str, Any] | None:
     """The details of the group ``name`` in DescribeCluster's answer, if it has one."""
     return next((g for g in cluster.get("InstanceGroups") or [] if g["InstanceGroupName"] == name), None)
+
+
+_LOCKS: dict[tuple[str, str], threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def cluster_lock(region: str, cluster: str) -> threading.Lock:
+    """The lock every group-list UpdateCluster of HyperPod cluster ``cluster`` in ``region`` holds."""
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault((region, cluster), threading.Lock())
+
+
+def update_groups(region: str, cluster: str, describe: Callable[[], dict[str, Any]],
+                  update: Callable[..., Any], build: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """DescribeCluster (``describe``), the UpdateCluster arguments ``build`` makes from its answer, and
+    UpdateCluster (``update``), with no other group change of the cluster in between."""
+    with cluster_lock(region, cluster):
+        request = build(describe())
+        update(ClusterName=cluster, **request)

@@ -27,7 +27,7 @@ from services.clusters.network import ensure_compute_subnet, find_compute_subnet
 from services.clusters.pipeline import cluster_target
 from services.errors import NotFound, Permanent, Transient
 from services.groups.models import GroupAction, GroupChange
-from services.groups.spec import find_group, full_group_list, group_spec
+from services.groups.spec import comparable, find_group, full_group_list, group_spec, update_groups
 from services.stages import Done, Observed, OperationKind, Stage, StageContext, Wait
 
 POLL_SECONDS = 15.0
@@ -131,7 +131,7 @@ class UpdateStage(_GroupStage):
     expected_seconds = 900.0  # a node's boot ~15 minutes (aws-facts); a label change is seconds
     deadline = 4 * 3600.0  # MinInstanceCount's window is 3 hours
 
-    def desired(self, ctx: StageContext[GroupChange], cluster: dict[str, Any]) -> dict[str, Any] | None:
+    def desired(self, ctx: StageContext[GroupChange], cluster: dict[str, Any]) -> dict[str, Any]:
         change = ctx.request
         details = find_group(cluster, change.group)
         if change.action is GroupAction.ADD:
@@ -156,21 +156,23 @@ class UpdateStage(_GroupStage):
             return Observed.ABSENT if details is None else Observed.IN_PROGRESS
         if details is None:
             raise Permanent(f"instance group {change.group} is no longer in cluster {change.hyperpod_cluster}")
-        if group_spec(details) != self.desired(ctx, cluster):
+        if comparable(group_spec(details)) != comparable(self.desired(ctx, cluster)):
             return Observed.ABSENT
         return Observed.DONE if settled(details) else Observed.IN_PROGRESS
 
     def act(self, ctx: StageContext[GroupChange]) -> None:
         change = ctx.request
-        cluster = self.describe(change)
-        if not updatable(cluster):  # another change of the cluster is rolling out: AWS would refuse this one
-            raise Transient(f"HyperPod cluster {change.hyperpod_cluster} is {cluster.get('ClusterStatus')}; the "
-                            "change is sent once it is InService", delay=POLL_SECONDS)
-        if change.action is GroupAction.DELETE:
-            request: dict[str, Any] = {"InstanceGroupsToDelete": [change.group]}
-        else:
-            request = {"InstanceGroups": full_group_list(cluster, replace=self.desired(ctx, cluster))}
-        self.sagemaker(change).update_cluster(ClusterName=change.hyperpod_cluster, **request)
+
+        def build(cluster: dict[str, Any]) -> dict[str, Any]:
+            if not updatable(cluster):  # another change of the cluster is rolling out: AWS would refuse this one
+                raise Transient(f"HyperPod cluster {change.hyperpod_cluster} is {cluster.get('ClusterStatus')}; "
+                                "the change is sent once it is InService", delay=POLL_SECONDS)
+            if change.action is GroupAction.DELETE:
+                return {"InstanceGroupsToDelete": [change.group]}
+            return {"InstanceGroups": full_group_list(cluster, replace=self.desired(ctx, cluster))}
+
+        update_groups(change.region, change.hyperpod_cluster, lambda: self.describe(change),
+                      self.sagemaker(change).update_cluster, build)
         self.deps.cache.invalidate(change.region, change.hyperpod_cluster)
 
     def poll(self, ctx: StageContext[GroupChange]) -> Done | Wait:
