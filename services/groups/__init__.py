@@ -19,6 +19,7 @@ from services.aws import AwsClients
 from services.awscache import AwsCache
 from services.clusters import Clusters
 from services.clusters.create_models import CapacityType
+from services.clusters.intents import ResourceIntents
 from services.clusters.models import ClusterRecord
 from services.clusters.options import OptionsQuery
 from services.errors import Conflict, Invalid, NotFound
@@ -92,7 +93,8 @@ class InstanceGroups:
         self.cache = cache
         self.audit = clusters.audit
         self._engine = engine
-        self._deps = GroupDeps(aws=aws.for_stages(), cache=cache)
+        self._deps = GroupDeps(aws=aws.for_stages(), cache=cache,
+                               intents=ResourceIntents(clusters.registry.db, clusters.clock))
 
     def kinds(self) -> list[OperationKind[Any]]:
         return list(group_kinds(self._deps))

@@ -23,6 +23,7 @@ from services.auth import Role
 from services.aws import AwsClients
 from services.awscache import AwsCache
 from services.clusters.create_base import cluster_tags
+from services.clusters.intents import ResourceIntents
 from services.clusters.network import ensure_compute_subnet, find_compute_subnet
 from services.clusters.pipeline import cluster_target
 from services.errors import NotFound, Permanent, Transient
@@ -66,6 +67,7 @@ def updatable(cluster: dict[str, Any]) -> bool:
 class GroupDeps:
     aws: AwsClients  # botocore retries off: the engine's backoff is the only one
     cache: AwsCache
+    intents: ResourceIntents  # a CIDR block ensure_compute_subnet adds is recorded before the call
 
 
 class _GroupStage(Stage[GroupChange]):
@@ -118,7 +120,7 @@ class SubnetStage(_GroupStage):
         change = ctx.request
         assert change.vpc_id is not None and change.zone is not None
         ctx.data["subnet"] = ensure_compute_subnet(self._ec2(change), change.vpc_id, change.zone, change.cluster,
-                                                   cluster_tags(change.cluster))
+                                                   cluster_tags(change.cluster), intents=self.deps.intents)
 
     def result(self, ctx: StageContext[GroupChange]) -> dict[str, Any]:
         return {"subnet": ctx.data["subnet"]}
