@@ -242,6 +242,20 @@ def test_the_inference_operator_brings_its_prerequisites_and_one_copy_of_each(
     roles = {e["request"]["RoleName"] for e in ledger.succeeded("iam", "CreateRole", start)}
     assert roles == {f"{CLUSTER}-{suffix}" for suffix in ("s3-csi-role", "fsx-csi-role", "lbc-role",
                                                           "hp-inference-operator-role")}
+    # its execution role trusts IRSA (the cluster's OIDC provider, its controller's service account only), and
+    # the add-on gets no pod identity association
+    assert "podIdentityAssociations" not in created
+    issuer = aws(world, "eks").describe_cluster(name=CLUSTER)["cluster"]["identity"]["oidc"]["issuer"]
+    host = issuer.removeprefix("https://")
+    trust = aws(world, "iam").get_role(RoleName=f"{CLUSTER}-hp-inference-operator-role")["Role"][
+        "AssumeRolePolicyDocument"]
+    assert trust == {"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": {"Federated": f"arn:aws:iam::123456789012:oidc-provider/{host}"},
+        "Action": "sts:AssumeRoleWithWebIdentity", "Condition": {"StringEquals": {
+            f"{host}:sub": "system:serviceaccount:hyperpod-inference-system:hyperpod-inference-controller-manager",
+            f"{host}:aud": "sts.amazonaws.com"}}}]}
+    assert not [a for a in aws(world, "eks").list_pod_identity_associations(clusterName=CLUSTER)["associations"]
+                if a["namespace"] == "hyperpod-inference-system"]
     listed = features(live)
     assert set(listed["metrics_server"]["required_by"]) == {"hyperpod_inference_operator"}
 

@@ -82,7 +82,7 @@ def test_the_load_balancer_controller_stays_while_it_holds_load_balancers(import
     before = len(imported.engine.list(OperationQuery(kind="features.update")))
     with pytest.raises(Conflict, match="Service web/front") as refused:
         features.update_features(ADMIN, "fpane", FeaturesPatch(load_balancer_controller=False))
-    assert refused.value.details == {"load_balanced": ["Service web/front"]}
+    assert refused.value.details == {"feature": "load_balancer_controller", "in_use": ["Service web/front"]}
     assert len(imported.engine.list(OperationQuery(kind="features.update"))) == before, "refused before any row"
     core.delete_namespaced_service("front", "web")
     view, _ = features.update_features(ADMIN, "fpane", FeaturesPatch(load_balancer_controller=False))

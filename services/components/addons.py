@@ -69,7 +69,7 @@ class Addon(Component):
         params: dict[str, Any] = {"clusterName": target.eks_cluster, "addonName": self.name,
                                   "resolveConflicts": RESOLVE_CONFLICTS, "tags": target.tags}
         params.update(self.create_params(target))
-        if self.identity is not None:
+        if self.identity is not None and not self.identity.irsa:
             params["podIdentityAssociations"] = [{"serviceAccount": self.identity.service_account,
                                                   "roleArn": self.identity.role_arn(target)}]
         target.client("eks").create_addon(**params)

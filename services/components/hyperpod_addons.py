@@ -7,7 +7,10 @@ operator matches the inference CRDs this project ships and validates against (op
 Each is an :class:`~services.components.addons.Addon` whose ``configurationValues`` are part of what it wants:
 the user's settings (a pydantic model, :attr:`settings_model`) plus what the control plane decides (the
 inference operator's execution role, TLS bucket, HyperPod cluster ARN, and its bundled KEDA and load balancer
-controller switched off: the registry owns one copy of each). Observing compares the add-on's actual
+controller switched off: the registry owns one copy of each). The inference operator's execution role is
+trusted through IRSA (the cluster's OIDC provider, for its controller's service account
+``hyperpod-inference-system/hyperpod-inference-controller-manager``), not EKS Pod Identity: its add-on gets no
+pod identity association, only the role's ARN in its values. Observing compares the add-on's actual
 configuration and version with the wanted ones, so a changed setting is one ``UpdateAddon`` and an unchanged
 one is nothing at all.
 """
@@ -144,8 +147,8 @@ TRAINING_OPERATOR_ROLE = PodRole("hp-training-operator-role", "aws-hyperpod", "h
                                  description="HyperPod training operator (EKS Pod Identity)")
 INFERENCE_ROLE = PodRole("hp-inference-operator-role", "hyperpod-inference-system",
                          "hyperpod-inference-controller-manager",
-                         managed_policies=("AmazonSageMakerHyperPodInferenceAccess",),
-                         description="HyperPod inference operator execution role (EKS Pod Identity)")
+                         managed_policies=("AmazonSageMakerHyperPodInferenceAccess",), irsa=True,
+                         description="HyperPod inference operator execution role (IRSA)")
 
 HYPERPOD_TRAINING_OPERATOR = TrainingOperator(
     "amazon-sagemaker-hyperpod-training-operator", identity=TRAINING_OPERATOR_ROLE, values=_training_values,

@@ -1,6 +1,7 @@
 """The IAM role a component's pods run as through EKS Pod Identity: trusted by ``pods.eks.amazonaws.com``
 (``sts:AssumeRole`` + ``sts:TagSession``), tagged in ``CreateRole``, with its policies; and, for components
-that are not add-ons, the pod identity association tying it to the component's service account.
+that are not add-ons, the pod identity association tying it to the component's service account. A role marked
+``irsa`` is trusted instead through the cluster's IAM OIDC provider for that one service account (IRSA).
 
 Each piece is observed before it is made, so a reconcile that finds everything in place writes nothing, and
 teardown deletes a role or association only when it carries our tags.
@@ -35,6 +36,9 @@ class PodRole:
     inline: Callable[[Target], dict[str, Any]] | None = None
     #: make the pod identity association here (False: the add-on's CreateAddon makes it and deletes it)
     associate: bool = False
+    #: trusted through IRSA (the cluster's IAM OIDC provider, for this service account) instead of EKS Pod
+    #: Identity: no pod identity association at all, the component is handed the role's ARN
+    irsa: bool = False
     description: str = field(default="")
 
     # services.clusters.iam_stage imports services.clusters.create, which imports this package: its
@@ -46,6 +50,26 @@ class PodRole:
     def role_arn(self, target: Target) -> str:
         from services.clusters.iam_stage import partition
         return f"arn:{partition(target.region)}:iam::{target.account}:role/{self.role_name(target)}"
+
+    def trust(self, target: Target) -> dict[str, Any]:
+        """The trust policy: EKS Pod Identity, or (:attr:`irsa`) ``sts:AssumeRoleWithWebIdentity`` from the
+        cluster's OIDC provider for ``system:serviceaccount:<namespace>:<service account>`` only."""
+        if not self.irsa:
+            trust: dict[str, Any] = json.loads(POD_IDENTITY_TRUST)
+            return trust
+        from services.clusters.eks_stage import OIDC_AUDIENCE, provider_arn
+        cluster = target.client("eks").describe_cluster(name=target.eks_cluster)["cluster"]
+        issuer = str(((cluster.get("identity") or {}).get("oidc") or {}).get("issuer") or "")
+        if not issuer:
+            raise Permanent(f"the EKS cluster {target.eks_cluster} has no OIDC issuer, which the role "
+                            f"{self.role_name(target)} (IAM roles for service accounts) needs")
+        host = issuer.removeprefix("https://")
+        return {"Version": "2012-10-17", "Statement": [{
+            "Effect": "Allow", "Principal": {"Federated": provider_arn(target.account, target.region, issuer)},
+            "Action": "sts:AssumeRoleWithWebIdentity",
+            "Condition": {"StringEquals": {f"{host}:sub": f"system:serviceaccount:{self.namespace}:"
+                                                          f"{self.service_account}",
+                                           f"{host}:aud": OIDC_AUDIENCE}}}]}
 
     def policy_arns(self, target: Target) -> list[str]:
         """The ARNs of :attr:`managed_policies` (AWS managed policy names) in ``target``'s partition."""
@@ -106,7 +130,7 @@ class PodRole:
                             "instantstart tags): it is left alone; delete or rename it, then retry",
                             details={"role": self.role_name(target), "arn": role.get("Arn")})
         out = []
-        if role.get("AssumeRolePolicyDocument") != json.loads(POD_IDENTITY_TRUST):
+        if role.get("AssumeRolePolicyDocument") != self.trust(target):
             out.append("trust")
         if not set(self.policy_arns(target)) <= self._attached(target) or (
                 self.inline is not None and not self._has_inline(target)):
@@ -121,11 +145,12 @@ class PodRole:
         iam = target.client("iam")
         name = self.role_name(target)
         if "role" in missing:
-            iam.create_role(RoleName=name, AssumeRolePolicyDocument=POD_IDENTITY_TRUST, Tags=tag_list(target.tags),
-                            Description=self.description or f"{self.namespace}/{self.service_account} of "
-                                                             f"{target.cluster} (EKS Pod Identity)")
-        if "trust" in missing:  # ours, but not trusting EKS Pod Identity (edited since): put our trust back
-            iam.update_assume_role_policy(RoleName=name, PolicyDocument=POD_IDENTITY_TRUST)
+            how = "IRSA" if self.irsa else "EKS Pod Identity"
+            iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(self.trust(target)),
+                            Tags=tag_list(target.tags), Description=self.description or
+                            f"{self.namespace}/{self.service_account} of {target.cluster} ({how})")
+        if "trust" in missing:  # ours, but not trusting what it should (edited since): put our trust back
+            iam.update_assume_role_policy(RoleName=name, PolicyDocument=json.dumps(self.trust(target)))
         if "policies" in missing:
             attached = set() if "role" in missing else self._attached(target)
             for arn in self.policy_arns(target):

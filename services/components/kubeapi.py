@@ -119,3 +119,13 @@ def load_balanced(api: ApiClient) -> list[dict[str, Any]]:
                 continue
             out.append({**item, "apiVersion": api_version, "kind": kind})
     return out
+
+
+def items(api: ApiClient, path: str) -> list[dict[str, Any]]:
+    """The items of the list at ``path`` (a kind in all namespaces); a kind the API does not serve has none."""
+    try:
+        listed = _call(api, "GET", path) or {}
+    except NotFound:
+        return []
+    found: list[dict[str, Any]] = listed.get("items") or []
+    return found

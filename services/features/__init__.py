@@ -11,7 +11,7 @@ from the request, so re-sending the current state is an operation that changes n
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
@@ -20,10 +20,9 @@ from services.aws import AwsClients
 from services.clusters.create_base import cluster_tags
 from services.clusters.pipeline import cluster_target
 from services.clusters.registry import ClusterRegistry
-from services.components import Observation, Target, kubeapi
-from services.components.families import LOAD_BALANCER_CONTROLLER
+from services.components import Observation, Target
 from services.components.hyperpod_addons import ConfiguredAddon
-from services.errors import Conflict, Invalid, Permanent
+from services.errors import Conflict, Forbidden, Invalid, Permanent
 from services.features.models import FeatureChange, FeaturesPatch, FeaturesPlan, FeaturesView, FeatureView
 from services.features.registry import FEATURES, Feature, by_name, dependents, prerequisites
 from services.features.stages import REMOVE, configured, feature_stages
@@ -35,6 +34,14 @@ from services.verbs import verb
 
 KIND = "features.update"
 __all__ = ["FEATURES", "KIND", "Feature", "Features", "FeaturesPatch", "features_target"]
+
+
+@runtime_checkable
+class Preflighted(Protocol):
+    """A component with a side-effect-free check of whether it can be turned on with ``settings`` (its
+    validated settings model, or None) on ``target``: each problem it returns is a reason to refuse (409)."""
+
+    def preflight(self, target: Target, settings: BaseModel | None) -> list[str]: ...
 
 
 def features_target(cluster: str) -> str:
@@ -112,6 +119,14 @@ class Features:
         if not touched:
             raise Invalid("name at least one feature to change (true, false or a settings object); features: "
                           + ", ".join(self._index), details={"features": list(self._index)})
+        off = sorted(name for name, value in touched.items() if value is False)
+        if off and not principal.allows(Role.ADMIN):
+            # turning off deletes add-ons, CRDs and the custom resources they hold (DESIGN §5): admins only
+            message = (f"turning off {', '.join(off)} deletes what it installed and needs the admin role; token "
+                       f"{principal.name!r} has {principal.role.value} (turning features on needs operator)")
+            self._engine.audit.record(principal, KIND, features_target(cluster), touched, "denied", detail=message)
+            raise Forbidden(message, details={"required_role": Role.ADMIN.value, "role": principal.role.value,
+                                              "features": off})
         plan = self._plan_base(cluster, principal)
         target = self._target(plan)
         observed = self._observe(target)
@@ -137,14 +152,10 @@ class Features:
                                details={"dependent": name, "depends_on": broken})
         for change in changes.values():
             self._check_config(change, target)
-        if any(self._index[n].component is LOAD_BALANCER_CONTROLLER and enabled(observed[n]) for n in turned_off) \
-                and target.kube is not None:
-            balanced = [f"{o['kind']} {o['metadata'].get('namespace')}/{o['metadata']['name']}"
-                        for o in kubeapi.load_balanced(target.kube)]
-            if balanced:
-                raise Conflict("the load balancer controller cannot be turned off while it holds AWS load balancers "
-                               f"for {', '.join(balanced[:10])}: delete those first (their load balancers go with "
-                               "them), then turn it off", details={"load_balanced": balanced})
+        for change in changes.values():
+            self._preflight(change, target)
+        for name in sorted(n for n in turned_off if enabled(observed[n])):
+            self._check_unused(self._index[name], target)
         order = [f.name for f in self.features]
         stages = [REMOVE + n for n in reversed(order) if n in turned_off] + [n for n in order if n in changes
                                                                             and changes[n].enabled]
@@ -186,6 +197,29 @@ class Features:
             raise Invalid(f"{name}: invalid settings: "
                           + "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()),
                           details={"feature": name, "fields": list(model.model_fields)}) from None
+
+    def _preflight(self, change: FeatureChange, target: Target) -> None:
+        """A component's own side-effect-free check of a feature this request turns on or reconfigures."""
+        component = configured(self._index[change.feature], change)
+        if not change.enabled or not isinstance(component, Preflighted):
+            return
+        model = component.settings_model
+        settings = model.model_validate(change.settings) if model is not None and change.settings is not None else None
+        problems = component.preflight(target, settings)
+        if problems:
+            raise Conflict(f"{change.feature} cannot be turned on: " + "; ".join(problems),
+                           details={"feature": change.feature, "problems": problems})
+
+    @staticmethod
+    def _check_unused(feature: Feature, target: Target) -> None:
+        """A feature is not turned off while objects still use it (bound volumes, its custom resources ...)."""
+        if feature.in_use is None or target.kube is None:
+            return
+        using = feature.in_use(target.kube)
+        if using:
+            raise Conflict(f"{feature.name} cannot be turned off while {len(using)} object(s) use it: "
+                           f"{', '.join(using[:10])}{' ...' if len(using) > 10 else ''}: {feature.in_use_hint}",
+                           details={"feature": feature.name, "in_use": using})
 
     def _check_config(self, change: FeatureChange, target: Target) -> None:
         """A feature whose configuration needs facts the cluster lacks (a HyperPod cluster) is refused now."""

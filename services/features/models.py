@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, create_model
+from pydantic import Field, StrictBool, create_model
 
 from services.features.registry import FEATURES, Feature
 from services.models import RequestModel, ResponseModel
@@ -75,7 +75,7 @@ class FeaturesPlan(RequestModel):
 
 def _patch_model(features: tuple[Feature, ...]) -> type[RequestModel]:
     fields: dict[str, Any] = {
-        f.name: (bool | dict[str, Any] | None, Field(None, description=f"{f.summary}. {FEATURE_VALUE}"))
+        f.name: (StrictBool | dict[str, Any] | None, Field(None, description=f"{f.summary}. {FEATURE_VALUE}"))
         for f in features}
     model: type[RequestModel] = create_model("FeaturesPatch", __base__=RequestModel, **fields)
     model.__doc__ = ("Only the features to change: true (on), false (off) or an object (on, with these "

@@ -24,17 +24,21 @@ from services.components.families import (
 )
 from services.components.hyperpod_addons import HYPERPOD_INFERENCE_OPERATOR, HYPERPOD_TRAINING_OPERATOR
 from services.errors import Permanent
+from services.features.in_use import InUse, bound_volumes, custom_resources, load_balanced
 
 
 @dataclass(frozen=True)
 class Feature:
     """One toggle: its ``key`` (the field of ``PATCH .../features``), the component, what it needs on first,
-    and one line for people."""
+    one line for people, and what uses it (``in_use``: it is not turned off while that lists anything)."""
 
     component: Component
     depends_on: tuple[str, ...] = ()
     key: str = ""
     summary: str = ""
+    in_use: InUse | None = None
+    #: what to do about what ``in_use`` lists, for the refusal
+    in_use_hint: str = "delete those first, then turn it off"
 
     @property
     def name(self) -> str:
@@ -60,21 +64,29 @@ FEATURES: tuple[Feature, ...] = ordered((
     Feature(CERT_MANAGER, key="cert_manager", summary="cert-manager: webhook certificates for the HyperPod operators"),
     Feature(METRICS_SERVER, key="metrics_server", summary="metrics-server: pod and node resource metrics"),
     Feature(S3_CSI, depends_on=("pod_identity_agent",), key="s3_csi_driver",
-            summary="Mountpoint for Amazon S3 CSI driver, on the shared bucket"),
+            summary="Mountpoint for Amazon S3 CSI driver, on the shared bucket", in_use=bound_volumes("s3.csi.aws.com"),
+            in_use_hint="delete those volumes (and the claims and pods that mount them) first, then turn it off"),
     Feature(FSX_CSI, depends_on=("pod_identity_agent",), key="fsx_csi_driver",
-            summary="Amazon FSx for Lustre CSI driver"),
+            summary="Amazon FSx for Lustre CSI driver", in_use=bound_volumes("fsx.csi.aws.com"),
+            in_use_hint="delete those volumes (and the claims and pods that mount them) first, then turn it off"),
     Feature(KUBERAY, key="kuberay_operator", summary="KubeRay operator: RayCluster, RayJob, RayService"),
     Feature(LOAD_BALANCER_CONTROLLER, depends_on=("pod_identity_agent",), key="load_balancer_controller",
-            summary="AWS Load Balancer Controller: the one copy every load-balanced Service and Ingress uses"),
+            summary="AWS Load Balancer Controller: the one copy every load-balanced Service and Ingress uses",
+            in_use=load_balanced,
+            in_use_hint="delete those first (their load balancers go with them), then turn it off"),
     Feature(HYPERPOD_TRAINING_OPERATOR, depends_on=("cert_manager", "pod_identity_agent"),
             key="hyperpod_training_operator",
-            summary="HyperPod training operator (EKS add-on): HyperPodPyTorchJob with job auto-resume"),
+            summary="HyperPod training operator (EKS add-on): HyperPodPyTorchJob with job auto-resume",
+            in_use=custom_resources(("sagemaker.amazonaws.com/v1", "HyperPodPyTorchJob", "hyperpodpytorchjobs"))),
     Feature(HYPERPOD_INFERENCE_OPERATOR,
             depends_on=("cert_manager", "metrics_server", "s3_csi_driver", "fsx_csi_driver",
                         "load_balancer_controller"),
             key="hyperpod_inference_operator",
             summary="HyperPod inference operator (EKS add-on, operator v3.2): InferenceEndpointConfig, JumpStartModel; "
-                    "its bundled KEDA and load balancer controller are off"),
+                    "its bundled KEDA and load balancer controller are off",
+            in_use=custom_resources(
+                ("inference.sagemaker.aws.amazon.com/v1", "InferenceEndpointConfig", "inferenceendpointconfigs"),
+                ("inference.sagemaker.aws.amazon.com/v1", "JumpStartModel", "jumpstartmodels"))),
 ))
 
 
