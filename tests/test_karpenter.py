@@ -100,7 +100,7 @@ def test_the_preflight_names_each_missing_prerequisite_and_each_ineligible_group
                      "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}})
     mark = world.ledger.mark()
     try:
-        problems = feature.preflight(target, described)
+        problems = feature.problems(target, described)
         world.ledger.assert_no_writes(since=mark)
     finally:
         ext.delete_custom_resource_definition("nodeclaims.karpenter.sh")
@@ -114,7 +114,7 @@ def test_the_preflight_names_each_missing_prerequisite_and_each_ineligible_group
     assert "instance group gpu" not in text
     assert len(problems) == 8, problems
 
-    nothing = ManagedKarpenter().preflight(target)
+    nothing = ManagedKarpenter().problems(target)
     assert any("eligible: gpu, cpu)" in p for p in nothing), nothing
 
 

@@ -107,7 +107,7 @@ def _instance_types(group: dict[str, Any]) -> list[str]:
 def preflight(target: Target, settings: KarpenterSettings) -> list[str]:
     """Each reason ``target`` cannot get managed Karpenter with ``settings`` (empty: it can), each message
     starting with the rule it breaks; only reads (DescribeCluster, the Kubernetes API), never raises for them."""
-    return ManagedKarpenter(settings).preflight(target)
+    return ManagedKarpenter(settings).problems(target)
 
 
 def _label(obj: dict[str, Any]) -> str:
@@ -251,8 +251,12 @@ class ManagedKarpenter(Component):
 
     # ----- preflight ----------------------------------------------------------------------------------------
 
-    def preflight(self, target: Target, cluster: dict[str, Any] | None = None,
-                  in_class: list[str] | None = None) -> list[str]:
+    def preflight(self, target: Target, settings: BaseModel | None) -> list[str]:
+        """The managed-features precheck's hook: :meth:`problems` of this feature with ``settings``."""
+        return self.configured(settings).problems(target) if settings is not None else self.problems(target)
+
+    def problems(self, target: Target, cluster: dict[str, Any] | None = None,
+                 in_class: list[str] | None = None) -> list[str]:
         """Each reason this cluster cannot get managed Karpenter for the chosen groups (empty: it can).
         ``in_class``: the groups already in our live node class (past their start)."""
         if cluster is None:
@@ -362,7 +366,7 @@ class ManagedKarpenter(Component):
             return Observation(status="ABSENT", missing=[], settled=False, healthy=False, detail=unusable,
                                version=self.version, failed=unusable)
         in_class = self._live_groups(target)
-        problems = self.preflight(target, cluster, in_class)
+        problems = self.problems(target, cluster, in_class)
         scaling = cluster.get("AutoScaling") or {}
         enabled = scaling.get("Mode") == "Enable"
         foreign = enabled and cluster.get("ClusterRole") != self.role_arn(target)

@@ -81,12 +81,14 @@ class Features:
         return FeaturesPlan(cluster=record.name, region=record.region, account=account, eks_cluster=record.eks_name,
                             vpc_id=(eks.get("resourcesVpcConfig") or {}).get("vpcId", ""),
                             bucket=self.settings.shared_bucket or f"instantstart-shared-{account}-{record.region}",
-                            hyperpod_arn=record.hyperpod_arn, changes=[], stages=[], requested_by=principal.name)
+                            hyperpod_arn=record.hyperpod_arn, hyperpod_cluster=record.hyperpod_name or "",
+                            changes=[], stages=[], requested_by=principal.name)
 
     def _target(self, plan: FeaturesPlan) -> Target:
         return Target(cluster=plan.cluster, eks_cluster=plan.eks_cluster, region=plan.region, account=plan.account,
                       tags=cluster_tags(plan.cluster), aws=self.aws, kube=self.kube.api_client(plan.cluster),
-                      bucket=plan.bucket, vpc_id=plan.vpc_id, hyperpod_arn=plan.hyperpod_arn)
+                      bucket=plan.bucket, vpc_id=plan.vpc_id, hyperpod_arn=plan.hyperpod_arn,
+                      hyperpod_cluster=plan.hyperpod_cluster)
 
     def _observe(self, target: Target) -> dict[str, Observation]:
         return {f.name: f.component.observe(target) for f in self.features}

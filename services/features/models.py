@@ -68,6 +68,7 @@ class FeaturesPlan(RequestModel):
     vpc_id: str = ""
     bucket: str | None = None
     hyperpod_arn: str | None = None
+    hyperpod_cluster: str = ""  # its name ("" if none): the features that configure it
     changes: list[FeatureChange]
     stages: list[str]
     requested_by: str = ""

@@ -23,6 +23,8 @@ from services.components.families import (
     S3_CSI,
 )
 from services.components.hyperpod_addons import HYPERPOD_INFERENCE_OPERATOR, HYPERPOD_TRAINING_OPERATOR
+from services.components.karpenter import ManagedKarpenter
+from services.components.tiered import TieredCheckpointing
 from services.errors import Permanent
 from services.features.in_use import InUse, bound_volumes, custom_resources, load_balanced
 
@@ -87,6 +89,12 @@ FEATURES: tuple[Feature, ...] = ordered((
             in_use=custom_resources(
                 ("inference.sagemaker.aws.amazon.com/v1", "InferenceEndpointConfig", "inferenceendpointconfigs"),
                 ("inference.sagemaker.aws.amazon.com/v1", "JumpStartModel", "jumpstartmodels"))),
+    Feature(TieredCheckpointing(), key="tiered_checkpointing",
+            summary="HyperPod managed tiered checkpointing (TieredStorageConfig) and its IRSA chain for the training "
+                    "namespace's service account; settings: memory_percent, namespace"),
+    Feature(ManagedKarpenter(), key="managed_karpenter",
+            summary="HyperPod managed Karpenter autoscaling of eligible instance groups (the precheck names each "
+                    "missing prerequisite and refused group); settings: instance_groups, max_nodes"),
 ))
 
 

@@ -30,7 +30,7 @@ REMOVE = "remove-"
 def plan_target(plan: FeaturesPlan, aws: AwsClients, kube: KubeClients) -> Target:
     return Target(cluster=plan.cluster, eks_cluster=plan.eks_cluster, region=plan.region, account=plan.account,
                   tags=cluster_tags(plan.cluster), aws=aws, kube=kube.api_client(plan.cluster), bucket=plan.bucket,
-                  vpc_id=plan.vpc_id, hyperpod_arn=plan.hyperpod_arn)
+                  vpc_id=plan.vpc_id, hyperpod_arn=plan.hyperpod_arn, hyperpod_cluster=plan.hyperpod_cluster)
 
 
 def configured(feature: Feature, change: FeatureChange | None) -> Component:

@@ -1,0 +1,62 @@
+"""Tiered checkpointing and managed Karpenter as managed features (the features noun over their components):
+listed with their settings schema, and refused by the features precheck when the cluster cannot take them:
+Karpenter's preflight names each missing prerequisite, tiered checkpointing names the missing OIDC provider —
+before any operation row, with zero AWS writes. (Their reconcile, resource by resource, is tested on the
+components themselves: tests/test_tiered.py, tests/test_karpenter.py.)"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from app.bootstrap import Services
+from services.auth import Principal, Role
+from services.clusters.models import ClusterImport
+from services.errors import Conflict
+from services.features import FeaturesPatch
+from services.operations import OperationQuery
+from tests.ledger import CallLedger
+from tests.sandbox_support import SeededServer, seeded_server
+from tests.support import wait_until
+
+pytestmark = pytest.mark.slow
+CLUSTER = "fscale"
+ADMIN = Principal("scale-admin", Role.ADMIN, "t-sadm", "api")
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SeededServer, Services]]:
+    with seeded_server(tmp_path_factory.mktemp("features-scale"), CLUSTER, nodes=1) as seeded:
+        services = seeded.product(tmp_path_factory.mktemp("product") / "data")
+        try:
+            view, _ = services.clusters.import_cluster(ADMIN, ClusterImport(eks_cluster=CLUSTER,
+                                                                            hyperpod_cluster=CLUSTER))
+            wait_until(lambda: services.engine.run_until_idle(view.id).status == "succeeded", 60, "the import")
+            yield seeded, services
+        finally:
+            services.stop()
+
+
+def test_both_are_listed_off_with_their_settings(imported: tuple[SeededServer, Services]) -> None:
+    _, services = imported
+    views = {v.name: v for v in services.features.list_features(ADMIN, CLUSTER).features}
+    for name, field in (("tiered_checkpointing", "memory_percent"), ("managed_karpenter", "instance_groups")):
+        assert not views[name].enabled and not views[name].foreign, views[name]
+        assert views[name].settings_schema is not None and field in views[name].settings_schema["properties"]
+
+
+def test_a_cluster_that_cannot_take_them_is_refused_before_any_operation(
+        imported: tuple[SeededServer, Services]) -> None:
+    seeded, services = imported
+    ledger = CallLedger(seeded.live)
+    mark = ledger.mark()
+    before = len(services.engine.list(OperationQuery(kind="features.update")))
+    group = services.clusters.describe_cluster(ADMIN, CLUSTER).instance_groups[0].name
+    with pytest.raises(Conflict) as karpenter:
+        services.features.update_features(ADMIN, CLUSTER, FeaturesPatch.model_validate(
+            {"managed_karpenter": {"instance_groups": [group]}}))
+    problems = karpenter.value.details["problems"]
+    assert any(p.startswith("continuous-provisioning") for p in problems), problems
+    assert len(services.engine.list(OperationQuery(kind="features.update"))) == before, "no operation row"
+    assert ledger.writes(since=mark) == [], "the preflight only reads"
