@@ -9,8 +9,10 @@ the operation's new view on the bus. This module decides nothing about *when* a 
 from __future__ import annotations
 
 import builtins
+import threading
 import uuid
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -46,6 +48,9 @@ from services.stages import OperationKind
 _UNSET: Any = object()
 
 
+EXPECTED_CACHE = 4096  # operations whose stage durations are kept
+
+
 class OperationStore:
     def __init__(self, db: Database, bus: EventBus, audit: AuditLog, clock: Clock, metrics: Metrics,
                  kinds: dict[str, OperationKind[Any]]) -> None:
@@ -56,6 +61,9 @@ class OperationStore:
         self.metrics = metrics
         self.kinds = kinds  # the engine's registry, read for each view (read-only stages, deadlines)
         self.pace = 1.0
+        #: operation id -> each stage's expected seconds for its request (a request never changes: computed once)
+        self._expected: OrderedDict[str, dict[str, float | None]] = OrderedDict()
+        self._expected_lock = threading.Lock()
         self.index = OperationIndex(lambda statuses, size: self.list(OperationQuery(status=sorted(statuses),
                                                                                      limit=size)))
         changeable = self.db.query(
@@ -159,13 +167,12 @@ class OperationStore:
     def view(self, row: Any, stages: builtins.list[Any]) -> OperationView:
         kind = self.kinds.get(row["kind"])
         declared = {s.name: s for s in kind.stages} if kind is not None else {}
-        request = self._typed_request(kind, row) if declared else None
+        durations = self._expected_of(kind, row, declared) if declared else {}
         views = []
         for s in stages:
             stage = declared.get(s["name"])
             deadline = stage.deadline * self.pace if stage is not None and stage.deadline is not None else None
-            seconds = (stage.expected_for(request) if request is not None else stage.expected_seconds) \
-                if stage is not None else None
+            seconds = durations.get(s["name"])
             expected = seconds * self.pace if seconds else None
             views.append(StageView(
                 name=s["name"], status=StageStatus(s["status"]), phase=Phase(s["phase"]), attempts=s["attempts"],
@@ -182,6 +189,23 @@ class OperationStore:
             conditions=[Condition(**c) for c in loads(row["conditions"])],
             result=loads(row["result"]), error=loads(row["error"]),
             status_url=f"/api/v1/operations/{row['id']}", stages=views)
+
+    def _expected_of(self, kind: Any, row: Any, declared: Mapping[str, Any]) -> dict[str, float | None]:
+        """Each declared stage's expected seconds for this operation's request, computed at its first view and
+        kept (the last ``EXPECTED_CACHE`` operations): a view or long-poll never re-validates the request."""
+        with self._expected_lock:
+            found = self._expected.get(row["id"])
+            if found is not None:
+                self._expected.move_to_end(row["id"])
+                return found
+        request = self._typed_request(kind, row)
+        found = {name: stage.expected_for(request) if request is not None else stage.expected_seconds
+                 for name, stage in declared.items()}
+        with self._expected_lock:
+            self._expected[row["id"]] = found
+            while len(self._expected) > EXPECTED_CACHE:
+                self._expected.popitem(last=False)
+        return found
 
     @staticmethod
     def _typed_request(kind: Any, row: Any) -> Any:

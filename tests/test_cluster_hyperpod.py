@@ -25,7 +25,7 @@ from services.clusters.create_models import (
     IamResult,
     NetworkResult,
 )
-from services.clusters.dependencies_stage import DependenciesStage
+from services.clusters.dependencies_stage import DependenciesStage, components_health
 from services.clusters.hyperpod_stage import HyperpodStage, HyperpodTeardown, lifecycle_scripts
 from services.clusters.models import ClusterRecord, Ownership
 from services.clusters.storage_stage import (
@@ -38,7 +38,7 @@ from services.clusters.storage_stage import (
 )
 from services.clusters.verify_stage import VerifyStage
 from services.operations import TERMINAL, OperationView
-from services.stages import OperationKind, Stage, StageContext
+from services.stages import Done, OperationKind, Stage, StageContext
 from tests.conftest import ADMIN
 from tests.create_support import Given, SandboxProduct, make_plan, run_stages, sandbox_product
 from tests.ledger import CallLedger
@@ -139,6 +139,21 @@ def test_create_runs_nodes_join_claims_bind_and_a_rerun_makes_nothing(world: Wor
     body = world.product.client("s3").get_object(Bucket=BUCKET, Key="instantstart/hp-make/lifecycle/on_create.sh")
     assert body["Body"].read() == lifecycle_scripts()["on_create.sh"]  # the shipped script, byte for byte
 
+    deps = world.product.deps()
+    vpc = world.network.vpc_id
+
+    def node_lists(since: int) -> int:
+        return sum(1 for e in world.ledger.calls(service="kubernetes", verb="list", cluster="hp-make", since=since)
+                   if e["resource"] == "nodes")
+
+    components = world.ledger.mark()
+    components_health(deps, plan, vpc)  # the components' own health reads (what verify checks beside its nodes)
+    by_components = node_lists(components)
+    ctx = StageContext(view.id, view.kind, plan.name, plan, {}, {s.name: s.result for s in view.stages if s.result},
+                       world.product.services.clock, 1)
+    polled = world.ledger.mark()
+    assert VerifyStage(deps).poll(ctx) == Done() and ctx.data["found"]["nodes"] == 2
+    assert node_lists(polled) == by_components, "verify reads its nodes from the nodes informer, not a list per poll"
     nodes = world.core(plan).list_node(label_selector="sagemaker.amazonaws.com/instance-group-name=workers").items
     assert len(nodes) == 2
     assert {n.metadata.labels["sagemaker.amazonaws.com/node-health-status"] for n in nodes} == {"Schedulable"}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,8 +29,10 @@ from app.sandbox import SANDBOX_ACCESS_KEY
 from panels.clusters import ClustersPane
 from panels.events import EventsPane
 from services.auth import Principal, Role
-from services.clusters.events import ClusterEventsQuery, EventSource
+from services.clusters.events import ClusterEventsQuery, ClusterTimeline, EventSource
 from services.clusters.models import ClusterImport
+from services.informers import Informers
+from services.kube import KubeClients
 from tests.ledger import CallLedger
 from tests.sandbox_support import SeededServer, seeded_server
 from tests.support import ROOT, LiveServer, clean_env, wait_until
@@ -207,12 +210,41 @@ def test_bad_filters_are_refused_with_the_reason(seeded: tuple[SeededServer, Ser
     naive = live.get(EVENTS, params={"since": "2026-12-01T18:00:00"})
     assert naive.status_code == 422 and "since" in naive.text, naive.text
     assert live.get(EVENTS, params={"severity": "fatal"}).status_code == 422
-    bad_id = live.get(f"{EVENTS}/not-an-event")
-    assert bad_id.status_code == 422 and "not a HyperPod event id" in bad_id.text
+    for malformed in ("not-an-event", "-" * 36, "0" * 36, "00000000-0000-0000-0000-00000000000G",
+                      "ABCDEF00-0000-0000-0000-000000000000"):  # the API's EventId: lowercase 8-4-4-4-12
+        bad_id = live.get(f"{EVENTS}/{malformed}")
+        assert bad_id.status_code == 422 and "not a HyperPod event id" in bad_id.text, (malformed, bad_id.text)
     unknown = live.get(f"{EVENTS}/00000000-0000-0000-0000-000000000000")
     assert unknown.status_code == 404, unknown.text
     missing = live.get("/api/v1/clusters/nowhere/events")
     assert missing.status_code == 404 and "no cluster named 'nowhere'" in missing.text
+
+
+def test_hyperpod_events_do_not_wait_for_a_node_list_that_hangs(seeded: tuple[SeededServer, Services],
+                                                                  tmp_path: Path) -> None:
+    """source=hyperpod answers while the nodes informer's first list is still unanswered: it never waits
+    for it (the Kubernetes API here accepts connections and never replies)."""
+    writer = seeded[1]
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "silent",
+        "clusters": [{"name": "silent", "cluster": {"server": f"http://127.0.0.1:{silent.getsockname()[1]}"}}],
+        "contexts": [{"name": "silent", "context": {"cluster": "silent", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}]}))
+    kube = KubeClients(writer.aws, writer.clock)
+    kube.register_kubeconfig(NAME, kubeconfig)
+    informers = Informers(kube, writer.bus)
+    timeline = ClusterTimeline(writer.clusters.registry, writer.aws, writer.clusters.cache, informers)
+    try:
+        view = timeline.list_events(VIEWER, NAME, ClusterEventsQuery(source=EventSource.HYPERPOD), wait=3600.0)
+        assert not informers.get(NAME, "nodes").attempted.is_set(), "answered before the node list gave up"
+        assert all(e.source == EventSource.HYPERPOD for e in view.events)
+    finally:
+        informers.stop()
+        silent.close()
 
 
 async def _tool(client: Client, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -5,9 +5,15 @@ the planned figure, scaled by the engine's pace like every wait."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import model_validator
+
 from app.bootstrap import Services
 from services.clusters.create_models import FsxChoice
 from services.clusters.storage_stage import FSX_CREATE_SECONDS, StorageStage
+from services.models import RequestModel
+from services.stages import Observed, OperationKind, Stage, StageContext
 from tests.conftest import ADMIN
 from tests.create_support import make_plan
 
@@ -36,3 +42,38 @@ def test_the_operation_shows_the_planned_duration_of_each_stage(services: Servic
     pace = plain["eks"] / 600.0  # the eks stage's AWS duration, scaled by this world's pace
     assert abs(plain["storage"] - 60.0 * pace) < 1e-3
     assert abs(new["storage"] - (60.0 + FSX_CREATE_SECONDS) * pace) < 1e-3
+
+
+VALIDATED: list[str] = []  # the names the counted request model was validated for
+
+
+class Counted(RequestModel):
+    name: str
+    size: int
+
+    @model_validator(mode="after")
+    def _count(self) -> Counted:
+        VALIDATED.append(self.name)
+        return self
+
+
+class Sized(Stage[Counted]):
+    name = "sized"
+
+    def expected_for(self, request: Counted) -> float | None:
+        return 10.0 * request.size
+
+    def observe(self, ctx: StageContext[Counted]) -> Observed:
+        return Observed.DONE
+
+
+def test_a_stage_duration_is_computed_once_per_operation_not_per_view(services: Services) -> None:
+    services.engine.register(OperationKind("test.sized", Counted, (Sized(),), target=lambda r: f"test/{r.name}"))
+    view, created = services.engine.submit("test.sized", Counted(name="dur-once", size=3), ADMIN)
+    assert created
+    first = services.engine.get(view.id).stages[0].expected_seconds
+    assert first is not None and first > 0
+    before = VALIDATED.count("dur-once")
+    views: list[Any] = [services.engine.get(view.id) for _ in range(5)]
+    assert [v.stages[0].expected_seconds for v in views] == [first] * 5
+    assert VALIDATED.count("dur-once") == before, "a view reads the stored duration, it never re-validates the request"

@@ -38,7 +38,7 @@ from services.verbs import verb
 FIRST_SYNC_SECONDS = 20.0  # the first read of a cluster's events waits this long for the informer's list
 PAGE = 100  # ListClusterEvents' MaxResults ceiling
 MAX_PAGES = 10  # at most this many pages per read: a severity filter on a busy cluster stops here
-EVENT_ID = r"^[0-9a-fA-F-]{36}$"
+EVENT_ID = r"[a-f0-9]{8}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{12}"  # the API's EventId pattern
 EPOCH = dt.datetime.fromtimestamp(0, dt.UTC)  # an Event without any timestamp sorts last
 
 
@@ -150,7 +150,8 @@ class ClusterTimeline:
         query = query or ClusterEventsQuery()
         record = self.registry.get(name)
         view = ClusterEventsView(cluster=name, events=[])
-        nodes, groups = self._nodes(record, wait, view.errors)
+        # HyperPod's part needs the nodes only to name an instance's node: it takes what the informer holds
+        nodes, groups = self._nodes(record, 0.0 if query.source == EventSource.HYPERPOD else wait, view.errors)
         instance_id, node_name = self._resolve_node(query.node, nodes)
         events: list[ClusterEvent] = []
         more = False
@@ -171,7 +172,8 @@ class ClusterTimeline:
         """One HyperPod event with its details (``DescribeClusterEvent``), from the cache when fresh."""
         record = self.registry.get(name)
         if not re.fullmatch(EVENT_ID, event_id):
-            raise Invalid(f"{event_id!r} is not a HyperPod event id (a UUID): take one from clusters_events_list")
+            raise Invalid(f"{event_id!r} is not a HyperPod event id (a lowercase UUID): take one from "
+                          "clusters_events_list")
         if not record.hyperpod_name:
             raise NotFound(f"{name} has no HyperPod cluster registered, so it has no HyperPod events")
         hyperpod = record.hyperpod_name

@@ -4,9 +4,10 @@ It only looks: the instance group's nodes are Ready and HyperPod calls them ``Sc
 (``sagemaker.amazonaws.com/node-health-status``), every installed component is healthy, and the storage
 stage's claims are Bound. Until all hold it waits, saying what is missing, up to its deadline.
 
-The group's nodes are the instances HyperPod lists for it (``ListClusterNodes``), found in Kubernetes by
-their instance id (:mod:`services.clusters.instances`), never by the ``instance-group-name`` label alone:
-a node of another cluster or group that carries the label is not counted.
+The group's nodes are the instances HyperPod lists for it (``ListClusterNodes``), found in the nodes
+informer's watch cache (no node list per poll) by their instance id (:mod:`services.clusters.instances`),
+never by the ``instance-group-name`` label alone: a node of another cluster or group that carries the label
+is not counted.
 """
 
 from __future__ import annotations
@@ -58,14 +59,21 @@ class VerifyStage(CreateStage):
         core = k8s.CoreV1Api(self.deps.kube.api_client(plan.name))
         missing: list[str] = []
         group = plan.names.instance_group
-        sagemaker = self.deps.aws.client("sagemaker", plan.region)
-        instances = group_instances(sagemaker, plan.names.hyperpod_cluster, group)
-        nodes: list[Any] = [n for n in core.list_node().items if _instance_of(n) in instances]
-        usable = [n for n in nodes if _usable(n)]
-        if len(usable) < plan.count:
-            unusable = sorted(f"{n.metadata.name} ({_why_not(n)})" for n in nodes if not _usable(n))
-            missing.append(f"{len(usable)}/{plan.count} nodes of {group} Ready and Schedulable"
-                           + (f": {', '.join(unusable)}" if unusable else ""))
+        informer = self.deps.informers.get(plan.name, "nodes")  # the watch cache: no node list per poll
+        usable: list[dict[str, Any]] = []
+        if not informer.synced.is_set():
+            if informer.fatal is not None:  # access refused, or a failure nothing classified: waiting cures neither
+                raise informer.fatal
+            missing.append(f"the cluster's node list ({informer.error or 'listing'})")
+        else:
+            sagemaker = self.deps.aws.client("sagemaker", plan.region)
+            instances = group_instances(sagemaker, plan.names.hyperpod_cluster, group)
+            nodes = [n for n in informer.items() if _instance_of(n) in instances]
+            usable = [n for n in nodes if _usable(n)]
+            if len(usable) < plan.count:
+                unusable = sorted(f"{n['metadata']['name']} ({_why_not(n)})" for n in nodes if not _usable(n))
+                missing.append(f"{len(usable)}/{plan.count} nodes of {group} Ready and Schedulable"
+                               + (f": {', '.join(unusable)}" if unusable else ""))
         components = components_health(self.deps, plan, result_of(ctx, "network", NetworkResult).vpc_id)
         healthy = [c for c in components if c.status.lower() in HEALTHY]
         missing += [f"component {c.name} {c.status}" + (f" ({c.detail})" if c.detail else "")
@@ -82,26 +90,34 @@ class VerifyStage(CreateStage):
         return missing
 
 
-def _instance_of(node: Any) -> str:
+def _instance_of(node: dict[str, Any]) -> str:
     """The node's EC2 instance id ('' when neither its provider id nor its name carries one)."""
-    return instance_id_of(str(node.metadata.name), node.spec.provider_id if node.spec else None) or ""
+    return instance_id_of(str(node["metadata"]["name"]), (node.get("spec") or {}).get("providerID")) or ""
 
 
-def _ready(node: Any) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+def _labels(node: dict[str, Any]) -> dict[str, str]:
+    return dict(node["metadata"].get("labels") or {})
 
 
-def _usable(node: Any) -> bool:
-    labels = node.metadata.labels or {}
-    return _ready(node) and labels.get(HEALTH_LABEL) == SCHEDULABLE and not node.spec.unschedulable
+def _ready(node: dict[str, Any]) -> bool:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def _why_not(node: Any) -> str:
+def _cordoned(node: dict[str, Any]) -> bool:
+    return bool((node.get("spec") or {}).get("unschedulable"))
+
+
+def _usable(node: dict[str, Any]) -> bool:
+    return _ready(node) and _labels(node).get(HEALTH_LABEL) == SCHEDULABLE and not _cordoned(node)
+
+
+def _why_not(node: dict[str, Any]) -> str:
     if not _ready(node):
         return "not Ready"
-    if node.spec.unschedulable:
+    if _cordoned(node):
         return "cordoned"
-    return f"{HEALTH_LABEL}={(node.metadata.labels or {}).get(HEALTH_LABEL, 'unset')}"
+    return f"{HEALTH_LABEL}={_labels(node).get(HEALTH_LABEL, 'unset')}"
 
 
 def _claim_phase(core: k8s.CoreV1Api, namespace: str, name: str) -> str:
