@@ -91,6 +91,36 @@ def held_answers(live: LiveServer, fault_id: str) -> int:
     return int(next((f.get("held", 0) for f in faults if f["id"] == fault_id), 0))
 
 
+@contextmanager
+def live_sandbox(folder: Path, speed: float) -> Iterator[tuple[LiveServer, int]]:
+    """A product server running its own sandbox at ``speed`` (REST-level tests); answers it and the sandbox's
+    AWS port."""
+    aws_port = free_port()
+    server = start_server(folder / "data", env={"INSTANTSTART_SANDBOX_SPEED": str(speed),
+                                                "INSTANTSTART_SANDBOX_AWS_PORT": str(aws_port)})
+    try:
+        yield server, aws_port
+    finally:
+        server.stop()
+
+
+def live_aws(live: LiveServer, aws_port: int, service: str) -> Any:
+    """A boto3 client of ``live``'s sandbox, as a user of it."""
+    secret = (live.data_dir / "sandbox" / "aws-secret-key").read_text().strip()
+    return boto3.client(service, endpoint_url=f"http://127.0.0.1:{aws_port}", region_name="us-west-2",
+                        aws_access_key_id=SANDBOX_ACCESS_KEY, aws_secret_access_key=secret)
+
+
+def operation_end(live: LiveServer, op_id: str, timeout: float = 600) -> dict[str, Any]:
+    """The operation's view once it is terminal, followed through the REST long-poll."""
+    def done() -> dict[str, Any] | None:
+        view = live.get(f"/api/v1/operations/{op_id}", params={"wait": 30}).json()
+        return view if view["status"] in ("succeeded", "failed", "cancelled") else None
+
+    result: dict[str, Any] = wait_until(done, timeout, f"operation {op_id} to end")
+    return result
+
+
 def make_plan(name: str = "demo", **overrides: Any) -> ClusterCreatePlan:
     """A plan as the precheck would compute it for the sandbox (us-west-2a, 2 x ml.g5.8xlarge)."""
     names = DerivedNames(eks_cluster=name, hyperpod_cluster=name, vpc=f"{name}-vpc", security_group=f"{name}-efa",

@@ -14,14 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import httpx2
 import pytest
 
-from app.sandbox import SANDBOX_ACCESS_KEY
-from tests.create_support import leftovers
+from tests.create_support import leftovers, live_aws, live_sandbox, operation_end
 from tests.ledger import CallLedger
-from tests.support import LiveServer, free_port, start_server, wait_until
+from tests.support import LiveServer, wait_until
 
 pytestmark = pytest.mark.slow
 NAME = "life"
@@ -30,25 +28,16 @@ REQUEST = {"name": NAME, "zone": "us-west-2a", "instance_type": "ml.g5.8xlarge",
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, int]]:
-    aws_port = free_port()
-    server = start_server(tmp_path_factory.mktemp("lifecycle") / "data",
-                          env={"INSTANTSTART_SANDBOX_SPEED": "200", "INSTANTSTART_SANDBOX_AWS_PORT": str(aws_port)})
-    yield server, aws_port
-    server.stop()
+    with live_sandbox(tmp_path_factory.mktemp("lifecycle"), 200) as server:
+        yield server
 
 
 def aws(live: LiveServer, aws_port: int, service: str) -> Any:
-    secret = (live.data_dir / "sandbox" / "aws-secret-key").read_text().strip()
-    return boto3.client(service, endpoint_url=f"http://127.0.0.1:{aws_port}", region_name="us-west-2",
-                        aws_access_key_id=SANDBOX_ACCESS_KEY, aws_secret_access_key=secret)
+    return live_aws(live, aws_port, service)
 
 
 def finished(live: LiveServer, op_id: str, timeout: float = 600) -> dict[str, Any]:
-    def done() -> dict[str, Any] | None:
-        view = live.get(f"/api/v1/operations/{op_id}", params={"wait": 30}).json()
-        return view if view["status"] in ("succeeded", "failed", "cancelled") else None
-
-    return wait_until(done, timeout, f"operation {op_id} to end")
+    return operation_end(live, op_id, timeout)
 
 
 def kubectl(live: LiveServer, kubeconfig: Path, *args: str) -> Any:
