@@ -14,6 +14,8 @@ from typing import Any
 
 from app.bootstrap import Services, build_services
 from app.sandbox import Sandbox, aws_session
+from services.auth import Principal
+from services.clusters.models import ClusterImport
 from services.settings import Settings
 from tests.support import ROOT, LiveServer, free_port, start_server, wait_until
 
@@ -73,6 +75,20 @@ class SeededServer:
         shutil.copy(self.live.data_dir / "sandbox" / "aws-secret-key", data_dir / "sandbox" / "aws-secret-key")
         return build_services(Settings(data_dir=data_dir, sandbox=True, sandbox_aws_port=self.aws_port,
                                        sandbox_kube_port=self.kube_port, workers=1))
+
+    @contextmanager
+    def imported(self, data_dir: Path, cluster: str, principal: Principal) -> Iterator[Services]:
+        """:meth:`product` with the seeded ``cluster`` (EKS and HyperPod of that name) imported and connected,
+        stopped on exit."""
+        services = self.product(data_dir)
+        try:
+            view, _ = services.clusters.import_cluster(principal, ClusterImport(eks_cluster=cluster,
+                                                                                hyperpod_cluster=cluster))
+            wait_until(lambda: services.engine.run_until_idle(view.id).status == "succeeded", 60,
+                       "the import to connect (its node list synced)")
+            yield services
+        finally:
+            services.stop()
 
 
 @contextmanager

@@ -14,7 +14,6 @@ from pydantic import BaseModel, ValidationError
 from app.bootstrap import Services
 from services.audit import AuditQuery
 from services.auth import Principal, Role
-from services.clusters.models import ClusterImport
 from services.components import Target
 from services.components.hyperpod_addons import (
     HYPERPOD_TRAINING_OPERATOR,
@@ -36,15 +35,9 @@ OPERATOR = Principal("guards-operator", Role.OPERATOR, "t-gop", "api")
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
-    with seeded_server(tmp_path_factory.mktemp("features-guards"), CLUSTER, nodes=1) as seeded:
-        services = seeded.product(tmp_path_factory.mktemp("product") / "data")
-        try:
-            view, _ = services.clusters.import_cluster(ADMIN, ClusterImport(eks_cluster=CLUSTER,
-                                                                            hyperpod_cluster=CLUSTER))
-            wait_until(lambda: services.engine.run_until_idle(view.id).status == "succeeded", 60, "the import")
-            yield services
-        finally:
-            services.stop()
+    with seeded_server(tmp_path_factory.mktemp("features-guards"), CLUSTER, nodes=1) as seeded, \
+            seeded.imported(tmp_path_factory.mktemp("product") / "data", CLUSTER, ADMIN) as services:
+        yield services
 
 
 def operations(services: Services) -> int:

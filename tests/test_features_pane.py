@@ -14,7 +14,6 @@ from kubernetes import client as k8s
 from app.bootstrap import Services
 from panels.features import FeaturesPane
 from services.auth import Principal, Role
-from services.clusters.models import ClusterImport
 from services.errors import Conflict
 from services.features import FeaturesPatch
 from services.operations import OperationQuery
@@ -28,15 +27,9 @@ VIEWER = Principal("features-viewer", Role.VIEWER, "t-fview", "api")
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
-    with seeded_server(tmp_path_factory.mktemp("features-pane"), "fpane", nodes=1) as seeded:
-        services = seeded.product(tmp_path_factory.mktemp("product") / "data")
-        try:
-            view, _ = services.clusters.import_cluster(ADMIN, ClusterImport(eks_cluster="fpane",
-                                                                            hyperpod_cluster="fpane"))
-            wait_until(lambda: services.engine.run_until_idle(view.id).status == "succeeded", 60, "the import")
-            yield services
-        finally:
-            services.stop()
+    with seeded_server(tmp_path_factory.mktemp("features-pane"), "fpane", nodes=1) as seeded, \
+            seeded.imported(tmp_path_factory.mktemp("product") / "data", "fpane", ADMIN) as services:
+        yield services
 
 
 def pane_for(services: Services, principal: Principal) -> FeaturesPane:

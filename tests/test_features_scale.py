@@ -12,13 +12,11 @@ import pytest
 
 from app.bootstrap import Services
 from services.auth import Principal, Role
-from services.clusters.models import ClusterImport
 from services.errors import Conflict
 from services.features import FeaturesPatch
 from services.operations import OperationQuery
 from tests.ledger import CallLedger
 from tests.sandbox_support import SeededServer, seeded_server
-from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
 CLUSTER = "fscale"
@@ -27,15 +25,9 @@ ADMIN = Principal("scale-admin", Role.ADMIN, "t-sadm", "api")
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SeededServer, Services]]:
-    with seeded_server(tmp_path_factory.mktemp("features-scale"), CLUSTER, nodes=1) as seeded:
-        services = seeded.product(tmp_path_factory.mktemp("product") / "data")
-        try:
-            view, _ = services.clusters.import_cluster(ADMIN, ClusterImport(eks_cluster=CLUSTER,
-                                                                            hyperpod_cluster=CLUSTER))
-            wait_until(lambda: services.engine.run_until_idle(view.id).status == "succeeded", 60, "the import")
-            yield seeded, services
-        finally:
-            services.stop()
+    with seeded_server(tmp_path_factory.mktemp("features-scale"), CLUSTER, nodes=1) as seeded, \
+            seeded.imported(tmp_path_factory.mktemp("product") / "data", CLUSTER, ADMIN) as services:
+        yield seeded, services
 
 
 def test_both_are_listed_off_with_their_settings(imported: tuple[SeededServer, Services]) -> None:

@@ -19,7 +19,6 @@ from kubernetes import client as k8s
 from app.bootstrap import Services
 from panels.nodes import NodesPane
 from services.auth import Principal, Role
-from services.clusters.models import ClusterImport
 from services.nodes.models import NodeSelection
 from services.operations import OperationQuery
 from tests.node_support import kube, node_cluster
@@ -33,16 +32,9 @@ OPERATOR = Principal("pane-operator", Role.OPERATOR, "t-op", "api")
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SeededServer, Services]]:
-    with node_cluster(tmp_path_factory.mktemp("nodes-pane"), 2) as seeded:
-        services = seeded.product(tmp_path_factory.mktemp("product") / "data")
-        try:
-            view, _ = services.clusters.import_cluster(ADMIN, ClusterImport(eks_cluster="hp-eks",
-                                                                            hyperpod_cluster="hp-eks"))
-            wait_until(lambda: services.engine.run_until_idle(view.id).status == "succeeded", 60,
-                       "the import to connect (its node list synced)")
-            yield seeded, services
-        finally:
-            services.stop()
+    with node_cluster(tmp_path_factory.mktemp("nodes-pane"), 2) as seeded, \
+            seeded.imported(tmp_path_factory.mktemp("product") / "data", "hp-eks", ADMIN) as services:
+        yield seeded, services
 
 
 def grid(pane: NodesPane) -> str:
