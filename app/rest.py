@@ -29,6 +29,7 @@ from tornado.escape import url_unescape
 from app.api.base import Call, Reply, Route
 from app.bootstrap import Services
 from app.openapi import SQLITE_MAX, SQLITE_MIN, openapi_document
+from app.route_table import RouteTable
 from app.routes import ROUTES, check_routes
 from services.auth import Principal, Role, token_id_of
 from services.errors import (
@@ -578,40 +579,6 @@ class EventsSocket(tornado.websocket.WebSocketHandler):
         if self._recheck is not None:
             self._recheck.stop()
         self._release()
-
-
-def _pattern(path: str, *, named: bool = True) -> str:
-    """A route's path as a regular expression: ``{name}`` is one path segment (a named group if ``named``)."""
-    pieces = re.split(r"\{(\w+)\}", path)  # literal, name, literal, name, ..., literal
-    return "".join(re.escape(piece) if i % 2 == 0 else (f"(?P<{piece}>[^/]+)" if named else "[^/]+")
-                   for i, piece in enumerate(pieces))
-
-
-class RouteTable:
-    """Every REST path behind ONE URL pattern of the server, so a request meets one regular expression (in C)
-    instead of one per path; the handler then finds its path's routes by a dictionary lookup (literal paths)
-    or, for templated ones, by trying those alone, literal before templated as before:
-    ``POST /clusters/import`` is not ``GET /clusters/{cluster}``."""
-
-    def __init__(self, routes: list[Route]) -> None:
-        by_path: dict[str, dict[str, Route]] = {}
-        for r in routes:
-            by_path.setdefault(r.path, {})[r.method] = r
-        ordered = sorted(by_path, key=lambda path: path.count("{"))
-        self.literal = {path: by_path[path] for path in ordered if "{" not in path}
-        self.templated = [(re.compile(_pattern(path) + "$"), by_path[path]) for path in ordered if "{" in path]
-        self.pattern = "(?:" + "|".join(_pattern(path, named=False) for path in ordered) + ")$"
-
-    def lookup(self, path: str) -> tuple[dict[str, Route], dict[str, str]] | None:
-        """The routes (by method) of ``path`` and its path parameters, still URL-escaped."""
-        methods = self.literal.get(path)
-        if methods is not None:
-            return methods, {}
-        for regex, methods in self.templated:
-            match = regex.match(path)
-            if match:
-                return methods, match.groupdict()
-        return None
 
 
 def rest_patterns(services: Services, routes: list[Route] = ROUTES) -> list[tuple[Any, ...]]:
