@@ -111,7 +111,7 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     clusters = Clusters(settings, clock, aws, registry, informers, AwsCache(clock), engine, audit, bus, kube)
     for kind in clusters.kinds():
         engine.register(kind)
-    features = Features(settings, aws, kube, registry, engine)
+    features = Features(settings, aws, kube, registry, engine, clusters.cache)
     nodes = Nodes(registry, informers, aws, kube, clusters.cache, engine, audit)
     groups = InstanceGroups(clusters, aws, clusters.cache, engine)
     for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds()]:

@@ -123,7 +123,8 @@ def test_a_components_preflight_refuses_listing_each_problem(imported: Services)
     checked = Feature(CheckedOperator("checked-operator", values=HYPERPOD_TRAINING_OPERATOR.values,
                                       read_settings=HYPERPOD_TRAINING_OPERATOR.read_settings), key="checked")
     real = imported.features
-    features = Features(real.settings, real.aws, real.kube, real.registry, imported.engine, features=(checked,))
+    features = Features(real.settings, real.aws, real.kube, real.registry, imported.engine, real.cache,
+                        features=(checked,))
     before = operations(imported)
     with pytest.raises(Conflict, match="no quota for it in this region; its bucket is missing") as refused:
         features.update_features(ADMIN, CLUSTER, _patch_model((checked,))(checked={"cpu_limit": "3"}))

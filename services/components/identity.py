@@ -25,6 +25,21 @@ POD_IDENTITY_TRUST = json.dumps({"Version": "2012-10-17", "Statement": [{
 INLINE_POLICY = "instantstart"  # the name of the inline policy a role carries, when it has one
 
 
+def find_role(target: Target, name: str) -> dict[str, Any] | None:
+    """IAM's GetRole of ``name``, None when there is none (every component that owns a role observes it so)."""
+    try:
+        role: dict[str, Any] = target.client("iam").get_role(RoleName=name)["Role"]
+    except NotFound:
+        return None
+    return role
+
+
+def role_tags(target: Target, name: str) -> dict[str, str]:
+    """The tags of role ``name`` (GetRole's answer may omit them), as a dict for :func:`owned`."""
+    tags = target.client("iam").list_role_tags(RoleName=name).get("Tags", [])
+    return {t["Key"]: t["Value"] for t in tags}
+
+
 @dataclass(frozen=True)
 class PodRole:
     """The role ``<cluster>-<suffix>`` for the service account ``namespace/service_account``."""
@@ -79,15 +94,10 @@ class PodRole:
     # ----- observe ------------------------------------------------------------------------------------------
 
     def _role(self, target: Target) -> dict[str, Any] | None:
-        try:
-            role: dict[str, Any] = target.client("iam").get_role(RoleName=self.role_name(target))["Role"]
-        except NotFound:
-            return None
-        return role
+        return find_role(target, self.role_name(target))
 
     def _role_tags(self, target: Target) -> dict[str, str]:
-        tags = target.client("iam").list_role_tags(RoleName=self.role_name(target)).get("Tags", [])
-        return {t["Key"]: t["Value"] for t in tags}
+        return role_tags(target, self.role_name(target))
 
     def _attached(self, target: Target) -> set[str]:
         pages = target.client("iam").all_pages("list_attached_role_policies", "AttachedPolicies",

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from services.clusters.create_base import owned, tag_list
 from services.components import kubeapi
 from services.components.base import Component, Leftover, Observation, Target
+from services.components.identity import find_role, role_tags
 from services.components.manifests import APPLIED, COMPONENT_LABEL, MANAGED_LABEL, OURS
 from services.errors import NotFound, Permanent
 
@@ -195,15 +196,10 @@ class ManagedKarpenter(Component):
         return cluster, None
 
     def _role(self, target: Target) -> dict[str, Any] | None:
-        try:
-            role: dict[str, Any] = target.client("iam").get_role(RoleName=self.role_name(target))["Role"]
-        except NotFound:
-            return None
-        return role
+        return find_role(target, self.role_name(target))
 
     def _role_ours(self, target: Target) -> bool:
-        tags = target.client("iam").list_role_tags(RoleName=self.role_name(target)).get("Tags", [])
-        return owned({t["Key"]: t["Value"] for t in tags}, target.cluster)
+        return owned(role_tags(target, self.role_name(target)), target.cluster)
 
     def _has_policy(self, target: Target) -> bool:
         names = target.client("iam").all_pages("list_role_policies", "PolicyNames", RoleName=self.role_name(target))

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from services.clusters.create_base import owned, tag_list
 from services.components.base import Component, Leftover, Observation, Target
+from services.components.identity import find_role, role_tags
 from services.components.manifests import COMPONENT_LABEL, MANAGED_LABEL, OURS
 from services.errors import NotFound, Permanent
 
@@ -189,15 +190,10 @@ class TieredCheckpointing(Component):
         return policy
 
     def _role(self, target: Target) -> dict[str, Any] | None:
-        try:
-            role: dict[str, Any] = target.client("iam").get_role(RoleName=self.iam_name(target))["Role"]
-        except NotFound:
-            return None
-        return role
+        return find_role(target, self.iam_name(target))
 
     def _role_tags(self, target: Target) -> dict[str, str]:
-        tags = target.client("iam").list_role_tags(RoleName=self.iam_name(target)).get("Tags", [])
-        return {t["Key"]: t["Value"] for t in tags}
+        return role_tags(target, self.iam_name(target))
 
     def _attached(self, target: Target) -> set[str]:
         pages = target.client("iam").all_pages("list_attached_role_policies", "AttachedPolicies",

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from services.auth import Principal, Role
 from services.aws import AwsClients
+from services.awscache import AwsCache
 from services.clusters.create_base import cluster_tags
 from services.clusters.pipeline import cluster_target
 from services.clusters.registry import ClusterRegistry
@@ -57,8 +58,9 @@ class Features:
     """Verbs of the features noun; ``features`` is the list of toggles (the registry's, by default)."""
 
     def __init__(self, settings: Settings, aws: AwsClients, kube: KubeClients, registry: ClusterRegistry,
-                 engine: Engine, features: tuple[Feature, ...] = FEATURES) -> None:
+                 engine: Engine, cache: AwsCache, features: tuple[Feature, ...] = FEATURES) -> None:
         self.settings = settings
+        self.cache = cache
         self.aws = aws
         self.kube = kube
         self.registry = registry
@@ -77,7 +79,10 @@ class Features:
     def _plan_base(self, cluster: str, principal: Principal) -> FeaturesPlan:
         record = self.registry.get(cluster)
         account = record.eks_arn.split(":")[4]
-        eks = self.aws.client("eks", record.region).describe_cluster(name=record.eks_name)["cluster"]
+        client = self.aws.client("eks", record.region)
+        answer, _ = self.cache.get(("eks", "describe_cluster", record.region, record.eks_name),
+                                   lambda: client.describe_cluster(name=record.eks_name))  # the clusters reader's entry
+        eks = answer["cluster"]
         return FeaturesPlan(cluster=record.name, region=record.region, account=account, eks_cluster=record.eks_name,
                             vpc_id=(eks.get("resourcesVpcConfig") or {}).get("vpcId", ""),
                             bucket=self.settings.shared_bucket or f"instantstart-shared-{account}-{record.region}",

@@ -83,6 +83,13 @@ class _GroupStage(Stage[GroupChange]):
         except NotFound:
             raise Permanent(f"HyperPod cluster {change.hyperpod_cluster} is gone") from None
 
+    def look(self, change: GroupChange) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The cluster as AWS describes it now and the group in it (None: not there); the readers' cached
+        answer is dropped, so they see what this stage sees."""
+        self.deps.cache.invalidate(change.region, change.hyperpod_cluster)
+        cluster = self.describe(change)
+        return cluster, find_group(cluster, change.group)
+
     def reason(self, change: GroupChange, cluster: dict[str, Any], details: dict[str, Any] | None) -> str:
         """The group's state and (AWS keeps events for clusters in continuous provisioning mode only) its newest
         event, in AWS's words."""
@@ -149,8 +156,7 @@ class UpdateStage(_GroupStage):
 
     def observe(self, ctx: StageContext[GroupChange]) -> Observed:
         change = ctx.request
-        cluster = self.describe(change)
-        details = find_group(cluster, change.group)
+        cluster, details = self.look(change)
         if change.action is GroupAction.DELETE:
             return Observed.DONE if details is None else (
                 Observed.IN_PROGRESS if details.get("Status") == "Deleting" else Observed.ABSENT)
@@ -179,9 +185,7 @@ class UpdateStage(_GroupStage):
 
     def poll(self, ctx: StageContext[GroupChange]) -> Done | Wait:
         change = ctx.request
-        self.deps.cache.invalidate(change.region, change.hyperpod_cluster)
-        cluster = self.describe(change)
-        details = find_group(cluster, change.group)
+        cluster, details = self.look(change)
         if change.action is GroupAction.DELETE:
             if details is None:
                 return Done(f"instance group {change.group} deleted")
@@ -230,9 +234,7 @@ class SoftwareStage(_GroupStage):
 
     def poll(self, ctx: StageContext[GroupChange]) -> Done | Wait:
         change = ctx.request
-        self.deps.cache.invalidate(change.region, change.hyperpod_cluster)
-        cluster = self.describe(change)
-        details = find_group(cluster, change.group)
+        cluster, details = self.look(change)
         if details is None:
             raise Permanent(f"instance group {change.group} disappeared during its software update")
         status = details.get("SoftwareUpdateStatus")

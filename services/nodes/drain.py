@@ -1,11 +1,11 @@
 """Draining nodes: cordon, then evict every pod through the eviction subresource, so PodDisruptionBudgets
-are honoured (what ``kubectl drain --ignore-daemonsets`` does). DaemonSet pods and mirror pods stay; pods
+are honoured (the standard drain that leaves DaemonSets alone). DaemonSet pods and mirror pods stay; pods
 that ended are not touched.
 
 The plan (:func:`drain_plan`, the dry run and the precheck) lists the pods, the jobs and workloads they
 belong to and the budgets covering them, live from the API server. The ``evict`` stage evicts, then waits:
 a budget that allows no disruption answers 429, and the stage keeps waiting with that budget's name as its
-reason (evicting again at each look, as ``kubectl drain`` retries) until the pods are gone or its deadline.
+reason (evicting again at each look, as the standard drain retries) until the pods are gone or its deadline.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def drain_plan(deps: NodeDeps, cluster: str, nodes: list[str]) -> DrainPlan:
 
 class Evict(NodeStage):
     """Evict the plan's pods, then wait until they are gone from the nodes (read from the watch cache); pods a
-    budget holds are asked again every :data:`RETRY_SECONDS` of wall-clock time, as ``kubectl drain`` retries."""
+    budget holds are asked again every :data:`RETRY_SECONDS` of wall-clock time, as the standard drain retries."""
 
     name = "evict"
     deadline = 1800.0  # past it the drain fails, naming the budget that held it up
