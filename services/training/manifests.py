@@ -42,7 +42,6 @@ class Kind:
     kind: str
     api_version: str
     plural: str
-    operator: str
 
     @property
     def group(self) -> str:
@@ -53,9 +52,9 @@ class Kind:
         return self.api_version.split("/")[1]
 
 
-HYPERPOD_PYTORCH_JOB = Kind("HyperPodPyTorchJob", "sagemaker.amazonaws.com/v1", "hyperpodpytorchjobs", OPERATOR_HPTO)
-PYTORCH_JOB = Kind("PyTorchJob", "kubeflow.org/v1", "pytorchjobs", OPERATOR_KUBEFLOW)
-RAY_JOB = Kind("RayJob", "ray.io/v1", "rayjobs", OPERATOR_KUBERAY)
+HYPERPOD_PYTORCH_JOB = Kind("HyperPodPyTorchJob", "sagemaker.amazonaws.com/v1", "hyperpodpytorchjobs")
+PYTORCH_JOB = Kind("PyTorchJob", "kubeflow.org/v1", "pytorchjobs")
+RAY_JOB = Kind("RayJob", "ray.io/v1", "rayjobs")
 KINDS: dict[str, Kind] = {k.kind: k for k in (HYPERPOD_PYTORCH_JOB, PYTORCH_JOB, RAY_JOB)}
 
 
