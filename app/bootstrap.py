@@ -29,6 +29,7 @@ from services.operations import Backoff, Engine, lock_data_dir
 from services.sessions import SessionStore, SignInThrottle
 from services.settings import Settings
 from services.tokens import Tokens
+from services.training.recipes.service import Recipes
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class Services:
     timeline: ClusterTimeline
     features: Features
     nodes: Nodes
+    recipes: Recipes
     groups: InstanceGroups
 
     def lock(self) -> None:
@@ -129,5 +131,5 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         operations=Operations(engine, kube, clusters),
         timeline=ClusterTimeline(registry, aws, clusters.cache, informers),
         features=features,
-        nodes=nodes, groups=groups,
+        nodes=nodes, groups=groups, recipes=Recipes(registry, informers, kube),
     )
