@@ -20,7 +20,14 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import disruption, scheduler, volumes, workloads
+from . import (
+    disruption,
+    hpto,
+    scheduler,
+    training_workload,  # noqa: F401  (registers the simulated trainer with the kubelet)
+    volumes,
+    workloads,
+)
 from .admission import ensure_default_service_account
 from .cluster import Cluster
 from .devices import plugin_resources
@@ -39,10 +46,14 @@ RECONCILERS: dict[Key, Callable[[Cluster, Loc], None]] = {
     ("batch", "jobs"): workloads.reconcile_job,
     ("apps", "daemonsets"): workloads.reconcile_daemonset,
     ("apps", "statefulsets"): workloads.reconcile_statefulset,
+    # Training operators: their kinds exist only once their CRDs are installed (the add-ons' components).
+    hpto.KEY: hpto.reconcile,
 }
+# Kinds whose operators react to node health (a node fault restarts their jobs).
+NODE_WATCHERS: tuple[Key, ...] = (hpto.KEY,)
 _KIND_KEYS: dict[str, Key] = {"Deployment": ("apps", "deployments"), "ReplicaSet": ("apps", "replicasets"),
                               "Job": ("batch", "jobs"), "DaemonSet": ("apps", "daemonsets"),
-                              "StatefulSet": ("apps", "statefulsets")}
+                              "StatefulSet": ("apps", "statefulsets"), hpto.KIND: hpto.KEY}
 
 
 @dataclass
@@ -144,6 +155,8 @@ class Controllers:
                     work.schedule = True  # a new pending pod, or capacity freed
             elif event.key == NODE_KEY:
                 work.schedule = work.daemonsets = True
+                for key in NODE_WATCHERS:
+                    work.objects |= {(key, loc) for loc, _ in self.cluster.store.items(key)}
                 if event.type == "DELETED":
                     work.removed_nodes.add(meta["name"])
             elif event.key in RECONCILERS:
