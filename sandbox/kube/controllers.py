@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from . import (
     disruption,
     hpto,
+    kubeflow,
     scheduler,
     training_workload,  # noqa: F401  (registers the simulated trainer with the kubelet)
     volumes,
@@ -48,12 +49,14 @@ RECONCILERS: dict[Key, Callable[[Cluster, Loc], None]] = {
     ("apps", "statefulsets"): workloads.reconcile_statefulset,
     # Training operators: their kinds exist only once their CRDs are installed (the add-ons' components).
     hpto.KEY: hpto.reconcile,
+    kubeflow.KEY: kubeflow.reconcile,
 }
 # Kinds whose operators react to node health (a node fault restarts their jobs).
-NODE_WATCHERS: tuple[Key, ...] = (hpto.KEY,)
+NODE_WATCHERS: tuple[Key, ...] = (hpto.KEY, kubeflow.KEY)
 _KIND_KEYS: dict[str, Key] = {"Deployment": ("apps", "deployments"), "ReplicaSet": ("apps", "replicasets"),
                               "Job": ("batch", "jobs"), "DaemonSet": ("apps", "daemonsets"),
-                              "StatefulSet": ("apps", "statefulsets"), hpto.KIND: hpto.KEY}
+                              "StatefulSet": ("apps", "statefulsets"), hpto.KIND: hpto.KEY,
+                              kubeflow.KIND: kubeflow.KEY}
 
 
 @dataclass

@@ -86,9 +86,11 @@ def plan_for(proc: Process, invocation: Invocation) -> Plan:
     env = proc.env
     options = invocation.launch.options if invocation.launch is not None else {}
     settings = invocation.settings
-    nnodes = _int(options.get("nnodes", env.get("NNODES", "")).split(":")[-1], 1)
-    nproc = _int(options.get("nproc-per-node", env.get("NPROC_PER_NODE", "")), 1)
-    node_rank = _int(options.get("node-rank", env.get("NODE_RANK", env.get("RANK", ""))), 0)
+    # torchrun reads an option it was not given from PET_<OPTION>; operators inject NNODES / NODE_RANK too.
+    nnodes = _int((options.get("nnodes") or env.get("PET_NNODES") or env.get("NNODES", "")).split(":")[-1], 1)
+    nproc = _int(options.get("nproc-per-node") or env.get("PET_NPROC_PER_NODE") or env.get("NPROC_PER_NODE"), 1)
+    node_rank = _int(options.get("node-rank") or env.get("PET_NODE_RANK") or env.get("NODE_RANK")
+                     or env.get("RANK"), 0)
     if invocation.recipe == "verl":
         nnodes = _int(settings.get("trainer.nnodes"), nnodes)
         nproc = _int(settings.get("trainer.n_gpus_per_node"), nproc)
