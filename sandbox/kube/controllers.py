@@ -24,6 +24,7 @@ from . import (
     disruption,
     hpto,
     kubeflow,
+    kuberay,
     scheduler,
     training_workload,  # noqa: F401  (registers the simulated trainer with the kubelet)
     volumes,
@@ -50,13 +51,16 @@ RECONCILERS: dict[Key, Callable[[Cluster, Loc], None]] = {
     # Training operators: their kinds exist only once their CRDs are installed (the add-ons' components).
     hpto.KEY: hpto.reconcile,
     kubeflow.KEY: kubeflow.reconcile,
+    kuberay.KEY: kuberay.reconcile_rayjob,
+    kuberay.CLUSTER_KEY: kuberay.reconcile_raycluster,
 }
 # Kinds whose operators react to node health (a node fault restarts their jobs).
 NODE_WATCHERS: tuple[Key, ...] = (hpto.KEY, kubeflow.KEY)
 _KIND_KEYS: dict[str, Key] = {"Deployment": ("apps", "deployments"), "ReplicaSet": ("apps", "replicasets"),
                               "Job": ("batch", "jobs"), "DaemonSet": ("apps", "daemonsets"),
                               "StatefulSet": ("apps", "statefulsets"), hpto.KIND: hpto.KEY,
-                              kubeflow.KIND: kubeflow.KEY}
+                              kubeflow.KIND: kubeflow.KEY, kuberay.KIND: kuberay.KEY,
+                              kuberay.CLUSTER_KIND: kuberay.CLUSTER_KEY}
 
 
 @dataclass
