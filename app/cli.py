@@ -27,12 +27,18 @@ def _print_token(token: str) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from app.bootstrap import build_services
-    from app.sandbox import sandbox_mode
+    from app.sandbox import missing_sandbox_packages, sandbox_mode
     from app.server import serve
 
     settings = settings_from(args)
     settings.check_bind()
     sandboxed, reason = sandbox_mode(settings)
+    missing = missing_sandbox_packages() if sandboxed else []
+    if missing:
+        print(f"error: {reason}, so serve would run the offline sandbox, but its packages are not installed "
+              f"({', '.join(missing)}). Either install them: pip install 'instantstart[sandbox]', or configure "
+              "AWS credentials (or pass --no-sandbox) to manage real AWS.", file=sys.stderr, flush=True)
+        return 2
     settings, notes = claim_ports(settings, sandboxed)
     for note in notes:
         print(f"note: {note}", flush=True)

@@ -17,6 +17,7 @@ host or container it runs in, like the data directory.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import logging
 import os
@@ -43,6 +44,21 @@ log = logging.getLogger(__name__)
 
 def sandbox_enabled(settings: Settings) -> bool:
     return sandbox_mode(settings)[0]
+
+
+# What the ``sandbox`` extra brings (pyproject.toml): moto for the AWS world, the full mlflow (flask is
+# what mlflow-skinny lacks to serve) for its MLflow tracking server.
+SANDBOX_PACKAGES = {"moto": "moto", "flask": "mlflow (the full package)"}
+
+
+def missing_sandbox_packages() -> list[str]:
+    """The ``sandbox`` extra's packages this installation lacks (the production image leaves them out)."""
+    def present(module: str) -> bool:
+        try:
+            return importlib.util.find_spec(module) is not None
+        except ImportError:  # a broken or half-removed installation
+            return False
+    return [name for module, name in SANDBOX_PACKAGES.items() if not present(module)]
 
 
 def sandbox_mode(settings: Settings) -> tuple[bool, str]:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.bootstrap import Services, build_services
+from sandbox.mlflow_server import SHARED_URL_ENV, MlflowServer
 from services.auth import Principal, Role
 from services.clock import FakeClock
 from services.operations import Engine
@@ -23,6 +24,18 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     assert live.admin_token, live.log()
     yield live
     live.stop()
+
+
+@pytest.fixture(scope="session")
+def mlflow_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One real MLflow tracking server for the whole test session (``sandbox/mlflow_server.py``), exported
+    as ``INSTANTSTART_SANDBOX_MLFLOW_URL`` so that every sandbox started afterwards uses it."""
+    mlflow = MlflowServer(tmp_path_factory.mktemp("mlflow"))
+    url = mlflow.url()
+    os.environ[SHARED_URL_ENV] = url
+    yield url
+    os.environ.pop(SHARED_URL_ENV, None)
+    mlflow.stop()
 
 
 @pytest.fixture

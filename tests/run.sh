@@ -25,7 +25,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 echo "== installing the project into $VENV"
-"$VENV/bin/pip" install -q --disable-pip-version-check -e '.[dev]'
+"$VENV/bin/pip" install -q --disable-pip-version-check -e '.[dev,sandbox]'
 
 # the incumbent's side of the cluster-read bench shells out to the aws CLI: its own venv, never the project's
 if ! aws --version >/dev/null 2>&1; then  # (a pyenv shim may exist without an aws behind it)

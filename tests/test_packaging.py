@@ -36,3 +36,34 @@ def test_wheel_has_every_crd_and_the_console_script(tmp_path: Path) -> None:
     assert "instantstart = app.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
     assert {"services/operations.py", "mcp_bridge/server.py", "panels/operations.py"} <= names
     assert "services/clusters/lifecycle/on_create.sh" in names  # the pinned HyperPod lifecycle script
+
+
+_HIDE_SANDBOX_EXTRA = """
+import importlib.abc, sys
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in ('moto', 'flask'):
+            raise ModuleNotFoundError(name)
+        return None
+sys.meta_path.insert(0, Refuse())
+for cached in [m for m in sys.modules if m.split('.')[0] in ('moto', 'flask')]:
+    del sys.modules[cached]
+from app.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_serve_without_credentials_and_without_the_sandbox_extra_names_both_ways_forward(tmp_path: Path) -> None:
+    """The production image leaves out the ``sandbox`` extra: with no AWS credentials either, ``serve`` refuses
+    with one message instead of failing later inside the sandbox."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "AWS_CONFIG_FILE": str(empty / "config"),
+           "AWS_SHARED_CREDENTIALS_FILE": str(empty / "credentials")}
+    done = subprocess.run([sys.executable, "-c", _HIDE_SANDBOX_EXTRA, "serve", "--data-dir", str(tmp_path / "d"),
+                           "--port", "0"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "pip install 'instantstart[sandbox]'" in done.stderr
+    assert "configure AWS credentials" in done.stderr
+    assert "moto" in done.stderr and "mlflow" in done.stderr
+    assert not (tmp_path / "d").exists() or not any((tmp_path / "d").iterdir())
