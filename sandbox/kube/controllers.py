@@ -25,6 +25,7 @@ from . import (
     hpto,
     kubeflow,
     kuberay,
+    processes,
     scheduler,
     training_workload,  # noqa: F401  (registers the simulated trainer with the kubelet)
     volumes,
@@ -100,6 +101,7 @@ class Controllers:
 
     def stop(self) -> None:
         self.cluster.store.unsubscribe(self._on_event)
+        processes.stop_cluster(self.cluster)
         with self._cond:
             self._stopped = True
             self._cond.notify()

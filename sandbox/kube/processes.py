@@ -226,6 +226,13 @@ def pod_gone(cluster: Cluster, loc: Loc, uid: str | None = None) -> None:
             table.pop(key).killed.set()
 
 
+def stop_cluster(cluster: Cluster) -> None:
+    """The cluster's control loops stop (the emulator closes or deletes it): kill every process in it."""
+    with _lock:
+        for proc in _running.pop(cluster, {}).values():
+            proc.killed.set()
+
+
 def _supervise(proc: Process, fn: Program) -> None:
     while True:
         try:
@@ -303,6 +310,7 @@ def _exited(proc: Process, code: int, *, node_lost: bool) -> Process | None:
         if exc.exit_code is None:
             _forget(proc)
             return None
+        return _exited(proc, exc.exit_code, node_lost=True)  # its node went away during the back-off
     return _restarted(proc)
 
 

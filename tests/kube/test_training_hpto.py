@@ -39,9 +39,10 @@ def hppj(name: str, command: list[str], *, replicas: int = 2, env: dict[str, str
                      "runPolicy": {"cleanPodPolicy": "None", **(run_policy or {})}}}
 
 
-def launch(steps: int, *extra: str) -> list[str]:
+def launch(steps: int, *extra: str, script_args: str = "") -> list[str]:
     return ["bash", "-c", "hyperpodrun --nnodes=$NNODES --nproc-per-node=$NPROC_PER_NODE --server-host=0.0.0.0 "
-            f"--server-port=8080 --tee=3 --log_dir=/tmp/hyperpod {' '.join(extra)} /s3/train.py --max_steps {steps}"]
+            f"--server-port=8080 --tee=3 --log_dir=/tmp/hyperpod {' '.join(extra)} /s3/train.py --max_steps {steps} "
+            f"{script_args}"]
 
 
 def job(cluster: Cluster, name: str) -> dict[str, Any]:
@@ -131,7 +132,8 @@ def test_job_max_retry_count_caps_every_restart(emulator: Emulator) -> None:
 def test_node_fault_restarts_the_job_away_from_the_node(emulator: Emulator) -> None:
     cluster = training_cluster(emulator, HPTO, nodes=3)
     create(cluster, "sagemaker.amazonaws.com", "v1", "hyperpodpytorchjobs",
-           hppj("resilient", launch(400), replicas=1, env={"SANDBOX_STEP_SECONDS": "2"}))
+           hppj("resilient", launch(2000, script_args="--save_steps 100"), replicas=1,
+                env={"SANDBOX_STEP_SECONDS": "2"}))
     wait_until(lambda: "checkpoint-100" in log_text(cluster, "resilient-pods-0"), timeout=60)
     first = pods_of(cluster, "resilient")[0]
     bad = first["spec"]["nodeName"]
