@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox.kube.training_cli import CliError, check, commands, identify
+from sandbox.kube.training_cli import SOURCES, CliError, check, commands, identify
 
 
 def test_hyperpodrun_accepts_the_incumbent_launch_line() -> None:
@@ -56,3 +56,8 @@ def test_commands_split_shell_scripts() -> None:
     assert commands(["sh", "-c", "cd /s3 && A=1 exec swift sft --model m; echo done"], {}) == [
         ["cd", "/s3"], ["swift", "sft", "--model", "m"], ["echo", "done"]]
     assert identify(["sleep", "infinity"], {}) is None
+
+
+def test_every_recorded_cli_names_its_source() -> None:
+    assert set(SOURCES) == {"torchrun", "hyperpodrun", "llamafactory-cli", "swift", "verl.trainer.main_ppo"}
+    assert all(len(source) > 20 for source in SOURCES.values())
