@@ -5,7 +5,8 @@ with a script, ``llamafactory-cli train``, ``swift sft|pt|rlhf``, ``python3 -m v
 also behind ``bash -c`` or ``ray job submit --``) runs this program (:mod:`.processes`). A command the real
 CLI refuses prints the CLI's error and exits with its code. Otherwise it trains for the command's step count
 (``max_steps``, ``--max-steps``, ``trainer.total_training_steps``; default :data:`DEFAULT_STEPS`), one step per
-:data:`STEP_SECONDS` simulated seconds, and writes realistic stdout: NCCL init lines (``NCCL_DEBUG=INFO``),
+:data:`STEP_SECONDS` simulated seconds (HF-Trainer recipes report every ``logging_steps``), and writes realistic
+stdout: NCCL init lines (``NCCL_DEBUG=INFO``),
 one line per step in the recipe's style (HF Trainer dicts for LLaMA-Factory and ms-swift, the torch-style
 ``[rank0] step ...`` line, VERL's ``step:N - key:value`` line), checkpoint saves under
 ``/s3/jobs/<job>/checkpoints/checkpoint-<step>`` and a final line. A restarted run resumes from the job's
@@ -66,6 +67,7 @@ class Plan:
     nnodes: int
     steps: int
     save_every: int
+    log_every: int  # HF Trainer recipes log every ``logging_steps``; the others every step
     step_seconds: float
     fail_at: int
     fail_runs: int
@@ -96,9 +98,10 @@ def plan_for(proc: Process, invocation: Invocation) -> Plan:
         nproc = _int(settings.get("trainer.n_gpus_per_node"), nproc)
     steps = next((_int(settings[k], DEFAULT_STEPS) for k in _STEP_KEYS if k in settings), DEFAULT_STEPS)
     save = next((_int(settings[k], 0) for k in _SAVE_KEYS if k in settings), 0) or max(steps // 4, 1)
+    log_every = _int(settings.get("logging_steps"), 1) if invocation.recipe in ("llama-factory", "ms-swift") else 1
     labels = proc.pod_obj["metadata"].get("labels") or {}
     return Plan(invocation, labels.get(JOB_LABEL) or proc.pod, proc.namespace, node_rank * nproc,
-                max(nnodes * nproc, 1), nnodes, max(steps, 1), save,
+                max(nnodes * nproc, 1), nnodes, max(steps, 1), save, max(log_every, 1),
                 float(env.get("SANDBOX_STEP_SECONDS") or STEP_SECONDS), _int(env.get("SANDBOX_FAIL_AT_STEP"), 0),
                 _int(env.get("SANDBOX_FAIL_RUNS"), -1))
 
@@ -165,7 +168,11 @@ class _Mlflow:
         except ImportError:
             proc.log("WARNING: mlflow is not installed; metrics are not logged")
             return
-        self.client = MlflowClient(tracking_uri=self.uri)
+        try:
+            self.client = MlflowClient(tracking_uri=self.uri)
+        except Exception as exc:  # e.g. an ARN without the sagemaker-mlflow plugin: training goes on
+            proc.log(f"WARNING: MLflow client for {self.uri} failed: {type(exc).__name__}: {exc}")
+            return
         self.metric = Metric
 
     def log(self, step: int, metrics: dict[str, float], ts: float) -> None:
@@ -224,9 +231,10 @@ def _train_once(proc: Process, plan: Plan, mlflow: _Mlflow, run: int) -> int:
             return 1
         ts = proc.now()
         metrics = step_metrics(plan, step, ts)
-        if plan.rank == 0 or plan.recipe == "pytorch":
-            proc.log(step_line(plan, step, metrics))
-        mlflow.log(step, metrics, ts)
+        if step % plan.log_every == 0 or step == plan.steps:
+            if plan.rank == 0 or plan.recipe == "pytorch":
+                proc.log(step_line(plan, step, metrics))
+            mlflow.log(step, metrics, ts)
         if step % plan.save_every == 0 and step < plan.steps:
             if plan.rank == 0:
                 proc.log(f"Saving model checkpoint to /s3/jobs/{plan.job}/checkpoints/checkpoint-{step}")
