@@ -20,7 +20,17 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import disruption, scheduler, volumes, workloads
+from . import (
+    disruption,
+    hpto,
+    kubeflow,
+    kuberay,
+    processes,
+    scheduler,
+    training_workload,  # noqa: F401  (registers the simulated trainer with the kubelet)
+    volumes,
+    workloads,
+)
 from .admission import ensure_default_service_account
 from .cluster import Cluster
 from .devices import plugin_resources
@@ -39,10 +49,19 @@ RECONCILERS: dict[Key, Callable[[Cluster, Loc], None]] = {
     ("batch", "jobs"): workloads.reconcile_job,
     ("apps", "daemonsets"): workloads.reconcile_daemonset,
     ("apps", "statefulsets"): workloads.reconcile_statefulset,
+    # Training operators: their kinds exist only once their CRDs are installed (the add-ons' components).
+    hpto.KEY: hpto.reconcile,
+    kubeflow.KEY: kubeflow.reconcile,
+    kuberay.KEY: kuberay.reconcile_rayjob,
+    kuberay.CLUSTER_KEY: kuberay.reconcile_raycluster,
 }
+# Kinds whose operators react to node health (a node fault restarts their jobs).
+NODE_WATCHERS: tuple[Key, ...] = (hpto.KEY, kubeflow.KEY)
 _KIND_KEYS: dict[str, Key] = {"Deployment": ("apps", "deployments"), "ReplicaSet": ("apps", "replicasets"),
                               "Job": ("batch", "jobs"), "DaemonSet": ("apps", "daemonsets"),
-                              "StatefulSet": ("apps", "statefulsets")}
+                              "StatefulSet": ("apps", "statefulsets"), hpto.KIND: hpto.KEY,
+                              kubeflow.KIND: kubeflow.KEY, kuberay.KIND: kuberay.KEY,
+                              kuberay.CLUSTER_KIND: kuberay.CLUSTER_KEY}
 
 
 @dataclass
@@ -82,6 +101,7 @@ class Controllers:
 
     def stop(self) -> None:
         self.cluster.store.unsubscribe(self._on_event)
+        processes.stop_cluster(self.cluster)
         with self._cond:
             self._stopped = True
             self._cond.notify()
@@ -144,6 +164,8 @@ class Controllers:
                     work.schedule = True  # a new pending pod, or capacity freed
             elif event.key == NODE_KEY:
                 work.schedule = work.daemonsets = True
+                for key in NODE_WATCHERS:
+                    work.objects |= {(key, loc) for loc, _ in self.cluster.store.items(key)}
                 if event.type == "DELETED":
                     work.removed_nodes.add(meta["name"])
             elif event.key in RECONCILERS:

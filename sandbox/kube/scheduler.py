@@ -5,9 +5,9 @@ Ready node with the fewest pods, counting the requests of the pods already bound
 nowhere gets ``PodScheduled=False``, reason ``Unschedulable``, with the scheduler's ``0/N nodes are
 available: ...`` message (:mod:`.scheduling` decides), and is retried whenever nodes or capacity change.
 :func:`run_pod` is the kubelet: a bound pod starts (``Running``, every container ready, pod and host IP);
-a Job's pod then completes (``Succeeded``, exit code 0): the sandbox runs no real containers, so a batch
-pod's simulated run ends as soon as it started. Pods of a deleted node are deleted (the pod garbage
-collector).
+a container a simulated program claims (:mod:`.processes`) then runs that program, which ends it with its
+exit code; any other Job pod completes (``Succeeded``, exit code 0) as soon as it started. Pods of a
+deleted node are deleted (the pod garbage collector).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections import Counter
 from decimal import Decimal
 from typing import Any
 
-from . import deletion, volumes
+from . import deletion, processes, volumes
 from .cluster import Cluster, WriteOptions
 from .errors import ApiError
 from .resources import POD_KEY
@@ -167,12 +167,14 @@ def _host_ip(node: Obj) -> str:
 def run_pod(cluster: Cluster, loc: Loc) -> None:
     """Start a bound pod, and end a started Job pod's run."""
     pod = cluster.store.get(POD_KEY, loc)
-    if pod is None:
+    if pod is None or pod["metadata"].get("deletionTimestamp"):
+        processes.pod_gone(cluster, loc)
         return
+    processes.pod_gone(cluster, loc, pod["metadata"]["uid"])  # an earlier pod of the same name
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
     node_name = spec.get("nodeName")
-    if not node_name or pod["metadata"].get("deletionTimestamp"):
+    if not node_name:
         return
     node = cluster.store.get(("", "nodes"), ("", node_name))
     if node is None or not is_ready(node):
@@ -180,6 +182,8 @@ def run_pod(cluster: Cluster, loc: Loc) -> None:
     phase = status.get("phase", "Pending")
     if phase == "Pending":
         _write_status(cluster, pod, _running(cluster, pod, node), KUBELET)
+    elif phase == "Running" and processes.run(cluster, pod):
+        return  # its simulated programs end it
     elif phase == "Running" and _owned_by_job(pod) and spec.get("restartPolicy") != "Always":
         _write_status(cluster, pod, _succeeded(cluster, pod), KUBELET)
         for container in spec.get("containers") or []:

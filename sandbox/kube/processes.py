@@ -1,0 +1,387 @@
+"""Simulated container processes: what runs inside a container the kubelet started.
+
+The sandbox runs no real containers. A module registers a simulated *program* with :func:`program`
+(``@program(matcher)`` on a function ``Process -> exit code``); the kubelet (:func:`.scheduler.run_pod`)
+hands every started pod to :func:`run`, which starts each container a registered matcher claims as a
+process on its own daemon thread. The process tells time by the cluster's clock (wall time, or the
+sandbox's sped-up simulated clock): :meth:`Process.sleep` waits simulated seconds, converting them to real
+waits at the pace the clock is observed to run, so a sped-up sandbox runs a 30-minute training in seconds
+and nothing busy-waits. It writes its log through the cluster's pod logs (``kubectl logs``, with timestamps)
+and ends with an exit code, which the kubelet side of this module turns into the container's
+``state.terminated`` (exitCode, reason) and the pod's phase: ``Succeeded`` when every program container
+exited 0, else ``Failed``, or — for ``restartPolicy: Always``, or ``OnFailure`` after a non-zero exit — an
+in-place restart: ``lastState.terminated``, ``restartCount`` + 1, the log rotated to ``previous``, a
+``CrashLoopBackOff`` wait (10 s, doubling to 300 s) and a new process.
+
+A process is killed when its pod is deleted (nothing more is written: the pod is gone) or its node goes
+away or stops being Ready (exit 137, ``reason: Error``; the pod ends ``Failed`` with reason ``NodeLost``,
+since the node cannot run it any more). Containers no program claims keep the kubelet's plain behaviour.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import threading
+import time
+import traceback
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cluster import Cluster, WriteOptions
+from .errors import ApiError
+from .resources import POD_KEY
+from .scheduling import is_ready
+from .store import Loc, Obj
+
+log = logging.getLogger(__name__)
+
+KUBELET = WriteOptions(manager="kubelet")
+KILLED_EXIT = 137
+MAX_REAL_WAIT = 0.25  # seconds: how long a sleeping process goes without checking its pod and node
+LEARN_PACE = 0.05  # real seconds of observing the clock before its pace is trusted
+BACKOFF_START, BACKOFF_MAX = 10.0, 300.0
+
+Matcher = Callable[[Obj, dict[str, Any]], bool]
+
+
+class Killed(Exception):
+    """The process was killed: ``exit_code`` 137, or ``None`` when its pod is gone (nothing to report)."""
+
+    def __init__(self, exit_code: int | None, reason: str = "") -> None:
+        super().__init__(reason)
+        self.exit_code = exit_code
+        self.reason = reason
+
+
+@dataclass
+class Process:
+    """One run of a simulated program in one container of one pod."""
+
+    cluster: Cluster
+    namespace: str
+    pod: str
+    uid: str
+    container: str
+    spec: dict[str, Any]
+    pod_obj: Obj
+    restart_count: int = 0
+    killed: threading.Event = field(default_factory=threading.Event)
+    started_at: str = ""
+
+    @property
+    def argv(self) -> list[str]:
+        return [str(w) for w in (self.spec.get("command") or []) + (self.spec.get("args") or [])]
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The container's environment (literal values; ``fieldRef`` to the pod's name, namespace, uid and
+        node; other sources are not simulated)."""
+        meta, spec = self.pod_obj["metadata"], self.pod_obj.get("spec") or {}
+        fields = {"metadata.name": meta["name"], "metadata.namespace": meta.get("namespace", ""),
+                  "metadata.uid": meta.get("uid", ""), "spec.nodeName": spec.get("nodeName", ""),
+                  "spec.serviceAccountName": spec.get("serviceAccountName", "default"),
+                  "status.podIP": (self.pod_obj.get("status") or {}).get("podIP", "")}
+        env: dict[str, str] = {}
+        for item in self.spec.get("env") or []:
+            if "value" in item:
+                env[item["name"]] = str(item["value"])
+            else:
+                ref = ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "")
+                if ref in fields:
+                    env[item["name"]] = fields[ref]
+        return env
+
+    def now(self) -> float:
+        return self.cluster.clock()
+
+    def log(self, text: str) -> None:
+        self.cluster.logs.append((self.namespace, self.pod, self.container), text, self.now())
+
+    def check(self) -> None:
+        """Raise :class:`Killed` when the pod is gone or its node cannot run it any more."""
+        if self.killed.is_set():
+            raise Killed(None, "pod deleted")
+        pod = self.cluster.store.get(POD_KEY, (self.namespace, self.pod))
+        if pod is None or pod["metadata"].get("uid") != self.uid or pod["metadata"].get("deletionTimestamp"):
+            raise Killed(None, "pod deleted")
+        node_name = (pod.get("spec") or {}).get("nodeName", "")
+        node = self.cluster.store.get(("", "nodes"), ("", node_name))
+        if node is None or not is_ready(node):
+            raise Killed(KILLED_EXIT, f"node {node_name} is not ready")
+
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` of the cluster's time; :class:`Killed` when killed meanwhile."""
+        target = self.now() + max(seconds, 0.0)
+        pace = _pace(self.cluster)
+        while True:
+            self.check()
+            remaining = target - self.now()
+            if remaining <= 0:
+                return
+            self.killed.wait(pace.wait(remaining))
+
+
+Program = Callable[[Process], int]
+_PROGRAMS: list[tuple[Matcher, Program]] = []
+
+
+def program(matcher: Matcher) -> Callable[[Program], Program]:
+    """Register a simulated program for the containers ``matcher(pod, container)`` claims (first match wins,
+    in registration order)."""
+
+    def register(fn: Program) -> Program:
+        _PROGRAMS.append((matcher, fn))
+        return fn
+
+    return register
+
+
+def find(pod: Obj, container: dict[str, Any]) -> Program | None:
+    return next((fn for matcher, fn in _PROGRAMS if _safe_match(matcher, pod, container)), None)
+
+
+def _safe_match(matcher: Matcher, pod: Obj, container: dict[str, Any]) -> bool:
+    try:
+        return matcher(pod, container)
+    except Exception:  # a matcher bug must not take the kubelet down
+        log.exception("program matcher failed")
+        return False
+
+
+class _Pace:
+    """How many simulated seconds the cluster's clock moves per real second, as observed."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.real0, self.sim0 = time.monotonic(), clock()
+
+    def wait(self, remaining: float) -> float:
+        """The real seconds to wait for ``remaining`` simulated ones (short while the pace is not known yet)."""
+        real = time.monotonic() - self.real0
+        if real < LEARN_PACE:
+            return min(remaining, 0.005)
+        rate = max((self.clock() - self.sim0) / real, 1e-9)
+        return min(MAX_REAL_WAIT, max(remaining / rate, 0.0005))
+
+
+_lock = threading.Lock()
+_paces: weakref.WeakKeyDictionary[Cluster, _Pace] = weakref.WeakKeyDictionary()
+_running: weakref.WeakKeyDictionary[Cluster, dict[tuple[str, str, str], Process]] = weakref.WeakKeyDictionary()
+
+
+def _pace(cluster: Cluster) -> _Pace:
+    with _lock:
+        pace = _paces.get(cluster)
+        if pace is None:
+            pace = _paces[cluster] = _Pace(cluster.clock)
+        return pace
+
+
+def running(cluster: Cluster) -> list[Process]:
+    """The processes running in ``cluster`` now."""
+    with _lock:
+        return list(_running.get(cluster, {}).values())
+
+
+def program_containers(pod: Obj) -> list[tuple[dict[str, Any], Program]]:
+    return [(c, fn) for c in (pod.get("spec") or {}).get("containers") or [] if (fn := find(pod, c)) is not None]
+
+
+def run(cluster: Cluster, pod: Obj) -> bool:
+    """The kubelet's hook for a started (``Running``) pod: start a process for each program container whose
+    status says running and that has none yet. True when the pod runs any program (its end is then the
+    programs' to decide)."""
+    claimed = program_containers(pod)
+    if not claimed:
+        return False
+    meta = pod["metadata"]
+    statuses = {c.get("name"): c for c in (pod.get("status") or {}).get("containerStatuses") or []}
+    for container, fn in claimed:
+        status = statuses.get(container.get("name"), {})
+        if "running" not in (status.get("state") or {}):
+            continue
+        key = (meta["namespace"], meta["name"], str(container.get("name")))
+        proc = Process(cluster, key[0], key[1], meta["uid"], key[2], container, pod,
+                       int(status.get("restartCount") or 0),
+                       started_at=str((status["state"]["running"] or {}).get("startedAt", "")))
+        with _lock:
+            table = _running.setdefault(cluster, {})
+            current = table.get(key)
+            if current is not None and current.uid == proc.uid:
+                continue
+            table[key] = proc
+        threading.Thread(target=_supervise, args=(proc, fn), name=f"proc-{key[1]}-{key[2]}", daemon=True).start()
+    return True
+
+
+def pod_gone(cluster: Cluster, loc: Loc, uid: str | None = None) -> None:
+    """The pod was deleted (or is being deleted): kill its processes, report nothing."""
+    with _lock:
+        table = _running.get(cluster, {})
+        for key in [k for k, p in table.items() if k[:2] == loc and (uid is None or p.uid != uid)]:
+            table.pop(key).killed.set()
+
+
+def stop_cluster(cluster: Cluster) -> None:
+    """The cluster's control loops stop (the emulator closes or deletes it): kill every process in it."""
+    with _lock:
+        for proc in _running.pop(cluster, {}).values():
+            proc.killed.set()
+
+
+def _supervise(proc: Process, fn: Program) -> None:
+    while True:
+        try:
+            code: int | None = fn(proc)
+            reason = ""
+        except Killed as exc:
+            code, reason = exc.exit_code, exc.reason
+        except Exception as exc:  # the program's bug is the container's crash, as in a real one
+            log.exception("simulated program in %s/%s failed", proc.pod, proc.container)
+            for line in traceback.format_exception_only(exc):
+                proc.log(line.rstrip("\n"))
+            code, reason = 1, "crashed"
+        if code is None:
+            _forget(proc)
+            return
+        nxt = _exited(proc, int(code), node_lost=reason.startswith("node"))
+        if nxt is None:
+            return
+        proc = nxt
+
+
+def _forget(proc: Process) -> None:
+    with _lock:
+        table = _running.get(proc.cluster, {})
+        key = (proc.namespace, proc.pod, proc.container)
+        if table.get(key) is proc:
+            del table[key]
+
+
+def _digest(*parts: object) -> str:
+    return hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()
+
+
+def _exited(proc: Process, code: int, *, node_lost: bool) -> Process | None:
+    """Write what the kubelet reports when ``proc`` ended with ``code``; the next run when it restarts."""
+    cluster = proc.cluster
+    now = cluster.now_iso()
+    terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                  "startedAt": proc.started_at or now, "finishedAt": now,
+                  "containerID": f"containerd://{_digest(proc.uid, proc.container, proc.restart_count)}"}
+    key = (proc.namespace, proc.pod, proc.container)
+    with cluster.store.lock:
+        pod = cluster.store.get(POD_KEY, key[:2])
+        if pod is None or pod["metadata"].get("uid") != proc.uid or pod["metadata"].get("deletionTimestamp"):
+            _forget(proc)
+            return None
+        policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
+        restart = not node_lost and (policy == "Always" or (policy == "OnFailure" and code != 0))
+        status = dict(pod.get("status") or {})
+        containers = []
+        for c in status.get("containerStatuses") or []:
+            if c.get("name") == proc.container:
+                if restart:
+                    backoff = min(BACKOFF_START * 2 ** proc.restart_count, BACKOFF_MAX)
+                    c = {**c, "ready": False, "started": False, "restartCount": proc.restart_count + 1,
+                         "lastState": {"terminated": terminated},
+                         "state": {"waiting": {"reason": "CrashLoopBackOff", "message":
+                                               f"back-off {int(backoff)}s restarting failed container="
+                                               f"{proc.container} pod={proc.pod}_{proc.namespace}({proc.uid})"}}}
+                else:
+                    c = {**c, "ready": False, "started": False, "state": {"terminated": terminated}}
+            containers.append(c)
+        status["containerStatuses"] = containers
+        if not restart:
+            _settle_phase(pod, status, now, node_lost)
+        _write(cluster, pod, status)
+    if not restart:
+        cluster.logs.terminate(key)
+        _forget(proc)
+        return None
+    cluster.logs.restart(key)
+    try:
+        proc.sleep(min(BACKOFF_START * 2 ** proc.restart_count, BACKOFF_MAX))
+    except Killed as exc:
+        if exc.exit_code is None:
+            _forget(proc)
+            return None
+        return _exited(proc, exc.exit_code, node_lost=True)  # its node went away during the back-off
+    return _restarted(proc)
+
+
+def _settle_phase(pod: Obj, status: dict[str, Any], now: str, node_lost: bool) -> None:
+    """The pod's phase once a program container terminated without restart."""
+    programs = {c.get("name") for c, _ in program_containers(pod)}
+    states = [c.get("state") or {} for c in status["containerStatuses"] if c.get("name") in programs]
+    if any("terminated" not in s for s in states):
+        status["conditions"] = _conditions(status, now, "ContainersNotReady", ("Ready", "ContainersReady"))
+        return
+    ok = all(s["terminated"].get("exitCode") == 0 for s in states)
+    status["phase"] = "Succeeded" if ok else "Failed"
+    if node_lost:
+        status["reason"] = "NodeLost"
+        node = (pod.get("spec") or {}).get("nodeName")
+        status["message"] = f"Node {node} which was running pod {pod['metadata']['name']} is unresponsive"
+    status["containerStatuses"] = [
+        c if c.get("name") in programs else
+        {**c, "ready": False, "started": False, "state": {"terminated": {
+            "exitCode": 0 if ok else KILLED_EXIT, "reason": "Completed" if ok else "Error", "finishedAt": now,
+            "startedAt": ((c.get("state") or {}).get("running") or {}).get("startedAt", now)}}}
+        for c in status["containerStatuses"]]
+    status["conditions"] = _conditions(status, now, "PodCompleted" if ok else "PodFailed",
+                                       ("Ready", "ContainersReady", "PodReadyToStartContainers"))
+
+
+def _conditions(status: dict[str, Any], now: str, reason: str, falsify: tuple[str, ...]) -> list[dict[str, Any]]:
+    out = []
+    for cond in status.get("conditions") or []:
+        if cond.get("type") in falsify and cond.get("status") != "False":
+            cond = {**cond, "status": "False", "reason": reason, "lastTransitionTime": now}
+        out.append(cond)
+    return out
+
+
+def _restarted(proc: Process) -> Process | None:
+    """The container's next run after its back-off: state running again, a new process."""
+    cluster = proc.cluster
+    now = cluster.now_iso()
+    with cluster.store.lock:
+        pod = cluster.store.get(POD_KEY, (proc.namespace, proc.pod))
+        if pod is None or pod["metadata"].get("uid") != proc.uid or pod["metadata"].get("deletionTimestamp"):
+            _forget(proc)
+            return None
+        status = dict(pod.get("status") or {})
+        restarts = proc.restart_count + 1
+        status["containerStatuses"] = [
+            {**c, "ready": True, "started": True, "state": {"running": {"startedAt": now}},
+             "containerID": f"containerd://{_digest(proc.uid, proc.container, restarts)}"}
+            if c.get("name") == proc.container else c for c in status.get("containerStatuses") or []]
+        status["conditions"] = [{**c, "status": "True", "reason": None, "lastTransitionTime": now}
+                                if c.get("type") in ("Ready", "ContainersReady") and c.get("status") != "True"
+                                else c for c in status.get("conditions") or []]
+        for c in status["conditions"]:
+            if c.get("reason") is None:
+                c.pop("reason", None)
+        _write(cluster, pod, status)
+        fresh = cluster.store.get(POD_KEY, (proc.namespace, proc.pod)) or pod
+    nxt = Process(cluster, proc.namespace, proc.pod, proc.uid, proc.container, proc.spec, fresh, restarts,
+                  killed=proc.killed, started_at=now)
+    with _lock:
+        table = _running.setdefault(cluster, {})
+        key = (proc.namespace, proc.pod, proc.container)
+        if table.get(key) is not proc:
+            return None
+        table[key] = nxt
+    return nxt
+
+
+def _write(cluster: Cluster, pod: Obj, status: dict[str, Any]) -> None:
+    meta = pod["metadata"]
+    body = {**pod, "metadata": {**meta}, "status": status}
+    with contextlib.suppress(ApiError):  # deleted meanwhile (the store lock is held: nothing else changed it)
+        cluster.replace(cluster.builtin("", "pods"), meta["namespace"], meta["name"], body, KUBELET, "status")
