@@ -6,6 +6,8 @@ describe and the digest show. Refusals are checked on the call ledger: zero writ
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +16,7 @@ import pytest
 
 from tests.jobs_support import BASE, BUCKET, CLUSTER, NS, JobWorld, hppj, job_world, rayjob
 from tests.ledger import CallLedger
-from tests.support import wait_until
+from tests.support import ROOT, clean_env, wait_until
 
 pytestmark = pytest.mark.slow
 OURS = {"app.kubernetes.io/managed-by": "instantstart", "instantstart.io/job": "llama-sft",
@@ -184,6 +186,44 @@ def test_a_rayjob_once_kuberay_is_installed(world: JobWorld) -> None:
                                             "reason": "AppFailed", "message": "the driver exited with 1"})
     failed = wait_until(lambda: (d := describe(world, "verl-ppo"))["phase"] == "Failed" and d, 60, "Failed")
     assert failed["reason"] == "AppFailed the driver exited with 1"
+
+
+def cli(world: JobWorld, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "app.cli", *args, "--url", world.live.url, "--token",
+                           world.live.admin_token], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env=clean_env())
+
+
+def test_the_cli_lists_describes_and_watches_a_job_until_it_ends(world: JobWorld) -> None:
+    _running(world, "cli-job")
+    listed = cli(world, "jobs", "list", CLUSTER)
+    assert listed.returncode == 0, listed.stderr
+    assert any(line.startswith(f"{NS}/cli-job ") and "Running" in line and "restarts 0/5" in line
+               for line in listed.stdout.splitlines()), listed.stdout
+    described = cli(world, "jobs", "describe", CLUSTER, "cli-job")
+    assert described.returncode == 0, described.stderr
+    assert "pod cli-job-worker-0" in described.stdout and "rank 0" in described.stdout
+    as_json = json.loads(cli(world, "jobs", "describe", CLUSTER, "cli-job", "--json").stdout)
+    assert as_json["name"] == "cli-job" and len(as_json["pods"]) == 2
+    watch = subprocess.Popen([sys.executable, "-m", "app.cli", "jobs", "watch", CLUSTER, "cli-job", "--interval",
+                              "0.2", "--json", "--url", world.live.url, "--token", world.live.admin_token], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
+    try:
+        assert watch.stdout is not None
+        first = json.loads(watch.stdout.readline())  # the watch printed the running job before it ended
+        assert first["phase"] == "Running" and first["restarts_limit"] == 5 and first["pods_running"] == 2
+        world.set_status("HyperPodPyTorchJob", "cli-job", {"conditions": [
+            {"type": "Succeeded", "status": "True", "lastTransitionTime": "2026-12-01T12:00:00Z"}]})
+        rest, _ = watch.communicate(timeout=60)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+    assert watch.returncode == 0, "a watch ends with the job, 0 for Succeeded"
+    assert json.loads(rest.splitlines()[-1])["phase"] == "Succeeded"
+    status = json.loads(cli(world, "status", "--json").stdout)
+    assert any(j["name"] == "cli-job" and j["phase"] == "Succeeded" for j in status["jobs"]), status["jobs"]
+    text = cli(world, "status").stdout
+    assert "jobs:" in text and f"{CLUSTER}/{NS}/cli-job  Succeeded" in text
 
 
 def _maybe(world: JobWorld, kind: str, name: str) -> dict[str, Any] | None:
