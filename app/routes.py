@@ -37,7 +37,7 @@ ROUTES: list[Route] = [*system.ROUTES, *operations.ROUTES, *audit.ROUTES, *token
                        *clusters.ROUTES, *events.ROUTES, *groups.ROUTES, *features.ROUTES, *nodes.ROUTES,
                        *jobs.ROUTES]
 
-PAGES: list[Page] = [*operations.PAGES, *clusters.PAGES, *groups.PAGES, *nodes.PAGES, *features.PAGES,
+PAGES: list[Page] = [*operations.PAGES, *clusters.PAGES, *groups.PAGES, *nodes.PAGES, *jobs.PAGES, *features.PAGES,
                      *audit.PAGES, *backups.PAGES]
 
 
