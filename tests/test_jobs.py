@@ -59,6 +59,14 @@ def test_refusals_come_before_any_write(world: JobWorld) -> None:
     assert unknown_recipe.status_code == 422 and "manifest" in unknown_recipe.text
     ledger.assert_no_writes(since=mark, service="kubernetes")
     assert world.live.get("/api/v1/operations?kind=job.submit").json() == []
+    # the API server's dry run checks the manifest against the CRD's schema; it stores nothing
+    broken = hppj()
+    broken["spec"]["replicaSpecs"][0]["replicas"] = "two"
+    invalid = submit(world, {"name": "a-job", "manifest": broken})
+    assert invalid.status_code == 422, invalid.text
+    assert "spec.replicaSpecs[0].replicas" in invalid.json()["error"]["message"], invalid.text
+    assert world.live.get("/api/v1/operations?kind=job.submit").json() == []
+    assert _maybe(world, "HyperPodPyTorchJob", "a-job", "default") is None
 
 
 def test_a_manifest_job_is_submitted_made_ours_and_described_as_its_operator_runs_it(world: JobWorld) -> None:
@@ -226,9 +234,9 @@ def test_the_cli_lists_describes_and_watches_a_job_until_it_ends(world: JobWorld
     assert "jobs:" in text and f"{CLUSTER}/{NS}/cli-job  Succeeded" in text
 
 
-def _maybe(world: JobWorld, kind: str, name: str) -> dict[str, Any] | None:
+def _maybe(world: JobWorld, kind: str, name: str, namespace: str = NS) -> dict[str, Any] | None:
     try:
-        return world.job(kind, name)
+        return world.job(kind, name, namespace)
     except Exception as exc:  # the kubernetes client's ApiException: 404 until it exists
         if getattr(exc, "status", None) == 404:
             return None

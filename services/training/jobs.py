@@ -339,6 +339,20 @@ class Jobs:
         if other is not None and not is_ours(other, plan.name):
             raise Conflict(f"a {kind.kind} named {plan.name} already exists in {plan.namespace} and is not "
                            "InstantStart's: choose another name")
+        self._dry_run(kind, plan)
+
+    def _dry_run(self, kind: JobKind, plan: JobPlan) -> None:
+        """The API server validates the manifest (its CRD's schema, admission) and stores nothing: a 422 names the
+        fields. Before the job's namespace exists (the operation makes it) the check runs in ``default``: the
+        schema is the same in every namespace."""
+        namespace = plan.namespace
+        try:
+            k8s.CoreV1Api(self.kube.api_client(plan.cluster)).read_namespace(namespace)
+        except NotFound:
+            namespace = "default"
+        body = {**plan.manifest, "metadata": {**plan.manifest["metadata"], "namespace": namespace}}
+        k8s.CustomObjectsApi(self.kube.api_client(plan.cluster)).create_namespaced_custom_object(
+            kind.group, kind.version, namespace, kind.plural, body, dry_run="All")
 
     def _plan(self, principal: Principal, cluster: str, request: JobSubmit, cloned_from: str | None = None,
               manifest_recipe: str = "manifest") -> JobPlan:
