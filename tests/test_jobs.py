@@ -166,6 +166,12 @@ def test_a_failed_job_shows_its_reason_and_is_cloned_then_deleted(world: JobWorl
         source["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"]
     assert clone["metadata"]["labels"]["instantstart.io/job"] == "fail-job-2" and not clone.get("status")
     assert clone["spec"]["replicaSpecs"][0]["template"]["metadata"]["labels"]["instantstart.io/job"] == "fail-job-2"
+    # events of a pod gone since (an earlier restart's) are the job's; the clone's pods' are not
+    world.event("fail-job-2-worker-0.1", "Pod", "fail-job-2-worker-0", "Scheduled", "the clone's pod")
+    world.event("fail-job-worker-7.1", "Pod", "fail-job-worker-7", "Killing", "a pod of an earlier attempt")
+    events = wait_until(lambda: (e := [x["reason"] for x in describe(world, "fail-job")["events"]]) and e, 60,
+                        "fail-job's events (the watch delivers them in order: the clone's came first)")
+    assert events == ["Killing"], events
     world.set_status("HyperPodPyTorchJob", "fail-job-2", {"conditions": [
         {"type": "Running", "status": "True", "lastTransitionTime": "2026-12-01T11:01:00Z"}]})
     assert world.finished(op)["status"] == "succeeded"

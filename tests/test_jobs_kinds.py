@@ -8,8 +8,12 @@ from typing import Any
 
 import pytest
 
+from services.clock import Clock
 from services.errors import Invalid
+from services.stages import StageContext
 from services.training.jobs_kinds import KINDS, budget, failure_reason, inject_env, phase, prepare_manifest, rank_of
+from services.training.jobs_models import JobPlan
+from services.training.jobs_stages import injected_env
 from tests.jobs_support import hppj, rayjob
 
 HPPJ, PTJ, RAY = KINDS["HyperPodPyTorchJob"], KINDS["PyTorchJob"], KINDS["RayJob"]
@@ -111,3 +115,13 @@ def test_a_manifest_is_made_ours_and_env_goes_to_the_main_containers_only() -> N
         prepare_manifest({**hppj(), "apiVersion": "sagemaker.amazonaws.com/v2"}, "j", "ns", "manifest", "sa")
     with pytest.raises(Invalid, match="no pod template"):
         prepare_manifest({**hppj(), "spec": {"replicaSpecs": []}}, "j", "ns", "manifest", "sa")
+
+
+def test_the_env_earlier_submit_stages_return_is_what_the_create_stage_injects() -> None:
+    """The slot for the MLflow run's stage (wired by the composition root): its result's ``env``."""
+    plan = JobPlan(cluster="c", region="us-west-2", name="j", namespace="ns", recipe="manifest", kind="RayJob",
+                   plural="rayjobs", api_version="ray.io/v1", manifest=rayjob())
+    ctx = StageContext(operation_id="op", kind="job.submit", target="cluster/c/job/j", request=plan, data={},
+                       results={"namespace": {"namespace": "ns"}, "mlflow": {"env": {"MLFLOW_RUN_ID": "r1"}}},
+                       clock=Clock(), attempt=0)
+    assert injected_env(ctx) == {"MLFLOW_RUN_ID": "r1"}

@@ -13,6 +13,7 @@ submits a custom resource the user wrote, made ours (labels, name, namespace, se
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -229,7 +230,7 @@ class Jobs:
         pods = self._pods(cluster, kind, obj, ns, job)
         summary = self._summary(kind, obj, max((p.restarts for p in pods), default=0))
         return JobDetail(**summary.model_dump(), conditions=conditions(obj), pods=pods,
-                         events=self._events(cluster, kind, ns, job, {p.name for p in pods}), manifest=obj)
+                         events=self._events(cluster, kind, obj, job, {p.name for p in pods}), manifest=obj)
 
     def _pods(self, cluster: str, kind: JobKind, obj: dict[str, Any], namespace: str, job: str) -> list[JobPod]:
         response: Any = k8s.CoreV1Api(self.kube.api_client(cluster)).list_namespaced_pod(
@@ -249,15 +250,22 @@ class Jobs:
                               reason=", ".join(reasons) or None))
         return sorted(out, key=lambda p: (p.rank is None, p.rank or 0, p.name))
 
-    def _events(self, cluster: str, kind: JobKind, namespace: str, job: str, pods: set[str]) -> list[JobEvent]:
-        """Events about the job, its pods and what its operator made for it (``<job>-…``: a RayCluster, the
-        submitter Job), oldest first."""
+    def _events(self, cluster: str, kind: JobKind, obj: dict[str, Any], job: str, pods: set[str]) -> list[JobEvent]:
+        """Events about the job, its pods (also those gone: the operator's pod names) and what its operator made
+        for it (a RayJob's RayCluster and submitter Job), oldest first — not a sibling job's named ``<job>-2``."""
+        namespace = str(obj["metadata"].get("namespace"))
+        replicas = [re.escape(str(r.get("name", ""))) for r in (obj.get("spec") or {}).get("replicaSpecs") or []
+                    if isinstance(r, dict) and r.get("name")]
+        pattern = {"HyperPodPyTorchJob": rf"{re.escape(job)}-({'|'.join(replicas) or '(?!)'})-\d+",
+                   "PyTorchJob": rf"{re.escape(job)}-(master|worker)-\d+",
+                   "RayJob": rf"{re.escape(job)}-raycluster(-.+)?"}[kind.kind]
+        ours = re.compile(pattern)
         out = []
         for event in self._synced(cluster, "events").items():
             involved = event.get("involvedObject") or {}
             name = str(involved.get("name") or "")
             if involved.get("namespace") != namespace or not (
-                    name == job or name in pods or name.startswith(f"{job}-")):
+                    name == job or name in pods or ours.fullmatch(name)):
                 continue
             out.append(JobEvent(type=event.get("type"), reason=event.get("reason"), message=event.get("message"),
                                 object=f"{involved.get('kind')}/{name}", count=event.get("count"),
