@@ -29,6 +29,7 @@ from services.operations import Backoff, Engine, lock_data_dir
 from services.sessions import SessionStore, SignInThrottle
 from services.settings import Settings
 from services.tokens import Tokens
+from services.training import Jobs
 from services.training.recipes.service import Recipes
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class Services:
     nodes: Nodes
     recipes: Recipes
     groups: InstanceGroups
+    jobs: Jobs
 
     def lock(self) -> None:
         """Take the data directory's lock (start-up order: lock, sandbox reachable, registry, resume)."""
@@ -116,7 +118,8 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     features = Features(settings, aws, kube, registry, engine, clusters.cache)
     nodes = Nodes(registry, informers, aws, kube, clusters.cache, engine, audit)
     groups = InstanceGroups(clusters, aws, clusters.cache, engine)
-    for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds()]:
+    jobs = Jobs(registry, informers, kube, engine, audit)
+    for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds(), *jobs.kinds()]:
         engine.register(kind)
     tokens = TokenStore(db, clock)
     return Services(
@@ -131,5 +134,5 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         operations=Operations(engine, kube, clusters),
         timeline=ClusterTimeline(registry, aws, clusters.cache, informers),
         features=features,
-        nodes=nodes, groups=groups, recipes=Recipes(registry, informers, kube),
+        nodes=nodes, groups=groups, recipes=Recipes(registry, informers, kube), jobs=jobs,
     )

@@ -6,11 +6,12 @@ Every flag also has an ``INSTANTSTART_*`` environment variable (and a config-fil
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
 
-from app import cli_clusters, cli_sandbox
+from app import cli_clusters, cli_jobs, cli_sandbox
 from app.cli_support import RestFailed, data_dir_flags, located, rest, rest_flags, server_url, settings_from
 from app.runtime import Ambiguous, PortTaken, claim_ports
 from services import __version__
@@ -80,6 +81,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     if args.url or os.environ.get("INSTANTSTART_URL"):
         summary = StatusSummary.model_validate(rest(args, "GET", "/api/v1/status"))
+        jobs = rest(args, "GET", "/api/v1/jobs/digest")
     else:
         from app.bootstrap import build_services
 
@@ -87,10 +89,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         services = build_services(where.settings)
         try:
             summary = services.operations.summary(SYSTEM.via("cli"), wait=10)  # a one-off read may wait
+            jobs = services.jobs.digests(SYSTEM.via("cli")).model_dump(mode="json")
         finally:
             services.informers.stop()
             services.db.close()
-    print(summary.model_dump_json(indent=2) if args.json else render_text(summary))
+    if args.json:
+        print(json.dumps(cli_jobs.status_jobs(summary.model_dump(mode="json"), jobs), indent=2))
+    else:
+        print(render_text(summary) + "\n" + cli_jobs.status_text(jobs))
     return 0
 
 
@@ -155,6 +161,7 @@ def parser() -> argparse.ArgumentParser:
 
     cli_sandbox.add_parsers(sub)
     cli_clusters.add_parsers(sub)
+    cli_jobs.add_parsers(sub)
 
     token = sub.add_parser("token", help="manage API tokens (needs write access to the data dir)")
     tsub = token.add_subparsers(dest="token_command", required=True)

@@ -14,7 +14,20 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from app.api import audit, backups, clusters, events, features, groups, nodes, operations, recipes, system, tokens
+from app.api import (
+    audit,
+    backups,
+    clusters,
+    events,
+    features,
+    groups,
+    jobs,
+    nodes,
+    operations,
+    recipes,
+    system,
+    tokens,
+)
 from app.api.base import Route
 from app.api.pages import Page
 from services.errors import ERROR_CODES, Invalid
@@ -35,9 +48,9 @@ class ErrorEnvelope(BaseModel):
 
 ROUTES: list[Route] = [*system.ROUTES, *operations.ROUTES, *audit.ROUTES, *tokens.ROUTES, *backups.ROUTES,
                        *clusters.ROUTES, *events.ROUTES, *groups.ROUTES, *features.ROUTES, *nodes.ROUTES,
-                       *recipes.ROUTES]
+                       *recipes.ROUTES, *jobs.ROUTES]
 
-PAGES: list[Page] = [*operations.PAGES, *clusters.PAGES, *groups.PAGES, *nodes.PAGES, *features.PAGES,
+PAGES: list[Page] = [*operations.PAGES, *clusters.PAGES, *groups.PAGES, *nodes.PAGES, *jobs.PAGES, *features.PAGES,
                      *audit.PAGES, *backups.PAGES]
 
 

@@ -237,5 +237,7 @@ def kube_request(method: str, path: str, query: dict[str, str]) -> dict[str, Any
     else:
         verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(
             method, ("delete" if name else "deletecollection") if method == "DELETE" else method.lower())
+    dry_run = bool(query.get("dryRun"))  # the server validates and stores nothing: no write
     return {"verb": verb, "resource": resource or path, "namespace": namespace, "name": name,
-            "subresource": sub, "watch": verb == "watch", "write": verb in WRITE_VERBS}
+            "subresource": sub, "watch": verb == "watch", "write": verb in WRITE_VERBS and not dry_run,
+            **({"dry_run": True} if dry_run else {})}

@@ -12,6 +12,7 @@ Memory: objects are slimmed to the fields the product reads (a node ~2 KB, a pod
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -55,13 +56,45 @@ def slim_node(obj: dict[str, Any]) -> dict[str, Any]:
 
 def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    restarts = sum(int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or [])
     return {"metadata": _meta(obj), "spec": {"nodeName": spec.get("nodeName")},
-            "status": {"phase": status.get("phase")}}
+            "status": {"phase": status.get("phase"), "restarts": restarts}}
 
 
 def slim_event(obj: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": _meta(obj, labels=False),
             **{k: obj.get(k) for k in ("type", "reason", "message", "involvedObject", "lastTimestamp", "count")}}
+
+
+def _without_templates(value: Any) -> Any:
+    """A custom resource's spec without its pod templates (the bulk of a job; readers take them from a GET)."""
+    if isinstance(value, dict):
+        return {k: _without_templates(v) for k, v in value.items() if k not in ("template", "submitterPodTemplate")}
+    if isinstance(value, list):
+        return [_without_templates(v) for v in value]
+    return value
+
+
+def slim_custom(obj: dict[str, Any]) -> dict[str, Any]:
+    """A job custom resource: metadata with annotations, its spec less pod templates, its whole status."""
+    meta = obj.get("metadata") or {}
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+            "metadata": {**_meta(obj), "annotations": meta.get("annotations") or {}, "uid": meta.get("uid")},
+            "spec": _without_templates(obj.get("spec") or {}), "status": obj.get("status") or {}}
+
+
+def slim_crd(obj: dict[str, Any]) -> dict[str, Any]:
+    spec = obj.get("spec") or {}
+    return {"metadata": _meta(obj, labels=False),
+            "spec": {"group": spec.get("group"), "names": spec.get("names") or {},
+                     "versions": [v.get("name") for v in spec.get("versions") or []]}}
+
+
+def _custom(group: str, version: str, plural: str) -> Callable[[k8s.CoreV1Api], Callable[..., Any]]:
+    def call(api: k8s.CoreV1Api) -> Callable[..., Any]:
+        return functools.partial(k8s.CustomObjectsApi(api.api_client).list_cluster_custom_object, group, version,
+                                 plural)
+    return call
 
 
 @dataclass(frozen=True)
@@ -75,6 +108,13 @@ KINDS: dict[str, Kind] = {
     "nodes": Kind("nodes", lambda api: api.list_node, slim_node),
     "pods": Kind("pods", lambda api: api.list_pod_for_all_namespaces, slim_pod),
     "events": Kind("events", lambda api: api.list_event_for_all_namespaces, slim_event),
+    "customresourcedefinitions": Kind("customresourcedefinitions", lambda api: k8s.ApiextensionsV1Api(
+        api.api_client).list_custom_resource_definition, slim_crd),
+    # training jobs (services/training): start one only once its CRD is listed, else it retries a 404
+    "hyperpodpytorchjobs": Kind("hyperpodpytorchjobs", _custom("sagemaker.amazonaws.com", "v1", "hyperpodpytorchjobs"),
+                                slim_custom),
+    "pytorchjobs": Kind("pytorchjobs", _custom("kubeflow.org", "v1", "pytorchjobs"), slim_custom),
+    "rayjobs": Kind("rayjobs", _custom("ray.io", "v1", "rayjobs"), slim_custom),
 }
 
 

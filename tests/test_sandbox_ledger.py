@@ -42,6 +42,11 @@ def test_what_a_kubernetes_request_does(method: str, path: str, query: dict[str,
     assert found["write"] == (expected[0] in ("create", "update", "patch", "delete", "deletecollection"))
 
 
+def test_a_dry_run_is_no_write() -> None:
+    found = kube_request("POST", "/apis/ray.io/v1/namespaces/ml/rayjobs", {"dryRun": "All"})
+    assert found["verb"] == "create" and found["dry_run"] is True and found["write"] is False
+
+
 def test_sequence_numbers_continue_across_restarts_and_torn_lines_are_skipped(tmp_path: Path) -> None:
     path = tmp_path / "calls.jsonl"
     ledger = Ledger(path)

@@ -87,7 +87,7 @@ class KubeHandler(RequestHandler):
             content_type=self.request.headers.get("Content-Type", ""),
             duration_ms=(time.monotonic() - self._started) * 1000,
             caller=self._caller, kube_path=self._kube_path,
-            query_args={k: self.get_query_argument(k, "") or "" for k in ("watch",)},
+            query_args={k: self.get_query_argument(k, "") or "" for k in ("watch", "dryRun")},
         )
 
     # --- entry points -----------------------------------------------------------------------------------

@@ -1,0 +1,129 @@
+"""`skills/train-model.md` through a real MCP client: an operator agent submits a raw HyperPodPyTorchJob
+manifest, lists and describes it, suspends it and deletes it, with the tools the playbook names. The bridge calls
+the REST API, so the agent passes the same prechecks; the test plays the operator in between (this branch's
+sandbox runs none) and asserts what the Kubernetes API received."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import yaml
+from mcp import Client, StdioServerParameters
+
+from tests.jobs_support import CLUSTER, NS, JobWorld, hppj, job_world
+from tests.support import ROOT, clean_env, wait_until
+
+pytestmark = pytest.mark.slow
+PLAYBOOK = Path(__file__).resolve().parents[1] / "skills" / "train-model.md"
+LABELS = {"app.kubernetes.io/managed-by": "instantstart", "instantstart.io/job": "agent-job",
+          "instantstart.io/recipe": "manifest"}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobWorld]:
+    with job_world(tmp_path_factory.mktemp("jobs-mcp")) as made:
+        yield made
+
+
+@asynccontextmanager
+async def bridge(world: JobWorld, token: str) -> AsyncIterator[Client]:
+    params = StdioServerParameters(command=sys.executable, args=["-m", "app.cli", "mcp", "--url", world.live.url,
+                                                                       "--toolsets", "jobs,features,clusters,"
+                                                                                     "operations,system"],
+                                   env={**clean_env(), "INSTANTSTART_TOKEN": token}, cwd=str(ROOT))
+    async with Client(params) as client:
+        yield client
+
+
+async def call(client: Client, tool: str, arguments: dict[str, Any], used: list[str]) -> dict[str, Any]:
+    used.append(tool)
+    result = await client.call_tool(tool, arguments)
+    text = "".join(getattr(c, "text", "") for c in result.content)
+    assert not result.is_error, f"{tool} {json.dumps(arguments)[:300]}: {text[:2000]}"
+    return dict(result.structured_content or json.loads(text))
+
+
+async def follow(client: Client, op_id: str, used: list[str]) -> dict[str, Any]:
+    for _ in range(20):
+        view = await call(client, "operations_wait", {"id": op_id, "timeout": 30}, used)
+        if view["status"] in ("succeeded", "failed", "cancelled"):
+            return view
+    raise AssertionError(f"{op_id} did not end")
+
+
+def play_operator(world: JobWorld) -> None:
+    wait_until(lambda: _exists(world), 60, "the agent's job to be created")
+    for i, node in enumerate(world.nodes()):
+        world.pod(f"agent-job-worker-{i}", LABELS, node)
+    world.set_status("HyperPodPyTorchJob", "agent-job", {"conditions": [
+        {"type": "Running", "status": "True", "lastTransitionTime": "2026-12-01T10:00:00Z"}]})
+
+
+def stop_pods(world: JobWorld) -> None:
+    wait_until(lambda: world.job("HyperPodPyTorchJob", "agent-job")["spec"]["runPolicy"].get("suspend"), 60,
+               "the suspend flag")
+    for i in range(2):
+        world.core.delete_namespaced_pod(f"agent-job-worker-{i}", NS, grace_period_seconds=0)
+    world.set_status("HyperPodPyTorchJob", "agent-job", {"conditions": [
+        {"type": "Suspended", "status": "True", "lastTransitionTime": "2026-12-01T10:05:00Z"}]})
+
+
+def _exists(world: JobWorld) -> bool:
+    try:
+        world.job("HyperPodPyTorchJob", "agent-job")
+    except Exception as exc:  # the client's ApiException: 404 until the stage creates it
+        if getattr(exc, "status", None) == 404:
+            return False
+        raise
+    return True
+
+
+def test_an_agent_submits_watches_suspends_and_deletes_a_job(world: JobWorld) -> None:
+    operator = world.live.make_token("operator")
+    playbook = set(yaml.safe_load(PLAYBOOK.read_text().split("---")[1])["tools"])
+    used: list[str] = []
+
+    async def agent() -> dict[str, Any]:
+        async with bridge(world, operator) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert tools["jobs_delete"].annotations and tools["jobs_delete"].annotations.destructive_hint
+            assert tools["jobs_list"].annotations and tools["jobs_list"].annotations.read_only_hint
+            listed = await call(client, "jobs_list", {"cluster": CLUSTER}, used)
+            assert listed["jobs"] == [] and "HyperPodPyTorchJob" in listed["kinds_installed"]
+            started = await call(client, "jobs_submit", {"cluster": CLUSTER, "name": "agent-job", "recipe": "manifest",
+                                                         "manifest": hppj()}, used)
+            assert "operations_wait" in started["message"] or "operations_get" in started["message"]
+            await anyio.to_thread.run_sync(play_operator, world)
+            submitted = await follow(client, started["operation"]["id"], used)
+            assert submitted["status"] == "succeeded", submitted
+            listed = await call(client, "jobs_list", {"cluster": CLUSTER}, used)
+            detail = await call(client, "jobs_get", {"cluster": CLUSTER, "job": "agent-job"}, used)
+            digest = await call(client, "jobs_digest", {"cluster": CLUSTER, "job": "agent-job"}, used)
+            suspending = await call(client, "jobs_suspend", {"cluster": CLUSTER, "job": "agent-job"}, used)
+            await anyio.to_thread.run_sync(stop_pods, world)
+            suspended = await follow(client, suspending["operation"]["id"], used)
+            after = await call(client, "jobs_get", {"cluster": CLUSTER, "job": "agent-job"}, used)
+            deleting = await call(client, "jobs_delete", {"cluster": CLUSTER, "job": "agent-job"}, used)
+            deleted = await follow(client, deleting["operation"]["id"], used)
+            return {"listed": listed, "detail": detail, "digest": digest, "suspended": suspended, "after": after,
+                    "deleted": deleted}
+
+    seen = anyio.run(agent)
+    assert [(j["name"], j["phase"], j["kind"]) for j in seen["listed"]["jobs"]] == [
+        ("agent-job", "Running", "HyperPodPyTorchJob")]
+    assert seen["detail"]["restarts"]["limit"] == 5 and seen["detail"]["namespace"] == NS
+    assert "Running" in seen["digest"]["line"] and "restarts 0/5" in seen["digest"]["line"]
+    assert seen["suspended"]["status"] == "succeeded" and seen["after"]["phase"] == "Suspended"
+    assert seen["deleted"]["status"] == "succeeded"
+    assert not _exists(world), "the job is gone from the Kubernetes API"
+    assert set(used) <= playbook, f"tools outside the playbook: {set(used) - playbook}"
+    audit = world.live.get("/api/v1/audit", params={"limit": 50}).json()
+    actions = {e["action"] for e in (audit["items"] if isinstance(audit, dict) else audit)}
+    assert {"job.submit", "job.suspend", "job.delete"} <= actions
