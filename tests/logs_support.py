@@ -4,19 +4,23 @@ reached through the official client and a kubeconfig, as any EKS cluster."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import tornado.web
 from kubernetes import client as k8s
 
 from app.bootstrap import Services, build_services
 from sandbox.kube import BackgroundServer, Emulator
-from services.auth import Principal, Role
+from services.auth import Principal, Role, TokenCreate
 from services.clusters.models import ClusterRecord, Ownership
 from services.settings import Settings
+from tests.support import free_port
 
 CLUSTER = "logs"
 NAMESPACE = "hyperpod-ns-training"
@@ -66,3 +70,29 @@ def log_world(tmp_path: Path, **logs_options: Any) -> Iterator[LogWorld]:
         services.stop()
         server.stop()
         emulator.close()
+
+
+@contextmanager
+def rest_server(services: Services) -> Iterator[tuple[str, str]]:
+    """The REST routes and WebSockets served in-process on a free loopback port: (base URL, a viewer token)."""
+    from app.rest import rest_patterns
+
+    token = services.tokens.create(TokenCreate(name="reader", role=Role.VIEWER), "test").token
+    port = free_port()
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        tornado.web.Application(rest_patterns(services)).listen(port, "127.0.0.1")
+        started.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    started.wait(10)
+    try:
+        yield f"http://127.0.0.1:{port}", token
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
