@@ -34,6 +34,7 @@ class LogWorld:
     server: BackgroundServer
     services: Services
     api: k8s.ApiClient
+    bucket: str = ""
 
     def pod(self, name: str, job: str, containers: tuple[str, ...] = ("pytorch",),
             labels: dict[str, str] | None = None, namespace: str = NAMESPACE) -> None:
@@ -44,16 +45,27 @@ class LogWorld:
             "spec": {"containers": [{"name": c, "image": "busybox"} for c in containers]}}
         k8s.CoreV1Api(self.api).create_namespaced_pod(namespace, body)
 
+    def restart(self, pod: str, container: str = "pytorch", count: int = 1) -> None:
+        """The container restarted (its log becomes ``previous``), as the pod's status then says."""
+        self.emulator.end_log(CLUSTER, NAMESPACE, pod, container)  # the old instance's followers see its end
+        self.emulator.restart_container(CLUSTER, NAMESPACE, pod, container)
+        core = k8s.CoreV1Api(self.api)
+        status = {"status": {"containerStatuses": [
+            {"name": container, "restartCount": count, "ready": True, "image": "busybox", "imageID": "",
+             "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}}
+        core.patch_namespaced_pod_status(pod, NAMESPACE, status)
+
     def log(self, pod: str, text: str, ts: float, container: str = "pytorch", namespace: str = NAMESPACE) -> None:
         self.emulator.append_log(CLUSTER, namespace, pod, container, text, ts=ts)
 
 
 @contextmanager
-def log_world(tmp_path: Path, **logs_options: Any) -> Iterator[LogWorld]:
+def log_world(tmp_path: Path, aws_endpoint_url: str | None = None, **logs_options: Any) -> Iterator[LogWorld]:
     emulator = Emulator(None, debounce=0.05)
     emulator.ensure_cluster(CLUSTER)
     server = BackgroundServer(emulator).start()
-    services = build_services(Settings(data_dir=tmp_path / "data", workers=1, sandbox=True))
+    services = build_services(Settings(data_dir=tmp_path / "data", workers=1, sandbox=True,
+                                       aws_endpoint_url=aws_endpoint_url))
     try:
         services.clusters.registry.add(ClusterRecord(
             name=CLUSTER, region="us-west-2", eks_name=CLUSTER, ownership=Ownership("imported"),
