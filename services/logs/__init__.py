@@ -22,7 +22,7 @@ from services.logs.models import LogArchive, LogSelect, LogStreamQuery, LogTextQ
 from services.logs.pods import JobPod, list_job_pods, read_log
 from services.logs.streams import LogHub
 from services.logs.text import LogText, pattern, render
-from services.logs.views import MAX_BYTES, MAX_LINES, LogView, Selection
+from services.logs.views import MAX_BYTES, MAX_LINES, LogView, Selection, order_key
 from services.verbs import verb
 
 __all__ = ["JobLogs", "LogText", "LogView"]
@@ -54,30 +54,43 @@ class JobLogs:
 
     @verb(Role.VIEWER)
     def read_text(self, principal: Principal, cluster: str, job: str, query: LogTextQuery) -> LogText:
-        record = self.registry.get(cluster)
         cursor = Cursor.decode(query.cursor)
         pattern(query.grep)  # a bad expression is refused before anything is read
+        lines, source = self._gather(cluster, job, query, cursor)
+        return render(lines, query, cursor, _multi(lines), source)
+
+    @verb(Role.VIEWER)
+    def read_lines(self, principal: Principal, cluster: str, job: str, select: LogSelect,
+                   tail: int | None = None) -> list[Line]:
+        """The job's lines oldest first (previous containers included; the archive when the pods are gone):
+        all of them, or the last ``tail``. For the pane's history pages and its download."""
+        lines, _ = self._gather(cluster, job, select, Cursor())
+        lines.sort(key=order_key)
+        return lines[-tail:] if tail is not None else lines
+
+    def _gather(self, cluster: str, job: str, select: LogSelect, cursor: Cursor) -> tuple[list[Line], str]:
+        record = self.registry.get(cluster)
         api = self.kube.api_client(cluster)
-        pods = _selected(list_job_pods(api, query.namespace, job), query)
+        pods = _selected(list_job_pods(api, select.namespace, job), select)
         if not pods:
-            lines = self._archived(cluster, record.region, query.namespace, job)
-            lines = [line for line in lines if _wants(line, query, {})]
-            if not lines:
-                raise NotFound(f"job {job} has no pods in namespace {query.namespace}"
-                               f"{' matching the selection' if query.pod or query.rank is not None else ''} "
+            archived = [line for line in self._archived(cluster, record.region, select.namespace, job)
+                        if _wants(line, select, {})]
+            if not archived:
+                raise NotFound(f"job {job} has no pods in namespace {select.namespace}"
+                               f"{' matching the selection' if select.pod or select.rank is not None else ''} "
                                "and no logs archived in the shared bucket")
-            return render(lines, query, cursor, _multi(lines), "archive")
-        lines = []
+            return archived, "archive"
+        lines: list[Line] = []
         for pod in pods:
             for container in pod.containers:
-                if query.container is not None and container.name != query.container:
+                if select.container is not None and container.name != select.container:
                     continue
                 mark = cursor.marks.get(f"{pod.name}/{container.name}")
                 since = mark.second if mark is not None and mark.instance == container.instance else None
                 if mark is None or mark.instance != container.instance:
-                    lines += read_log(api, query.namespace, pod.name, container, previous=True)
-                lines += read_log(api, query.namespace, pod.name, container, since_second=since)
-        return render(lines, query, cursor, _multi(lines), "pods")
+                    lines += read_log(api, select.namespace, pod.name, container, previous=True)
+                lines += read_log(api, select.namespace, pod.name, container, since_second=since)
+        return lines, "pods"
 
     def archive_job_logs(self, cluster: str, namespace: str, job: str) -> LogArchive:
         """Copy every pod/container's full log (previous and current) of the job to the shared bucket; called
