@@ -577,11 +577,15 @@ class KubeHandler(RequestHandler):
                 if closed in done:
                     getter.cancel()
                     break
-                item = getter.result()
-                if item is None:
-                    break
-                self.write(item.render(timestamps))
+                batch = [getter.result()]
+                while batch[-1] is not None and not queue.empty():  # what is queued goes out in one flush
+                    batch.append(queue.get_nowait())
+                for queued in batch:
+                    if queued is not None:
+                        self.write(queued.render(timestamps))
                 await self.flush()
+                if batch[-1] is None:
+                    break
             closed.cancel()
             if not self._finished:
                 self.finish()
