@@ -18,7 +18,7 @@ import contextlib
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from kubernetes import client as k8s
@@ -45,7 +45,7 @@ RETRY_SECONDS = 1.0
 
 
 class Reader(Protocol):
-    def offer(self, line: Line) -> None: ...
+    def offer(self, lines: list[Line]) -> None: ...
 
 
 class Follower:
@@ -109,24 +109,45 @@ class Follower:
         try:
             if self._stop.is_set():
                 return True
-            for raw in iter_resp_lines(resp):  # type: ignore[no-untyped-call]
-                parsed = parse_stamped(raw)
-                if parsed is None:
-                    continue
-                ts, sec, text = parsed
-                index = index + 1 if sec == second else 0
-                second = sec
-                line = Line(self.pod, self.container.name, self.container.instance, ts, sec, index,
-                            text[:MAX_LINE_CHARS])
-                if self.mark is not None and not self.mark.admits(line):
-                    continue  # seen before the reconnect
-                self.mark = Mark.after(line)
-                self.stream.publish(line)
+            for raws in _chunked_lines(resp):
+                out = []
+                for raw in raws:
+                    parsed = parse_stamped(raw)
+                    if parsed is None:
+                        continue
+                    ts, sec, text = parsed
+                    index = index + 1 if sec == second else 0
+                    second = sec
+                    line = Line(self.pod, self.container.name, self.container.instance, ts, sec, index,
+                                text[:MAX_LINE_CHARS])
+                    if self.mark is not None and not self.mark.admits(line):
+                        continue  # seen before the reconnect
+                    out.append(line)
+                if out:
+                    self.mark = Mark.after(out[-1])
+                    self.stream.publish(out)
         finally:
             self._resp = None
             resp.close()
             resp.release_conn()
         return not self._stop.is_set()
+
+
+def _chunked_lines(resp: Any) -> Iterator[list[str]]:
+    """The response's lines, a list per chunk read (what arrived together is handed on together)."""
+    rest = b""
+    for chunk in resp.stream(65_536, decode_content=False):
+        if not chunk:
+            continue
+        data = rest + chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            rest = data
+            continue
+        rest = data[cut + 1:]
+        yield data[:cut].decode("utf-8", "replace").split("\n")
+    if rest:
+        yield [rest.decode("utf-8", "replace")]
 
 
 class JobStream:
@@ -174,11 +195,11 @@ class JobStream:
         if idle:
             self._on_idle(self)
 
-    def publish(self, line: Line) -> None:
+    def publish(self, lines: list[Line]) -> None:
         with self._lock:
             readers = list(self._readers)
         for reader in readers:
-            reader.offer(line)
+            reader.offer(lines)
 
     def rank_of(self, pod: str) -> int | None:
         return next((p.rank for p in self.pods if p.name == pod), None)

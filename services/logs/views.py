@@ -51,7 +51,7 @@ def order_key(line: Line) -> tuple[int, float, str, int]:
         fraction = float("0" + frac) if frac.startswith(".") else 0.0
     except ValueError:
         fraction = 0.0
-    return line.second, fraction, line.key, line.index
+    return line.second, fraction, line.key, line.nth
 
 
 def _by_time(line: Line) -> tuple[int, float]:
@@ -88,22 +88,25 @@ class LogView:
 
     # ----- the live feed (JobStream.publish, any thread; never blocks) -----------------------------------
 
-    def offer(self, line: Line) -> None:
-        if not self.wants(line.pod, line.container):
+    def offer(self, lines: list[Line]) -> None:
+        s = self.selection
+        if s.pod is not None or s.container is not None or s.rank is not None:
+            lines = [line for line in lines if self.wants(line.pod, line.container)]
+        if not lines:
             return
         with self._lock:
             if self._closed:
                 return
             if self._pending is not None:
-                self._pending.append(line)
-                if len(self._pending) > self.max_lines:
+                self._pending.extend(lines)
+                while len(self._pending) > self.max_lines:
                     self._pending.popleft()
                     self._dropped += 1
                 return
-            if not self._seen.admits(line):
-                return
-            self._seen.advance(line)
-            self._push(line)
+            for line in lines:
+                if self._seen.admits(line):
+                    self._seen.advance(line)
+                    self._push(line)
         self._ready()
 
     def _push(self, line: Line) -> None:
