@@ -3,7 +3,8 @@
 Authentication, origin check, the per-token socket bound and revocation are :class:`EventsSocket`'s. The
 query (``namespace``, ``pod``, ``container``, ``rank``, ``tail``, ``cursor``) is a
 :class:`~services.logs.models.LogStreamQuery`. Frames are JSON batches
-``{"lines": [{"pod", "container", "ts", "text"}], "cursor", "dropped", "caught_up"}``, at most one every
+``{"lines": [{"pod", "container", "ts", "text"}], "cursor", "dropped", "caught_up"}`` (plus ``warning`` when
+the earlier lines could not be read), at most one every
 ``FLUSH_MS``; reconnecting with the last ``cursor`` resumes exactly after the last line received. A frame is
 written only once the previous one was flushed to the client, so a slow client leaves its lines in the
 view's bounded buffer (counted in ``dropped`` when pushed out), never in the server's write buffers.
@@ -85,7 +86,8 @@ class JobLogSocket(EventsSocket):
             return
         frame = {"lines": [{"pod": line.pod, "container": line.container, "ts": line.ts, "text": line.text}
                            for line in batch.lines],
-                 "cursor": batch.cursor, "dropped": batch.dropped, "caught_up": caught_up}
+                 "cursor": batch.cursor, "dropped": batch.dropped, "caught_up": caught_up,
+                 **({"warning": batch.error} if batch.error else {})}
         self._sent_dropped, self._sent_caught_up = batch.dropped, caught_up
         self._writing = True
         try:

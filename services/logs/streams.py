@@ -84,7 +84,7 @@ class Follower:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                if self._follow():
+                if self._follow() and not self._still_running():
                     break  # the container ended (or the pod went): its log is complete
             except (Invalid, NotFound):
                 break  # not started yet or gone: the pod watch starts a follower again when it changes
@@ -98,6 +98,23 @@ class Follower:
                          self.container.name, exc_info=True)
             self._stop.wait(RETRY_SECONDS)
         self.ended.set()
+
+    def _still_running(self) -> bool:
+        """After the stream ended: is this very instance still running (a connection the server or a proxy
+        closed)? Then the follower resumes from its mark."""
+        api = self.stream.kube.api_client(self.stream.cluster)
+        try:
+            resp: Any = k8s.CoreV1Api(api).read_namespaced_pod(self.pod, self.stream.namespace,
+                                                               _preload_content=False)
+        except NotFound:
+            return False
+        pod = json.loads(resp.data)
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            if status.get("name") == self.container.name:
+                same = f"{(pod.get('metadata') or {}).get('uid')}:{int(status.get('restartCount') or 0)}" \
+                    == self.container.instance
+                return same and "running" in (status.get("state") or {})
+        return False
 
     def _follow(self) -> bool:
         api = self.stream.kube.api_client(self.stream.cluster)

@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from services.errors import ServiceError
 from services.logs.cursor import Cursor, Line, Mark
 from services.logs.pods import JobPod, read_log
 from services.logs.streams import JobStream
@@ -42,7 +43,7 @@ class Batch:
     lines: list[Line]
     cursor: str
     dropped: int
-    ended: bool = False
+    error: str | None = None  # the catch-up failed: only live lines follow
 
 
 def order_key(line: Line) -> tuple[int, float, str, int]:
@@ -75,6 +76,7 @@ class LogView:
         self._closed = False
         self.on_ready: Callable[[], None] | None = None  # called (from any thread) when lines are waiting
         self.caught_up = threading.Event()
+        self.error: str | None = None
 
     # ----- selection -------------------------------------------------------------------------------------
 
@@ -165,8 +167,9 @@ class LogView:
     def _catch_up(self, pods: list[JobPod]) -> None:
         try:
             lines, ends = self._backlog(pods)
-        except Exception:
+        except ServiceError as exc:
             lines, ends = [], {}
+            self.error = f"the earlier lines could not be read ({exc.message}); live lines follow"
         for line in lines:
             with self._lock:
                 while not self._closed and (len(self._queue) >= self.max_lines or self._bytes >= self.max_bytes):
@@ -204,7 +207,7 @@ class LogView:
             self._lock.notify_all()
         out.sort(key=_by_time)  # pods interleave by time within a batch (stable: each container stays in order)
         with self._lock:
-            return Batch(out, self._delivered.encode(), self._dropped)
+            return Batch(out, self._delivered.encode(), self._dropped, self.error)
 
     def close(self) -> None:
         with self._lock:
