@@ -29,7 +29,7 @@ from services.logs.models import LogStreamQuery
 from services.models import parse
 
 FLUSH_MS = 100
-BATCH_LINES = 5_000
+BATCH_LINES = 20_000
 
 
 class JobLogSocket(EventsSocket):
