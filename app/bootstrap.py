@@ -22,6 +22,7 @@ from services.groups import InstanceGroups
 from services.informers import Informers
 from services.kube import KubeClients
 from services.limits import Slots
+from services.logs import JobLogs
 from services.metrics import Metrics
 from services.nodes import Nodes
 from services.operation_verbs import Operations
@@ -61,6 +62,7 @@ class Services:
     recipes: Recipes
     groups: InstanceGroups
     jobs: Jobs
+    logs: JobLogs
 
     def lock(self) -> None:
         """Take the data directory's lock (start-up order: lock, sandbox reachable, registry, resume)."""
@@ -71,6 +73,7 @@ class Services:
 
     def stop(self) -> None:
         self.engine.stop()
+        self.logs.stop()
         self.clusters.reader.close()  # no background AWS refresh starts after this
         self.informers.stop()
         self.db.close()
@@ -135,4 +138,5 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         timeline=ClusterTimeline(registry, aws, clusters.cache, informers),
         features=features,
         nodes=nodes, groups=groups, recipes=Recipes(registry, informers, kube), jobs=jobs,
+        logs=JobLogs(registry, kube, aws, settings.shared_bucket),
     )

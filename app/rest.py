@@ -588,9 +588,12 @@ def rest_patterns(services: Services, routes: list[Route] = ROUTES) -> list[tupl
         if r.on_loop and (not r.read_only or inspect.iscoroutinefunction(r.handler)):
             raise Invalid(f"route {r.name} cannot run on the loop: on_loop is for synchronous memory-only reads")
     table = RouteTable(routes)
+    from app.logsocket import JobLogSocket  # builds on EventsSocket, so it imports this module
+
     return [
         (r"/api/v1/openapi\.json$", OpenApiHandler, {"document": openapi_document(routes)}),
         (r"/api/v1/events$", EventsSocket, {"services": services}),
+        (r"/api/v1/clusters/([^/]+)/jobs/([^/]+)/logs/ws$", JobLogSocket, {"services": services}),
         (table.pattern, ApiHandler, {"services": services, "table": table}),
         (r"/api/.*", NotFoundHandler),
     ]

@@ -22,6 +22,7 @@ from app.api import (
     features,
     groups,
     jobs,
+    logs,
     nodes,
     operations,
     recipes,
@@ -48,7 +49,7 @@ class ErrorEnvelope(BaseModel):
 
 ROUTES: list[Route] = [*system.ROUTES, *operations.ROUTES, *audit.ROUTES, *tokens.ROUTES, *backups.ROUTES,
                        *clusters.ROUTES, *events.ROUTES, *groups.ROUTES, *features.ROUTES, *nodes.ROUTES,
-                       *recipes.ROUTES, *jobs.ROUTES]
+                       *recipes.ROUTES, *jobs.ROUTES, *logs.ROUTES]
 
 PAGES: list[Page] = [*operations.PAGES, *clusters.PAGES, *groups.PAGES, *nodes.PAGES, *jobs.PAGES, *features.PAGES,
                      *audit.PAGES, *backups.PAGES]

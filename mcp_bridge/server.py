@@ -19,7 +19,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from mcp_bridge.follow import FOLLOW_MAX_SECONDS, Follow, follow, widen
-from mcp_bridge.tools import ToolSpec, cap_result, select_toolsets, to_http, tool_specs
+from mcp_bridge.tools import ToolSpec, cap_result, cap_text, select_toolsets, to_http, tool_specs
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +123,10 @@ def build_server(client: RestClient, who: dict[str, Any], specs: list[ToolSpec])
                                      "message": f"REST API unreachable at {client.base_url}: {exc}"}})
         if status >= 400:
             return _error(payload)
+        if isinstance(payload, dict) and set(payload) == {"media_type", "text"}:  # a text answer: as text
+            text = cap_text(payload["text"])
+            return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                        structured_content={"media_type": payload["media_type"], "text": text})
         text, capped = cap_result(spec, payload)
         structured = capped if isinstance(capped, dict) else {"items": capped}
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)],

@@ -171,6 +171,17 @@ def select_toolsets(specs: list[ToolSpec], wanted: str | None) -> list[ToolSpec]
     return [s for s in specs if s.toolset in names]
 
 
+def cap_text(text: str, cap: int = RESULT_CHAR_CAP) -> str:
+    """A text answer (logs, a kubeconfig) as itself, not JSON: past ``cap`` its end is kept (a log's newest
+    lines and its closing continuation line), after one line saying how much was cut."""
+    if len(text) <= cap:
+        return text
+    kept = text[len(text) - cap + 200:]
+    kept = kept[kept.find("\n") + 1:] if "\n" in kept else kept
+    return f"# truncated: the first {len(text) - len(kept)} of {len(text)} characters were cut; ask for less " \
+           f"(a smaller tail, or narrower arguments)\n{kept}"
+
+
 def cap_result(spec: ToolSpec, payload: Any, cap: int = RESULT_CHAR_CAP) -> tuple[str, Any]:
     """The result as text (and structured content) of at most about ``cap`` characters: a list keeps its
     first items and says how to read on; anything else is cut with the same hint."""

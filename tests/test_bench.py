@@ -69,3 +69,13 @@ def test_agent_pipeline_bench() -> None:
     assert int(ours.group(3)) >= 1, "the long wait sent progress notifications"
     assert re.search(r'"operations_wait": \d+', out) and re.search(r'"wait_seconds": \d+', out), out
     assert re.search(r"^ratio B/A: calls [\d.]+x, tokens [\d.]+x$", out, re.M), out
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="side B runs kubectl logs -f")
+def test_log_stream_bench() -> None:
+    out = bench("log_stream.py", "--pods", "2", "--rate", "200", "--seconds", "1", "--stall", "1")
+    assert re.search(r"^A instantstart WebSocket .*: ([\d,]+) of \1 lines, [\d,]+ lines/s delivered, [\d.]+ CPU-s per "
+                     r"1M lines, peak RSS \d+ MB", out, re.M), out
+    assert re.search(r"^B 2 x kubectl logs -f: ([\d,]+) of \1 lines", out, re.M), out
+    assert re.search(r"^ratio CPU B/A: [\d.]+x", out, re.M), out
+    assert re.search(r"^stall: server RSS grew -?[\d.]+ MB while a client read nothing for 1 s", out, re.M), out

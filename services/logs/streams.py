@@ -1,0 +1,371 @@
+"""Shared live streams of a job's logs: one Kubernetes log stream per container, fanned out to every reader.
+
+A :class:`JobStream` (one per cluster, namespace and job, while anyone reads it) watches the job's pods and
+runs a :class:`Follower` thread per container instance: ``pods/log`` with ``follow=true&timestamps=true``.
+A follower that starts on a running container begins at the second of its last line (``sinceTime`` of that
+second, so every line of it is seen and numbered exactly); a container instance that appears later (a new
+pod, a restart) is followed from its first line. A dropped connection resumes from the follower's own mark,
+so it neither loses nor repeats a line. Lines go to every subscribed reader through ``offer``, which must
+never block: readers keep their own bounded buffers (:mod:`services.logs.views`).
+
+Threads only: nothing here runs on the Tornado loop, and nothing sleeps to synchronise (a retry waits on the
+stream's stop event).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+from kubernetes import client as k8s
+from kubernetes.watch.watch import iter_resp_lines
+
+from services.errors import Invalid, NotFound, ServiceError
+from services.kube import KubeClients
+from services.logs.cursor import Line, Mark, parse_stamped, since_time
+from services.logs.pods import (
+    JOB_LABEL,
+    MAX_LINE_CHARS,
+    Container,
+    JobPod,
+    job_pods,
+    pod_log,
+    raw_job_pods,
+    read_log,
+)
+
+log = logging.getLogger(__name__)
+
+WATCH_SECONDS = 60
+RETRY_SECONDS = 1.0
+
+
+class Reader(Protocol):
+    def offer(self, lines: list[Line]) -> None: ...
+
+
+class Follower:
+    """Follows one container instance's log on its own thread and hands each line to ``publish``."""
+
+    def __init__(self, stream: JobStream, pod: str, container: Container, *, from_start: bool) -> None:
+        self.stream = stream
+        self.pod = pod
+        self.container = container
+        self.mark: Mark | None = None  # the last line handed on
+        self._from_start = from_start
+        self._resp: Any = None
+        self._stop = threading.Event()
+        self.ended = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"logs-{stream.cluster}-{pod}-{container.name}")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        resp = self._resp
+        if resp is not None:
+            with contextlib.suppress(OSError, ValueError):  # not connected yet, or ended already
+                resp.shutdown()  # ends a read blocked in the follower's thread
+
+    def _start_second(self, api: k8s.ApiClient) -> int | None:
+        if self.mark is not None:
+            return self.mark.second
+        if self._from_start:
+            return None
+        last = read_log(api, self.stream.namespace, self.pod, self.container, tail=1)
+        return last[0].second if last else None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self._follow() and not self._still_running():
+                    break  # the container ended (or the pod went): its log is complete
+            except (Invalid, NotFound):
+                break  # not started yet or gone: the pod watch starts a follower again when it changes
+            except ServiceError as exc:
+                log.info("log stream %s/%s/%s: %s; resuming", self.stream.namespace, self.pod,
+                         self.container.name, exc.message)
+            except Exception:  # a dropped connection mid-read (urllib3 raises several kinds)
+                if self._stop.is_set():
+                    break
+                log.info("log stream %s/%s/%s dropped; resuming", self.stream.namespace, self.pod,
+                         self.container.name, exc_info=True)
+            self._stop.wait(RETRY_SECONDS)
+        self.ended.set()
+
+    def _still_running(self) -> bool:
+        """After the stream ended: is this very instance still running (a connection the server or a proxy
+        closed)? Then the follower resumes from its mark."""
+        api = self.stream.kube.api_client(self.stream.cluster)
+        try:
+            resp: Any = k8s.CoreV1Api(api).read_namespaced_pod(self.pod, self.stream.namespace,
+                                                               _preload_content=False)
+        except NotFound:
+            return False
+        pod = json.loads(resp.data)
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            if status.get("name") == self.container.name:
+                same = f"{(pod.get('metadata') or {}).get('uid')}:{int(status.get('restartCount') or 0)}" \
+                    == self.container.instance
+                return same and "running" in (status.get("state") or {})
+        return False
+
+    def _follow(self) -> bool:
+        api = self.stream.kube.api_client(self.stream.cluster)
+        start = self._start_second(api)
+        resp = pod_log(api, self.stream.namespace, self.pod, self.container.name, follow=True,
+                       since=since_time(start) if start is not None else None)
+        self._resp = resp
+        second, index = -1, 0
+        try:
+            if self._stop.is_set():
+                return True
+            for raws in _chunked_lines(resp):
+                out = []
+                for raw in raws:
+                    parsed = parse_stamped(raw)
+                    if parsed is None:
+                        continue
+                    ts, sec, text = parsed
+                    index = index + 1 if sec == second else 0
+                    second = sec
+                    line = Line(self.pod, self.container.name, self.container.instance, ts, sec, index,
+                                text[:MAX_LINE_CHARS])
+                    if self.mark is not None and not self.mark.admits(line):
+                        continue  # seen before the reconnect
+                    out.append(line)
+                if out:
+                    self.mark = Mark.after(out[-1])
+                    self.stream.publish(out)
+        finally:
+            self._resp = None
+            resp.close()
+            resp.release_conn()
+        return not self._stop.is_set()
+
+
+def _chunked_lines(resp: Any) -> Iterator[list[str]]:
+    """The response's lines, a list per chunk read (what arrived together is handed on together)."""
+    rest = b""
+    for chunk in resp.stream(65_536, decode_content=False):
+        if not chunk:
+            continue
+        data = rest + chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            rest = data
+            continue
+        rest = data[cut + 1:]
+        yield data[:cut].decode("utf-8", "replace").split("\n")
+    if rest:
+        yield [rest.decode("utf-8", "replace")]
+
+
+class JobStream:
+    """The live lines of one job's pods, shared by its readers."""
+
+    def __init__(self, kube: KubeClients, cluster: str, namespace: str, job: str,
+                 on_idle: Callable[[JobStream], None]) -> None:
+        self.kube = kube
+        self.cluster = cluster
+        self.namespace = namespace
+        self.job = job
+        self._on_idle = on_idle
+        self._lock = threading.Lock()
+        self._readers: list[Reader] = []
+        self._followers: dict[tuple[str, str, str], Follower] = {}
+        self._pods: dict[str, dict[str, Any]] = {}
+        self.pods: list[JobPod] = []
+        self._version = ""
+        self._stop = threading.Event()
+        self._resp: Any = None
+        self._watch = threading.Thread(target=self._run_watch, daemon=True, name=f"logs-pods-{cluster}-{job}")
+
+    # ----- readers ---------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """List the job's pods and follow them (in the caller's worker thread), then watch for changes."""
+        api = self.kube.api_client(self.cluster)
+        self._version, pods = raw_job_pods(api, self.namespace, self.job)
+        self._pods = {p["metadata"]["name"]: p for p in pods}
+        self._refresh(api, initial=True)
+        self._watch.start()
+
+    def subscribe(self, reader: Reader) -> list[JobPod]:
+        """Live lines go to ``reader`` from now on; the pods (and containers) as they are at this moment, so
+        the reader catches up on exactly those."""
+        with self._lock:
+            self._readers.append(reader)
+            return list(self.pods)
+
+    def unsubscribe(self, reader: Reader) -> None:
+        with self._lock:
+            if reader in self._readers:
+                self._readers.remove(reader)
+            idle = not self._readers
+        if idle:
+            self._on_idle(self)
+
+    def publish(self, lines: list[Line]) -> None:
+        with self._lock:
+            readers = list(self._readers)
+        for reader in readers:
+            reader.offer(lines)
+
+    def rank_of(self, pod: str) -> int | None:
+        return next((p.rank for p in self.pods if p.name == pod), None)
+
+    @property
+    def idle(self) -> bool:
+        with self._lock:
+            return not self._readers
+
+    def stop(self) -> None:
+        self._stop.set()
+        resp = self._resp
+        if resp is not None:
+            with contextlib.suppress(OSError, ValueError):
+                resp.shutdown()
+        with self._lock:
+            followers = list(self._followers.values())
+            self._followers.clear()
+        for follower in followers:
+            follower.stop()
+
+    # ----- pods ------------------------------------------------------------------------------------------
+
+    def _refresh(self, api: k8s.ApiClient, *, initial: bool = False) -> None:
+        pods = job_pods(api, self.namespace, self.job, list(self._pods.values()))
+        start = []
+        with self._lock:
+            self.pods = pods
+            for pod in pods:
+                for container in pod.containers:
+                    key = (pod.name, container.name, container.instance)
+                    follower = self._followers.get(key)
+                    if follower is not None and not (follower.ended.is_set() and follower.mark is None):
+                        continue  # following, or ended with its log read through
+                    follower = Follower(self, pod.name, container, from_start=not initial)
+                    self._followers[key] = follower
+                    start.append(follower)
+            live = {(p.name, c.name, c.instance) for p in pods for c in p.containers}
+            gone = [f for k, f in self._followers.items() if k not in live]
+            self._followers = {k: f for k, f in self._followers.items() if k in live}
+        for follower in gone:
+            follower.stop()
+        for follower in start:
+            follower.start()
+
+    def _run_watch(self) -> None:
+        while not self._stop.is_set():
+            try:
+                api = self.kube.api_client(self.cluster)
+                self._watch_once(api)
+            except ServiceError as exc:
+                if (exc.details or {}).get("http_status") == 410:
+                    self._version = ""
+                elif not self._stop.is_set():
+                    log.info("job %s pod watch: %s", self.job, exc.message)
+                    self._stop.wait(RETRY_SECONDS)
+            except Exception:
+                if self._stop.is_set():
+                    return
+                log.info("job %s pod watch dropped; resuming", self.job, exc_info=True)
+                self._stop.wait(RETRY_SECONDS)
+
+    def _watch_once(self, api: k8s.ApiClient) -> None:
+        core = k8s.CoreV1Api(api)
+        if not self._version:  # relist after a 410
+            self._version, pods = raw_job_pods(api, self.namespace, self.job)
+            self._pods = {p["metadata"]["name"]: p for p in pods}
+            self._refresh(api)
+        resp: Any = core.list_namespaced_pod(self.namespace, label_selector=f"{JOB_LABEL}={self.job}", watch=True,
+                                        resource_version=self._version, timeout_seconds=WATCH_SECONDS,
+                                        _request_timeout=WATCH_SECONDS + 30, _preload_content=False)
+        self._resp = resp
+        try:
+            if self._stop.is_set():
+                return
+            for raw in iter_resp_lines(resp):  # type: ignore[no-untyped-call]
+                event = json.loads(raw)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        self._version = ""
+                    return
+                meta = obj.get("metadata") or {}
+                self._version = str(meta.get("resourceVersion") or self._version)
+                if kind == "BOOKMARK":
+                    continue
+                name = str(meta.get("name"))
+                if kind == "DELETED":
+                    self._pods.pop(name, None)
+                else:
+                    self._pods[name] = obj
+                self._refresh(api)
+        finally:
+            self._resp = None
+            resp.close()
+            resp.release_conn()
+
+
+class LogHub:
+    """The job streams being read right now: one per (cluster, namespace, job), made on first subscription
+    and stopped when its last reader leaves."""
+
+    def __init__(self, kube: KubeClients) -> None:
+        self.kube = kube
+        self._lock = threading.Lock()
+        self._streams: dict[tuple[str, str, str], JobStream] = {}
+        self._starting: dict[tuple[str, str, str], threading.Event] = {}
+
+    def stream(self, cluster: str, namespace: str, job: str) -> JobStream:
+        """The shared stream (started if new). Call from a worker thread: a new one lists the pods."""
+        key = (cluster, namespace, job)
+        while True:
+            with self._lock:
+                stream = self._streams.get(key)
+                if stream is not None and key not in self._starting:
+                    return stream
+                starting = self._starting.get(key)
+                if starting is None:
+                    stream = JobStream(self.kube, cluster, namespace, job, self._idle)
+                    self._starting[key] = threading.Event()
+                    break
+            starting.wait(30)  # another reader is listing its pods: share its stream
+        try:
+            stream.start()
+        except BaseException:
+            with self._lock:
+                self._starting.pop(key).set()
+            stream.stop()
+            raise
+        with self._lock:
+            self._streams[key] = stream
+            self._starting.pop(key).set()
+        return stream
+
+    def _idle(self, stream: JobStream) -> None:
+        key = (stream.cluster, stream.namespace, stream.job)
+        with self._lock:
+            if self._streams.get(key) is not stream or not stream.idle:
+                return
+            del self._streams[key]
+        stream.stop()
+
+    def active(self) -> int:
+        with self._lock:
+            return len(self._streams)
+
+    def stop(self) -> None:
+        with self._lock:
+            streams = list(self._streams.values())
+            self._streams.clear()
+        for stream in streams:
+            stream.stop()
