@@ -29,6 +29,7 @@ from services.operations import Backoff, Engine, lock_data_dir
 from services.sessions import SessionStore, SignInThrottle
 from services.settings import Settings
 from services.tokens import Tokens
+from services.training.downloads import Downloads
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class Services:
     features: Features
     nodes: Nodes
     groups: InstanceGroups
+    downloads: Downloads
 
     def lock(self) -> None:
         """Take the data directory's lock (start-up order: lock, sandbox reachable, registry, resume)."""
@@ -114,7 +116,8 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     features = Features(settings, aws, kube, registry, engine, clusters.cache)
     nodes = Nodes(registry, informers, aws, kube, clusters.cache, engine, audit)
     groups = InstanceGroups(clusters, aws, clusters.cache, engine)
-    for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds()]:
+    downloads = Downloads(registry, kube, engine, audit)
+    for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds(), *downloads.kinds()]:
         engine.register(kind)
     tokens = TokenStore(db, clock)
     return Services(
@@ -129,5 +132,5 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         operations=Operations(engine, kube, clusters),
         timeline=ClusterTimeline(registry, aws, clusters.cache, informers),
         features=features,
-        nodes=nodes, groups=groups,
+        nodes=nodes, groups=groups, downloads=downloads,
     )

@@ -180,6 +180,8 @@ def run_pod(cluster: Cluster, loc: Loc) -> None:
     phase = status.get("phase", "Pending")
     if phase == "Pending":
         _write_status(cluster, pod, _running(cluster, pod, node), KUBELET)
+    elif phase == "Running" and cluster.downloads.simulates(cluster, loc, pod):
+        return  # a model download runs as its simulated `hf download` and ends the pod itself (.downloader)
     elif phase == "Running" and _owned_by_job(pod) and spec.get("restartPolicy") != "Always":
         _write_status(cluster, pod, _succeeded(cluster, pod), KUBELET)
         for container in spec.get("containers") or []:

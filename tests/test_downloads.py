@@ -1,0 +1,240 @@
+"""Model downloads end to end against a real server on the sandbox: the Job runs the simulated ``hf download``,
+the files land in the shared bucket (read back with boto3, as a user would), progress and status show on
+REST, a planted token appears nowhere it must not, a gated model without a token fails with the Hub's 401,
+an unknown CLI flag fails the pod, a second download of a running model is refused, and cancel stops one."""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from tests.ledger import CallLedger
+from tests.node_support import aws, kube, node_cluster
+from tests.sandbox_support import SeededServer
+from tests.support import wait_until
+
+pytestmark = pytest.mark.slow
+BUCKET = "team-shared-models"
+PREFIX = "team-a/"  # the user's own claim mounts only this prefix (Mountpoint's prefix option)
+BASE = "/api/v1/clusters/hp-eks/models/downloads"
+NS = "hyperpod-ns-training"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SeededServer, k8s.ApiClient]]:
+    """An imported cluster with the user's own shared storage: a bucket and a static Mountpoint volume bound to
+    the claim default/shared-s3 (named unlike ours: the product follows the claim)."""
+    folder = tmp_path_factory.mktemp("downloads")
+    with node_cluster(folder, 1) as server:
+        aws(server, "s3").create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+        api = kube(server, folder)
+        core = k8s.CoreV1Api(api)
+        core.create_persistent_volume({
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "team-bucket"},
+            "spec": {"capacity": {"storage": "1200Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
+                     "claimRef": {"namespace": "default", "name": "shared-s3"},
+                     "mountOptions": ["allow-delete", "region us-west-2", f"prefix {PREFIX}"],
+                     "csi": {"driver": "s3.csi.aws.com", "volumeHandle": "team-bucket",
+                             "volumeAttributes": {"bucketName": BUCKET}}}})
+        core.create_namespaced_persistent_volume_claim("default", {
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "shared-s3"},
+            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": "team-bucket",
+                     "resources": {"requests": {"storage": "1200Gi"}}}})
+        yield server, api
+
+
+def finish(server: SeededServer, op_id: str) -> dict[str, Any]:
+    last: dict[str, Any] = {}
+
+    def ended() -> dict[str, Any] | None:
+        view = server.live.get(f"/api/v1/operations/{op_id}/wait?timeout=20").json()
+        last.update(view)
+        return view if view["status"] in ("succeeded", "failed", "cancelled") else None
+    try:
+        return wait_until(ended, 120, f"operation {op_id} to end")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; it was: {last}") from None
+
+
+def start(server: SeededServer, body: dict[str, Any], seen: list[str] | None = None) -> dict[str, Any]:
+    answer = server.live.post(BASE, body)
+    assert answer.status_code == 202, answer.text
+    if seen is not None:
+        seen.append(answer.text)
+    return dict(answer.json())
+
+
+def test_download_lands_in_the_bucket_and_the_token_is_nowhere(world: tuple[SeededServer, k8s.ApiClient]) -> None:
+    server, api = world
+    token = "hf_" + secrets.token_urlsafe(24)
+    ledger = CallLedger(server.live)
+    mark = ledger.mark()
+    seen: list[str] = []
+    started = start(server, {"model": "meta-llama/Llama-3.2-1B", "revision": "main", "hf_token": token}, seen)
+    op = finish(server, started["operation"]["id"])
+    seen.append(str(op))
+    assert op["status"] == "succeeded", op
+    download_id = op["request"]["id"]
+
+    one = server.live.get(f"{BASE}/{download_id}")
+    seen.append(one.text)
+    view = one.json()
+    assert view["phase"] == "Succeeded" and view["token_used"] is True
+    assert view["destination"] == "/s3/models/meta-llama--Llama-3.2-1B"
+    assert view["s3_uri"] == f"s3://{BUCKET}/{PREFIX}models/meta-llama--Llama-3.2-1B/"
+
+    # the files, where Mountpoint would have put them: the claim's bucket and prefix + the path under /s3
+    s3 = aws(server, "s3")
+    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{PREFIX}models/meta-llama--Llama-3.2-1B/")["Contents"]
+    names = {o["Key"].rsplit("/", 1)[1]: o["Size"] for o in listed}
+    assert {"config.json", "tokenizer.json", "model-00001-of-00002.safetensors",
+            "model-00002-of-00002.safetensors", "model.safetensors.index.json"} <= set(names)
+    config = s3.get_object(Bucket=BUCKET, Key=f"{PREFIX}models/meta-llama--Llama-3.2-1B/config.json")["Body"].read()
+    assert b"meta-llama/Llama-3.2-1B" in config
+    # the progress the status shows is what the CLI printed: every file, every byte
+    progress = view["progress"]
+    assert progress["files_total"] == progress["files_done"] == len(names) == progress["copied"]
+    assert progress["bytes_done"] == sum(names.values())
+    listing = server.live.get(BASE)
+    seen.append(listing.text)
+    assert download_id in {d["id"] for d in listing.json()["downloads"]}
+
+    # the Job as submitted: labels, the token only by reference, the claim at /s3
+    job = k8s.BatchV1Api(api).read_namespaced_job(download_id, NS)
+    assert job.metadata.labels["app.kubernetes.io/managed-by"] == "instantstart"
+    assert job.metadata.labels["instantstart.io/download"] == download_id
+    assert job.spec.backoff_limit == 2 and job.spec.ttl_seconds_after_finished
+    init = job.spec.template.spec.init_containers[0]
+    assert init.command[3:6] == ["hf", "download", "meta-llama/Llama-3.2-1B"]
+    hf_env = next(e for e in init.env if e.name == "HF_TOKEN")
+    assert hf_env.value is None and hf_env.value_from.secret_key_ref.key == "token"
+    main = job.spec.template.spec.containers[0]
+    assert {m.mount_path for m in main.volume_mounts} >= {"/s3"}
+    assert job.spec.template.spec.volumes[1].persistent_volume_claim.claim_name == "shared-s3"
+    # the job namespace got its own claim on the same bucket and prefix, and its service account
+    core = k8s.CoreV1Api(api)
+    claim = core.read_namespaced_persistent_volume_claim("shared-s3", NS)
+    pv = core.read_persistent_volume(claim.spec.volume_name)
+    assert pv.spec.csi.volume_attributes["bucketName"] == BUCKET and f"prefix {PREFIX}" in pv.spec.mount_options
+    assert pv.spec.csi.volume_handle != "team-bucket"
+    core.read_namespaced_service_account("instantstart-training", NS)
+    # nothing keeps the token: its Secret is gone once the Job ended
+    secret_name = job.spec.template.spec.init_containers[0].env[-1].value_from.secret_key_ref.name
+    with pytest.raises(ApiException) as gone:
+        core.read_namespaced_secret(secret_name, NS)
+    assert gone.value.status == 404
+    secret_calls = [(c["verb"], c["name"]) for c in ledger.writes(mark, service="kubernetes")
+                    if c.get("resource") == "secrets" and c["status"] < 400]
+    assert [v for v, _ in secret_calls] == ["create", "delete"] and secret_calls[1][1] == secret_name, secret_calls
+
+    # the planted token in no log line, record, audit row, manifest value, response or log file
+    pods = core.list_namespaced_pod(NS, label_selector=f"instantstart.io/download={download_id}").items
+    logs = [core.read_namespaced_pod_log(p.metadata.name, NS, container=c) for p in pods
+            for c in ("download", "publish")]
+    assert any("Fetching" in text for text in logs)
+    seen += logs
+    seen.append(server.live.get("/api/v1/operations?kind=model.download").text)
+    seen.append(server.live.get("/api/v1/audit?limit=500").text)
+    seen.append(str(api.sanitize_for_serialization(job)))
+    seen.append(server.live.log())
+    for path in server.live.data_dir.glob("state.db*"):
+        seen.append(path.read_bytes().decode("latin-1"))
+    seen.append((server.live.data_dir / "sandbox" / "calls.jsonl").read_text())
+    encoded = base64.b64encode(token.encode()).decode()
+    for text in seen:
+        assert token not in text and encoded not in text
+
+
+def test_gated_model_without_a_token_fails_with_the_hubs_401(world: tuple[SeededServer, k8s.ApiClient]) -> None:
+    server, api = world
+    op = finish(server, start(server, {"model": "meta-llama/Llama-3.1-8B"})["operation"]["id"])
+    assert op["status"] == "failed"
+    said = op["error"]["message"]
+    assert "GatedRepoError: 401 Client Error" in said and "meta-llama/Llama-3.1-8B is restricted" in said, said
+    view = server.live.get(f"{BASE}/{op['request']['id']}").json()
+    assert view["phase"] == "Failed" and view["token_used"] is False
+    job = k8s.BatchV1Api(api).read_namespaced_job(op["request"]["id"], NS)
+    failed = next(c for c in job.status.conditions if c.type == "Failed")
+    assert failed.reason == "BackoffLimitExceeded"
+    assert len(view["pods"]) == 3  # the first try and backoffLimit 2 retries
+    assert aws(server, "s3").list_objects_v2(Bucket=BUCKET, Prefix=f"{PREFIX}models/meta-llama--Llama-3.1-8B/")[
+        "KeyCount"] == 0
+
+
+def test_an_unknown_cli_flag_fails_the_pod_with_the_clis_error(world: tuple[SeededServer, k8s.ApiClient]) -> None:
+    """The simulator checks argv as the real CLI does (a Job written by hand, not by the product)."""
+    _, api = world
+    name = "hand-written-" + secrets.token_hex(3)
+    k8s.BatchV1Api(api).create_namespaced_job(NS, {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+        "spec": {"backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never",
+            "initContainers": [{"name": "download", "image": "python:3.12-slim",
+                                "command": ["hf", "download", "Qwen/Qwen2.5-0.5B", "--locl-dir", "/scratch"]}],
+            "containers": [{"name": "publish", "image": "python:3.12-slim", "command": ["true"]}]}}}})
+    core = k8s.CoreV1Api(api)
+
+    def failed_pod() -> Any:
+        return next((p for p in core.list_namespaced_pod(NS).items
+                     if p.metadata.name.startswith(name) and p.status.phase == "Failed"), None)
+    pod = wait_until(failed_pod, 60, "the hand-written download pod to fail")
+    log = core.read_namespaced_pod_log(pod.metadata.name, NS, container="download")
+    assert "Error: No such option: --locl-dir" in log and "Usage: hf download" in log
+    assert pod.status.init_container_statuses[0].state.terminated.exit_code == 2
+
+
+def test_a_second_download_of_a_running_model_is_refused_and_cancel_stops_it(
+        world: tuple[SeededServer, k8s.ApiClient]) -> None:
+    """With every node cordoned the download's pod waits for capacity, so it is running for as long as the test
+    needs (no timing)."""
+    server, api = world
+    core = k8s.CoreV1Api(api)
+    nodes = [n.metadata.name for n in core.list_node().items]
+    for node in nodes:
+        core.patch_node(node, {"spec": {"unschedulable": True}})
+    try:
+        token = "hf_" + secrets.token_urlsafe(24)
+        first = start(server, {"model": "Qwen/Qwen2.5-0.5B-Instruct", "hf_token": token})
+        again = server.live.post(BASE, {"model": "Qwen/Qwen2.5-0.5B-Instruct"})
+        assert again.status_code == 409, again.text
+        assert first["operation"]["id"] in again.text
+        download_id = first["operation"]["request"]["id"]
+        wait_until(lambda: core.list_namespaced_pod(NS, label_selector=f"instantstart.io/download={download_id}")
+                   .items, 60, "the download's pod")
+        cancelled = httpx2.delete(server.live.url + f"{BASE}/{download_id}", headers=server.live.headers(), timeout=30)
+        assert cancelled.status_code == 200, cancelled.text
+        assert cancelled.json()["phase"] == "Cancelled"
+        assert token not in cancelled.text
+        op = finish(server, first["operation"]["id"])
+        assert op["status"] == "cancelled"
+        with pytest.raises(ApiException) as job_gone:
+            k8s.BatchV1Api(api).read_namespaced_job(download_id, NS)
+        assert job_gone.value.status == 404
+        with pytest.raises(ApiException) as secret_gone:
+            core.read_namespaced_secret(f"{download_id}-hf-token", NS)
+        assert secret_gone.value.status == 404
+        # the model is free again: a new download of it is accepted
+        retry = server.live.post(BASE, {"model": "Qwen/Qwen2.5-0.5B-Instruct"})
+        assert retry.status_code == 202, retry.text
+    finally:
+        for node in nodes:
+            core.patch_node(node, {"spec": {"unschedulable": False}})
+    assert finish(server, retry.json()["operation"]["id"])["status"] == "succeeded"
+
+
+def test_prechecks_answer_before_any_operation(world: tuple[SeededServer, k8s.ApiClient], tmp_path: Path) -> None:
+    server, _ = world
+    bad = server.live.post(BASE, {"model": "not-a-model-id"})
+    assert bad.status_code == 422 and "model" in bad.text
+    unknown = server.live.post("/api/v1/clusters/nope/models/downloads", {"model": "Qwen/Qwen2.5-0.5B"})
+    assert unknown.status_code == 404, unknown.text
+    typo = server.live.post(BASE, {"model": "Qwen/Qwen2.5-0.5B", "revison": "main"})
+    assert typo.status_code == 422 and "revision" in typo.text
