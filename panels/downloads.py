@@ -116,7 +116,7 @@ class DownloadsPane(pn.viewable.Viewer):
                                                         placeholder="main")
         self.namespace = pn.widgets.TextInput.from_param(self.state.param.namespace, name="Namespace")
         # the token lives only in this widget until it is sent; it is cleared right after
-        self.token = pn.widgets.PasswordInput(name="Hugging Face token (gated models)", placeholder="hf_…")
+        self.token = pn.widgets.PasswordInput(label="Hugging Face token (gated models)", placeholder="hf_…")
         operator = principal.allows(Role.OPERATOR)
         self.start_button = pn.widgets.Button(label="Download", color="primary", disabled=not operator,
                                               css_classes=["download-start"], loading=self.state.param.busy)

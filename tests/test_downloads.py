@@ -5,21 +5,30 @@ an unknown CLI flag fails the pod, a second download of a running model is refus
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
 import secrets
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
+import panel as pn
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from mcp import Client, StdioServerParameters
 
+from panels.downloads import DownloadsPane
+from services.auth import Principal, Role
+from services.operations import OperationQuery
 from tests.ledger import CallLedger
 from tests.node_support import aws, kube, node_cluster
 from tests.sandbox_support import SeededServer
-from tests.support import wait_until
+from tests.support import ROOT, clean_env, wait_until
 
 pytestmark = pytest.mark.slow
 BUCKET = "team-shared-models"
@@ -238,3 +247,72 @@ def test_prechecks_answer_before_any_operation(world: tuple[SeededServer, k8s.Ap
     assert unknown.status_code == 404, unknown.text
     typo = server.live.post(BASE, {"model": "Qwen/Qwen2.5-0.5B", "revison": "main"})
     assert typo.status_code == 422 and "revision" in typo.text
+
+
+def test_an_agent_downloads_a_gated_model_through_the_mcp_tools(world: tuple[SeededServer, k8s.ApiClient]) -> None:
+    """A real MCP client (the bridge over stdio, an operator token) starts a download with a token, follows it
+    and reads its status; no tool answer carries the token."""
+    server, _ = world
+    operator = server.live.make_token("operator")
+    token = "hf_" + secrets.token_urlsafe(24)
+    said: list[str] = []
+
+    async def agent() -> dict[str, Any]:
+        params = StdioServerParameters(command=sys.executable, args=[
+            "-m", "app.cli", "mcp", "--url", server.live.url, "--toolsets", "downloads,operations,system"],
+            env={**clean_env(), "INSTANTSTART_TOKEN": operator}, cwd=str(ROOT))
+        async with Client(params) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert {"downloads_start", "downloads_list", "downloads_get", "downloads_cancel"} <= set(tools)
+            assert tools["downloads_get"].annotations and tools["downloads_get"].annotations.read_only_hint
+            assert tools["downloads_cancel"].annotations and tools["downloads_cancel"].annotations.destructive_hint
+
+            async def call(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+                result = await client.call_tool(tool, arguments)
+                text = "".join(getattr(c, "text", "") for c in result.content)
+                said.append(text + json.dumps(result.structured_content or {}))
+                assert not result.is_error, f"{tool}: {text[:2000]}"
+                return dict(result.structured_content or json.loads(text))
+
+            started = await call("downloads_start", {"cluster": "hp-eks", "model": "mistralai/Mistral-7B-v0.3",
+                                                     "hf_token": token, "include": ["*.json", "*.safetensors"]})
+            op_id = started["operation"]["id"]
+            for _ in range(20):
+                view = await call("operations_wait", {"id": op_id, "timeout": 30})
+                if view["status"] in ("succeeded", "failed", "cancelled"):
+                    break
+            assert view["status"] == "succeeded", view
+            return await call("downloads_get", {"cluster": "hp-eks", "id": view["request"]["id"]})
+
+    got = anyio.run(agent)
+    assert got["phase"] == "Succeeded" and got["progress"]["files_done"] == got["progress"]["files_total"] == 7
+    keys = {o["Key"].rsplit("/", 1)[1] for o in aws(server, "s3").list_objects_v2(
+        Bucket=BUCKET, Prefix=f"{PREFIX}models/mistralai--Mistral-7B-v0.3/")["Contents"]}
+    assert "README.md" not in keys and "config.json" in keys, "include patterns reached the CLI"
+    assert all(token not in text for text in said)
+
+
+def test_the_pane_starts_a_download_and_shows_its_progress(world: tuple[SeededServer, k8s.ApiClient],
+                                                           tmp_path: Path) -> None:
+    """The pane rendered without a browser against a product installation on the same sandbox: the token typed
+    into it is sent once and cleared, the table shows the finished download with every file."""
+    server, _ = world
+    operator = Principal("pane-operator", Role.OPERATOR, "t-op", "api")
+    viewer = Principal("pane-viewer", Role.VIEWER, "t-view", "api")
+    token = "hf_" + secrets.token_urlsafe(24)
+    with server.imported(tmp_path / "product", "hp-eks", operator) as services:
+        assert DownloadsPane(services.downloads, services.clusters, services.bus, viewer).start_button.disabled
+        pane = DownloadsPane(services.downloads, services.clusters, services.bus, operator)
+        pn.panel(pane).get_root()  # renders alone, as in a notebook
+        assert pane.picker.value == "hp-eks"
+        pane.state.model = "google/gemma-2-2b"
+        pane.token.value = token
+        asyncio.run(pane._start(None))
+        assert pane.token.value == "" and "download started" in pane.state.message, pane.state.message
+        op = services.engine.list(OperationQuery(kind="model.download", limit=1))[0]
+        wait_until(lambda: services.engine.run_until_idle(op.id).status == "succeeded", 60, "the pane's download")
+        pane.state.reload()
+        row = pane.table.value.iloc[0]
+        assert row["model"] == "google/gemma-2-2b" and row["phase"] == "Succeeded" and row["files"] == "9/9"
+        assert row["destination"] == "/s3/models/google--gemma-2-2b"
+        assert token not in pane.table.value.to_csv() + pane.state.message
