@@ -142,7 +142,9 @@ def test_download_lands_in_the_bucket_and_the_token_is_nowhere(world: tuple[Seed
     assert gone.value.status == 404
     secret_calls = [(c["verb"], c["name"]) for c in ledger.writes(mark, service="kubernetes")
                     if c.get("resource") == "secrets" and c["status"] < 400]
-    assert [v for v, _ in secret_calls] == ["create", "delete"] and secret_calls[1][1] == secret_name, secret_calls
+    # made, owned by the Job (the garbage collector would delete it with the Job), deleted when the Job ended
+    assert [v for v, _ in secret_calls] == ["create", "patch", "delete"], secret_calls
+    assert secret_calls[1][1] == secret_calls[2][1] == secret_name, secret_calls
 
     # the planted token in no log line, record, audit row, manifest value, response or log file
     pods = core.list_namespaced_pod(NS, label_selector=f"instantstart.io/download={download_id}").items
@@ -218,6 +220,11 @@ def test_a_second_download_of_a_running_model_is_refused_and_cancel_stops_it(
         download_id = first["operation"]["request"]["id"]
         wait_until(lambda: core.list_namespaced_pod(NS, label_selector=f"instantstart.io/download={download_id}")
                    .items, 60, "the download's pod")
+        owners = wait_until(lambda: core.read_namespaced_secret(f"{download_id}-hf-token", NS).metadata
+                            .owner_references, 60, "the Job to own the token's Secret")
+        assert [(o.kind, o.name) for o in owners] == [("Job", download_id)]
+        waiting = server.live.get(f"{BASE}/{download_id}").json()
+        assert waiting["phase"] == "Pending" and "unschedulable" in waiting["message"], waiting
         cancelled = httpx2.delete(server.live.url + f"{BASE}/{download_id}", headers=server.live.headers(), timeout=30)
         assert cancelled.status_code == 200, cancelled.text
         assert cancelled.json()["phase"] == "Cancelled"

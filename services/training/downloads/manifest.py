@@ -203,6 +203,15 @@ def stash_token(kube: KubeClients, cluster: str, namespace: str, download_id: st
     return stash(kube, cluster, namespace, secret_name(download_id), {TOKEN_KEY: token})[TOKEN_KEY]
 
 
+def own_token(kube: KubeClients, ref: SecretRef, job: str, uid: str) -> None:
+    """Make the Job the Secret's owner, so the garbage collector deletes it with the Job (its TTL, a user's
+    delete): the token outlives no Job, even one whose operation was cancelled without ``downloads_cancel``."""
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": uid, "blockOwnerDeletion": False}
+    with contextlib.suppress(NotFound):  # already deleted: nothing to own
+        k8s.CoreV1Api(kube.api_client(ref.cluster)).patch_namespaced_secret(
+            ref.name, ref.namespace, {"metadata": {"ownerReferences": [owner]}})
+
+
 def delete_token(kube: KubeClients, ref: SecretRef) -> bool:
     """Delete the token's Secret; False if it was already gone."""
     try:

@@ -9,7 +9,6 @@ keeps the token.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +67,11 @@ def job_state(kube: KubeClients, cluster: str, namespace: str, download_id: str)
         said = [line for line in (state.progress.error, state.progress.last_line) if line]
         if said:
             state.message += "; the download's log says: " + " … ".join(dict.fromkeys(said))
+    elif pods and (pods[-1].status.phase if pods[-1].status else "Pending") == "Pending":
+        scheduled = next((c for c in (pods[-1].status.conditions or []) if c.type == "PodScheduled"), None) \
+            if pods[-1].status else None
+        state.message = f"its pod waits: {scheduled.message}" if scheduled is not None and scheduled.message \
+            else "its pod is starting"
     elif job.status is not None and (job.status.active or 0) > 0:
         state.phase = DownloadPhase.RUNNING
         state.message = describe(state.progress)
@@ -148,10 +152,14 @@ class JobStage(DownloadStage):
     def act(self, ctx: StageContext[DownloadPlan]) -> None:
         plan = ctx.request
         body: Any = manifest.job_manifest(plan)
-        with contextlib.suppress(Conflict):  # made by this stage before a crash lost the record of it
-            k8s.BatchV1Api(self.deps.kube.api_client(plan.cluster)).create_namespaced_job(
-                plan.namespace, body, field_manager=FIELD_MANAGER)
+        batch = k8s.BatchV1Api(self.deps.kube.api_client(plan.cluster))
+        try:
+            job: Any = batch.create_namespaced_job(plan.namespace, body, field_manager=FIELD_MANAGER)
+        except Conflict:  # made by this stage before a crash lost the record of it
+            job = batch.read_namespaced_job(plan.id, plan.namespace)
         ctx.data["created"] = True
+        if plan.token is not None:  # the Job owns its token: whoever deletes the Job deletes the Secret too
+            manifest.own_token(self.deps.kube, plan.token, plan.id, str(job.metadata.uid))
 
     def poll(self, ctx: StageContext[DownloadPlan]) -> Done | Wait:
         plan = ctx.request
