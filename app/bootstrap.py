@@ -31,6 +31,7 @@ from services.sessions import SessionStore, SignInThrottle
 from services.settings import Settings
 from services.tokens import Tokens
 from services.training import Jobs
+from services.training.downloads import Downloads
 from services.training.recipes.service import Recipes
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class Services:
     groups: InstanceGroups
     jobs: Jobs
     logs: JobLogs
+    downloads: Downloads
 
     def lock(self) -> None:
         """Take the data directory's lock (start-up order: lock, sandbox reachable, registry, resume)."""
@@ -122,7 +124,8 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     nodes = Nodes(registry, informers, aws, kube, clusters.cache, engine, audit)
     groups = InstanceGroups(clusters, aws, clusters.cache, engine)
     jobs = Jobs(registry, informers, kube, engine, audit)
-    for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds(), *jobs.kinds()]:
+    downloads = Downloads(registry, kube, engine, audit)
+    for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds(), *jobs.kinds(), *downloads.kinds()]:
         engine.register(kind)
     tokens = TokenStore(db, clock)
     return Services(
@@ -139,4 +142,5 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         features=features,
         nodes=nodes, groups=groups, recipes=Recipes(registry, informers, kube), jobs=jobs,
         logs=JobLogs(registry, kube, aws, settings.shared_bucket),
+        downloads=downloads,
     )

@@ -18,6 +18,7 @@ from app.api import (
     audit,
     backups,
     clusters,
+    downloads,
     events,
     features,
     groups,
@@ -49,10 +50,10 @@ class ErrorEnvelope(BaseModel):
 
 ROUTES: list[Route] = [*system.ROUTES, *operations.ROUTES, *audit.ROUTES, *tokens.ROUTES, *backups.ROUTES,
                        *clusters.ROUTES, *events.ROUTES, *groups.ROUTES, *features.ROUTES, *nodes.ROUTES,
-                       *recipes.ROUTES, *jobs.ROUTES, *logs.ROUTES]
+                       *recipes.ROUTES, *jobs.ROUTES, *logs.ROUTES, *downloads.ROUTES]
 
 PAGES: list[Page] = [*operations.PAGES, *clusters.PAGES, *groups.PAGES, *nodes.PAGES, *jobs.PAGES, *features.PAGES,
-                     *audit.PAGES, *backups.PAGES]
+                     *downloads.PAGES, *audit.PAGES, *backups.PAGES]
 
 
 def check_routes(routes: list[Route]) -> None:

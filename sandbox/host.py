@@ -31,6 +31,7 @@ from sandbox.aws import AwsWorld
 from sandbox.aws.eks_token import eks_token_access_key
 from sandbox.control import ClusterFeed, control_patterns
 from sandbox.kube import BackgroundServer, Emulator
+from sandbox.kube.downloader import moto_object_store
 from sandbox.ledger import Ledger
 from sandbox.tls import ensure_tls
 
@@ -75,6 +76,7 @@ class SandboxHost:
                               kube_base_url=f"https://127.0.0.1:{config.kube_port}", kube_ca_pem=tls.ca_pem,
                               speed=config.speed, region=config.region, ledger=self.ledger)
         self.emulator.token_identity = self.world.eks.creator_arn
+        self.emulator.use_object_store(moto_object_store(self.world.moto.forward, config.region))
         self.feed = ClusterFeed(self.emulator)
 
     def _eks_principal(self, cluster: str, token: str) -> str | None:

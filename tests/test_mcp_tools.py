@@ -63,12 +63,13 @@ def test_only_routes_answering_an_operation_say_so(document: dict[str, Any]) -> 
     # the status summary reads every registered cluster)
     assert sorted(s.name for s in specs.values() if s.open_world) == \
         ["clusters_create", "clusters_delete", "clusters_events_get", "clusters_events_list", "clusters_get",
-         "clusters_import", "clusters_kubeconfig", "clusters_list", "clusters_options", "features_get",
-         "features_update", "instance_groups_add", "instance_groups_delete", "instance_groups_get",
-         "instance_groups_list", "instance_groups_update", "instance_groups_update_software", "jobs_clone",
-         "jobs_delete", "jobs_digest", "jobs_digest_all", "jobs_get", "jobs_list", "jobs_logs", "jobs_preview",
-         "jobs_resume", "jobs_submit", "jobs_suspend", "nodes_cordon", "nodes_delete", "nodes_drain", "nodes_get",
-         "nodes_health_check", "nodes_list", "nodes_reboot", "nodes_replace", "nodes_uncordon", "status_get"]
+         "clusters_import", "clusters_kubeconfig", "clusters_list", "clusters_options", "downloads_cancel",
+         "downloads_get", "downloads_list", "downloads_start", "features_get", "features_update",
+         "instance_groups_add", "instance_groups_delete", "instance_groups_get", "instance_groups_list",
+         "instance_groups_update", "instance_groups_update_software", "jobs_clone", "jobs_delete", "jobs_digest",
+         "jobs_digest_all", "jobs_get", "jobs_list", "jobs_logs", "jobs_preview", "jobs_resume", "jobs_submit",
+         "jobs_suspend", "nodes_cordon", "nodes_delete", "nodes_drain", "nodes_get", "nodes_health_check",
+         "nodes_list", "nodes_reboot", "nodes_replace", "nodes_uncordon", "status_get"]
 
 
 def test_the_cluster_lifecycle_tools_say_what_they_do(document: dict[str, Any]) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 from . import admission, defaults, deletion, podrules
 from .apply import now_iso, record_update, server_side_apply
 from .devices import DeviceGate
+from .downloader import Downloads
 from .errors import ApiError, FieldError, already_exists, bad_request, conflict, gone, invalid, not_found
 from .logs import PodLogs
 from .patch import apply_patch
@@ -92,6 +93,7 @@ class Cluster:
         self.store = Store(history)
         self.logs = PodLogs()
         self.devices: DeviceGate | None = None  # set: nodes advertise devices only where their plugin runs
+        self.downloads = Downloads()  # model-download pods' simulated `hf download` (:mod:`.downloader`)
         self._builtin = builtin_validator or BuiltinValidator()
         self._custom = custom_validator or CustomValidator()
         self._types: dict[tuple[str, str, str], ResourceType] = {}

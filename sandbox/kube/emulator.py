@@ -22,6 +22,7 @@ from .cluster import Cluster
 from .controllers import Controllers
 from .devices import DeviceGate
 from .discovery import openapi_v3_docs, openapi_v3_index
+from .downloader import ObjectStore
 from .kubeconfig import CLUSTER_PREFIX, kubeconfig, write_kubeconfig
 from .persistence import Persister
 from .requestlog import RequestLog
@@ -90,6 +91,7 @@ class Emulator:
         self._persister: Persister | None = None
         self._listeners: list[Callable[[list[str]], None]] = []
         self._controllers: dict[str, Controllers] = {}
+        self._object_store: ObjectStore | None = None
         if self.data_dir is not None:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             self._persister = Persister(self.data_dir / "state.sqlite3", debounce)
@@ -125,9 +127,16 @@ class Emulator:
 
     # --- clusters ---------------------------------------------------------------------------------------
 
+    def use_object_store(self, store: ObjectStore) -> None:
+        """Where Mountpoint for S3 volumes write (the sandbox's S3), in every cluster (existing and new)."""
+        self._object_store = store
+        for cluster in list(self.clusters.values()):
+            cluster.downloads.object_store = store
+
     def _new_cluster(self, name: str) -> Cluster:
         cluster = Cluster(name, history=self._history, builtin_validator=self._builtin,
                           custom_validator=self._custom, clock=self.now)
+        cluster.downloads.object_store = self._object_store
         cluster.on_types_changed.append(lambda: self._forget_openapi(name))
         if self.device_plugins:
             cluster.devices = DeviceGate()

@@ -184,6 +184,8 @@ def run_pod(cluster: Cluster, loc: Loc) -> None:
         _write_status(cluster, pod, _running(cluster, pod, node), KUBELET)
     elif phase == "Running" and processes.run(cluster, pod):
         return  # its simulated programs end it
+    elif phase == "Running" and cluster.downloads.simulates(cluster, loc, pod):
+        return  # a model download runs as its simulated `hf download` and ends the pod itself (.downloader)
     elif phase == "Running" and _owned_by_job(pod) and spec.get("restartPolicy") != "Always":
         _write_status(cluster, pod, _succeeded(cluster, pod), KUBELET)
         for container in spec.get("containers") or []:

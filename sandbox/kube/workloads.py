@@ -341,7 +341,10 @@ def reconcile_job(cluster: Cluster, loc: Loc) -> None:
     now = cluster.now_iso()
     suspended = bool(spec.get("suspend"))
     failure = None
-    if suspended:
+    # backoffLimit: past it the Job fails and starts no pod again (a Job already Failed stays so)
+    backoff_failed = any(c.get("type") == "Failed" and c.get("status") == "True"
+                         for c in old_status.get("conditions") or []) or failed > int(spec.get("backoffLimit", 6))
+    if (backoff_failed and not complete) or suspended:
         for pod in active:
             _delete(cluster, POD_KEY, pod)
         active = []
@@ -371,6 +374,11 @@ def reconcile_job(cluster: Cluster, loc: Loc) -> None:
             conditions.append(_condition(job, ctype, "True", "CompletionsReached", message, now, update_time=False)
                               | {"lastProbeTime": now})
         status.setdefault("completionTime", now)
+    if backoff_failed and not complete:
+        message = "Job has reached the specified backoff limit"
+        for ctype in ("FailureTarget", "Failed"):
+            conditions.append(_condition(job, ctype, "True", "BackoffLimitExceeded", message, now, update_time=False)
+                              | {"lastProbeTime": now})
     if failure:
         conditions.append(_condition(job, "FailedCreate", "True", "FailedCreate", failure, now, update_time=False))
     status.update(_nonzero({"active": len(active), "succeeded": succeeded, "failed": failed}))
