@@ -23,6 +23,7 @@ from services.informers import Informers
 from services.kube import KubeClients
 from services.limits import Slots
 from services.logs import JobLogs
+from services.logs.archive_stage import ArchiveLogsStage
 from services.metrics import Metrics
 from services.nodes import Nodes
 from services.operation_verbs import Operations
@@ -123,7 +124,10 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     features = Features(settings, aws, kube, registry, engine, clusters.cache)
     nodes = Nodes(registry, informers, aws, kube, clusters.cache, engine, audit)
     groups = InstanceGroups(clusters, aws, clusters.cache, engine)
-    jobs = Jobs(registry, informers, kube, engine, audit)
+    recipes = Recipes(registry, informers, kube)
+    logs = JobLogs(registry, kube, aws, settings.shared_bucket)
+    jobs = Jobs(registry, informers, kube, engine, audit, renderer=recipes.render_job,
+                delete_stages=[ArchiveLogsStage(logs)])
     downloads = Downloads(registry, kube, engine, audit)
     for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds(), *jobs.kinds(), *downloads.kinds()]:
         engine.register(kind)
@@ -140,7 +144,5 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         operations=Operations(engine, kube, clusters),
         timeline=ClusterTimeline(registry, aws, clusters.cache, informers),
         features=features,
-        nodes=nodes, groups=groups, recipes=Recipes(registry, informers, kube), jobs=jobs,
-        logs=JobLogs(registry, kube, aws, settings.shared_bucket),
-        downloads=downloads,
+        nodes=nodes, groups=groups, recipes=recipes, jobs=jobs, logs=logs, downloads=downloads,
     )

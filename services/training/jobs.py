@@ -98,6 +98,7 @@ class RenderRequest:
 class Rendered(Protocol):
     kind: str
     manifest: dict[str, Any]
+    companions: list[dict[str, Any]]
     warnings: list[str]
 
 
@@ -370,6 +371,7 @@ class Jobs:
         name = dns_label(request.name, "the job name", NAME_LIMIT)
         namespace = dns_label(request.namespace, "the namespace")
         warnings: list[str] = []
+        companions: list[dict[str, Any]] = []
         if request.recipe == "manifest":
             if request.manifest is None:
                 raise Invalid("recipe 'manifest' needs the custom resource in field manifest")
@@ -388,10 +390,12 @@ class Jobs:
                                                    recipe=request.recipe, params=request.params,
                                                    operators=operators))
             manifest, recipe, warnings = rendered.manifest, request.recipe, list(rendered.warnings)
+            companions = [c for c in rendered.companions if c.get("kind") == "ConfigMap"]
         kind, prepared = prepare_manifest(manifest, name, namespace, recipe, SERVICE_ACCOUNT)
         return JobPlan(cluster=cluster, region=record.region, name=name, namespace=namespace, recipe=recipe,
                        kind=kind.kind, plural=kind.plural, api_version=kind.api_version, manifest=prepared,
-                       warnings=warnings, requested_by=principal.name, cloned_from=cloned_from)
+                       companions=companions, warnings=warnings, requested_by=principal.name,
+                       cloned_from=cloned_from)
 
     @verb(Role.OPERATOR)
     def submit_job(self, principal: Principal, cluster: str, request: JobSubmit,

@@ -62,6 +62,9 @@ class JobPlan(RequestModel):
     plural: str
     api_version: str
     manifest: dict[str, Any]
+    companions: list[dict[str, Any]] = Field(
+        default_factory=list, description="ConfigMaps the job reads (a recipe's training config), created with it "
+                                          "and owned by it")
     warnings: list[str] = Field(default_factory=list)
     requested_by: str = ""
     cloned_from: str | None = None

@@ -217,6 +217,52 @@ class CreateStage(Stage[JobPlan]):
                 "env_injected": ctx.data.get("env") or []}
 
 
+class CompanionsStage(Stage[JobPlan]):
+    """The ConfigMaps a rendered job reads (LLaMA-Factory's training YAML), made after the custom resource and
+    owned by it, so the garbage collector deletes them with the job. Pods that start first wait for their
+    volume, as the kubelet retries a missing ConfigMap."""
+
+    name = "companions"
+    expected_seconds = 2.0
+
+    def __init__(self, deps: JobDeps) -> None:
+        self.deps = deps
+
+    def _missing(self, plan: JobPlan) -> list[dict[str, Any]]:
+        core = k8s.CoreV1Api(self.deps.kube.api_client(plan.cluster))
+        missing = []
+        for obj in plan.companions:
+            try:
+                core.read_namespaced_config_map(obj["metadata"]["name"], plan.namespace, _preload_content=False)
+            except NotFound:
+                missing.append(obj)
+        return missing
+
+    def observe(self, ctx: StageContext[JobPlan]) -> Observed:
+        return Observed.ABSENT if self._missing(ctx.request) else Observed.DONE
+
+    def act(self, ctx: StageContext[JobPlan]) -> None:
+        plan = ctx.request
+        kind = KINDS[plan.kind]
+        job = read_job(self.deps, plan.cluster, kind, plan.namespace, plan.name)
+        if job is None:
+            raise Permanent(f"{plan.kind} {plan.namespace}/{plan.name} is gone (deleted by someone else?)")
+        owner = {"apiVersion": kind.api_version, "kind": kind.kind, "name": plan.name,
+                 "uid": job["metadata"]["uid"], "controller": False, "blockOwnerDeletion": True}
+        core = k8s.CoreV1Api(self.deps.kube.api_client(plan.cluster))
+        for obj in self._missing(plan):
+            body = {**obj, "metadata": {**obj["metadata"], "namespace": plan.namespace, "ownerReferences": [owner]}}
+            try:
+                core.create_namespaced_config_map(plan.namespace, body,  # type: ignore[arg-type]
+                                                  field_manager=FIELD_MANAGER)
+            except Conflict:  # made by an earlier attempt whose answer was lost
+                continue
+
+    def poll(self, ctx: StageContext[JobPlan]) -> Done:
+        names = [o["metadata"]["name"] for o in ctx.request.companions]
+        return Done(f"config maps {', '.join(names)} ready" if names else "no config maps to make")
+
+
 class StartedStage(Stage[JobPlan]):
     """Waits until the operator reports the job started (Running, or already finished or suspended); a job
     that fails before it runs fails the operation with the operator's reason."""
@@ -363,7 +409,7 @@ def job_kinds(deps: JobDeps, precheck: Callable[[JobPlan], None], submit_extra: 
 
     return [
         OperationKind(SUBMIT_KIND, JobPlan, (NamespaceStage(deps), *submit_extra, CreateStage(deps),
-                                             StartedStage(deps)),
+                                             CompanionsStage(deps), StartedStage(deps)),
                       target=lambda p: job_target(p.cluster, p.name), precheck=precheck,
                       description="submit a training job: its namespace, service account and shared storage, "
                                   "the custom resource, then wait until the operator starts it"),

@@ -13,12 +13,14 @@ from services.clusters.registry import ClusterRegistry
 from services.errors import NotFound, Transient
 from services.informers import Informers
 from services.kube import KubeClients
+from services.training.jobs import RenderRequest
 from services.training.manifests import (
     OPERATOR_HPTO,
     OPERATOR_KUBEFLOW,
     OPERATOR_KUBERAY,
     InstanceFacts,
     RenderContext,
+    RenderedJob,
 )
 from services.training.recipes import RECIPES, recipe_of, render
 from services.training.recipes.models import Preview, PreviewRequest, RecipeInfo, RecipeList
@@ -82,6 +84,18 @@ class Recipes:
         return RenderContext(cluster=cluster, namespace=namespace, job_name=name,
                              instance_types=self.instance_types(cluster), operators=frozenset(self.operators(cluster)),
                              mlflow_env=env)
+
+    def render_job(self, request: RenderRequest) -> RenderedJob:
+        """The jobs noun's renderer (``job.submit``): the recipe rendered for the cluster's nodes and the operators
+        the jobs noun found, checked against its CRD schema. The MLflow variables are not rendered here: the
+        submit operation's MLflow stage makes the run and injects them when it creates the resource."""
+        recipe_of(request.recipe)
+        ctx = RenderContext(cluster=request.cluster, namespace=request.namespace, job_name=request.name,
+                            instance_types=self.instance_types(request.cluster), operators=request.operators,
+                            service_account=request.service_account)
+        rendered = render(request.recipe, request.params, ctx)
+        check_schema(rendered.manifest)
+        return rendered
 
     @verb(Role.OPERATOR)
     def preview(self, principal: Principal, cluster: str, request: PreviewRequest) -> Preview:

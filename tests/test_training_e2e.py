@@ -1,0 +1,75 @@
+"""Training end to end: each recipe, submitted through REST on a seeded, imported cluster whose sandbox runs the
+training operators (HyperPod training operator, Kubeflow, KubeRay), renders from what the cluster has, passes its
+CRD schema and the API server's dry run, is run by the sandbox's operator and simulated trainer (which checks the
+rendered command against the real CLI's flags) to completion; its logs read back through the text route, and
+deleting it archives them to the shared bucket first."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+import pytest
+
+from tests.jobs_support import BASE, BUCKET, JobWorld, job_world
+from tests.node_support import aws
+from tests.support import wait_until
+
+pytestmark = pytest.mark.slow
+PARAMS: dict[str, dict[str, Any]] = {
+    "pytorch": {"script": "/s3/code/train.py", "args": ["--max_steps", "20"], "replicas": 2},
+    "llama-factory": {"model": "/s3/models/Qwen--Qwen3-0.6B", "dataset": "alpaca_en_demo", "template": "qwen3"},
+    "ms-swift": {"model": "/s3/models/Qwen--Qwen3-0.6B", "dataset": ["/s3/datasets/sft.jsonl"]},
+    "verl": {"model": "/s3/models/Qwen--Qwen3-0.6B", "train_files": "/s3/datasets/gsm8k/train.parquet"},
+}
+KINDS = {"pytorch": "HyperPodPyTorchJob", "llama-factory": "HyperPodPyTorchJob", "ms-swift": "HyperPodPyTorchJob",
+         "verl": "RayJob"}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobWorld]:
+    with job_world(tmp_path_factory.mktemp("e2e"), ("hyperpod-training-operator", "training-operator",
+                                                     "kuberay")) as made:
+        aws(made.server, "s3").create_bucket(Bucket=BUCKET, CreateBucketConfiguration={
+            "LocationConstraint": "us-west-2"})
+        yield made
+
+
+def _phase(world: JobWorld, name: str) -> dict[str, Any] | None:
+    got = world.live.get(f"{BASE}/{name}")
+    assert got.status_code == 200, got.text
+    detail = dict(got.json())
+    return detail if detail["phase"] in ("Succeeded", "Failed") else None
+
+
+@pytest.mark.parametrize("recipe", sorted(PARAMS))
+def test_each_recipe_runs_to_completion_through_rest(world: JobWorld, recipe: str) -> None:
+    name = f"e2e-{recipe}"
+    answer = world.live.post(BASE, {"recipe": recipe, "name": name, "params": PARAMS[recipe]})
+    assert answer.status_code == 202, answer.text
+    op = world.finished(str(answer.json()["operation"]["id"]), timeout=300)
+    assert op["status"] == "succeeded", op
+    assert world.job(KINDS[recipe], name)["metadata"]["labels"]["instantstart.io/recipe"] == recipe
+    detail = wait_until(lambda: _phase(world, name), 300, f"{name} to finish")
+    assert detail["phase"] == "Succeeded", detail
+    text = world.live.get(f"{BASE}/{name}/logs", params={"tail": 200})
+    assert text.status_code == 200, text.text
+    assert "loss" in text.text, text.text[-2000:]
+    assert "unrecognized arguments" not in text.text
+
+
+def test_deleting_a_finished_job_archives_its_logs_first(world: JobWorld) -> None:
+    name = "e2e-archive"
+    answer = world.live.post(BASE, {"recipe": "pytorch", "name": name, "params": PARAMS["pytorch"]})
+    assert answer.status_code == 202, answer.text
+    assert world.finished(str(answer.json()["operation"]["id"]), timeout=300)["status"] == "succeeded"
+    wait_until(lambda: _phase(world, name), 300, f"{name} to finish")
+    gone = httpx2.delete(world.live.url + f"{BASE}/{name}", headers=world.live.headers(), timeout=30)
+    assert gone.status_code == 202, gone.text
+    op = world.finished(str(gone.json()["operation"]["id"]), timeout=300)
+    assert op["status"] == "succeeded", op
+    archived = world.stage(op["id"], "archive-logs")
+    assert archived["status"] == "succeeded", archived
+    keys = [o["Key"] for o in aws(world.server, "s3").list_objects_v2(Bucket=BUCKET).get("Contents", [])]
+    assert any(f"/jobs/{name}/logs/" in k and k.endswith(".log.gz") for k in keys), keys
