@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from app.sandbox import aws_endpoint, aws_session, sandbox_enabled
+from app.sandbox import aws_endpoint, aws_session, sandbox_enabled, use_sandbox_mlflow
 from services.audit import AuditLog
 from services.auth import TokenStore
 from services.aws import AwsClients
@@ -23,6 +23,7 @@ from services.informers import Informers
 from services.kube import KubeClients
 from services.limits import Slots
 from services.metrics import Metrics
+from services.mlflow import MlflowTracking
 from services.nodes import Nodes
 from services.operation_verbs import Operations
 from services.operations import Backoff, Engine, lock_data_dir
@@ -57,6 +58,7 @@ class Services:
     features: Features
     nodes: Nodes
     groups: InstanceGroups
+    mlflow: MlflowTracking
 
     def lock(self) -> None:
         """Take the data directory's lock (start-up order: lock, sandbox reachable, registry, resume)."""
@@ -99,6 +101,7 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     if sandboxed and settings.aws_endpoint_url is None:
         aws = AwsClients(settings.region, aws_endpoint(settings), session=aws_session(settings),
                          on_call=metrics.aws_call)
+        use_sandbox_mlflow(settings)
     else:
         aws = AwsClients(settings.region, settings.aws_endpoint_url, on_call=metrics.aws_call)
     backups = Backups(db, data / "backups", engine, keep=settings.backup_keep,
@@ -114,7 +117,8 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     features = Features(settings, aws, kube, registry, engine, clusters.cache)
     nodes = Nodes(registry, informers, aws, kube, clusters.cache, engine, audit)
     groups = InstanceGroups(clusters, aws, clusters.cache, engine)
-    for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds()]:
+    mlflow = MlflowTracking(settings, aws, kube, registry, engine)
+    for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds(), *mlflow.kinds()]:
         engine.register(kind)
     tokens = TokenStore(db, clock)
     return Services(
@@ -129,5 +133,5 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         operations=Operations(engine, kube, clusters),
         timeline=ClusterTimeline(registry, aws, clusters.cache, informers),
         features=features,
-        nodes=nodes, groups=groups,
+        nodes=nodes, groups=groups, mlflow=mlflow,
     )

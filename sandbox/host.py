@@ -32,6 +32,8 @@ from sandbox.aws.eks_token import eks_token_access_key
 from sandbox.control import ClusterFeed, control_patterns
 from sandbox.kube import BackgroundServer, Emulator
 from sandbox.ledger import Ledger
+from sandbox.mlflow_proxy import endpoint, mlflow_patterns
+from sandbox.mlflow_server import MlflowServer
 from sandbox.tls import ensure_tls
 
 _log = logging.getLogger("sandbox.host")
@@ -76,6 +78,8 @@ class SandboxHost:
                               speed=config.speed, region=config.region, ledger=self.ledger)
         self.emulator.token_identity = self.world.eks.creator_arn
         self.feed = ClusterFeed(self.emulator)
+        self.mlflow = MlflowServer(config.data_dir / "mlflow")  # behind every managed MLflow tracking server
+        self.world.mlflow.ui_base = endpoint(f"http://127.0.0.1:{config.aws_port}")
 
     def _eks_principal(self, cluster: str, token: str) -> str | None:
         key = eks_token_access_key(token, cluster, self.config.access_keys, hosts=self._sts_hosts)
@@ -88,7 +92,8 @@ class SandboxHost:
     def start(self) -> SandboxHost:
         self.kube_server.start()
         self.world.start(port=self.config.aws_port,
-                         extra_patterns=control_patterns(self, self.config.control_token))
+                         extra_patterns=[*control_patterns(self, self.config.control_token),
+                                         *mlflow_patterns(self.world.mlflow, self.mlflow, self.ledger)])
         return self
 
     def info(self) -> dict[str, Any]:
@@ -100,6 +105,7 @@ class SandboxHost:
         self.feed.close()
         self.kube_server.stop()
         self.world.stop()
+        self.mlflow.stop()
         self.emulator.close()
         self.ledger.close()
 
