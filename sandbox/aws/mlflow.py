@@ -89,7 +89,8 @@ class MlflowTrackingServers:
 
     def to_state(self) -> dict[str, Any]:
         with self._lock:
-            return {"servers": [dict(s) for s in self.servers.values()]}
+            # presigned tokens stay in memory only: a sign-in link is a credential, never written to disk
+            return {"servers": [{k: v for k, v in s.items() if k != "_tokens"} for s in self.servers.values()]}
 
     def load_state(self, state: dict[str, Any]) -> None:
         with self._lock:
