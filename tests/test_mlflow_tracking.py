@@ -20,10 +20,12 @@ from mcp import Client, StdioServerParameters
 from app.sandbox import aws_session
 from services.auth import Principal, Role
 from services.mlflow.client import tracking_client
+from services.models import RequestModel
 from services.settings import Settings
+from services.stages import OperationKind
 from tests.ledger import CallLedger
 from tests.sandbox_support import SeededServer
-from tests.support import ROOT, LiveServer, clean_env, free_port, start_server
+from tests.support import ROOT, LiveServer, clean_env, free_port, start_server, wait_until
 
 pytestmark = pytest.mark.slow
 CLUSTER = "ml-eks"
@@ -182,6 +184,33 @@ def test_mlflow_tools_through_a_real_mcp_client(seeded: SeededServer, created: d
     assert "mlflow_delete" not in tools  # admin only: an operator's bridge does not offer it
     assert view["status"] == "Created" and view["arn"].endswith(f"/{CLUSTER}-mlflow")
     assert "authToken=" in link["url"]
+
+
+class JobRequest(RequestModel):
+    """What ``job.submit`` carries that the MLflow stages read (the jobs developer's request has these fields)."""
+
+    cluster: str
+    namespace: str
+    name: str
+    recipe: str
+
+
+def test_the_job_stages_run_in_the_engine(seeded: SeededServer, created: dict[str, Any], tmp_path: Path) -> None:
+    ledger = created["ledger"]
+    with _services(seeded, tmp_path) as services:
+        kind = OperationKind("test.job_submit", JobRequest, services.mlflow.job_stages(),
+                             target=lambda r: f"cluster/{r.cluster}/job/{r.namespace}/{r.name}")
+        services.engine.register(kind)
+        mark = ledger.mark()
+        request = JobRequest(cluster=CLUSTER, namespace="hyperpod-ns-stages", name="pt-1", recipe="pytorch")
+        view, _ = services.engine.submit("test.job_submit", request, ADMIN)
+        done = wait_until(lambda: (v := services.engine.run_until_idle(view.id)).status.value == "succeeded" and v,
+                          60, "the job stages to finish")
+        identity, run = (s.result or {} for s in done.stages)
+        assert identity["role_name"] == f"{CLUSTER}-jobs-hyperpod-ns-stages" and identity["association_id"]
+        ledger.once("eks", "CreatePodIdentityAssociation", mark)
+        assert run["env"]["MLFLOW_RUN_ID"] == run["run_id"] and run["created"]
+        assert run["env"]["MLFLOW_EXPERIMENT_NAME"] == "hyperpod-ns-stages"
 
 
 def test_delete_is_admin_only_and_takes_the_role_with_it(seeded: SeededServer, created: dict[str, Any]) -> None:
