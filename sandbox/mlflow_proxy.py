@@ -41,7 +41,8 @@ SIGNING_NAME = "sagemaker-mlflow"
 _SCOPE = re.compile(r"^AWS4-HMAC-SHA256 Credential=([^/\s,]+)/(\d{8})/([^/\s,]+)/([^/\s,]+)/aws4_request,"
                     r"\s*SignedHeaders=[^,\s]+,\s*Signature=[0-9a-f]{64}$")
 _ARN = re.compile(r"^arn:aws[a-z-]*:sagemaker:([a-z0-9-]+):\d{12}:mlflow-tracking-server/.+$")
-_DROP = frozenset({"authorization", "host", "connection", "content-length", "transfer-encoding", ARN_HEADER})
+_DROP = frozenset({"authorization", "host", "connection", "content-length", "transfer-encoding", "accept-encoding",
+                   ARN_HEADER})  # accept-encoding: the answer is relayed as it comes, never re-encoded
 _READS = ("get", "search", "list")
 _log = logging.getLogger("sandbox.mlflow.proxy")
 

@@ -213,7 +213,24 @@ def test_the_job_stages_run_in_the_engine(seeded: SeededServer, created: dict[st
         assert run["env"]["MLFLOW_EXPERIMENT_NAME"] == "hyperpod-ns-stages"
 
 
-def test_delete_is_admin_only_and_takes_the_role_with_it(seeded: SeededServer, created: dict[str, Any]) -> None:
+def test_the_pane_shows_the_server_and_hands_out_the_ui_link(seeded: SeededServer, created: dict[str, Any],
+                                                             tmp_path: Path) -> None:
+    from panels.mlflow import MlflowPane
+
+    with _services(seeded, tmp_path) as services:
+        pane = MlflowPane(services.mlflow, services.clusters, services.operations, ADMIN)
+        assert pane.state.cluster == CLUSTER and pane.state.view is not None and pane.state.view.ready
+        assert "Created" in pane.status.object and f"{CLUSTER}-mlflow" in pane.status.object
+        assert pane.create_button.disabled and not pane.link_button.disabled
+        link, error = pane.state.sign_in()
+        assert not error and "authToken=" in link
+        viewer = MlflowPane(services.mlflow, services.clusters, services.operations, Principal("v", Role.VIEWER))
+        assert viewer.link_button.disabled and viewer.create_button.disabled
+        assert "refused (forbidden)" in viewer.state.sign_in()[1]
+
+
+def test_delete_is_admin_only_and_takes_the_role_with_it(seeded: SeededServer, created: dict[str, Any],
+                                                         tmp_path: Path) -> None:
     live, ledger = seeded.live, created["ledger"]
     operator = live.make_token("operator")
     assert httpx2.delete(live.url + BASE, headers=live.headers(operator), timeout=30).status_code == 403
@@ -226,3 +243,8 @@ def test_delete_is_admin_only_and_takes_the_role_with_it(seeded: SeededServer, c
     assert live.get(BASE).json()["status"] == "Absent"
     gone = httpx2.delete(live.url + BASE, headers=live.headers(), timeout=30)
     assert gone.status_code == 404, gone.text
+    with _services(seeded, tmp_path) as services:  # no tracking server: a job gets no run and is told why
+        mark = ledger.mark()
+        run = services.mlflow.open_run(ADMIN, CLUSTER, "hyperpod-ns-training", "later", "pytorch")
+        assert (run.env, run.run_id) == ({}, "") and "no MLflow tracking server" in run.note
+        assert not ledger.calls(service="sagemaker-mlflow", since=mark)
