@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from app.sandbox import aws_endpoint, aws_session, sandbox_enabled
+from app.sandbox import aws_endpoint, aws_session, sandbox_enabled, use_sandbox_mlflow
 from services.audit import AuditLog
 from services.auth import TokenStore
 from services.aws import AwsClients
@@ -25,6 +25,7 @@ from services.limits import Slots
 from services.logs import JobLogs
 from services.logs.archive_stage import ArchiveLogsStage
 from services.metrics import Metrics
+from services.mlflow import MlflowTracking
 from services.nodes import Nodes
 from services.operation_verbs import Operations
 from services.operations import Backoff, Engine, lock_data_dir
@@ -66,6 +67,7 @@ class Services:
     jobs: Jobs
     logs: JobLogs
     downloads: Downloads
+    mlflow: MlflowTracking
 
     def lock(self) -> None:
         """Take the data directory's lock (start-up order: lock, sandbox reachable, registry, resume)."""
@@ -109,6 +111,7 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     if sandboxed and settings.aws_endpoint_url is None:
         aws = AwsClients(settings.region, aws_endpoint(settings), session=aws_session(settings),
                          on_call=metrics.aws_call)
+        use_sandbox_mlflow(settings)
     else:
         aws = AwsClients(settings.region, settings.aws_endpoint_url, on_call=metrics.aws_call)
     backups = Backups(db, data / "backups", engine, keep=settings.backup_keep,
@@ -126,10 +129,12 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     groups = InstanceGroups(clusters, aws, clusters.cache, engine)
     recipes = Recipes(registry, informers, kube)
     logs = JobLogs(registry, kube, aws, settings.shared_bucket)
+    mlflow = MlflowTracking(settings, aws, kube, registry, engine)
     jobs = Jobs(registry, informers, kube, engine, audit, renderer=recipes.render_job,
-                delete_stages=[ArchiveLogsStage(logs)])
+                submit_stages=mlflow.job_stages(), delete_stages=[ArchiveLogsStage(logs)])
     downloads = Downloads(registry, kube, engine, audit)
-    for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds(), *jobs.kinds(), *downloads.kinds()]:
+    for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds(), *jobs.kinds(), *downloads.kinds(),
+                 *mlflow.kinds()]:
         engine.register(kind)
     tokens = TokenStore(db, clock)
     return Services(
@@ -144,5 +149,5 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         operations=Operations(engine, kube, clusters),
         timeline=ClusterTimeline(registry, aws, clusters.cache, informers),
         features=features,
-        nodes=nodes, groups=groups, recipes=recipes, jobs=jobs, logs=logs, downloads=downloads,
+        nodes=nodes, groups=groups, recipes=recipes, jobs=jobs, logs=logs, downloads=downloads, mlflow=mlflow,
     )

@@ -104,6 +104,23 @@ def aws_session(settings: Settings) -> boto3.Session:
                          region_name=settings.region)
 
 
+MLFLOW_ENDPOINT_ENV = "SAGEMAKER_MLFLOW_CUSTOM_ENDPOINT"
+
+
+def mlflow_endpoint(settings: Settings) -> str:
+    """Where the ``sagemaker-mlflow`` plugin sends the MLflow calls of a tracking server's ARN in the sandbox:
+    the sandbox's SageMaker MLflow front on its AWS port (``sandbox/mlflow_proxy.py``)."""
+    from sandbox.mlflow_proxy import endpoint
+
+    return endpoint(aws_endpoint(settings))
+
+
+def use_sandbox_mlflow(settings: Settings) -> None:
+    """Point this process's ``sagemaker-mlflow`` plugin at the sandbox (the plugin reads only its environment
+    variable): the product's MLflow code path stays the one it takes against AWS, the ARN as tracking URI."""
+    os.environ[MLFLOW_ENDPOINT_ENV] = mlflow_endpoint(settings)
+
+
 def sandbox_dir(settings: Settings) -> Path:
     return settings.data_dir / "sandbox"
 
@@ -239,6 +256,7 @@ class Sandbox:
         env = dict(os.environ)
         root = str(Path(package.__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+        env[MLFLOW_ENDPOINT_ENV] = mlflow_endpoint(self.settings)  # for the workloads the sandbox runs
         with self.log_path.open("wb") as log_file:
             self._process = subprocess.Popen([sys.executable, "-m", "sandbox"], stdin=subprocess.PIPE,
                                              stdout=log_file, stderr=subprocess.STDOUT, env=env,

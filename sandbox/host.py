@@ -33,6 +33,8 @@ from sandbox.control import ClusterFeed, control_patterns
 from sandbox.kube import BackgroundServer, Emulator
 from sandbox.kube.downloader import moto_object_store
 from sandbox.ledger import Ledger
+from sandbox.mlflow_proxy import endpoint, mlflow_patterns
+from sandbox.mlflow_server import MlflowServer
 from sandbox.tls import ensure_tls
 
 _log = logging.getLogger("sandbox.host")
@@ -78,6 +80,8 @@ class SandboxHost:
         self.emulator.token_identity = self.world.eks.creator_arn
         self.emulator.use_object_store(moto_object_store(self.world.moto.forward, config.region))
         self.feed = ClusterFeed(self.emulator)
+        self.mlflow = MlflowServer(config.data_dir / "mlflow")  # behind every managed MLflow tracking server
+        self.world.mlflow.ui_base = endpoint(f"http://127.0.0.1:{config.aws_port}")
 
     def _eks_principal(self, cluster: str, token: str) -> str | None:
         key = eks_token_access_key(token, cluster, self.config.access_keys, hosts=self._sts_hosts)
@@ -90,7 +94,8 @@ class SandboxHost:
     def start(self) -> SandboxHost:
         self.kube_server.start()
         self.world.start(port=self.config.aws_port,
-                         extra_patterns=control_patterns(self, self.config.control_token))
+                         extra_patterns=[*control_patterns(self, self.config.control_token),
+                                         *mlflow_patterns(self.world.mlflow, self.mlflow, self.ledger)])
         return self
 
     def info(self) -> dict[str, Any]:
@@ -102,6 +107,7 @@ class SandboxHost:
         self.feed.close()
         self.kube_server.stop()
         self.world.stop()
+        self.mlflow.stop()
         self.emulator.close()
         self.ledger.close()
 

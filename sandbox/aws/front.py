@@ -50,7 +50,8 @@ CHUNK = 1024 * 1024  # moto's answers are relayed in chunks of this size, never 
 _READ_PREFIXES = ("Describe", "List", "Get", "Head", "Search", "BatchGet", "Simulate")
 # parameters that name what a call acts on, most specific last: the ledger's ``target``
 _PRIMARY = ("ClusterName", "clusterName", "name", "ResourceArn", "resourceArn", "RoleName", "Bucket", "FileSystemId",
-            "VpcId", "SubnetId", "GroupId", "InstanceId", "ServiceCode", "PolicyArn", "UserName")
+            "VpcId", "SubnetId", "GroupId", "InstanceId", "ServiceCode", "PolicyArn", "UserName",
+            "TrackingServerName")
 _SECONDARY = ("addonName", "nodegroupName", "principalArn", "associationId", "NodeId", "InstanceGroupName", "Key",
               "QuotaCode", "NodeIds")
 LEDGER_PARSE_LIMIT = 1024 * 1024

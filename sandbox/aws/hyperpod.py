@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from sandbox.kube.emulator import Emulator
 
@@ -43,6 +43,21 @@ RELEASE_AMIS = {"2025.6.0": "ami-0c2a1f3e5d7b9a8c6", LATEST_RELEASE: "ami-0f4b3d
 GROUP_DETAIL_ECHO = ("InstanceGroupName", "InstanceType", "LifeCycleConfig", "ExecutionRole", "InstanceStorageConfigs",
                      "OnStartDeepHealthChecks", "TrainingPlanArn", "OverrideVpcConfig", "ScheduledUpdateConfig",
                      "CapacityRequirements", "SlurmConfig", "NetworkInterface")
+
+
+class Extension(Protocol):
+    """Another simulator of SageMaker operations, served through this one (:meth:`HyperPodSimulator.extend`)."""
+
+    state_key: str
+    operations: frozenset[str]
+
+    def handle(self, call: Call) -> dict[str, Any]: ...
+
+    def tick(self, now: float) -> None: ...
+
+    def to_state(self) -> dict[str, Any]: ...
+
+    def load_state(self, state: dict[str, Any]) -> None: ...
 
 
 class HyperPodSimulator:
@@ -76,6 +91,13 @@ class HyperPodSimulator:
                               placement_of or default_placement_of(region), self._ips_in_use, self._plan_gate)
         self.karpenter = ManagedKarpenter(kube, self.life, region)  # autoscaling: CRDs and the controller
         self._lock = threading.RLock()
+        self._extensions: dict[str, Extension] = {}
+
+    def extend(self, extension: Extension) -> None:
+        """Serve another simulator's SageMaker operations too (the MLflow tracking servers): dispatched, ticked
+        and saved (under its ``state_key``) with this one's, since the front routes a service to one simulator."""
+        self._extensions[extension.state_key] = extension
+        self.operations = self.operations | extension.operations
 
     def _ips_in_use(self, subnet: str) -> set[str]:
         return {n.ip for c in self.clusters.values() for n in c.nodes if n.subnet == subnet and n.ip}
@@ -83,6 +105,9 @@ class HyperPodSimulator:
     # --- SimulatedService ------------------------------------------------------------------------------
 
     def handle(self, call: Call) -> dict[str, Any]:
+        for extension in self._extensions.values():
+            if call.operation in extension.operations:
+                return extension.handle(call)
         handler: Callable[[dict[str, Any], float], dict[str, Any]] = getattr(self, "_op_" + call.operation)
         with self._lock:
             return handler(call.params, self.clock.now())
@@ -95,12 +120,15 @@ class HyperPodSimulator:
                     del self.clusters[name]
                 else:
                     self.karpenter.reconcile(cluster, now)
+        for extension in self._extensions.values():
+            extension.tick(now)
 
     def to_state(self) -> dict[str, Any]:
         with self._lock:
             return {"ids": {"seed": self.ids.seed, "counter": self.ids.counter},
                     "clusters": [cluster_to_dict(c) for c in self.clusters.values()],
-                    "training_plans": self.plans.to_state()}
+                    "training_plans": self.plans.to_state(),
+                    **{key: e.to_state() for key, e in self._extensions.items()}}
 
     def load_state(self, state: dict[str, Any]) -> None:
         with self._lock:
@@ -108,6 +136,8 @@ class HyperPodSimulator:
             self.ids.counter = int(state["ids"]["counter"])
             self.clusters = {c["name"]: cluster_from_dict(c) for c in state.get("clusters", [])}
             self.plans.load(state.get("training_plans") or {})
+            for key, extension in self._extensions.items():
+                extension.load_state(state.get(key) or {})
 
     # --- helpers ----------------------------------------------------------------------------------------
 

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from .fsx import FsxSimulator
     from .hyperpod import HyperPodSimulator
     from .hyperpod_lifecycle import Placement
+    from .mlflow import MlflowTrackingServers
     from .quotas import QuotasSimulator
 
 _log = logging.getLogger("sandbox.aws.world")
@@ -81,6 +82,7 @@ class AwsWorld:
         from .fsx import FsxSimulator
         from .hyperpod import HyperPodSimulator
         from .iam_policy import IamPolicySimulator
+        from .mlflow import MlflowTrackingServers
         from .quotas import QuotasSimulator
 
         self.state_dir = Path(data_dir) / "aws" if data_dir is not None else None
@@ -119,6 +121,9 @@ class AwsWorld:
                                                              eks_version=self.eks.version_of,
                                                              facts=self.facts, eks_call=self._eks_call)
         self.iam_policy = IamPolicySimulator(self.faults, self.facts, account)
+        self.mlflow: MlflowTrackingServers = MlflowTrackingServers(self.clock, self.facts, account=account,
+                                                                   region=region)
+        self.hyperpod.extend(self.mlflow)  # SageMaker's MLflow operations: the front routes sagemaker to one simulator
         for simulator in (self.quotas, self.eks, self.fsx, self.hyperpod, self.iam_policy):
             self.register(simulator)
 

@@ -45,6 +45,8 @@ from sandbox.aws.eks import ADDON_SECONDS, CLUSTER_CREATE_SECONDS, UPDATE_SECOND
 from sandbox.aws.fsx import CREATE_SECONDS, FsxSimulator
 from sandbox.aws.hyperpod import HyperPodSimulator
 from sandbox.aws.iam_policy import IamPolicySimulator
+from sandbox.aws.mlflow import CREATE_SECONDS as MLFLOW_CREATE_SECONDS
+from sandbox.aws.mlflow import STOP_SECONDS, MlflowTrackingServers
 from sandbox.aws.quotas import QuotasSimulator, quota_code, quota_name
 from sandbox.aws.validation import java_regex
 from tests.sandbox_aws.conftest import (
@@ -60,7 +62,7 @@ from tests.sandbox_aws.conftest import (
 
 SIMULATORS: tuple[tuple[str, frozenset[str]], ...] = tuple(
     (cls.service, cls.operations) for cls in (HyperPodSimulator, EksSimulator, QuotasSimulator, FsxSimulator,
-                                              IamPolicySimulator))
+                                              IamPolicySimulator, MlflowTrackingServers))
 OWNED: tuple[tuple[str, str], ...] = tuple(sorted((service, op) for service, ops in SIMULATORS for op in ops))
 CLIENT_CONFIG = NO_RETRIES.merge(Config(parameter_validation=True))
 _models = botocore.session.get_session()
@@ -660,6 +662,69 @@ def _list_training_plans(e: Env) -> None:
 def _describe_training_plan(e: Env) -> None:
     plan = e["sagemaker"].describe_training_plan(TrainingPlanName=e.plan)
     assert plan["Status"] == "Scheduled" and plan["TotalInstanceCount"] == 1
+
+
+def settle_tracking(e: Env, seconds: float) -> None:
+    """Move only the MLflow tracking servers ``seconds`` on (the shared clock stays: the HyperPod nodes of the
+    other scenarios must not move)."""
+    with e.world.front.lock("sagemaker"):
+        e.world.mlflow.tick(e.world.clock.now() + seconds)
+
+
+def tracking_server(e: Env, created: bool = True) -> str:
+    """A new MLflow tracking server (its role trusts sagemaker.amazonaws.com; the bucket exists), Created."""
+    name = fresh("mlflow")
+    e["sagemaker"].create_mlflow_tracking_server(TrackingServerName=name, RoleArn=role(HP_EXEC),
+                                                 ArtifactStoreUri="s3://sagemaker-lifecycle/mlflow/")
+    if created:
+        settle_tracking(e, MLFLOW_CREATE_SECONDS)
+    return name
+
+
+@valid("sagemaker", "CreateMlflowTrackingServer")
+def _create_tracking(e: Env) -> None:
+    name = tracking_server(e, created=False)
+    assert e["sagemaker"].describe_mlflow_tracking_server(TrackingServerName=name)["TrackingServerStatus"] == "Creating"
+
+
+@valid("sagemaker", "DescribeMlflowTrackingServer")
+def _describe_tracking(e: Env) -> None:
+    name = tracking_server(e)
+    server = e["sagemaker"].describe_mlflow_tracking_server(TrackingServerName=name)
+    assert server["TrackingServerStatus"] == "Created" and server["IsActive"] == "Active"
+
+
+@valid("sagemaker", "ListMlflowTrackingServers")
+def _list_tracking(e: Env) -> None:
+    name = tracking_server(e)
+    listed = e["sagemaker"].list_mlflow_tracking_servers(SortBy="Name")["TrackingServerSummaries"]
+    assert name in [s["TrackingServerName"] for s in listed]
+
+
+@valid("sagemaker", "DeleteMlflowTrackingServer")
+def _delete_tracking(e: Env) -> None:
+    name = tracking_server(e)
+    e["sagemaker"].delete_mlflow_tracking_server(TrackingServerName=name)
+    assert e["sagemaker"].describe_mlflow_tracking_server(TrackingServerName=name)["TrackingServerStatus"] == "Deleting"
+
+
+@valid("sagemaker", "StopMlflowTrackingServer")
+def _stop_tracking(e: Env) -> None:
+    e["sagemaker"].stop_mlflow_tracking_server(TrackingServerName=tracking_server(e))
+
+
+@valid("sagemaker", "StartMlflowTrackingServer")
+def _start_tracking(e: Env) -> None:
+    name = tracking_server(e)
+    e["sagemaker"].stop_mlflow_tracking_server(TrackingServerName=name)
+    settle_tracking(e, STOP_SECONDS)
+    e["sagemaker"].start_mlflow_tracking_server(TrackingServerName=name)
+
+
+@valid("sagemaker", "CreatePresignedMlflowTrackingServerUrl")
+def _presigned_tracking(e: Env) -> None:
+    url = e["sagemaker"].create_presigned_mlflow_tracking_server_url(TrackingServerName=tracking_server(e))
+    assert "authToken=" in url["AuthorizedUrl"]
 
 
 # EKS ------------------------------------------------------------------------------------------------------------
