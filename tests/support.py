@@ -23,6 +23,9 @@ TOKEN_RE = re.compile(r"\b(ist_[0-9a-f]{8}_[A-Za-z0-9_-]+)")
 # The sandbox-mode switch and the AWS credential sources a subprocess server must not inherit: tests say
 # which mode they want instead of depending on what this machine has configured.
 AWS_ENV_PREFIXES = ("AWS_", "INSTANTSTART_")
+# kept from this process: the suite's private server registry, and the session's shared MLflow tracking server
+# (the ``mlflow_url`` fixture), which every sandbox a test starts afterwards uses instead of starting its own
+KEPT_ENV = ("INSTANTSTART_RUNTIME_DIR", "INSTANTSTART_SANDBOX_MLFLOW_URL")
 T = TypeVar("T")
 
 
@@ -47,10 +50,10 @@ def wait_until(predicate: Callable[[], T], timeout: float = 30, message: str = "
 
 def clean_env(**extra: str) -> dict[str, str]:
     """This process's environment without AWS credentials/endpoints and InstantStart settings, plus ``extra``.
-    The private server registry the suite set up (``INSTANTSTART_RUNTIME_DIR``, conftest) is kept, so test
-    servers never register in the user's own."""
+    ``KEPT_ENV`` stays: the private server registry the suite set up (``INSTANTSTART_RUNTIME_DIR``, conftest), so
+    test servers never register in the user's own, and the session's MLflow server."""
     kept = {k: v for k, v in os.environ.items()
-            if not k.startswith(AWS_ENV_PREFIXES) or k == "INSTANTSTART_RUNTIME_DIR"}
+            if not k.startswith(AWS_ENV_PREFIXES) or k in KEPT_ENV}
     return {**kept, **extra}
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.jobs_support import BASE, BUCKET, JobWorld, job_world
+from tests.jobs_support import BASE, BUCKET, CLUSTER, JobWorld, job_world
 from tests.node_support import aws
 from tests.support import wait_until
 
@@ -28,7 +28,7 @@ KINDS = {"pytorch": "HyperPodPyTorchJob", "llama-factory": "HyperPodPyTorchJob",
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobWorld]:
+def world(tmp_path_factory: pytest.TempPathFactory, mlflow_url: str) -> Iterator[JobWorld]:
     with job_world(tmp_path_factory.mktemp("e2e"), ("hyperpod-training-operator", "training-operator",
                                                      "kuberay")) as made:
         aws(made.server, "s3").create_bucket(Bucket=BUCKET, CreateBucketConfiguration={
@@ -73,3 +73,29 @@ def test_deleting_a_finished_job_archives_its_logs_first(world: JobWorld) -> Non
     assert archived["status"] == "succeeded", archived
     keys = [o["Key"] for o in aws(world.server, "s3").list_objects_v2(Bucket=BUCKET).get("Contents", [])]
     assert any(f"/jobs/{name}/logs/" in k and k.endswith(".log.gz") for k in keys), keys
+
+
+def test_a_job_logs_its_metrics_to_the_clusters_tracking_server(world: JobWorld) -> None:
+    """With a tracking server, submit makes the job's run and injects it; the sandbox's trainer finds the run only
+    through those variables and logs through the sagemaker-mlflow plugin; the product reads the numbers back."""
+    made = world.live.post(f"/api/v1/clusters/{CLUSTER}/mlflow", {"size": "Small"})
+    assert made.status_code == 202, made.text
+    assert world.finished(str(made.json()["operation"]["id"]), timeout=300)["status"] == "succeeded"
+    name = "e2e-metrics"
+    answer = world.live.post(BASE, {"recipe": "pytorch", "name": name, "params": PARAMS["pytorch"]})
+    assert answer.status_code == 202, answer.text
+    op = world.finished(str(answer.json()["operation"]["id"]), timeout=300)
+    assert op["status"] == "succeeded", op
+    env = {e["name"]: e.get("value") for e in
+           world.job("HyperPodPyTorchJob", name)["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]["env"]}
+    assert env["MLFLOW_TRACKING_URI"].startswith("arn:aws:sagemaker:") and env["MLFLOW_RUN_ID"]
+    wait_until(lambda: _phase(world, name), 300, f"{name} to finish")
+
+    def logged() -> dict[str, Any] | None:
+        got = world.live.get(f"{BASE}/{name}/metrics")
+        assert got.status_code == 200, got.text
+        series = {s["name"]: s["points"] for s in got.json()["series"]}
+        return series if len(series.get("loss", [])) >= 20 else None
+    series = wait_until(logged, 120, f"{name}'s metrics")
+    assert [p["step"] for p in series["loss"]] == list(range(1, 21))
+    assert all(p["value"] > 0 for p in series["throughput"])
