@@ -23,6 +23,8 @@ from services.informers import Informers
 from services.kube import KubeClients
 from services.limits import Slots
 from services.metrics import Metrics
+from services.mlflow.live import MetricsLive
+from services.mlflow.metrics import RunReader, TrainingMetrics
 from services.nodes import Nodes
 from services.operation_verbs import Operations
 from services.operations import Backoff, Engine, lock_data_dir
@@ -57,6 +59,8 @@ class Services:
     features: Features
     nodes: Nodes
     groups: InstanceGroups
+    training_metrics: TrainingMetrics
+    metrics_live: MetricsLive
 
     def lock(self) -> None:
         """Take the data directory's lock (start-up order: lock, sandbox reachable, registry, resume)."""
@@ -67,6 +71,7 @@ class Services:
 
     def stop(self) -> None:
         self.engine.stop()
+        self.metrics_live.stop()
         self.clusters.reader.close()  # no background AWS refresh starts after this
         self.informers.stop()
         self.db.close()
@@ -117,6 +122,7 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds()]:
         engine.register(kind)
     tokens = TokenStore(db, clock)
+    mlflow_reader = RunReader()
     return Services(
         settings=settings, clock=clock, db=db, bus=bus, audit=audit, tokens=tokens,
         engine=engine, aws=aws, kube=kube, backups=backups,
@@ -130,4 +136,5 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         timeline=ClusterTimeline(registry, aws, clusters.cache, informers),
         features=features,
         nodes=nodes, groups=groups,
+        training_metrics=TrainingMetrics(kube, mlflow_reader), metrics_live=MetricsLive(mlflow_reader, bus),
     )

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from app.api import audit, backups, clusters, events, features, groups, nodes, operations, system, tokens
+from app.api import audit, backups, clusters, events, features, groups, metrics, nodes, operations, system, tokens
 from app.api.base import Route
 from app.api.pages import Page
 from services.errors import ERROR_CODES, Invalid
@@ -34,9 +34,10 @@ class ErrorEnvelope(BaseModel):
 
 
 ROUTES: list[Route] = [*system.ROUTES, *operations.ROUTES, *audit.ROUTES, *tokens.ROUTES, *backups.ROUTES,
-                       *clusters.ROUTES, *events.ROUTES, *groups.ROUTES, *features.ROUTES, *nodes.ROUTES]
+                       *clusters.ROUTES, *events.ROUTES, *groups.ROUTES, *features.ROUTES, *nodes.ROUTES,
+                       *metrics.ROUTES]
 
-PAGES: list[Page] = [*operations.PAGES, *clusters.PAGES, *groups.PAGES, *nodes.PAGES, *features.PAGES,
+PAGES: list[Page] = [*operations.PAGES, *clusters.PAGES, *groups.PAGES, *nodes.PAGES, *features.PAGES, *metrics.PAGES,
                      *audit.PAGES, *backups.PAGES]
 
 

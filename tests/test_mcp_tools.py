@@ -65,7 +65,8 @@ def test_only_routes_answering_an_operation_say_so(document: dict[str, Any]) -> 
         ["clusters_create", "clusters_delete", "clusters_events_get", "clusters_events_list", "clusters_get",
          "clusters_import", "clusters_kubeconfig", "clusters_list", "clusters_options", "features_get",
          "features_update", "instance_groups_add", "instance_groups_delete", "instance_groups_get",
-         "instance_groups_list", "instance_groups_update", "instance_groups_update_software", "nodes_cordon",
+         "instance_groups_list", "instance_groups_update", "instance_groups_update_software", "metrics_compare",
+         "metrics_get", "nodes_cordon",
          "nodes_delete", "nodes_drain", "nodes_get", "nodes_health_check", "nodes_list", "nodes_reboot",
          "nodes_replace", "nodes_uncordon", "status_get"]
 
