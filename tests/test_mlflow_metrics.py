@@ -182,3 +182,21 @@ def test_a_point_logged_arrives_from_a_running_poller(mlflow_url: str, bus: Even
         assert event.data["series"] == {"loss": [{"step": 7, "value": 0.25, "timestamp": now}]}
     finally:
         follow.close()
+
+
+def test_a_sagemaker_arn_reads_through_the_plugin(mlflow_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real path: the tracking URI is the server's ARN; ``sagemaker-mlflow`` signs and routes from the
+    process-wide tracking URI, and honours ``SAGEMAKER_MLFLOW_CUSTOM_ENDPOINT`` (here: the sandbox server)."""
+    import mlflow
+
+    monkeypatch.setenv("SAGEMAKER_MLFLOW_CUSTOM_ENDPOINT", mlflow_url)
+    for key, value in {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "not-a-secret",
+                       "AWS_DEFAULT_REGION": "us-west-2"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    run_id = new_run(mlflow_url, "pytorch")
+    log(mlflow_url, run_id, 1, T0, loss=1.5, tokens_per_second=900.25)
+    arn = "arn:aws:sagemaker:us-west-2:123456789012:mlflow-tracking-server/c1-mlflow"
+    read = RunReader().read(arn, run_id)
+    assert [p.value for p in read.series["loss"]] == [1.5] and read.series["throughput"][0].value == 900.25
+    assert not mlflow.tracking.is_tracking_uri_set()  # the process-wide URI is left as it was

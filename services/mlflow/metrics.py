@@ -19,11 +19,13 @@ sent twice. This module never keeps a thread: the live poller (``live.py``) call
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
+import mlflow
 from kubernetes import client as k8s
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -51,6 +53,28 @@ JOB_KINDS = (("sagemaker.amazonaws.com", "v1", "hyperpodpytorchjobs"), ("kubeflo
              ("ray.io", "v1", "rayjobs"))
 RECIPE_LABEL = "instantstart.io/recipe"
 MAX_COMPARE = 10
+#: held while a call runs with the process-wide tracking URI set to a SageMaker ARN: the ``sagemaker-mlflow``
+#: plugin signs (SigV4) and routes each request from ``mlflow.get_tracking_uri()``, not from the client's own
+#: URI, so a client for an ARN works only while the global names that ARN. Anyone else calling MLflow with an
+#: ARN in this process takes the same lock (see ``tracking_uri_for``).
+GLOBAL_URI_LOCK = threading.RLock()
+
+
+@contextmanager
+def tracking_uri_for(uri: str) -> Iterator[None]:
+    """Run MLflow calls for ``uri``: for an ARN, with the global tracking URI set to it (under
+    ``GLOBAL_URI_LOCK``, restored after); any other URI needs nothing."""
+    if not uri.startswith("arn:"):
+        yield
+        return
+    with GLOBAL_URI_LOCK:
+        was_set = mlflow.tracking.is_tracking_uri_set()  # type: ignore[no-untyped-call]
+        before = mlflow.get_tracking_uri() if was_set else None
+        mlflow.set_tracking_uri(uri)
+        try:
+            yield
+        finally:
+            mlflow.set_tracking_uri(before)  # type: ignore[arg-type]  # None unsets it again
 
 
 class Point(ResponseModel):
@@ -230,13 +254,14 @@ class RunReader:
                 client = self._clients[uri] = MlflowClient(tracking_uri=uri)
             return client
 
-    def _call(self, action: str, fn: Callable[[], Any]) -> Any:
+    def _call(self, uri: str, action: str, fn: Callable[[], Any]) -> Any:
         with self._lock:
             self.calls += 1
         if self._on_call is not None:
             self._on_call(action)
         try:
-            return fn()
+            with tracking_uri_for(uri):
+                return fn()
         except MlflowException as exc:
             raise _classify(exc, action) from exc
         except OSError as exc:  # connection refused, DNS, TLS: requests' errors are OSErrors
@@ -248,7 +273,7 @@ class RunReader:
         run whose latest values did not move costs one call and returns no points."""
         client = self._client(uri)
         calls = 1
-        run = self._call("GetRun", lambda: client.get_run(run_id))
+        run = self._call(uri, "GetRun", lambda: client.get_run(run_id))
         latest = run.data.to_proto().metrics
         signature = tuple(sorted((m.key, m.step, m.timestamp, m.value) for m in latest))
         keys = sorted(run.data.metrics)
@@ -260,7 +285,7 @@ class RunReader:
             nonlocal calls
             if key not in histories:
                 calls += 1
-                got = self._call(f"GetMetricHistory {key}", lambda: client.get_metric_history(run_id, key))
+                got = self._call(uri, f"GetMetricHistory {key}", lambda: client.get_metric_history(run_id, key))
                 histories[key] = sorted((Point(step=m.step, value=m.value, timestamp=m.timestamp) for m in got),
                                         key=lambda p: (p.step, p.timestamp))
             return histories[key]
