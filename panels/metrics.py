@@ -104,9 +104,8 @@ class MetricsPane(pn.viewable.Viewer):
 
     def _read(self, cluster: str, namespace: str, job: str) -> tuple[JobRun, JobMetrics] | str:
         try:
-            self.principal.require(TrainingMetrics.job_metrics.verb_role)  # type: ignore[attr-defined]
-            run = self._fixed or self.metrics.job_run(cluster, namespace, job)
-            return run, self.metrics.read_run(run)
+            run = self._fixed or self.metrics.find_run(self.principal, cluster, job, namespace)
+            return run, self.metrics.read_run(self.principal, run)
         except ServiceError as exc:
             return f"{exc.code}: {exc.message}"
 

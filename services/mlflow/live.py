@@ -6,7 +6,7 @@ publishes only the points it has not published before, as ``metrics`` events on 
 through ``panels/live.py`` and the events WebSocket forwards them (``/api/v1/events?topic=metrics``). A tick
 whose run did not move costs one MLflow call (GetRun); histories are read only when the latest values changed.
 The poller stops as soon as its last follower leaves. A follower that joins late reads the run once itself
-(``TrainingMetrics.read_run``) and then takes the events with steps after what it read.
+(``TrainingMetrics.read_run``, a verb) and then takes the events with steps after what it read.
 """
 
 from __future__ import annotations

@@ -320,11 +320,20 @@ class TrainingMetrics:
         self.kube = kube
         self.reader = reader or RunReader()
 
-    def job_run(self, cluster: str, namespace: str, job: str) -> JobRun:
-        """The job's run from its custom resource (Kubernetes reads: call it off the event loop)."""
+    def _job_run(self, cluster: str, namespace: str, job: str) -> JobRun:
         return find_job_run(self.kube.api_client(cluster), cluster, namespace, job)
 
-    def read_run(self, run: JobRun, since: int | None = None) -> JobMetrics:
+    @verb(Role.VIEWER)
+    def find_run(self, principal: Principal, cluster: str, job: str, namespace: str = DEFAULT_NAMESPACE) -> JobRun:
+        """The job's MLflow run, from its custom resource (Kubernetes reads: call it off the event loop)."""
+        return self._job_run(cluster, namespace, job)
+
+    @verb(Role.VIEWER)
+    def read_run(self, principal: Principal, run: JobRun, since: int | None = None) -> JobMetrics:
+        """A run's normalised series (what ``find_run`` found, or a run a notebook names itself)."""
+        return self._read(run, since)
+
+    def _read(self, run: JobRun, since: int | None = None) -> JobMetrics:
         read = self.reader.read(run.tracking_uri, run.run_id,
                                 None if since is None else dict.fromkeys(SERIES, since))
         steps = [p.step for points in read.series.values() for p in points]
@@ -337,13 +346,13 @@ class TrainingMetrics:
     @verb(Role.VIEWER)
     def job_metrics(self, principal: Principal, cluster: str, job: str, query: MetricsQuery) -> JobMetrics:
         """A job's normalised series from its MLflow run (only the points after ``query.since``)."""
-        return self.read_run(self.job_run(cluster, query.namespace, job), query.since)
+        return self._read(self._job_run(cluster, query.namespace, job), query.since)
 
     @verb(Role.VIEWER)
     def compare(self, principal: Principal, cluster: str, query: CompareQuery) -> Comparison:
         """Several jobs' runs side by side: last values, and their series unless ``points`` is false."""
-        runs = [self.job_run(cluster, query.namespace, name) for name in query.names()]
-        read = [self.read_run(run) for run in runs]
+        runs = [self._job_run(cluster, query.namespace, name) for name in query.names()]
+        read = [self._read(run) for run in runs]
         if not query.points:
             read = [m.model_copy(update={"series": [s.model_copy(update={"points": s.points[-1:]})
                                                     for s in m.series]}) for m in read]
@@ -353,7 +362,7 @@ class TrainingMetrics:
     def latest(self, principal: Principal, cluster: str, job: str,
                namespace: str = DEFAULT_NAMESPACE) -> Digest:
         """The job's latest step, loss, tokens/s, step time and learning rate (``jobs watch``, status)."""
-        metrics = self.read_run(self.job_run(cluster, namespace, job))
+        metrics = self._read(self._job_run(cluster, namespace, job))
         points = [p for s in metrics.series for p in s.points]
         newest = max(points, key=lambda p: (p.timestamp, p.step)) if points else None
         return Digest(job=job, run_id=metrics.run_id, run_status=metrics.run_status,
