@@ -26,6 +26,8 @@ from services.logs import JobLogs
 from services.logs.archive_stage import ArchiveLogsStage
 from services.metrics import Metrics
 from services.mlflow import MlflowTracking
+from services.mlflow.live import MetricsLive
+from services.mlflow.metrics import RunReader, TrainingMetrics
 from services.nodes import Nodes
 from services.operation_verbs import Operations
 from services.operations import Backoff, Engine, lock_data_dir
@@ -68,6 +70,8 @@ class Services:
     logs: JobLogs
     downloads: Downloads
     mlflow: MlflowTracking
+    training_metrics: TrainingMetrics
+    metrics_live: MetricsLive
 
     def lock(self) -> None:
         """Take the data directory's lock (start-up order: lock, sandbox reachable, registry, resume)."""
@@ -79,6 +83,7 @@ class Services:
     def stop(self) -> None:
         self.engine.stop()
         self.logs.stop()
+        self.metrics_live.stop()
         self.clusters.reader.close()  # no background AWS refresh starts after this
         self.informers.stop()
         self.db.close()
@@ -130,8 +135,11 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     recipes = Recipes(registry, informers, kube)
     logs = JobLogs(registry, kube, aws, settings.shared_bucket)
     mlflow = MlflowTracking(settings, aws, kube, registry, engine)
+    mlflow_reader = RunReader()
+    training_metrics = TrainingMetrics(kube, mlflow_reader)
     jobs = Jobs(registry, informers, kube, engine, audit, renderer=recipes.render_job,
-                submit_stages=mlflow.job_stages(), delete_stages=[ArchiveLogsStage(logs)])
+                submit_stages=mlflow.job_stages(), delete_stages=[ArchiveLogsStage(logs)],
+                progress=training_metrics.progress)
     downloads = Downloads(registry, kube, engine, audit)
     for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds(), *jobs.kinds(), *downloads.kinds(),
                  *mlflow.kinds()]:
@@ -150,4 +158,5 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         timeline=ClusterTimeline(registry, aws, clusters.cache, informers),
         features=features,
         nodes=nodes, groups=groups, recipes=recipes, jobs=jobs, logs=logs, downloads=downloads, mlflow=mlflow,
+        training_metrics=training_metrics, metrics_live=MetricsLive(mlflow_reader, bus),
     )

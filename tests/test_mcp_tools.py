@@ -68,9 +68,9 @@ def test_only_routes_answering_an_operation_say_so(document: dict[str, Any]) -> 
          "instance_groups_add", "instance_groups_delete", "instance_groups_get", "instance_groups_list",
          "instance_groups_update", "instance_groups_update_software", "jobs_clone", "jobs_delete", "jobs_digest",
          "jobs_digest_all", "jobs_get", "jobs_list", "jobs_logs", "jobs_preview", "jobs_resume", "jobs_submit",
-         "jobs_suspend", "mlflow_create", "mlflow_delete", "mlflow_get", "mlflow_presigned_url", "nodes_cordon",
-         "nodes_delete", "nodes_drain", "nodes_get", "nodes_health_check", "nodes_list", "nodes_reboot",
-         "nodes_replace", "nodes_uncordon", "status_get"]
+         "jobs_suspend", "metrics_compare", "metrics_get", "mlflow_create", "mlflow_delete", "mlflow_get",
+         "mlflow_presigned_url", "nodes_cordon", "nodes_delete", "nodes_drain", "nodes_get", "nodes_health_check",
+         "nodes_list", "nodes_reboot", "nodes_replace", "nodes_uncordon", "status_get"]
 
 
 def test_the_cluster_lifecycle_tools_say_what_they_do(document: dict[str, Any]) -> None:
