@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import pandas as pd
 import panel as pn
@@ -26,6 +26,7 @@ from services.errors import ServiceError
 from services.events import Event, EventBus
 from services.training import Jobs
 from services.training.jobs_models import JobClone, JobDetail, JobSummary, JobTarget
+from services.training.recipes.models import DEFAULT_NAMESPACE
 
 COLUMNS = ["namespace", "name", "kind", "recipe", "phase", "restarts", "reason"]
 POD_COLUMNS = ["rank", "name", "replica", "node", "phase", "restarts", "reason"]
@@ -262,3 +263,24 @@ class JobsPane(pn.viewable.Viewer):
             pn.Row(self.confirm_button, self.cancel_button),
             sizing_mode="stretch_width",
         )
+
+
+class _FollowsAJob(Protocol):
+    """A pane that follows one job through its state's ``cluster``, ``namespace`` and ``job`` (logs, charts)."""
+
+    @property
+    def state(self) -> param.Parameterized: ...
+
+    def __panel__(self) -> pn.viewable.Viewable: ...
+
+
+def job_views(jobs: JobsPane, *views: tuple[str, _FollowsAJob]) -> pn.viewable.Viewable:
+    """The jobs page with the picked job's other views (its live logs, its live charts) in tabs below it; each
+    follows the job picked in the table."""
+    def follow(*_events: Any) -> None:
+        namespace, _, name = jobs.state.job.partition("/")
+        for _title, view in views:
+            view.state.param.update(cluster=jobs.state.cluster, namespace=namespace or DEFAULT_NAMESPACE, job=name)
+    jobs.state.param.watch(follow, ["cluster", "job"])
+    return pn.Column(jobs, pn.Tabs(*[(title, view) for title, view in views], dynamic=True),
+                     sizing_mode="stretch_width")

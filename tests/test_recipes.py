@@ -280,14 +280,18 @@ def test_every_recipe_lists_a_schema_and_pinned_images() -> None:
 
 
 def test_commands_pass_the_recorded_cli_specs() -> None:
-    """The sandbox's simulated workloads check commands against recorded CLI specs; so do we."""
-    cli = pytest.importorskip("sandbox.kube.training_cli")
+    """The sandbox's simulated workloads check commands against recorded CLI specs, and recognise each recipe's
+    program behind its launcher (``--module llamafactory.launcher``, ``--module swift.cli.sft``); so do we."""
+    from sandbox.kube import training_cli as cli
+
     for recipe, operators in CASES:
         rendered = render(recipe, PARAMS[recipe], ctx(operators))
         for template in pod_templates(rendered.manifest):
             main = template["spec"]["containers"][0]
             if "command" in main:
                 assert cli.check(main["command"]) == [], (recipe, main["command"])
+                found = cli.identify(main["command"], {})
+                assert found is not None and found.recipe == recipe, (recipe, found)
         if recipe == "verl":
             assert cli.check(shlex.split(rendered.manifest["spec"]["entrypoint"])) == []
         if recipe == "ms-swift":

@@ -125,10 +125,14 @@ ROUTES: list[Route] = [
 
 
 def _page(services: Services, principal: Principal) -> Any:
-    from panels.jobs import JobsPane
+    from panels.jobs import JobsPane, job_views
+    from panels.logs import LogsPane
+    from panels.metrics import MetricsPane
 
-    return JobsPane(jobs=services.jobs, clusters=services.clusters, bus=services.bus, principal=principal,
+    jobs = JobsPane(jobs=services.jobs, clusters=services.clusters, bus=services.bus, principal=principal,
                     current_principal=current_principal(services, principal))
+    charts = MetricsPane(services.training_metrics, services.metrics_live, services.bus, principal)
+    return job_views(jobs, ("Logs", LogsPane(services.logs, principal)), ("Metrics", charts))
 
 
 PAGES: list[Page] = [Page("jobs", "Training jobs", role_of(Jobs.list_jobs), _page)]

@@ -411,10 +411,23 @@ def _identify_one(words: list[str]) -> Invocation | None:
     return None
 
 
+def _module(module: str, argv: list[str]) -> Invocation | None:
+    """What ``torchrun --module <module>`` runs: what ``llamafactory-cli train <yaml>`` and ``swift <command>``
+    themselves launch under torchrun (``llamafactory.launcher``, ``swift.cli.<command>``)."""
+    if module == "llamafactory.launcher":
+        return _llamafactory(["train", *argv])
+    if module.startswith("swift.cli."):
+        return Invocation("ms-swift", settings=check_swift(module.removeprefix("swift.cli."), argv))
+    return None
+
+
 def _launched(prog: str, argv: list[str]) -> Invocation:
     launch = parse_launcher(prog, argv)
     script = launch.script
-    inner = _identify_one(script) if _basename(script[0]) in ("llamafactory-cli", "swift") else None
+    if "module" in launch.options and script:
+        inner = _module(script[0], script[1:])
+    else:
+        inner = _identify_one(script) if _basename(script[0]) in ("llamafactory-cli", "swift") else None
     if inner is not None:
         return Invocation(inner.recipe, prog, launch, inner.settings, inner.config_file)
     return Invocation("pytorch", prog, launch, parse_overrides(script[1:]))
