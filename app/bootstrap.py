@@ -135,7 +135,7 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     recipes = Recipes(registry, informers, kube)
     logs = JobLogs(registry, kube, aws, settings.shared_bucket)
     mlflow = MlflowTracking(settings, aws, kube, registry, engine)
-    mlflow_reader = RunReader()
+    mlflow_reader = RunReader(session=aws.session)
     training_metrics = TrainingMetrics(kube, mlflow_reader)
     jobs = Jobs(registry, informers, kube, engine, audit, renderer=recipes.render_job,
                 submit_stages=mlflow.job_stages(), delete_stages=[ArchiveLogsStage(logs)],

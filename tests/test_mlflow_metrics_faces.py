@@ -38,6 +38,8 @@ T0 = 1_764_000_000_000
 
 
 def pytorchjob(name: str, env: dict[str, str]) -> dict[str, Any]:
+    """A job naming its run, suspended: the sandbox's Kubeflow operator makes no pods for it, so no simulated
+    trainer logs into the run and the test alone decides what the run holds."""
     labels = {"app.kubernetes.io/managed-by": "instantstart", "instantstart.io/job": name,
               "instantstart.io/recipe": "pytorch"}
     container = {"name": "pytorch", "image": "public.ecr.aws/docker/library/python:3.11",
@@ -45,7 +47,8 @@ def pytorchjob(name: str, env: dict[str, str]) -> dict[str, Any]:
     template = {"metadata": {"labels": labels}, "spec": {"containers": [container]}}
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
             "metadata": {"name": name, "namespace": DEFAULT_NAMESPACE, "labels": labels},
-            "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "restartPolicy": "OnFailure",
+            "spec": {"runPolicy": {"suspend": True},
+                     "pytorchReplicaSpecs": {"Master": {"replicas": 1, "restartPolicy": "OnFailure",
                                                         "template": template}}}}
 
 

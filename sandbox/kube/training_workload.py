@@ -26,9 +26,11 @@ Sandbox-only knobs (container env): ``SANDBOX_STEP_SECONDS`` (simulated seconds 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,6 +151,29 @@ def step_line(plan: Plan, step: int, metrics: dict[str, float]) -> str:
     return str(shown)
 
 
+# A pod's process has MLFLOW_TRACKING_URI as its own global MLflow URI, and its pod identity's credentials. The
+# sandbox runs every pod's trainer in one process: for a tracking server's ARN, each call sets the global URI
+# (the sagemaker-mlflow plugin reads it for its header and signing region) under one lock, and signs with
+# stand-in pod-identity credentials (the sandbox's MLflow front checks the SigV4 scope, not who signed).
+_ARN_LOCK = threading.Lock()
+_POD_KEY, _POD_SECRET = "ASIAPODIDENTITYSBX01", "sandbox-pod-identity"
+
+
+@contextlib.contextmanager
+def _as_pod(uri: str) -> Iterator[None]:
+    if not uri.startswith("arn:"):
+        yield
+        return
+    import boto3
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+    from sagemaker_mlflow.session import use_session
+
+    session = boto3.Session(aws_access_key_id=_POD_KEY, aws_secret_access_key=_POD_SECRET,
+                            region_name=uri.split(":")[3])
+    with _ARN_LOCK, use_session(session), _use_tracking_uri(uri):
+        yield
+
+
 class _Mlflow:
     """Rank 0's MLflow logger: the run the manifest injected, one ``log_batch`` per step."""
 
@@ -169,7 +194,8 @@ class _Mlflow:
             proc.log("WARNING: mlflow is not installed; metrics are not logged")
             return
         try:
-            self.client = MlflowClient(tracking_uri=self.uri)
+            with _as_pod(self.uri):
+                self.client = MlflowClient(tracking_uri=self.uri)
         except Exception as exc:  # e.g. an ARN without the sagemaker-mlflow plugin: training goes on
             proc.log(f"WARNING: MLflow client for {self.uri} failed: {type(exc).__name__}: {exc}")
             return
@@ -180,7 +206,8 @@ class _Mlflow:
             return
         batch = [self.metric(key, float(value), int(ts * 1000), step) for key, value in metrics.items()]
         try:
-            self.client.log_batch(self.run_id, metrics=batch)
+            with _as_pod(self.uri):
+                self.client.log_batch(self.run_id, metrics=batch)
         except Exception as exc:  # the trainer goes on, as HF's MLflow callback's failure would be logged
             if not self.warned:
                 self.proc.log(f"WARNING: MLflow logging failed: {type(exc).__name__}: {exc}")

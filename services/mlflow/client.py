@@ -31,3 +31,18 @@ def tracking_client(arn: str, session: boto3.Session) -> Iterator[Any]:
 
     with _LOCK, use_session(session), _use_tracking_uri(arn):  # put back as it was (unset: unset) on exit
         yield MlflowClient(tracking_uri=arn)
+
+
+@contextmanager
+def calls_to(uri: str, session: boto3.Session | None) -> Iterator[None]:
+    """Run MLflow calls of a client made for ``uri``: for a tracking server's ARN, as :func:`tracking_client`
+    does (under the one lock, with the global URI set to it and signed with ``session``); any other URI (a plain
+    MLflow server) needs nothing."""
+    if not uri.startswith("arn:"):
+        yield
+        return
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+    from sagemaker_mlflow.session import use_session
+
+    with _LOCK, use_session(session or boto3.Session()), _use_tracking_uri(uri):
+        yield

@@ -19,13 +19,12 @@ sent twice. This module never keeps a thread: the live poller (``live.py``) call
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-import mlflow
+import boto3
 from kubernetes import client as k8s
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -34,6 +33,7 @@ from pydantic import Field
 from services.auth import Principal, Role
 from services.errors import Invalid, NotFound, Permanent, ServiceError, Transient
 from services.kube import KubeClients
+from services.mlflow.client import calls_to
 from services.models import RequestModel, ResponseModel
 from services.verbs import verb
 
@@ -53,30 +53,6 @@ JOB_KINDS = (("sagemaker.amazonaws.com", "v1", "hyperpodpytorchjobs"), ("kubeflo
              ("ray.io", "v1", "rayjobs"))
 RECIPE_LABEL = "instantstart.io/recipe"
 MAX_COMPARE = 10
-#: held while a call runs with the process-wide tracking URI set to a SageMaker ARN: the ``sagemaker-mlflow``
-#: plugin signs (SigV4) and routes each request from ``mlflow.get_tracking_uri()``, not from the client's own
-#: URI, so a client for an ARN works only while the global names that ARN. Anyone else calling MLflow with an
-#: ARN in this process takes the same lock (see ``tracking_uri_for``).
-GLOBAL_URI_LOCK = threading.RLock()
-
-
-@contextmanager
-def tracking_uri_for(uri: str) -> Iterator[None]:
-    """Run MLflow calls for ``uri``: for an ARN, with the global tracking URI set to it (under
-    ``GLOBAL_URI_LOCK``, restored after); any other URI needs nothing."""
-    if not uri.startswith("arn:"):
-        yield
-        return
-    with GLOBAL_URI_LOCK:
-        was_set = mlflow.tracking.is_tracking_uri_set()  # type: ignore[no-untyped-call]
-        before = mlflow.get_tracking_uri() if was_set else None
-        mlflow.set_tracking_uri(uri)
-        try:
-            yield
-        finally:
-            mlflow.set_tracking_uri(before)  # type: ignore[arg-type]  # None unsets it again
-
-
 class Point(ResponseModel):
     step: int
     value: float
@@ -239,9 +215,12 @@ def _derived(tokens: list[Point]) -> tuple[list[Point], list[Point]]:
 
 
 class RunReader:
-    """Reads runs through one ``MlflowClient`` per tracking URI; counts every MLflow call it makes."""
+    """Reads runs through one ``MlflowClient`` per tracking URI; counts every MLflow call it makes. A tracking
+    server's ARN is read through ``services/mlflow/client.py`` (the plugin's global URI, signed with
+    ``session``: the product's credentials)."""
 
-    def __init__(self, on_call: Callable[[str], None] | None = None) -> None:
+    def __init__(self, on_call: Callable[[str], None] | None = None, session: boto3.Session | None = None) -> None:
+        self._session = session
         self._clients: dict[str, MlflowClient] = {}
         self._lock = threading.Lock()
         self._on_call = on_call
@@ -260,7 +239,7 @@ class RunReader:
         if self._on_call is not None:
             self._on_call(action)
         try:
-            with tracking_uri_for(uri):
+            with calls_to(uri, self._session):
                 return fn()
         except MlflowException as exc:
             raise _classify(exc, action) from exc
