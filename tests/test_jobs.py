@@ -162,7 +162,9 @@ def test_a_failed_job_shows_its_reason_and_is_cloned_then_deleted(world: JobWorl
     # the clone runs the same refused command: it fails on its own, and its events stay its own
     world.finished(op)
     wait_until(lambda: describe(world, "fail-job-2")["phase"] == "Failed", 120, "the clone to fail too")
-    assert all("fail-job-2" not in e.get("message", "") for e in describe(world, "fail-job")["events"])
+    clone_events = describe(world, "fail-job-2")["events"]
+    assert {"JobLevelRestart", "Failed"} <= {e["reason"] for e in clone_events}, clone_events
+    assert all("fail-job-2" not in f"{e['object']} {e['message']}" for e in describe(world, "fail-job")["events"])
     op = operation_of(httpx2.delete(world.live.url + f"{BASE}/fail-job", headers=world.live.headers(), timeout=30))
     assert world.finished(op)["status"] == "succeeded"
     assert _maybe(world, "HyperPodPyTorchJob", "fail-job") is None
