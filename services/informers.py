@@ -354,6 +354,7 @@ class Informers:
         self.retry_seconds = retry_seconds
         self._informers: dict[tuple[str, str], Informer] = {}
         self._lock = threading.Lock()
+        self._stopped = False  # after stop(), a late reader starts no informer (its thread would outlive ours)
 
     def get(self, cluster: str, resource: str) -> Informer:
         """The cluster's informer of ``resource``, started on first use; NotFound for a cluster the client
@@ -362,6 +363,8 @@ class Informers:
         if cluster not in self.kube.clusters():
             raise NotFound(f"no Kubernetes cluster named {cluster!r} is registered")
         with self._lock:
+            if self._stopped:
+                raise NotFound(f"the informers are stopped: no {resource} of {cluster} are watched any more")
             informer = self._informers.get(key)
             if informer is None:
                 informer = self._informers[key] = Informer(self.kube, self.bus, cluster, KINDS[resource],
@@ -384,7 +387,7 @@ class Informers:
         """Stop every informer and wait briefly for their threads, so none writes a log line while the
         process exits."""
         with self._lock:
-            gone, self._informers = list(self._informers.values()), {}
+            gone, self._informers, self._stopped = list(self._informers.values()), {}, True
         for informer in gone:
             informer.stop()
         for informer in gone:

@@ -1,7 +1,8 @@
 """Test helpers for the jobs noun: a sandbox server with a seeded, imported two-node cluster whose Kubernetes API
-has job CRDs and the cluster's shared-s3 volume in ``default`` (as the storage stage makes it), and helpers for a
-test that plays the operators (this branch's sandbox runs none): writing a job's status, making its pods the way
-the HyperPod training operator, Kubeflow and KubeRay name and label them."""
+has job CRDs and the cluster's shared-s3 volume in ``default`` (as the storage stage makes it); the sandbox's
+operators (HyperPod training operator, Kubeflow, KubeRay) run what is submitted there, their simulated trainers
+running the jobs' commands. Manifests a user writes, with the knobs a test needs: how long the job trains, a flag
+the real launcher refuses, the sandbox's crash knob."""
 
 from __future__ import annotations
 
@@ -55,27 +56,6 @@ class JobWorld:
         found: Any = self.custom.get_namespaced_custom_object(group, version, namespace, plural, name)
         return dict(found)
 
-    def set_status(self, kind: str, name: str, status: dict[str, Any], namespace: str = NS) -> None:
-        """Write the job's status subresource as its operator would."""
-        group, version, plural = GROUPS[kind]
-        self.custom.patch_namespaced_custom_object_status(group, version, namespace, plural, name,
-                                                          {"status": status})
-
-    def pod(self, name: str, labels: dict[str, str], node: str, namespace: str = NS,
-            container: str = "pytorch") -> None:
-        """A pod of a job, as its operator makes it (bound to ``node``; the sandbox's kubelet runs it)."""
-        self.core.create_namespaced_pod(namespace, {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
-            "spec": {"nodeName": node, "serviceAccountName": "instantstart-training", "restartPolicy": "OnFailure",
-                     "containers": [{"name": container, "image": "public.ecr.aws/hpc/pytorch:2.5"}]}})
-
-    def event(self, name: str, kind: str, involved: str, reason: str, message: str, namespace: str = NS) -> None:
-        self.core.create_namespaced_event(namespace, {
-            "apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": namespace},
-            "involvedObject": {"kind": kind, "name": involved, "namespace": namespace},
-            "reason": reason, "message": message, "type": "Warning", "count": 1,
-            "firstTimestamp": "2026-12-01T10:00:00Z", "lastTimestamp": "2026-12-01T10:00:00Z"})
-
     def nodes(self) -> list[str]:
         return sorted(n.metadata.name for n in self.core.list_node().items)
 
@@ -126,11 +106,20 @@ def job_world(folder: Path, components: tuple[str, ...] = ("hyperpod-training-op
         yield world
 
 
-def hppj(image: str = "public.ecr.aws/hpc/pytorch:2.5", replicas: int = 2) -> dict[str, Any]:
-    """A HyperPodPyTorchJob a user wrote (no name or namespace: the submit request names them)."""
+LONG = 1_000_000  # steps: at the tests' clock speed a job trains for about an hour, i.e. until the test stops it
+
+
+def hppj(image: str = "public.ecr.aws/hpc/pytorch:2.5", replicas: int = 2, *, steps: int = LONG,
+         launcher_flags: tuple[str, ...] = (), env: dict[str, str] | None = None, max_full_restarts: int = 1
+         ) -> dict[str, Any]:
+    """A HyperPodPyTorchJob a user wrote (no name or namespace: the submit request names them), training
+    ``steps`` steps under ``hyperpodrun`` with ``launcher_flags``; ``env`` adds container variables (the
+    sandbox's ``SANDBOX_*`` knobs)."""
+    variables = {"NCCL_DEBUG": "INFO", **(env or {})}
     template = {"spec": {"containers": [{"name": "pytorch", "image": image,
-                                         "command": ["hyperpodrun", "--nnodes=2", "train.py"],
-                                         "env": [{"name": "NCCL_DEBUG", "value": "INFO"}],
+                                         "command": ["hyperpodrun", "--nnodes=2", *launcher_flags, "train.py",
+                                                     "--max_steps", str(steps)],
+                                         "env": [{"name": k, "value": v} for k, v in variables.items()],
                                          "volumeMounts": [{"name": "shared", "mountPath": "/s3"}]}],
                          "volumes": [{"name": "shared", "persistentVolumeClaim": {"claimName": "shared-s3"}}]}}
     return {"apiVersion": "sagemaker.amazonaws.com/v1", "kind": "HyperPodPyTorchJob",
@@ -139,14 +128,15 @@ def hppj(image: str = "public.ecr.aws/hpc/pytorch:2.5", replicas: int = 2) -> di
                      "replicaSpecs": [{"name": "worker", "replicas": replicas, "template": template}],
                      "runPolicy": {"jobMaxRetryCount": 5, "cleanPodPolicy": "None",
                                    "restartPolicy": {"numRestartBeforeFullJobRestart": 3, "evalPeriodSeconds": 21600,
-                                                     "maxFullJobRestarts": 1}}}}
+                                                     "maxFullJobRestarts": max_full_restarts}}}}
 
 
-def rayjob() -> dict[str, Any]:
+def rayjob(overrides: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A RayJob running VERL's PPO trainer with Hydra ``overrides``."""
     def group(container: str) -> dict[str, Any]:
         return {"spec": {"containers": [{"name": container, "image": "rayproject/ray:2.41.0"}]}}
     return {"apiVersion": "ray.io/v1", "kind": "RayJob",
-            "spec": {"entrypoint": "python3 -m verl.trainer.main_ppo", "backoffLimit": 2,
+            "spec": {"entrypoint": " ".join(["python3 -m verl.trainer.main_ppo", *overrides]), "backoffLimit": 2,
                      "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": group("ray-head")},
                                         "workerGroupSpecs": [{"groupName": "gpu", "replicas": 1, "minReplicas": 1,
                                                               "maxReplicas": 1, "rayStartParams": {},

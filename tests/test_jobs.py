@@ -1,7 +1,7 @@
 """The jobs noun through REST against a real server in sandbox mode, on a seeded, imported cluster with the job
-CRDs installed. The test plays the operator (this branch's sandbox runs none): it writes the job's status and
-makes its pods with the operator's names and labels, then asserts what the Kubernetes API received and what list,
-describe and the digest show. Refusals are checked on the call ledger: zero writes."""
+CRDs installed, run by the sandbox's operators and simulated trainers: the test submits, waits on the conditions
+the operator produces, and asserts what the Kubernetes API received and what list, describe and the digest show.
+Refusals are checked on the call ledger: zero writes."""
 
 from __future__ import annotations
 
@@ -55,8 +55,10 @@ def test_refusals_come_before_any_write(world: JobWorld) -> None:
     assert no_ray.status_code == 409 and "kuberay_operator" in no_ray.json()["error"]["message"], no_ray.text
     other_ns = submit(world, {"name": "a-job", "manifest": {**hppj(), "metadata": {"namespace": "kube-system"}}})
     assert other_ns.status_code == 422 and "namespace" in other_ns.text
-    unknown_recipe = submit(world, {"name": "a-job", "recipe": "pytorch", "params": {"script": "train.py"}})
-    assert unknown_recipe.status_code == 422 and "manifest" in unknown_recipe.text
+    unknown_recipe = submit(world, {"name": "a-job", "recipe": "torch", "params": {"script": "/s3/train.py"}})
+    assert unknown_recipe.status_code == 422 and "unknown recipe 'torch'" in unknown_recipe.text, unknown_recipe.text
+    both = submit(world, {"name": "a-job", "recipe": "pytorch", "manifest": hppj()})
+    assert both.status_code == 422 and "drop field manifest" in both.text, both.text
     ledger.assert_no_writes(since=mark, service="kubernetes")
     assert world.live.get("/api/v1/operations?kind=job.submit").json() == []
     # the API server's dry run checks the manifest against the CRD's schema; it stores nothing
@@ -72,7 +74,8 @@ def test_refusals_come_before_any_write(world: JobWorld) -> None:
 def test_a_manifest_job_is_submitted_made_ours_and_described_as_its_operator_runs_it(world: JobWorld) -> None:
     ledger = CallLedger(world.live)
     mark = ledger.mark()
-    op = operation_of(submit(world, {"name": "llama-sft", "manifest": hppj()}))
+    crash_once = {"SANDBOX_FAIL_AT_STEP": "2", "SANDBOX_FAIL_RUNS": "1"}
+    op = operation_of(submit(world, {"name": "llama-sft", "manifest": hppj(env=crash_once)}))
     job = wait_until(lambda: _maybe(world, "HyperPodPyTorchJob", "llama-sft"), 60, "the job to be created")
     # what the API received: ours, in the job namespace, labels on the job and every pod template, the SA
     assert {k: job["metadata"]["labels"][k] for k in OURS} == OURS and job["metadata"]["labels"]["team"] == "research"
@@ -90,29 +93,19 @@ def test_a_manifest_job_is_submitted_made_ours_and_described_as_its_operator_run
     creates = [e for e in ledger.writes(since=mark, service="kubernetes", verb="create")
                if "hyperpodpytorchjobs" in json.dumps(e)]
     assert len(creates) == 1, creates
-    # the operation waits for the operator: no status yet
-    wait_until(lambda: "no status from the operator" in (world.stage(op, "started")["message"] or ""), 60,
-               "the started stage to say what it waits for")
-    # play the operator: two pods on the two nodes, then Running with one restart used
-    nodes = world.nodes()
-    for i, node in enumerate(nodes):
-        world.pod(f"llama-sft-worker-{i}", OURS, node)
-    world.event("llama-sft.1", "HyperPodPyTorchJob", "llama-sft", "NodeFault", "restarting after a node fault")
-    world.set_status("HyperPodPyTorchJob", "llama-sft", {
-        "conditions": [{"type": "Created", "status": "True", "lastTransitionTime": "2026-12-01T10:00:00Z"},
-                       {"type": "Running", "status": "True", "lastTransitionTime": "2026-12-01T10:01:00Z"}],
-        "restartCount": 1, "restartStatus": {"restartCount": 1, "fullJobRestartCount": 0,
-                                                   "currentEvalPeriod": 1}})
+    # the operator runs it: each pod's first training process crashes at step 2 and the HyperPod agent restarts
+    # it in place, once per pod, against the job's budget
     assert world.finished(op)["status"] == "succeeded"
-    detail = wait_until(lambda: (d := describe(world, "llama-sft"))["events"] and len(d["pods"]) == 2 and d, 60,
-                        "describe to show the pods and events")
+    detail = wait_until(lambda: (d := describe(world, "llama-sft"))["restarts"]["used"] == 2 and all(
+        p["phase"] == "Running" for p in d["pods"]) and len(d["pods"]) == 2 and d, 120,
+                        "describe to show two running pods and two process-level restarts")
     assert detail["phase"] == "Running" and detail["kind"] == "HyperPodPyTorchJob" and detail["recipe"] == "manifest"
-    assert detail["restarts"]["used"] == 1 and detail["restarts"]["limit"] == 5
-    assert detail["restarts"]["full_job_restarts_limit"] == 1
-    assert [(p["name"], p["rank"], p["node"]) for p in detail["pods"]] == [
-        (f"llama-sft-worker-{i}", i, node) for i, node in enumerate(nodes)]
-    assert [e["reason"] for e in detail["events"]] == ["NodeFault"]
-    assert {c["type"] for c in detail["conditions"]} == {"Created", "Running"}
+    assert detail["restarts"]["limit"] == 5 and detail["restarts"]["full_job_restarts_limit"] == 1
+    assert detail["restarts"]["full_job_restarts_used"] == 0
+    assert [(p["name"], p["rank"]) for p in detail["pods"]] == [(f"llama-sft-worker-{i}", i) for i in range(2)]
+    assert sorted(p["node"] for p in detail["pods"]) == world.nodes()
+    assert [e["reason"] for e in detail["events"]].count("ProcessLevelRestart") == 2, detail["events"]
+    assert {"Created", "PodsRunning", "Running"} <= {c["type"] for c in detail["conditions"]}
     listed = world.live.get(BASE).json()
     assert [(j["name"], j["phase"]) for j in listed["jobs"]] == [("llama-sft", "Running")]
     assert listed["phases"] == {"Running": 1}
@@ -127,36 +120,36 @@ def test_a_manifest_job_is_submitted_made_ours_and_described_as_its_operator_run
 def test_suspend_and_resume_set_the_flag_and_wait_for_the_operator(world: JobWorld) -> None:
     _running(world, "susp-job")
     op = operation_of(world.live.post(f"{BASE}/susp-job/suspend", {}))
-    wait_until(lambda: world.job("HyperPodPyTorchJob", "susp-job")["spec"]["runPolicy"].get("suspend") is True, 60,
-               "the suspend flag")
-    assert "waiting for the operator" in (wait_until(
-        lambda: world.stage(op, "suspend")["message"], 60, "the suspend stage to wait") or "")
-    for i in range(2):  # the operator stops the pods and says so
-        world.core.delete_namespaced_pod(f"susp-job-worker-{i}", NS, grace_period_seconds=0)
-    world.set_status("HyperPodPyTorchJob", "susp-job", {"conditions": [
-        {"type": "Suspended", "status": "True", "lastTransitionTime": "2026-12-01T10:05:00Z"}]})
     assert world.finished(op)["status"] == "succeeded"
-    assert describe(world, "susp-job")["phase"] == "Suspended"
+    assert world.job("HyperPodPyTorchJob", "susp-job")["spec"]["runPolicy"]["suspend"] is True
+    detail = describe(world, "susp-job")
+    assert detail["phase"] == "Suspended" and detail["pods"] == [], detail  # the operator stopped the pods
     op = operation_of(world.live.post(f"{BASE}/susp-job/resume", {}))
-    wait_until(lambda: world.job("HyperPodPyTorchJob", "susp-job")["spec"]["runPolicy"].get("suspend") is False, 60,
-               "the flag cleared")
-    world.set_status("HyperPodPyTorchJob", "susp-job", {"conditions": [
-        {"type": "Running", "status": "True", "lastTransitionTime": "2026-12-01T10:06:00Z"}]})
     assert world.finished(op)["status"] == "succeeded"
+    assert world.job("HyperPodPyTorchJob", "susp-job")["spec"]["runPolicy"]["suspend"] is False
+    wait_until(lambda: (d := describe(world, "susp-job"))["phase"] == "Running" and sum(
+        p["phase"] == "Running" for p in d["pods"]) == 2, 120, "the operator to run the pods again")
 
 
 def test_a_failed_job_shows_its_reason_and_is_cloned_then_deleted(world: JobWorld) -> None:
-    _running(world, "fail-job")
-    world.set_status("HyperPodPyTorchJob", "fail-job", {
-        "conditions": [{"type": "Failed", "status": "True", "reason": "RestartBudgetExhausted",
-                        "message": "jobMaxRetryCount 5 reached", "lastTransitionTime": "2026-12-01T11:00:00Z"}],
-        "restartCount": 5})
-    detail = wait_until(lambda: (d := describe(world, "fail-job"))["phase"] == "Failed" and d, 60, "Failed")
-    assert detail["reason"] == "RestartBudgetExhausted: jobMaxRetryCount 5 reached"
-    assert detail["restarts"]["used"] == 5 and detail["restarts"]["limit"] == 5
+    # hyperpodrun refuses a flag it lacks (exit 2, before any agent): the operator restarts the whole job once
+    # (maxFullJobRestarts 1), the new pods fail the same way, and the operator ends the job Failed
+    op = operation_of(submit(world, {"name": "fail-job", "manifest": hppj(launcher_flags=("--no-such-flag",))}))
+    ended = world.finished(op)
+    detail = wait_until(lambda: (d := describe(world, "fail-job"))["phase"] == "Failed" and d, 120, "Failed")
+    assert detail["reason"].startswith("RestartBudgetExhausted: maxFullJobRestarts (1) exhausted"), detail["reason"]
+    assert "fail-job-worker-" in detail["reason"]
+    assert ended["status"] in ("succeeded", "failed"), ended  # it may have been Running for a moment
+    if ended["status"] == "failed":
+        assert "RestartBudgetExhausted" in json.dumps(ended) or "maxFullJobRestarts" in json.dumps(ended), ended
+    assert detail["restarts"]["full_job_restarts_used"] == 1 and detail["restarts"]["limit"] == 5
+    reasons = [e["reason"] for e in detail["events"]]
+    assert "JobLevelRestart" in reasons and "Failed" in reasons, reasons
+    logs = world.live.get(f"{BASE}/fail-job/logs", params={"tail": 50})
+    assert logs.status_code == 200 and "hyperpodrun: error: unrecognized arguments: --no-such-flag" in logs.text, \
+        logs.text[-2000:]
     digest = world.live.get(f"{BASE}/fail-job/digest").json()
-    assert digest["phase"] == "Failed" and "restarts 5/5" in digest["line"]
-    assert "RestartBudgetExhausted" in digest["line"]
+    assert digest["phase"] == "Failed" and "RestartBudgetExhausted" in digest["line"], digest
     refused = world.live.post(f"{BASE}/fail-job/suspend", {})
     assert refused.status_code == 409 and "finished" in refused.text
     op = operation_of(world.live.post(f"{BASE}/fail-job/clone", {"name": "fail-job-2"}))
@@ -164,42 +157,39 @@ def test_a_failed_job_shows_its_reason_and_is_cloned_then_deleted(world: JobWorl
     source = world.job("HyperPodPyTorchJob", "fail-job")
     assert clone["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"] == \
         source["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"]
-    assert clone["metadata"]["labels"]["instantstart.io/job"] == "fail-job-2" and not clone.get("status")
+    assert clone["metadata"]["labels"]["instantstart.io/job"] == "fail-job-2"
     assert clone["spec"]["replicaSpecs"][0]["template"]["metadata"]["labels"]["instantstart.io/job"] == "fail-job-2"
-    # events of a pod gone since (an earlier restart's) are the job's; the clone's pods' are not
-    world.event("fail-job-2-worker-0.1", "Pod", "fail-job-2-worker-0", "Scheduled", "the clone's pod")
-    world.event("fail-job-worker-7.1", "Pod", "fail-job-worker-7", "Killing", "a pod of an earlier attempt")
-    events = wait_until(lambda: (e := [x["reason"] for x in describe(world, "fail-job")["events"]]) and e, 60,
-                        "fail-job's events (the watch delivers them in order: the clone's came first)")
-    assert events == ["Killing"], events
-    world.set_status("HyperPodPyTorchJob", "fail-job-2", {"conditions": [
-        {"type": "Running", "status": "True", "lastTransitionTime": "2026-12-01T11:01:00Z"}]})
-    assert world.finished(op)["status"] == "succeeded"
+    # the clone runs the same refused command: it fails on its own, and its events stay its own
+    world.finished(op)
+    wait_until(lambda: describe(world, "fail-job-2")["phase"] == "Failed", 120, "the clone to fail too")
+    clone_events = describe(world, "fail-job-2")["events"]
+    assert {"JobLevelRestart", "Failed"} <= {e["reason"] for e in clone_events}, clone_events
+    assert all("fail-job-2" not in f"{e['object']} {e['message']}" for e in describe(world, "fail-job")["events"])
     op = operation_of(httpx2.delete(world.live.url + f"{BASE}/fail-job", headers=world.live.headers(), timeout=30))
     assert world.finished(op)["status"] == "succeeded"
     assert _maybe(world, "HyperPodPyTorchJob", "fail-job") is None
     wait_until(lambda: world.live.get(f"{BASE}/fail-job").status_code == 404, 60, "the job gone from describe")
+    assert describe(world, "fail-job-2")["phase"] == "Failed", "deleting one job leaves its clone"
 
 
 def test_a_rayjob_once_kuberay_is_installed(world: JobWorld) -> None:
     world.install("kuberay")
     wait_until(lambda: "RayJob" in world.live.get(BASE).json()["kinds_installed"], 60, "the RayJob CRD listed")
-    op = operation_of(submit(world, {"name": "verl-ppo", "manifest": rayjob()}))
+    # a Hydra override outside VERL's config: the driver exits 1 each try, KubeRay retries backoffLimit times
+    op = operation_of(submit(world, {"name": "verl-ppo", "manifest": rayjob(("no_such_group.key=1",))}))
     job = wait_until(lambda: _maybe(world, "RayJob", "verl-ppo"), 60, "the RayJob")
     head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]
     assert head["metadata"]["labels"]["instantstart.io/job"] == "verl-ppo"
-    labels = {**OURS, "instantstart.io/job": "verl-ppo", "ray.io/cluster": "verl-ppo-raycluster"}
-    world.pod("verl-ppo-raycluster-head", {**labels, "ray.io/node-type": "head"}, world.nodes()[0],
-              container="ray-head")
-    world.set_status("RayJob", "verl-ppo", {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "failed": 1})
-    assert world.finished(op)["status"] == "succeeded"
-    detail = describe(world, "verl-ppo")
-    assert detail["phase"] == "Running" and detail["restarts"] == {**detail["restarts"], "used": 1, "limit": 2}
-    assert [(p["replica"], p["rank"]) for p in detail["pods"]] == [("head", 0)]
-    world.set_status("RayJob", "verl-ppo", {"jobDeploymentStatus": "Failed", "jobStatus": "FAILED",
-                                            "reason": "AppFailed", "message": "the driver exited with 1"})
-    failed = wait_until(lambda: (d := describe(world, "verl-ppo"))["phase"] == "Failed" and d, 60, "Failed")
-    assert failed["reason"] == "AppFailed the driver exited with 1"
+    world.finished(op)
+    failed = wait_until(lambda: (d := describe(world, "verl-ppo"))["phase"] == "Failed" and d, 120, "Failed")
+    assert failed["restarts"]["limit"] == 2 and failed["restarts"]["used"] == 2, failed["restarts"]
+    assert world.job("RayJob", "verl-ppo")["status"]["failed"] == 3, "one try and two retries"
+    assert failed["reason"].startswith("AppFailed Job entrypoint command failed with exit code 1"), failed["reason"]
+    pods = {p["replica"]: p for p in failed["pods"]}
+    assert pods["head"]["name"] == "verl-ppo-raycluster-head" and pods["head"]["rank"] == 0
+    assert pods["gpu"]["name"] == "verl-ppo-raycluster-gpu-worker-0" and pods["submitter"]["phase"] == "Failed"
+    driver = world.core.read_namespaced_pod_log(pods["submitter"]["name"], NS)
+    assert "Could not override 'no_such_group.key'" in driver, driver[-2000:]
 
 
 def cli(world: JobWorld, *args: str) -> subprocess.CompletedProcess[str]:
@@ -209,7 +199,8 @@ def cli(world: JobWorld, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_cli_lists_describes_and_watches_a_job_until_it_ends(world: JobWorld) -> None:
-    _running(world, "cli-job")
+    # 50 steps of 200 simulated seconds: about 20 s at the tests' clock speed, then the job completes by itself
+    _running(world, "cli-job", hppj(steps=50, env={"SANDBOX_STEP_SECONDS": "200"}))
     listed = cli(world, "jobs", "list", CLUSTER)
     assert listed.returncode == 0, listed.stderr
     assert any(line.startswith(f"{NS}/cli-job ") and "Running" in line and "restarts 0/5" in line
@@ -226,9 +217,7 @@ def test_the_cli_lists_describes_and_watches_a_job_until_it_ends(world: JobWorld
         assert watch.stdout is not None
         first = json.loads(watch.stdout.readline())  # the watch printed the running job before it ended
         assert first["phase"] == "Running" and first["restarts_limit"] == 5 and first["pods_running"] == 2
-        world.set_status("HyperPodPyTorchJob", "cli-job", {"conditions": [
-            {"type": "Succeeded", "status": "True", "lastTransitionTime": "2026-12-01T12:00:00Z"}]})
-        rest, _ = watch.communicate(timeout=60)
+        rest, _ = watch.communicate(timeout=180)  # until the trainer finishes and the operator says Completed
     finally:
         if watch.poll() is None:
             watch.kill()
@@ -249,15 +238,9 @@ def _maybe(world: JobWorld, kind: str, name: str, namespace: str = NS) -> dict[s
         raise
 
 
-def _running(world: JobWorld, name: str) -> None:
-    """Submit a HyperPodPyTorchJob and play its operator to Running with two pods."""
-    op = operation_of(submit(world, {"name": name, "manifest": hppj()}))
-    wait_until(lambda: _maybe(world, "HyperPodPyTorchJob", name), 60, f"{name} created")
-    labels = {**OURS, "instantstart.io/job": name}
-    for i, node in enumerate(world.nodes()):
-        world.pod(f"{name}-worker-{i}", labels, node)
-    world.set_status("HyperPodPyTorchJob", name, {"conditions": [
-        {"type": "Running", "status": "True", "lastTransitionTime": "2026-12-01T10:00:00Z"}]})
+def _running(world: JobWorld, name: str, manifest: dict[str, Any] | None = None) -> None:
+    """Submit a HyperPodPyTorchJob and wait for the operator to run its two pods."""
+    op = operation_of(submit(world, {"name": name, "manifest": manifest or hppj()}))
     assert world.finished(op)["status"] == "succeeded"
-    wait_until(lambda: sum(p["phase"] == "Running" for p in describe(world, name)["pods"]) == 2, 60,
+    wait_until(lambda: sum(p["phase"] == "Running" for p in describe(world, name)["pods"]) == 2, 120,
                f"{name}'s pods running")

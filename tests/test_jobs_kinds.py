@@ -67,6 +67,7 @@ def test_restarts_are_read_against_each_kinds_budget() -> None:
     assert (budget(PTJ, annotated, pod_restarts=2)["used"], budget(PTJ, annotated)["limit"]) == (2, 4)
     assert budget(PTJ, {}, pod_restarts=1)["limit"] is None, "no auto-resume: no budget"
     assert (budget(RAY, {**rayjob(), "status": {"failed": 1}})["used"], budget(RAY, rayjob())["limit"]) == (1, 2)
+    assert budget(RAY, {**rayjob(), "status": {"failed": 3}})["used"] == 2, "the last failed try is no retry"
 
 
 def test_ranks_follow_the_operators_names_and_labels() -> None:

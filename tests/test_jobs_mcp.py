@@ -1,7 +1,7 @@
 """`skills/train-model.md` through a real MCP client: an operator agent submits a raw HyperPodPyTorchJob
 manifest, lists and describes it, suspends it and deletes it, with the tools the playbook names. The bridge calls
-the REST API, so the agent passes the same prechecks; the test plays the operator in between (this branch's
-sandbox runs none) and asserts what the Kubernetes API received."""
+the REST API, so the agent passes the same prechecks; the sandbox's HyperPod training operator runs the job, and
+the test asserts what the Kubernetes API received."""
 
 from __future__ import annotations
 
@@ -18,12 +18,10 @@ import yaml
 from mcp import Client, StdioServerParameters
 
 from tests.jobs_support import CLUSTER, NS, JobWorld, hppj, job_world
-from tests.support import ROOT, clean_env, wait_until
+from tests.support import ROOT, clean_env
 
 pytestmark = pytest.mark.slow
 PLAYBOOK = Path(__file__).resolve().parents[1] / "skills" / "train-model.md"
-LABELS = {"app.kubernetes.io/managed-by": "instantstart", "instantstart.io/job": "agent-job",
-          "instantstart.io/recipe": "manifest"}
 
 
 @pytest.fixture(scope="module")
@@ -58,23 +56,6 @@ async def follow(client: Client, op_id: str, used: list[str]) -> dict[str, Any]:
     raise AssertionError(f"{op_id} did not end")
 
 
-def play_operator(world: JobWorld) -> None:
-    wait_until(lambda: _exists(world), 60, "the agent's job to be created")
-    for i, node in enumerate(world.nodes()):
-        world.pod(f"agent-job-worker-{i}", LABELS, node)
-    world.set_status("HyperPodPyTorchJob", "agent-job", {"conditions": [
-        {"type": "Running", "status": "True", "lastTransitionTime": "2026-12-01T10:00:00Z"}]})
-
-
-def stop_pods(world: JobWorld) -> None:
-    wait_until(lambda: world.job("HyperPodPyTorchJob", "agent-job")["spec"]["runPolicy"].get("suspend"), 60,
-               "the suspend flag")
-    for i in range(2):
-        world.core.delete_namespaced_pod(f"agent-job-worker-{i}", NS, grace_period_seconds=0)
-    world.set_status("HyperPodPyTorchJob", "agent-job", {"conditions": [
-        {"type": "Suspended", "status": "True", "lastTransitionTime": "2026-12-01T10:05:00Z"}]})
-
-
 def _exists(world: JobWorld) -> bool:
     try:
         world.job("HyperPodPyTorchJob", "agent-job")
@@ -100,14 +81,12 @@ def test_an_agent_submits_watches_suspends_and_deletes_a_job(world: JobWorld) ->
             started = await call(client, "jobs_submit", {"cluster": CLUSTER, "name": "agent-job", "recipe": "manifest",
                                                          "manifest": hppj()}, used)
             assert "operations_wait" in started["message"] or "operations_get" in started["message"]
-            await anyio.to_thread.run_sync(play_operator, world)
             submitted = await follow(client, started["operation"]["id"], used)
             assert submitted["status"] == "succeeded", submitted
             listed = await call(client, "jobs_list", {"cluster": CLUSTER}, used)
             detail = await call(client, "jobs_get", {"cluster": CLUSTER, "job": "agent-job"}, used)
             digest = await call(client, "jobs_digest", {"cluster": CLUSTER, "job": "agent-job"}, used)
             suspending = await call(client, "jobs_suspend", {"cluster": CLUSTER, "job": "agent-job"}, used)
-            await anyio.to_thread.run_sync(stop_pods, world)
             suspended = await follow(client, suspending["operation"]["id"], used)
             after = await call(client, "jobs_get", {"cluster": CLUSTER, "job": "agent-job"}, used)
             deleting = await call(client, "jobs_delete", {"cluster": CLUSTER, "job": "agent-job"}, used)
@@ -120,7 +99,9 @@ def test_an_agent_submits_watches_suspends_and_deletes_a_job(world: JobWorld) ->
         ("agent-job", "Running", "HyperPodPyTorchJob")]
     assert seen["detail"]["restarts"]["limit"] == 5 and seen["detail"]["namespace"] == NS
     assert "Running" in seen["digest"]["line"] and "restarts 0/5" in seen["digest"]["line"]
+    assert sorted(p["name"] for p in seen["detail"]["pods"]) == ["agent-job-worker-0", "agent-job-worker-1"]
     assert seen["suspended"]["status"] == "succeeded" and seen["after"]["phase"] == "Suspended"
+    assert seen["after"]["pods"] == [], "the operator stopped the pods"
     assert seen["deleted"]["status"] == "succeeded"
     assert not _exists(world), "the job is gone from the Kubernetes API"
     assert set(used) <= playbook, f"tools outside the playbook: {set(used) - playbook}"

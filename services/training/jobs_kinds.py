@@ -235,8 +235,9 @@ def budget(kind: JobKind, obj: dict[str, Any], pod_restarts: int = 0) -> dict[st
     HyperPodPyTorchJob: ``status.restartCount`` against ``runPolicy.jobMaxRetryCount``, and full-job
     restarts (``status.restartStatus.fullJobRestartCount``) against ``restartPolicy.maxFullJobRestarts``.
     Kubeflow PyTorchJob: HyperPod auto-resume's ``job-max-retry-count`` annotation; used is the most any
-    of its pods' containers restarted (the operator restarts them in place, OnFailure). RayJob:
-    ``status.failed`` against ``spec.backoffLimit``."""
+    of its pods' containers restarted (the operator restarts them in place, OnFailure). RayJob: retries
+    against ``spec.backoffLimit`` (KubeRay retries a failed attempt while ``status.failed`` <= backoffLimit, so
+    retries used = ``status.failed``, at most the limit: a job that failed its last try used them all)."""
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     if kind.kind == "HyperPodPyTorchJob":
@@ -253,8 +254,9 @@ def budget(kind: JobKind, obj: dict[str, Any], pod_restarts: int = 0) -> dict[st
         return {"used": pod_restarts, "limit": _int(annotations.get(MAX_RETRY)) if on else None,
                 "source": f"pod container restarts / annotation {MAX_RETRY}" if on
                 else "pod container restarts (HyperPod auto-resume is off: no budget)"}
-    return {"used": _int(status.get("failed")) or 0, "limit": _int(spec.get("backoffLimit")),
-            "source": "status.failed / spec.backoffLimit"}
+    failed, limit = _int(status.get("failed")) or 0, _int(spec.get("backoffLimit"))
+    return {"used": failed if limit is None else min(failed, limit), "limit": limit,
+            "source": "status.failed (retries, at most the limit) / spec.backoffLimit"}
 
 
 def rank_of(kind: JobKind, job: dict[str, Any], pod: dict[str, Any]) -> tuple[str | None, int | None]:
