@@ -91,11 +91,18 @@ def test_a_job_logs_its_metrics_to_the_clusters_tracking_server(world: JobWorld)
     assert env["MLFLOW_TRACKING_URI"].startswith("arn:aws:sagemaker:") and env["MLFLOW_RUN_ID"]
     wait_until(lambda: _phase(world, name), 300, f"{name} to finish")
 
+    seen: dict[str, Any] = {}
+
     def logged() -> dict[str, Any] | None:
         got = world.live.get(f"{BASE}/{name}/metrics")
         assert got.status_code == 200, got.text
+        seen.update(got.json())
         series = {s["name"]: s["points"] for s in got.json()["series"]}
         return series if len(series.get("loss", [])) >= 20 else None
-    series = wait_until(logged, 120, f"{name}'s metrics")
+    try:
+        series = wait_until(logged, 120, f"{name}'s metrics")
+    except AssertionError as exc:  # say what the trainer printed about MLflow
+        text = world.live.get(f"{BASE}/{name}/logs", params={"tail": 40}).text
+        raise AssertionError(f"{exc}; last read {str(seen)[:1500]}; the job's last log lines: {text}") from exc
     assert [p["step"] for p in series["loss"]] == list(range(1, 21))
     assert all(p["value"] > 0 for p in series["throughput"])

@@ -262,9 +262,9 @@ def _train_once(proc: Process, plan: Plan, mlflow: _Mlflow, run: int) -> int:
             if plan.rank == 0 or plan.recipe == "pytorch":
                 proc.log(step_line(plan, step, metrics))
             mlflow.log(step, metrics, ts)
-        if step % plan.save_every == 0 and step < plan.steps:
-            if plan.rank == 0:
-                proc.log(f"Saving model checkpoint to /s3/jobs/{plan.job}/checkpoints/checkpoint-{step}")
+        # the main process writes the checkpoint, as HF Trainer and torch.save do
+        if step % plan.save_every == 0 and step < plan.steps and plan.rank == 0:
+            proc.log(f"Saving model checkpoint to /s3/jobs/{plan.job}/checkpoints/checkpoint-{step}")
             with _checkpoints_lock:
                 _checkpoints[ckey] = max(_checkpoints.get(ckey, 0), step)
     runtime = max(proc.now() - first_ts, 1e-6)
@@ -278,8 +278,8 @@ def _train_once(proc: Process, plan: Plan, mlflow: _Mlflow, run: int) -> int:
     if plan.rank == 0:
         proc.log(f"Saving model checkpoint to /s3/jobs/{plan.job}/checkpoints/checkpoint-{plan.steps}")
         proc.log(f"Training completed: {plan.steps} steps; outputs in /s3/jobs/{plan.job}/outputs")
-    with _checkpoints_lock:
-        _checkpoints[ckey] = plan.steps
+        with _checkpoints_lock:
+            _checkpoints[ckey] = plan.steps
     return 0
 
 
