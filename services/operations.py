@@ -219,7 +219,8 @@ class Engine:
         return self.get(op_id)
 
     def cancel(self, op_id: str, principal: Principal) -> OperationView:
-        """Stop an operation between steps. Nothing already done is undone; the evidence stays."""
+        """Stop an operation between steps. Nothing already done is undone; the evidence stays. A kind's
+        ``on_cancel`` then stops what still runs outside the engine."""
         principal.require(self._role_for(op_id))
         with self.db.tx() as conn:
             row = self.store.row(conn, op_id)
@@ -236,7 +237,11 @@ class Engine:
                 outcome = "cancelled"
             self.audit.record(principal, "operation.cancel", op_id, {}, outcome, op_id, conn=conn)
         self.store.publish(op_id)
-        return self.get(op_id)
+        view = self.get(op_id)
+        kind = self.kinds.get(view.kind)
+        if kind is not None and kind.on_cancel is not None:
+            kind.on_cancel(kind.request_model.model_validate(view.request))
+        return view
 
     def _role_for(self, op_id: str) -> Role:
         """Retrying or cancelling takes the role that starting the operation takes."""

@@ -240,10 +240,22 @@ def test_a_second_download_of_a_running_model_is_refused_and_cancel_stops_it(
         # the model is free again: a new download of it is accepted
         retry = server.live.post(BASE, {"model": "Qwen/Qwen2.5-0.5B-Instruct"})
         assert retry.status_code == 202, retry.text
+        # cancelled through the generic operations face instead, it stops its Job all the same
+        second = retry.json()["operation"]
+        wait_until(lambda: k8s.BatchV1Api(api).list_namespaced_job(
+            NS, label_selector=f"instantstart.io/download={second['request']['id']}").items, 60, "the second Job")
+        generic = server.live.post(f"/api/v1/operations/{second['id']}/cancel", {})
+        assert generic.status_code == 200, generic.text
+        assert finish(server, second["id"])["status"] == "cancelled"
+        with pytest.raises(ApiException) as second_gone:
+            k8s.BatchV1Api(api).read_namespaced_job(second["request"]["id"], NS)
+        assert second_gone.value.status == 404
     finally:
         for node in nodes:
             core.patch_node(node, {"spec": {"unschedulable": False}})
-    assert finish(server, retry.json()["operation"]["id"])["status"] == "succeeded"
+    third = server.live.post(BASE, {"model": "Qwen/Qwen2.5-0.5B-Instruct"})
+    assert third.status_code == 202, third.text
+    assert finish(server, third.json()["operation"]["id"])["status"] == "succeeded"
 
 
 def test_prechecks_answer_before_any_operation(world: tuple[SeededServer, k8s.ApiClient], tmp_path: Path) -> None:

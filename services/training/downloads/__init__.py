@@ -70,7 +70,8 @@ class Downloads:
         d = self.deps
         return [OperationKind(KIND, DownloadPlan, (NamespaceStage(d), JobStage(d), CleanupStage(d)),
                               target=lambda p: download_target(p.cluster, p.model), role=Role.OPERATOR,
-                              description="download a Hugging Face model to the shared bucket as a Kubernetes Job")]
+                              description="download a Hugging Face model to the shared bucket as a Kubernetes Job",
+                              on_cancel=self._stop)]
 
     # ----- mutations ---------------------------------------------------------------------------------
 
@@ -131,15 +132,18 @@ class Downloads:
         if op.status.terminal:
             raise Conflict(f"download {download_id} already ended ({op.status.value})",
                            details={"operation_id": op.id})
-        plan = DownloadPlan.model_validate(op.request)
-        self._engine.cancel(op.id, principal)
+        self._engine.cancel(op.id, principal)  # the kind's on_cancel stops the Job
+        self.audit.record(principal, "model.download.cancel", op.target, {"id": download_id}, "accepted", op.id)
+        return self._view(self._engine.get(op.id))
+
+    def _stop(self, plan: DownloadPlan) -> None:
+        """A cancelled download, whichever face cancelled it (downloads_cancel or operations_cancel): its Job
+        (and pod) and its token Secret are deleted; the files already copied stay."""
         with contextlib.suppress(NotFound):
-            k8s.BatchV1Api(self.kube.api_client(cluster)).delete_namespaced_job(
+            k8s.BatchV1Api(self.kube.api_client(plan.cluster)).delete_namespaced_job(
                 plan.id, plan.namespace, propagation_policy="Background")
         if plan.token is not None:
             manifest.delete_token(self.kube, plan.token)
-        self.audit.record(principal, "model.download.cancel", op.target, {"id": download_id}, "accepted", op.id)
-        return self._view(self._engine.get(op.id))
 
     # ----- reads -------------------------------------------------------------------------------------
 
