@@ -1,8 +1,8 @@
-"""Test helpers for the jobs noun: a sandbox server with a seeded, imported two-node cluster whose Kubernetes API
-has job CRDs and the cluster's shared-s3 volume in ``default`` (as the storage stage makes it); the sandbox's
-operators (HyperPod training operator, Kubeflow, KubeRay) run what is submitted there, their simulated trainers
-running the jobs' commands. Manifests a user writes, with the knobs a test needs: how long the job trains, a flag
-the real launcher refuses, the sandbox's crash knob."""
+"""Test helpers for the jobs noun: a sandbox server with a seeded, imported cluster (two nodes unless a test asks
+for more) whose Kubernetes API has job CRDs and the cluster's shared-s3 volume in ``default`` (as the storage
+stage makes it); the sandbox's operators (HyperPod training operator, Kubeflow, KubeRay) run what is submitted
+there, their simulated trainers running the jobs' commands. Manifests a user writes, with the knobs a test needs:
+how long the job trains, a flag the real launcher refuses, the sandbox's crash knob."""
 
 from __future__ import annotations
 
@@ -96,9 +96,9 @@ def default_volume(cluster: str) -> dict[str, Any]:
 
 
 @contextmanager
-def job_world(folder: Path, components: tuple[str, ...] = ("hyperpod-training-operator", "training-operator")
-              ) -> Iterator[JobWorld]:
-    with node_cluster(folder, 2) as server:
+def job_world(folder: Path, components: tuple[str, ...] = ("hyperpod-training-operator", "training-operator"),
+              nodes: int = 2) -> Iterator[JobWorld]:
+    with node_cluster(folder, nodes) as server:
         world = JobWorld(server, kube(server, folder))
         for component in components:
             world.install(component)
@@ -117,7 +117,7 @@ def hppj(image: str = "public.ecr.aws/hpc/pytorch:2.5", replicas: int = 2, *, st
     sandbox's ``SANDBOX_*`` knobs)."""
     variables = {"NCCL_DEBUG": "INFO", **(env or {})}
     template = {"spec": {"containers": [{"name": "pytorch", "image": image,
-                                         "command": ["hyperpodrun", "--nnodes=2", *launcher_flags, "train.py",
+                                         "command": ["hyperpodrun", f"--nnodes={replicas}", *launcher_flags, "train.py",
                                                      "--max_steps", str(steps)],
                                          "env": [{"name": k, "value": v} for k, v in variables.items()],
                                          "volumeMounts": [{"name": "shared", "mountPath": "/s3"}]}],

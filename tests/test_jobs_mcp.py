@@ -5,20 +5,16 @@ the test asserts what the Kubernetes API received."""
 
 from __future__ import annotations
 
-import json
-import sys
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 import yaml
-from mcp import Client, StdioServerParameters
 
 from tests.jobs_support import CLUSTER, NS, JobWorld, hppj, job_world
-from tests.support import ROOT, clean_env
+from tests.mcp_support import bridge, call, follow
 
 pytestmark = pytest.mark.slow
 PLAYBOOK = Path(__file__).resolve().parents[1] / "skills" / "train-model.md"
@@ -30,30 +26,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobWorld]:
         yield made
 
 
-@asynccontextmanager
-async def bridge(world: JobWorld, token: str) -> AsyncIterator[Client]:
-    params = StdioServerParameters(command=sys.executable, args=["-m", "app.cli", "mcp", "--url", world.live.url,
-                                                                       "--toolsets", "jobs,features,clusters,"
-                                                                                     "operations,system"],
-                                   env={**clean_env(), "INSTANTSTART_TOKEN": token}, cwd=str(ROOT))
-    async with Client(params) as client:
-        yield client
-
-
-async def call(client: Client, tool: str, arguments: dict[str, Any], used: list[str]) -> dict[str, Any]:
-    used.append(tool)
-    result = await client.call_tool(tool, arguments)
-    text = "".join(getattr(c, "text", "") for c in result.content)
-    assert not result.is_error, f"{tool} {json.dumps(arguments)[:300]}: {text[:2000]}"
-    return dict(result.structured_content or json.loads(text))
-
-
-async def follow(client: Client, op_id: str, used: list[str]) -> dict[str, Any]:
-    for _ in range(20):
-        view = await call(client, "operations_wait", {"id": op_id, "timeout": 30}, used)
-        if view["status"] in ("succeeded", "failed", "cancelled"):
-            return view
-    raise AssertionError(f"{op_id} did not end")
 
 
 def _exists(world: JobWorld) -> bool:
@@ -72,7 +44,7 @@ def test_an_agent_submits_watches_suspends_and_deletes_a_job(world: JobWorld) ->
     used: list[str] = []
 
     async def agent() -> dict[str, Any]:
-        async with bridge(world, operator) as client:
+        async with bridge(world.live.url, operator, "jobs,features,clusters,operations,system") as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
             assert tools["jobs_delete"].annotations and tools["jobs_delete"].annotations.destructive_hint
             assert tools["jobs_list"].annotations and tools["jobs_list"].annotations.read_only_hint

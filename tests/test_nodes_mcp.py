@@ -6,26 +6,24 @@ prechecks and role checks."""
 
 from __future__ import annotations
 
-import json
-import sys
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from mcp import Client, StdioServerParameters
 
 from tests.ledger import CallLedger
+from tests.mcp_support import bridge, call, follow
 from tests.node_support import node_cluster
 from tests.sandbox_support import SeededServer
-from tests.support import ROOT, clean_env, wait_until
+from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
 PLAYBOOK = Path(__file__).resolve().parents[1] / "skills" / "diagnose-node-health.md"
 READ_TOOLS = {"whoami", "clusters_list", "clusters_get", "nodes_list", "nodes_get", "operations_get",
               "operations_wait"}
+TOOLSETS = "nodes,node_actions,clusters,operations,system"
 
 
 @pytest.fixture(scope="module")
@@ -34,30 +32,6 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeededServer]:
         yield server
 
 
-@asynccontextmanager
-async def bridge(seeded: SeededServer, token: str) -> AsyncIterator[Client]:
-    params = StdioServerParameters(command=sys.executable, args=["-m", "app.cli", "mcp", "--url", seeded.live.url,
-                                                                       "--toolsets", "nodes,node_actions,clusters,"
-                                                                                     "operations,system"],
-                                   env={**clean_env(), "INSTANTSTART_TOKEN": token}, cwd=str(ROOT))
-    async with Client(params) as client:
-        yield client
-
-
-async def call(client: Client, tool: str, arguments: dict[str, Any], used: list[str]) -> dict[str, Any]:
-    used.append(tool)
-    result = await client.call_tool(tool, arguments)
-    text = "".join(getattr(c, "text", "") for c in result.content)
-    assert not result.is_error, f"{tool} {json.dumps(arguments)}: {text[:2000]}"
-    return dict(result.structured_content or json.loads(text))
-
-
-async def follow(client: Client, op_id: str, used: list[str]) -> dict[str, Any]:
-    for _ in range(20):
-        view = await call(client, "operations_wait", {"id": op_id, "timeout": 60}, used)
-        if view["status"] in ("succeeded", "failed", "cancelled"):
-            return view
-    raise AssertionError(f"{op_id} did not end")
 
 
 def test_an_operator_agent_escalates_to_reboot_and_hands_the_replace_to_an_admin(seeded: SeededServer) -> None:
@@ -78,7 +52,7 @@ def test_an_operator_agent_escalates_to_reboot_and_hands_the_replace_to_an_admin
     mark = ledger.mark()
 
     async def operator_agent() -> dict[str, Any]:
-        async with bridge(seeded, operator) as client:
+        async with bridge(seeded.live.url, operator, TOOLSETS) as client:
             tools = {t.name for t in (await client.list_tools()).tools}
             assert "nodes_reboot" in tools and "nodes_drain" in tools
             assert "nodes_replace" not in tools and "nodes_delete" not in tools, "admin tools offered to an operator"
@@ -117,7 +91,7 @@ def test_an_operator_agent_escalates_to_reboot_and_hands_the_replace_to_an_admin
     assert refused.status_code == 403, "the REST server enforces the role too"
 
     async def admin_hands() -> dict[str, Any]:
-        async with bridge(seeded, live.admin_token) as client:
+        async with bridge(seeded.live.url, live.admin_token, TOOLSETS) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
             assert tools["nodes_replace"].annotations and tools["nodes_replace"].annotations.destructive_hint
             assert tools["nodes_delete"].annotations and tools["nodes_delete"].annotations.destructive_hint

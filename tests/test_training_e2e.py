@@ -7,12 +7,16 @@ deleting it archives them to the shared bucket first."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
+import yaml
 
 from tests.jobs_support import BASE, BUCKET, CLUSTER, JobWorld, job_world
+from tests.mcp_support import bridge, call, follow
 from tests.node_support import aws
 from tests.support import wait_until
 
@@ -23,6 +27,7 @@ PARAMS: dict[str, dict[str, Any]] = {
     "ms-swift": {"model": "/s3/models/Qwen--Qwen3-0.6B", "dataset": ["/s3/datasets/sft.jsonl"]},
     "verl": {"model": "/s3/models/Qwen--Qwen3-0.6B", "train_files": "/s3/datasets/gsm8k/train.parquet"},
 }
+PLAYBOOK = Path(__file__).resolve().parents[1] / "skills" / "train-model.md"
 KINDS = {"pytorch": "HyperPodPyTorchJob", "llama-factory": "HyperPodPyTorchJob", "ms-swift": "HyperPodPyTorchJob",
          "verl": "RayJob"}
 
@@ -57,6 +62,38 @@ def test_each_recipe_runs_to_completion_through_rest(world: JobWorld, recipe: st
     assert text.status_code == 200, text.text
     assert "loss" in text.text, text.text[-2000:]
     assert "unrecognized arguments" not in text.text
+
+
+def test_an_agent_runs_each_recipe_to_completion_with_the_playbooks_tools(world: JobWorld) -> None:
+    """skills/train-model.md through a real MCP client: per recipe, the preview, the submit, the operation, then
+    polling the job's digest until it ends."""
+    playbook = set(yaml.safe_load(PLAYBOOK.read_text().split("---")[1])["tools"])
+    used: list[str] = []
+
+    async def agent() -> dict[str, dict[str, Any]]:
+        ended: dict[str, dict[str, Any]] = {}
+        async with bridge(world.live.url, world.live.make_token("operator"),
+                          "jobs,features,clusters,operations,system") as client:
+            recipes = await call(client, "recipes_list", {}, used)
+            assert sorted(r["id"] for r in recipes["recipes"]) == sorted(PARAMS), recipes
+            for recipe, params in sorted(PARAMS.items()):
+                request = {"cluster": CLUSTER, "name": f"mcp-{recipe}", "recipe": recipe, "params": params}
+                preview = await call(client, "jobs_preview", request, used)
+                assert preview["kind"] == KINDS[recipe], preview
+                started = await call(client, "jobs_submit", request, used)
+                assert (await follow(client, started["operation"]["id"], used))["status"] == "succeeded"
+                with anyio.fail_after(300):
+                    while (digest := await call(client, "jobs_digest", {"cluster": CLUSTER, "job": f"mcp-{recipe}"},
+                                                used))["phase"] not in ("Succeeded", "Failed"):
+                        await anyio.sleep(0.5)
+                ended[recipe] = digest
+        return ended
+
+    ended = anyio.run(agent)
+    assert {r: d["phase"] for r, d in ended.items()} == dict.fromkeys(sorted(PARAMS), "Succeeded"), ended
+    for recipe, kind in KINDS.items():
+        assert world.job(kind, f"mcp-{recipe}")["metadata"]["labels"]["instantstart.io/recipe"] == recipe
+    assert set(used) <= playbook, f"tools outside the playbook: {set(used) - playbook}"
 
 
 def test_deleting_a_finished_job_archives_its_logs_first(world: JobWorld) -> None:
