@@ -15,6 +15,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from services.errors import Invalid
 
+#: where training jobs, model downloads and their logs live unless the user picks another namespace: HyperPod's
+#: job auto-resume recognises only ``kubeflow`` or a ``hyperpod``-prefixed namespace
+TRAINING_NAMESPACE = "hyperpod-ns-training"
+#: the service account training pods run as (the MLflow pod identity association names it)
+TRAINING_SERVICE_ACCOUNT = "instantstart-training"
+
 M = TypeVar("M", bound=BaseModel)
 
 

@@ -366,3 +366,25 @@ def _ours(obj: Any) -> bool:
 def _ignore_missing(delete: Any, *args: Any) -> None:
     with contextlib.suppress(NotFound):
         delete(*args)
+
+
+def namespace_volume(default_pv: dict[str, Any], cluster: str, namespace: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A job namespace's static Mountpoint volume and its claim ``shared-s3``: the same bucket and mount options
+    (the cluster's prefix) as the cluster's volume in ``default`` (``default_pv``, as the API serves it), with
+    its own name and volumeHandle."""
+    spec = default_pv.get("spec") or {}
+    csi = spec.get("csi") or {}
+    pv_name = volume_name(cluster, f"{namespace}-{S3_CLAIM}")
+    labels = {**MANAGED_LABEL, "instantstart/cluster": cluster}
+    pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name, "labels": labels},
+          "spec": {"capacity": {"storage": S3_NOMINAL}, "accessModes": ["ReadWriteMany"], "volumeMode": "Filesystem",
+                   "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                   "claimRef": {"namespace": namespace, "name": S3_CLAIM},
+                   "mountOptions": list(spec.get("mountOptions") or []),
+                   "csi": {"driver": S3_DRIVER, "volumeHandle": f"instantstart-{cluster}-{namespace}-s3",
+                           "volumeAttributes": dict(csi.get("volumeAttributes") or {})}}}
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+           "metadata": {"name": S3_CLAIM, "namespace": namespace, "labels": labels},
+           "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv_name,
+                    "resources": {"requests": {"storage": S3_NOMINAL}}}}
+    return pv, pvc

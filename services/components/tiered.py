@@ -37,11 +37,12 @@ from services.components.base import Component, Leftover, Observation, Target
 from services.components.identity import find_role, role_tags
 from services.components.manifests import COMPONENT_LABEL, MANAGED_LABEL, OURS
 from services.errors import NotFound, Permanent
+from services.models import TRAINING_NAMESPACE
 
 NAME = "tiered-checkpointing"
 #: the managed features this one needs first (none: it is cluster-level HyperPod configuration plus IAM)
 PREREQUISITES: tuple[str, ...] = ()
-DEFAULT_NAMESPACE = "hyperpod-ns-training"
+DEFAULT_NAMESPACE = TRAINING_NAMESPACE
 NAMESPACE_PREFIXES = ("hyperpod", "kubeflow")  # what HyperPod's job auto-resume recognises
 SERVICE_ACCOUNT = "tiered-checkpointing"
 ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from services.models import RequestModel, ResponseModel
+from services.models import TRAINING_NAMESPACE, RequestModel, ResponseModel
 
-DEFAULT_NAMESPACE = "hyperpod-ns-training"
+DEFAULT_NAMESPACE = TRAINING_NAMESPACE
 TEXT_MAX_LINES = 2_000
 TEXT_MAX_BYTES = 256 * 1024
 NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"

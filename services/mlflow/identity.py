@@ -15,9 +15,10 @@ from typing import Any
 from services.components.base import Target
 from services.components.identity import PodRole
 from services.mlflow.models import JobIdentityView
+from services.models import TRAINING_SERVICE_ACCOUNT
 from services.stages import Done, Observed, Stage, StageContext, Wait
 
-DEFAULT_SERVICE_ACCOUNT = "instantstart-training"
+DEFAULT_SERVICE_ACCOUNT = TRAINING_SERVICE_ACCOUNT
 
 
 def job_role(namespace: str, service_account: str, tracking_arn: str, bucket: str, cluster: str) -> PodRole:

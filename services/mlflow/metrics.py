@@ -34,10 +34,10 @@ from services.auth import Principal, Role
 from services.errors import Invalid, NotFound, Permanent, ServiceError, Transient
 from services.kube import KubeClients
 from services.mlflow.client import calls_to
-from services.models import RequestModel, ResponseModel
+from services.models import TRAINING_NAMESPACE, RequestModel, ResponseModel
 from services.verbs import verb
 
-DEFAULT_NAMESPACE = "hyperpod-ns-training"
+DEFAULT_NAMESPACE = TRAINING_NAMESPACE
 SERIES = ("throughput", "loss", "step_time", "learning_rate")
 UNITS = {"throughput": "tokens/s", "loss": "", "step_time": "s", "learning_rate": ""}
 #: per series, the keys the recipes log it under (contract: pytorch, verl)

@@ -7,10 +7,10 @@ from typing import Any
 
 from pydantic import Field
 
-from services.models import RequestModel, ResponseModel
+from services.models import TRAINING_NAMESPACE, TRAINING_SERVICE_ACCOUNT, RequestModel, ResponseModel
 
-DEFAULT_NAMESPACE = "hyperpod-ns-training"
-SERVICE_ACCOUNT = "instantstart-training"
+DEFAULT_NAMESPACE = TRAINING_NAMESPACE
+SERVICE_ACCOUNT = TRAINING_SERVICE_ACCOUNT
 #: pod names are ``<job>-<replica>-<index>`` (or ``<job>-raycluster-<group>-worker-<i>``) and must stay DNS
 #: labels of at most 63 characters, so the job's own name leaves room for those suffixes
 NAME_LIMIT = 40

@@ -19,7 +19,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from services.clusters.create_base import FIELD_MANAGER
-from services.clusters.storage_stage import APPLY, MANAGED_LABEL, S3_CLAIM, S3_DRIVER, S3_NOMINAL, volume_name
+from services.clusters.storage_stage import APPLY, MANAGED_LABEL, S3_CLAIM, namespace_volume, volume_name
 from services.clusters.storage_stage import NAMESPACE as STORAGE_NAMESPACE
 from services.errors import Conflict, NotFound, Permanent
 from services.informers import Informers
@@ -70,27 +70,6 @@ def is_ours(obj: dict[str, Any], name: str) -> bool:
 
 
 # ----- job.submit ------------------------------------------------------------------------------------------
-
-
-def shared_volume(default_pv: dict[str, Any], cluster: str, namespace: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The job namespace's static Mountpoint volume and its claim ``shared-s3``: the same bucket and mount options
-    (the cluster's prefix) as the cluster's volume in ``default``, with its own name and volumeHandle."""
-    spec = default_pv.get("spec") or {}
-    csi = spec.get("csi") or {}
-    pv_name = volume_name(cluster, f"{namespace}-{S3_CLAIM}")
-    labels = {**MANAGED_LABEL, "instantstart/cluster": cluster}
-    pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name, "labels": labels},
-          "spec": {"capacity": {"storage": S3_NOMINAL}, "accessModes": ["ReadWriteMany"], "volumeMode": "Filesystem",
-                   "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
-                   "claimRef": {"namespace": namespace, "name": S3_CLAIM},
-                   "mountOptions": list(spec.get("mountOptions") or []),
-                   "csi": {"driver": S3_DRIVER, "volumeHandle": f"instantstart-{cluster}-{namespace}-s3",
-                           "volumeAttributes": dict(csi.get("volumeAttributes") or {})}}}
-    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-           "metadata": {"name": S3_CLAIM, "namespace": namespace, "labels": labels},
-           "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv_name,
-                    "resources": {"requests": {"storage": S3_NOMINAL}}}}
-    return pv, pvc
 
 
 class NamespaceStage(Stage[JobPlan]):
@@ -150,7 +129,7 @@ class NamespaceStage(Stage[JobPlan]):
         ctx.data["shared_storage"] = default_pv is not None
         if default_pv is None:
             return
-        pv, pvc = shared_volume(default_pv, plan.cluster, plan.namespace)
+        pv, pvc = namespace_volume(default_pv, plan.cluster, plan.namespace)
         core.patch_persistent_volume(pv["metadata"]["name"], pv, field_manager=FIELD_MANAGER, force=True,
                                      _content_type=APPLY)
         core.patch_namespaced_persistent_volume_claim(S3_CLAIM, plan.namespace, pvc, field_manager=FIELD_MANAGER,

@@ -17,6 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from services.models import TRAINING_SERVICE_ACCOUNT
+
 MANAGED_BY = "app.kubernetes.io/managed-by"
 JOB_LABEL = "instantstart.io/job"
 RECIPE_LABEL = "instantstart.io/recipe"
@@ -120,7 +122,7 @@ class RenderContext:
     instance_types: Mapping[str, InstanceFacts]
     operators: frozenset[str] | set[str] = frozenset()
     mlflow_env: Mapping[str, str] = field(default_factory=dict)
-    service_account: str = "instantstart-training"
+    service_account: str = TRAINING_SERVICE_ACCOUNT
     claim: str = "shared-s3"
 
     @property

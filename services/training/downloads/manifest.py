@@ -23,16 +23,17 @@ from typing import Any
 from kubernetes import client as k8s
 
 from services.clusters.create_base import FIELD_MANAGER
-from services.clusters.storage_stage import APPLY, MANAGED_LABEL, S3_CLAIM, S3_DRIVER, S3_NOMINAL, volume_name
+from services.clusters.storage_stage import APPLY, MANAGED_LABEL, S3_CLAIM, S3_DRIVER, namespace_volume
 from services.clusters.storage_stage import NAMESPACE as STORAGE_NAMESPACE
 from services.errors import Conflict, NotFound
 from services.kube import KubeClients
+from services.models import TRAINING_SERVICE_ACCOUNT
 from services.secrets import SecretRef, stash
 from services.training.downloads.models import DownloadPlan
 
 UV_IMAGE = "ghcr.io/astral-sh/uv:0.12.9-python3.12-bookworm-slim"
 HF_HUB = "huggingface_hub==2.4.0"
-SERVICE_ACCOUNT = "instantstart-training"
+SERVICE_ACCOUNT = TRAINING_SERVICE_ACCOUNT
 DOWNLOAD_LABEL = "instantstart.io/download"
 MODEL_LABEL = "instantstart.io/model"
 MODEL_ANNOTATION = "instantstart.io/model-id"
@@ -181,17 +182,8 @@ def ensure_job_namespace(kube: KubeClients, cluster: str, namespace: str) -> str
     with contextlib.suppress(NotFound):
         existing: Any = core.read_namespaced_persistent_volume_claim(S3_CLAIM, namespace)
         return str(existing.spec.volume_name or "")
-    pv_name = volume_name(cluster, f"{namespace}-{S3_CLAIM}")
-    csi = {**storage.spec["csi"], "volumeHandle": f"instantstart-{cluster}-{namespace}-s3"}
-    pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name, **meta},
-          "spec": {"capacity": {"storage": S3_NOMINAL}, "accessModes": ["ReadWriteMany"], "volumeMode": "Filesystem",
-                   "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
-                   "claimRef": {"namespace": namespace, "name": S3_CLAIM},
-                   "mountOptions": list(storage.spec.get("mountOptions") or []), "csi": csi}}
-    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-           "metadata": {"name": S3_CLAIM, "namespace": namespace, **meta},
-           "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv_name,
-                    "resources": {"requests": {"storage": S3_NOMINAL}}}}
+    pv, pvc = namespace_volume({"spec": storage.spec}, cluster, namespace)
+    pv_name = str(pv["metadata"]["name"])
     core.patch_persistent_volume(pv_name, pv, field_manager=FIELD_MANAGER, force=True, _content_type=APPLY)
     core.patch_namespaced_persistent_volume_claim(S3_CLAIM, namespace, pvc, field_manager=FIELD_MANAGER, force=True,
                                                   _content_type=APPLY)

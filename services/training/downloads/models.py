@@ -8,13 +8,13 @@ from typing import Annotated
 
 from pydantic import Field, SecretStr
 
-from services.models import RequestModel, ResponseModel
+from services.models import TRAINING_NAMESPACE, RequestModel, ResponseModel
 from services.secrets import SecretRef
 
 #: a Hugging Face repository id: ``org/name`` (the Hub's own rules: letters, digits, ``-``, ``_``, ``.``)
 MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$"
 NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
-DEFAULT_NAMESPACE = "hyperpod-ns-training"
+DEFAULT_NAMESPACE = TRAINING_NAMESPACE
 Glob = Annotated[str, Field(pattern=r"^[^\s'\"`$\\;|&<>]{1,200}$")]  # no whitespace, quotes or shell characters
 
 

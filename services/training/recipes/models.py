@@ -6,9 +6,9 @@ from typing import Any
 
 from pydantic import Field
 
-from services.models import RequestModel, ResponseModel
+from services.models import TRAINING_NAMESPACE, RequestModel, ResponseModel
 
-DEFAULT_NAMESPACE = "hyperpod-ns-training"
+DEFAULT_NAMESPACE = TRAINING_NAMESPACE
 
 
 class RecipeInfo(ResponseModel):
