@@ -15,7 +15,7 @@ import httpx2
 import pytest
 import yaml
 
-from tests.jobs_support import BASE, BUCKET, CLUSTER, JobWorld, job_world
+from tests.jobs_support import BASE, BUCKET, CLUSTER, NS, JobWorld, job_world
 from tests.mcp_support import bridge, call, follow
 from tests.node_support import aws
 from tests.support import wait_until
@@ -94,6 +94,33 @@ def test_an_agent_runs_each_recipe_to_completion_with_the_playbooks_tools(world:
     for recipe, kind in KINDS.items():
         assert world.job(kind, f"mcp-{recipe}")["metadata"]["labels"]["instantstart.io/recipe"] == recipe
     assert set(used) <= playbook, f"tools outside the playbook: {set(used) - playbook}"
+
+
+def test_a_clone_gets_its_own_copy_of_the_recipes_config_map(world: JobWorld) -> None:
+    """LLaMA-Factory's training YAML is a ConfigMap the source job owns; the clone mounts a copy it owns, so
+    deleting the source (the garbage collector takes its ConfigMap) leaves the clone whole."""
+    answer = world.live.post(BASE, {"recipe": "llama-factory", "name": "lf-source", "params": PARAMS["llama-factory"]})
+    assert answer.status_code == 202, answer.text
+    assert world.finished(str(answer.json()["operation"]["id"]), timeout=300)["status"] == "succeeded"
+    cloned = world.live.post(f"{BASE}/lf-source/clone", {"name": "lf-copy"})
+    assert cloned.status_code == 202, cloned.text
+    assert world.finished(str(cloned.json()["operation"]["id"]), timeout=300)["status"] == "succeeded"
+    clone = world.job("HyperPodPyTorchJob", "lf-copy")
+    volumes = clone["spec"]["replicaSpecs"][0]["template"]["spec"]["volumes"]
+    assert [v["configMap"]["name"] for v in volumes if "configMap" in v] == ["lf-copy-llama-factory"], volumes
+    source_map = world.core.read_namespaced_config_map("lf-source-llama-factory", NS)
+    copy_map = world.core.read_namespaced_config_map("lf-copy-llama-factory", NS)
+    assert copy_map.data == source_map.data
+    assert [(o.kind, o.name, o.uid) for o in copy_map.metadata.owner_references] == [
+        ("HyperPodPyTorchJob", "lf-copy", clone["metadata"]["uid"])]
+    gone = httpx2.delete(world.live.url + f"{BASE}/lf-source", headers=world.live.headers(), timeout=30)
+    assert gone.status_code == 202, gone.text
+    assert world.finished(str(gone.json()["operation"]["id"]), timeout=300)["status"] == "succeeded"
+    assert [m.metadata.name for m in world.core.list_namespaced_config_map(NS).items
+            if m.metadata.name.startswith("lf-")] == ["lf-copy-llama-factory"], "the source's went with it"
+    assert world.core.read_namespaced_config_map("lf-copy-llama-factory", NS).data == source_map.data
+    detail = wait_until(lambda: _phase(world, "lf-copy"), 300, "the clone to finish")
+    assert detail["phase"] == "Succeeded", detail
 
 
 def test_deleting_a_finished_job_archives_its_logs_first(world: JobWorld) -> None:

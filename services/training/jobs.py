@@ -38,6 +38,7 @@ from services.training.jobs_kinds import (
     JobKind,
     budget,
     conditions,
+    config_map_volumes,
     dns_label,
     failure_reason,
     phase,
@@ -364,14 +365,15 @@ class Jobs:
             kind.group, kind.version, namespace, kind.plural, body, dry_run="All")
 
     def _plan(self, principal: Principal, cluster: str, request: JobSubmit, cloned_from: str | None = None,
-              manifest_recipe: str = "manifest") -> JobPlan:
+              manifest_recipe: str = "manifest", companions: list[dict[str, Any]] | None = None) -> JobPlan:
         """The stored request: the manifest rendered (or the user's) and made ours; ``manifest_recipe`` is the
-        recipe label a raw manifest carries (a clone keeps its source's)."""
+        recipe label a raw manifest carries and ``companions`` the ConfigMaps it comes with (a clone keeps its
+        source's)."""
         record = self.registry.get(cluster)
         name = dns_label(request.name, "the job name", NAME_LIMIT)
         namespace = dns_label(request.namespace, "the namespace")
         warnings: list[str] = []
-        companions: list[dict[str, Any]] = []
+        companions = list(companions or [])
         if request.recipe == "manifest":
             if request.manifest is None:
                 raise Invalid("recipe 'manifest' needs the custom resource in field manifest")
@@ -425,8 +427,38 @@ class Jobs:
                 labels.pop(key, None)
         plan = self._plan(principal, cluster, JobSubmit(recipe="manifest", name=request.name, namespace=ns,
                                                         manifest=manifest), cloned_from=f"{ns}/{job}",
-                          manifest_recipe=_labels(source).get(RECIPE_LABEL, "manifest"))
+                          manifest_recipe=_labels(source).get(RECIPE_LABEL, "manifest"),
+                          companions=self._cloned_companions(cluster, kind, source, manifest, request.name))
         return self._engine.submit(SUBMIT_KIND, plan, principal, idempotency_key)
+
+    def _cloned_companions(self, cluster: str, kind: JobKind, source: dict[str, Any], manifest: dict[str, Any],
+                           name: str) -> list[dict[str, Any]]:
+        """Copies of the ConfigMaps the source job owns and its pods mount (a recipe's training YAML), renamed
+        for the clone and the clone's volumes pointed at them: the source's go with the source when it is
+        deleted, and the clone must not lose its configuration then."""
+        meta = source.get("metadata") or {}
+        ns, uid, old = str(meta.get("namespace")), meta.get("uid"), str(meta.get("name"))
+        core = k8s.CoreV1Api(self.kube.api_client(cluster))
+        copies: dict[str, dict[str, Any]] = {}
+        for ref in config_map_volumes(kind, manifest):
+            original = str(ref.get("name") or "")
+            if original not in copies:
+                try:
+                    raw: Any = core.read_namespaced_config_map(original, ns, _preload_content=False)
+                except NotFound:
+                    continue  # the pods would wait for it as the source's did; nothing to copy
+                found: dict[str, Any] = json.loads(raw.data)
+                if not any(o.get("uid") == uid for o in found["metadata"].get("ownerReferences") or []):
+                    continue  # not the source's own: shared with other jobs, the clone mounts it as it is
+                renamed = name + original[len(old):] if original.startswith(old + "-") else f"{name}-{original}"
+                labels = {**(found["metadata"].get("labels") or {})}
+                if JOB_LABEL in labels:
+                    labels[JOB_LABEL] = name
+                copies[original] = {"apiVersion": "v1", "kind": "ConfigMap",
+                                    "metadata": {"name": renamed, "namespace": ns, "labels": labels},
+                                    "data": dict(found.get("data") or {})}
+            ref["name"] = copies[original]["metadata"]["name"]
+        return list(copies.values())
 
     def _ref(self, principal: Principal, cluster: str, job: str, target: JobTarget | None) -> JobRef:
         self.registry.get(cluster)

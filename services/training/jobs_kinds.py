@@ -101,6 +101,13 @@ def pod_templates(kind: JobKind, manifest: dict[str, Any]) -> list[tuple[str, di
     return out
 
 
+def config_map_volumes(kind: JobKind, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``configMap`` sources of every pod template's volumes (mutable: renaming one renames the reference)."""
+    return [volume["configMap"] for _, template in pod_templates(kind, manifest)
+            for volume in (template.get("spec") or {}).get("volumes") or []
+            if isinstance(volume, dict) and isinstance(volume.get("configMap"), dict)]
+
+
 def our_labels(name: str, recipe: str) -> dict[str, str]:
     return {MANAGED_BY: MANAGED, JOB_LABEL: name, RECIPE_LABEL: recipe}
 
