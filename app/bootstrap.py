@@ -86,6 +86,7 @@ class Services:
         self.metrics_live.stop()
         self.clusters.reader.close()  # no background AWS refresh starts after this
         self.informers.stop()
+        self.bus.close()  # no subscriber (a pane's refresh) is mid-query when the connections close
         self.db.close()
 
 

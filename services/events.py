@@ -126,6 +126,11 @@ class Subscription:
     def __call__(self) -> None:
         self.close()
 
+    def join(self, timeout: float) -> None:
+        """Wait until the callback running now (if any) has returned; a no-op from the callback itself."""
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
 
 class EventBus:
     def __init__(self, bound: int = DEFAULT_BOUND) -> None:
@@ -161,6 +166,16 @@ class EventBus:
         with self._lock:
             subscriptions = list(self._subscriptions)
         return [s.stats() for s in subscriptions]
+
+    def close(self, timeout: float = 10.0) -> None:
+        """End every subscription and wait for the callbacks running now: nothing is delivered after this, so
+        what they read (the database) can be closed next."""
+        with self._lock:
+            subscriptions = list(self._subscriptions)
+        for subscription in subscriptions:
+            subscription.close()
+        for subscription in subscriptions:
+            subscription.join(timeout)
 
     def drain(self, timeout: float = 10.0) -> bool:
         """Wait until every subscriber has handled what was published so far (tests, orderly shutdown)."""

@@ -54,7 +54,7 @@ def test_each_recipe_runs_to_completion_through_rest(world: JobWorld, recipe: st
     answer = world.live.post(BASE, {"recipe": recipe, "name": name, "params": PARAMS[recipe]})
     assert answer.status_code == 202, answer.text
     op = world.finished(str(answer.json()["operation"]["id"]), timeout=300)
-    assert op["status"] == "succeeded", op
+    assert op["status"] == "succeeded", (op.get("error"), op.get("stages"))
     assert world.job(KINDS[recipe], name)["metadata"]["labels"]["instantstart.io/recipe"] == recipe
     detail = wait_until(lambda: _phase(world, name), 300, f"{name} to finish")
     assert detail["phase"] == "Succeeded", detail

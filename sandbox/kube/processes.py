@@ -98,6 +98,29 @@ class Process:
     def now(self) -> float:
         return self.cluster.clock()
 
+    def read_file(self, path: str) -> str | None:
+        """The text at ``path`` in the container, where a ConfigMap volume provides it (the mount with the
+        longest matching path; ``items`` map keys to paths); None where no simulated volume holds it."""
+        mounts = sorted((m for m in self.spec.get("volumeMounts") or []
+                         if path.startswith(str(m.get("mountPath", "")).rstrip("/") + "/")),
+                        key=lambda m: len(str(m.get("mountPath", ""))), reverse=True)
+        volumes = {v.get("name"): v for v in (self.pod_obj.get("spec") or {}).get("volumes") or []}
+        for mount in mounts[:1]:
+            relative = path[len(str(mount["mountPath"]).rstrip("/")) + 1:]
+            if mount.get("subPath"):
+                relative = f"{mount['subPath']}/{relative}"
+            source = (volumes.get(mount.get("name")) or {}).get("configMap")
+            if not isinstance(source, dict):
+                return None
+            found = self.cluster.store.get(("", "configmaps"), (self.namespace, str(source.get("name", ""))))
+            if found is None:
+                return None
+            items = {str(i.get("path")): str(i.get("key")) for i in source.get("items") or []}
+            key = items.get(relative, relative if not items else "")
+            value = (found.get("data") or {}).get(key)
+            return None if value is None else str(value)
+        return None
+
     def log(self, text: str) -> None:
         self.cluster.logs.append((self.namespace, self.pod, self.container), text, self.now())
 

@@ -4,7 +4,8 @@
 Ready node with the fewest pods, counting the requests of the pods already bound; a pod that fits
 nowhere gets ``PodScheduled=False``, reason ``Unschedulable``, with the scheduler's ``0/N nodes are
 available: ...`` message (:mod:`.scheduling` decides), and is retried whenever nodes or capacity change.
-:func:`run_pod` is the kubelet: a bound pod starts (``Running``, every container ready, pod and host IP);
+:func:`run_pod` is the kubelet: a bound pod starts (``Running``, every container ready, pod and host IP) once
+the ConfigMaps its volumes mount exist (until then a ``FailedMount`` warning);
 a container a simulated program claims (:mod:`.processes`) then runs that program, which ends it with its
 exit code; any other Job pod completes (``Succeeded``, exit code 0) as soon as it started. Pods of a
 deleted node are deleted (the pod garbage collector).
@@ -180,7 +181,9 @@ def run_pod(cluster: Cluster, loc: Loc) -> None:
     if node is None or not is_ready(node):
         return
     phase = status.get("phase", "Pending")
-    if phase == "Pending":
+    if phase == "Pending" and (missing := volumes.missing_config_maps(cluster, pod)):
+        volumes.mount_failed(cluster, pod, missing)  # started once the ConfigMap exists (.controllers)
+    elif phase == "Pending":
         _write_status(cluster, pod, _running(cluster, pod, node), KUBELET)
     elif phase == "Running" and processes.run(cluster, pod):
         return  # its simulated programs end it

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import yaml
+
 # --- torchrun ------------------------------------------------------------------------------------------
 # torch/distributed/run.py get_args_parser() (torch 2.6-2.8): options taking one value, and store_true flags.
 TORCHRUN_SOURCE = "pytorch/pytorch torch/distributed/run.py get_args_parser (v2.6-v2.8)"
@@ -177,6 +179,31 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
             parsed[key] = value
         i += 1
     return parsed
+
+
+def llamafactory_config(config_file: str, text: str | None, overrides: dict[str, str]) -> dict[str, str]:
+    """The settings ``llamafactory-cli train <yaml> key=value …`` runs with: the YAML's top-level keys with the
+    overrides merged over them (OmegaConf), checked as ``HfArgumentParser.parse_dict`` checks them."""
+    if text is None:
+        raise CliError(["Traceback (most recent call last):",
+                        '  File "/usr/local/bin/llamafactory-cli", line 8, in <module>',
+                        f"FileNotFoundError: [Errno 2] No such file or directory: '{config_file}'"], 1)
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise CliError(["Traceback (most recent call last):", f"yaml.scanner.ScannerError: {exc}"], 1) from None
+    if not isinstance(loaded, dict):
+        raise CliError(["Traceback (most recent call last):",
+                        f"ValueError: {config_file} is not a mapping of arguments"], 1)
+    merged = {str(k): "" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+              for k, v in loaded.items()}
+    merged.update(overrides)
+    unused = sorted(k for k in merged if k not in LLAMAFACTORY_KEYS)
+    if unused:
+        raise CliError(["Traceback (most recent call last):",
+                        '  File "/usr/local/bin/llamafactory-cli", line 8, in <module>',
+                        f"ValueError: Some keys are not used by the HfArgumentParser: {unused}"], 1)
+    return merged
 
 
 def check_llamafactory(keys: dict[str, str]) -> None:
@@ -440,7 +467,8 @@ def _llamafactory(argv: list[str]) -> Invocation:
     rest = argv[1:]
     config = rest[0] if rest and rest[0].endswith((".yaml", ".yml", ".json")) else ""
     settings = parse_overrides(rest[1:] if config else rest)
-    check_llamafactory(settings)
+    if not config:  # with a YAML, the merged keys are checked once the file is read (llamafactory_config)
+        check_llamafactory(settings)
     return Invocation("llama-factory", settings=settings, config_file=config)
 
 

@@ -31,13 +31,13 @@ import hashlib
 import math
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import hpto
 from .processes import Process, program
 from .store import Obj
-from .training_cli import CliError, Invocation, identify
+from .training_cli import CliError, Invocation, identify, llamafactory_config
 
 DEFAULT_STEPS = 50
 STEP_SECONDS = 2.0
@@ -288,11 +288,14 @@ def train(proc: Process) -> int:
     """The program: refuse like the CLI, or train (under the HyperPod agent for ``hyperpodrun``)."""
     try:
         invocation = identify(proc.argv, proc.env)
+        assert invocation is not None  # claimed by _claims
+        if invocation.config_file:  # the YAML the command names, as the container sees it
+            invocation = replace(invocation, settings=llamafactory_config(
+                invocation.config_file, proc.read_file(invocation.config_file), invocation.settings))
     except CliError as exc:
         for line in exc.lines:
             proc.log(line)
         return exc.exit_code
-    assert invocation is not None  # claimed by _claims
     plan = plan_for(proc, invocation)
     mlflow = _Mlflow(proc, plan)
     run = proc.restart_count

@@ -28,6 +28,7 @@ from .store import Key, Obj
 PVC_KEY: Key = ("", "persistentvolumeclaims")
 PV_KEY: Key = ("", "persistentvolumes")
 SC_KEY: Key = ("storage.k8s.io", "storageclasses")
+CONFIGMAP_KEY: Key = ("", "configmaps")
 CSI_KEY: Key = ("storage.k8s.io", "csidrivers")
 SELECTED_NODE = "volume.kubernetes.io/selected-node"
 DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
@@ -167,7 +168,8 @@ def _pending(cluster: Cluster, claim: Obj) -> None:
                     {**claim, "status": {"phase": "Pending"}}, MANAGER, "status")
 
 
-def _event(cluster: Cluster, obj: Obj, kind: str, reason: str, message: str) -> None:
+def _event(cluster: Cluster, obj: Obj, kind: str, reason: str, message: str,
+           component: str = "persistentvolume-controller") -> None:
     """Record an Event about ``obj`` once per reason (``kubectl describe`` shows it)."""
     meta = obj["metadata"]
     name = f"{meta['name']}.{hashlib.sha256((meta['uid'] + reason).encode()).hexdigest()[:16]}"
@@ -180,9 +182,29 @@ def _event(cluster: Cluster, obj: Obj, kind: str, reason: str, message: str) -> 
                            "uid": meta["uid"], "apiVersion": obj["apiVersion"],
                            "resourceVersion": meta.get("resourceVersion", "")},
         "reason": reason, "message": message, "type": kind, "count": 1, "firstTimestamp": now, "lastTimestamp": now,
-        "source": {"component": "persistentvolume-controller"}, "reportingComponent": "persistentvolume-controller"}
+        "source": {"component": component}, "reportingComponent": component}
     with contextlib.suppress(ApiError):
         cluster.create(cluster.builtin("", "events"), meta["namespace"], body, MANAGER)
+
+
+def missing_config_maps(cluster: Cluster, pod: Obj) -> list[tuple[str, str]]:
+    """(volume, ConfigMap) of the pod's ``configMap`` volumes (not ``optional``) whose ConfigMap does not exist:
+    the kubelet cannot mount them, so the pod's containers wait (``ContainerCreating``) until it does."""
+    namespace = pod["metadata"]["namespace"]
+    out = []
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        source = volume.get("configMap")
+        if isinstance(source, dict) and not source.get("optional") and \
+                cluster.store.get(CONFIGMAP_KEY, (namespace, str(source.get("name", "")))) is None:
+            out.append((str(volume.get("name", "")), str(source.get("name", ""))))
+    return out
+
+
+def mount_failed(cluster: Cluster, pod: Obj, missing: list[tuple[str, str]]) -> None:
+    """The kubelet's ``FailedMount`` warning (once per pod) for the first volume it cannot set up."""
+    volume, name = missing[0]
+    _event(cluster, pod, "Warning", "FailedMount",
+           f'MountVolume.SetUp failed for volume "{volume}" : configmap "{name}" not found', component="kubelet")
 
 
 def claims_block(cluster: Cluster, pod: Obj) -> str | None:

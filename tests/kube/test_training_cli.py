@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox.kube.training_cli import SOURCES, CliError, check, commands, identify
+from sandbox.kube.training_cli import SOURCES, CliError, check, commands, identify, llamafactory_config
 
 
 def test_hyperpodrun_accepts_the_incumbent_launch_line() -> None:
@@ -38,8 +38,18 @@ def test_llamafactory_swift_and_verl_keys() -> None:
     found = identify(["llamafactory-cli", "train", "/s3/cfg/sft.yaml", "max_steps=30", "learning_rate=1e-5"], {})
     assert found is not None and found.recipe == "llama-factory" and found.config_file == "/s3/cfg/sft.yaml"
     assert found.settings["max_steps"] == "30"
-    assert check(["llamafactory-cli", "train", "a.yaml", "no_such_key=1"])[-1] == \
+    assert check(["llamafactory-cli", "train", "no_such_key=1"])[-1] == \
         "ValueError: Some specified arguments are not used by the HfArgumentParser: ['no_such_key']"
+    # with a YAML: its keys and the overrides merged, then checked as parse_dict checks a dict
+    assert llamafactory_config("a.yaml", "stage: sft\nbf16: true\n", {"max_steps": "3"}) == {
+        "stage": "sft", "bf16": "true", "max_steps": "3"}
+    with pytest.raises(CliError) as unused:
+        llamafactory_config("a.yaml", "stage: sft\nlearning_rat: 1\n", {"no_such_key": "1"})
+    assert unused.value.lines[-1] == \
+        "ValueError: Some keys are not used by the HfArgumentParser: ['learning_rat', 'no_such_key']"
+    with pytest.raises(CliError) as missing:
+        llamafactory_config("/config/train.yaml", None, {})
+    assert missing.value.lines[-1] == "FileNotFoundError: [Errno 2] No such file or directory: '/config/train.yaml'"
     swift = identify(["swift", "sft", "--model", "Qwen/Qwen3-0.6B", "--dataset", "a.jsonl", "b.jsonl",
                       "--max_steps", "12"], {})
     assert swift is not None and swift.settings["dataset"] == "a.jsonl b.jsonl" and swift.settings["max_steps"] == "12"

@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from sandbox.kube import Cluster, Emulator
 from sandbox.kube.hpto import KEY
-from tests.kube.training_support import conditions, create, emulator, get, labels, log_text, trainer_container
+from tests.kube.training_support import NS, TEST, conditions, create, emulator, get, labels, log_text, trainer_container
 from tests.kube.training_support import training_cluster as make_cluster
 from tests.support import wait_until
 
@@ -22,8 +22,15 @@ TORCH_LINE = re.compile(r"\[rank0\] step (\d+)/\d+ \| loss ([\d.]+) \| lr ([\d.e
                         r"([\d.]+) s/step")
 
 
-def submit(cluster: Cluster, name: str, recipe: str, command: list[str], env: dict[str, str]) -> None:
-    template = {"metadata": {"labels": labels(name, recipe)}, "spec": {"containers": [trainer_container(command, env)]}}
+def submit(cluster: Cluster, name: str, recipe: str, command: list[str], env: dict[str, str],
+           config_map: str | None = None) -> None:
+    """``config_map``: mounted at ``/s3/cfg`` (the training YAML a LLaMA-Factory command names)."""
+    container = trainer_container(command, env)
+    spec: dict[str, Any] = {"containers": [container]}
+    if config_map is not None:
+        container["volumeMounts"] = [{"name": "cfg", "mountPath": "/s3/cfg"}]
+        spec["volumes"] = [{"name": "cfg", "configMap": {"name": config_map}}]
+    template = {"metadata": {"labels": labels(name, recipe)}, "spec": spec}
     create(cluster, "sagemaker.amazonaws.com", "v1", "hyperpodpytorchjobs", {
         "apiVersion": "sagemaker.amazonaws.com/v1", "kind": "HyperPodPyTorchJob",
         "metadata": {"name": name, "labels": labels(name, recipe)},
@@ -47,9 +54,11 @@ def test_metrics_reach_the_injected_run_exactly(emulator: Emulator, mlflow_url: 
     lmf_run, torch_run = new_run(client, "lmf"), new_run(client, "torch")
     untouched = new_run(client, "untouched")
     lmf = "llamafactory-cli train /s3/cfg/sft.yaml max_steps=5 logging_steps=2"
+    cluster.create(cluster.builtin("", "configmaps"), NS, {"metadata": {"name": "lmf-config"}, "data": {
+        "sft.yaml": "stage: sft\ndo_train: true\nmax_steps: 50\nreport_to: mlflow\n"}}, TEST)
     submit(cluster, "lmf", "llama-factory", ["bash", "-c", lmf],
            {"MLFLOW_TRACKING_URI": mlflow_url, "MLFLOW_RUN_ID": lmf_run,
-            "MLFLOW_EXPERIMENT_NAME": "hyperpod-ns-training"})
+            "MLFLOW_EXPERIMENT_NAME": "hyperpod-ns-training"}, config_map="lmf-config")
     submit(cluster, "torch", "pytorch", ["hyperpodrun", "--nnodes=2", "/s3/train.py", "--max_steps", "4"],
            {"MLFLOW_TRACKING_URI": mlflow_url, "MLFLOW_RUN_ID": torch_run})
     for job in ("lmf", "torch"):
