@@ -73,6 +73,7 @@ class Stepper:
                 with self.db.tx() as conn:
                     self.store.finish_cancelled(conn, self.store.row(conn, op_id), self.clock.now(), "request")
                 self.store.publish(op_id)
+                self.store.stopped_by_request(op_id)
                 return
             srow = self.db.query_one("SELECT * FROM stages WHERE operation_id=? AND status!=? ORDER BY idx LIMIT 1",
                                      (op_id, StageStatus.SUCCEEDED.value))
@@ -177,12 +178,15 @@ class Stepper:
         now = self.clock.now()
         with self.db.tx() as conn:
             row = self.store.row(conn, op_id)
-            if row["cancel_requested"]:  # asked for while this step ran: stop now, not at the next due time
+            cancelled = bool(row["cancel_requested"])
+            if cancelled:  # asked for while this step ran: stop now, not at the next due time
                 self.store.finish_cancelled(conn, row, now, "request")
             else:
                 conds = set_condition(loads(row["conditions"]), now, "Progressing", "True", "Waiting", message)
                 self.store.update(conn, row, Status.WAITING, now, due_at=due, claimed=0, conditions=conds)
         self.store.publish(op_id)
+        if cancelled:
+            self.store.stopped_by_request(op_id)
 
     def _context(self, row: Any, srow: Any, request: Any) -> StageContext[Any]:
         results = {r["name"]: loads(r["result"]) or {} for r in self.db.query(

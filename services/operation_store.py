@@ -9,6 +9,7 @@ the operation's new view on the bus. This module decides nothing about *when* a 
 from __future__ import annotations
 
 import builtins
+import logging
 import threading
 import uuid
 from collections import OrderedDict
@@ -49,6 +50,8 @@ _UNSET: Any = object()
 
 
 EXPECTED_CACHE = 4096  # operations whose stage durations are kept
+
+log = logging.getLogger(__name__)
 
 
 class OperationStore:
@@ -320,6 +323,23 @@ class OperationStore:
             self.audit_end(conn, row, "succeeded", "")
         self.metrics.operation_finished(row["kind"], Status.SUCCEEDED.value)
         self.publish(op_id)
+
+    def stop_outside(self, op_id: str) -> None:
+        """A cancelled operation's kind ``on_cancel`` (what still runs outside the engine: a Job), run after the
+        cancel committed; safe to run again."""
+        row = self.db.query_one("SELECT kind, request FROM operations WHERE id=?", (op_id,))
+        kind = self.kinds.get(row["kind"]) if row is not None else None
+        if row is not None and kind is not None and kind.on_cancel is not None:
+            kind.on_cancel(kind.request_model.model_validate(loads(row["request"])))
+
+    def stopped_by_request(self, op_id: str) -> None:
+        """After a worker ended an operation whose cancel was asked for while it stepped: :meth:`stop_outside`,
+        its failure logged (the cancel stands; cancelling again runs it again)."""
+        try:
+            self.stop_outside(op_id)
+        except Exception:
+            log.warning("operation %s: stopping what it started outside the engine failed; cancel it again to "
+                        "retry", op_id, exc_info=True)
 
     def fail(self, op_id: str, exc: ServiceError, stage_idx: int | None) -> None:
         now = self.clock.now()

@@ -220,28 +220,30 @@ class Engine:
 
     def cancel(self, op_id: str, principal: Principal) -> OperationView:
         """Stop an operation between steps. Nothing already done is undone; the evidence stays. A kind's
-        ``on_cancel`` then stops what still runs outside the engine."""
+        ``on_cancel`` then stops what still runs outside the engine (once the operation has ended cancelled;
+        cancelling a cancelled operation of such a kind runs it again)."""
         principal.require(self._role_for(op_id))
+        kind = self.kinds.get(self.get(op_id).kind)
+        stops = kind is not None and kind.on_cancel is not None
         with self.db.tx() as conn:
             row = self.store.row(conn, op_id)
             status = Status(row["status"])
-            if status.terminal and status != Status.FAILED:
+            if status == Status.CANCELLED and stops:
+                outcome = "stopped again"  # what it started outside may have outlived an earlier cancel
+            elif status.terminal and status != Status.FAILED:
                 raise Conflict(f"operation {op_id} already ended ({status.value})")
-            now = self.clock.now()
-            if row["claimed"]:
+            elif row["claimed"]:  # the worker ends it after its step, then stops what it started
                 conn.execute("UPDATE operations SET cancel_requested=1, version=version+1, updated_at=? "
-                             "WHERE id=?", (now, op_id))
+                             "WHERE id=?", (self.clock.now(), op_id))
                 outcome = "requested"
             else:
-                self.store.finish_cancelled(conn, row, now, principal.name)
+                self.store.finish_cancelled(conn, row, self.clock.now(), principal.name)
                 outcome = "cancelled"
             self.audit.record(principal, "operation.cancel", op_id, {}, outcome, op_id, conn=conn)
         self.store.publish(op_id)
-        view = self.get(op_id)
-        kind = self.kinds.get(view.kind)
-        if kind is not None and kind.on_cancel is not None:
-            kind.on_cancel(kind.request_model.model_validate(view.request))
-        return view
+        if outcome in ("cancelled", "stopped again"):
+            self.store.stop_outside(op_id)  # a failure reaches the caller, who may cancel again
+        return self.get(op_id)
 
     def _role_for(self, op_id: str) -> Role:
         """Retrying or cancelling takes the role that starting the operation takes."""

@@ -319,6 +319,42 @@ def test_a_cancel_asked_during_a_step_stops_at_once_not_at_the_next_due_time(eng
     assert ended[0].outcome == "cancelled"
 
 
+def test_on_cancel_stops_what_runs_outside_once_the_operation_ends_cancelled(engine: Engine) -> None:
+    """A kind's on_cancel: not while a worker's step is still running (it could start what the hook just
+    stopped), but once the operation has ended cancelled, on every path; a failure reaches the caller, and
+    cancelling the cancelled operation again runs it again."""
+    stopped: list[str] = []
+    broken = {"now": False}
+
+    def stop(request: ThingRequest) -> None:
+        if broken["now"]:
+            raise Transient("the cluster did not answer")
+        stopped.append(request.name)
+
+    def poll(ctx: StageContext) -> Wait:
+        engine.cancel(ctx.operation_id, OPERATOR)  # during the step: only requested
+        assert stopped == [], "nothing is stopped while the step runs"
+        return Wait(600, "long wait")
+
+    engine.register(OperationKind("t.stoppable", ThingRequest, (_Scripted(on_poll=poll),), lambda r: r.name,
+                                  on_cancel=stop))
+    during, _ = engine.submit("t.stoppable", ThingRequest(name="during"), OPERATOR)
+    assert engine.run_until_idle(during.id).status == Status.CANCELLED
+    assert stopped == ["during"], "the worker that ended it cancelled ran the hook"
+
+    engine.register(OperationKind("t.stoppable-waiting", ThingRequest, (_Scripted(on_poll=lambda c: Wait(600, "x")),),
+                                  lambda r: r.name, on_cancel=stop))
+    waiting, _ = engine.submit("t.stoppable-waiting", ThingRequest(name="waiting"), OPERATOR)
+    assert engine.run_until_idle(waiting.id).status == Status.WAITING
+    broken["now"] = True
+    with pytest.raises(Transient):
+        engine.cancel(waiting.id, OPERATOR)
+    assert engine.get(waiting.id).status == Status.CANCELLED, "the cancel stands"
+    broken["now"] = False
+    assert engine.cancel(waiting.id, OPERATOR).status == Status.CANCELLED  # again: no 409, the hook runs again
+    assert stopped == ["during", "waiting"]
+
+
 def test_the_transient_budget_counts_failures_in_a_row(engine: Engine, clock: FakeClock) -> None:
     polls = {"n": 0}
 

@@ -102,23 +102,31 @@ def test_a_clone_gets_its_own_copy_of_the_recipes_config_map(world: JobWorld) ->
     answer = world.live.post(BASE, {"recipe": "llama-factory", "name": "lf-source", "params": PARAMS["llama-factory"]})
     assert answer.status_code == 202, answer.text
     assert world.finished(str(answer.json()["operation"]["id"]), timeout=300)["status"] == "succeeded"
-    cloned = world.live.post(f"{BASE}/lf-source/clone", {"name": "lf-copy"})
+    key = {"Idempotency-Key": "clone-lf-source-once"}
+    cloned = world.live.post(f"{BASE}/lf-source/clone", {"name": "lf-copy"}, headers=key)
     assert cloned.status_code == 202, cloned.text
     assert world.finished(str(cloned.json()["operation"]["id"]), timeout=300)["status"] == "succeeded"
     clone = world.job("HyperPodPyTorchJob", "lf-copy")
-    volumes = clone["spec"]["replicaSpecs"][0]["template"]["spec"]["volumes"]
-    assert [v["configMap"]["name"] for v in volumes if "configMap" in v] == ["lf-copy-llama-factory"], volumes
+    pod = clone["spec"]["replicaSpecs"][0]["template"]["spec"]
+    assert [v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v] == ["lf-copy-llama-factory"], pod
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert (env["INSTANTSTART_JOB"], env["INSTANTSTART_JOB_DIR"]) == ("lf-copy", "/s3/jobs/lf-copy")
     source_map = world.core.read_namespaced_config_map("lf-source-llama-factory", NS)
     copy_map = world.core.read_namespaced_config_map("lf-copy-llama-factory", NS)
-    assert copy_map.data == source_map.data
+    assert copy_map.data == {k: v.replace("/s3/jobs/lf-source/", "/s3/jobs/lf-copy/")
+                             for k, v in source_map.data.items()}
+    assert "output_dir: /s3/jobs/lf-copy/checkpoints" in copy_map.data["train.yaml"], copy_map.data
     assert [(o.kind, o.name, o.uid) for o in copy_map.metadata.owner_references] == [
         ("HyperPodPyTorchJob", "lf-copy", clone["metadata"]["uid"])]
     gone = httpx2.delete(world.live.url + f"{BASE}/lf-source", headers=world.live.headers(), timeout=30)
     assert gone.status_code == 202, gone.text
     assert world.finished(str(gone.json()["operation"]["id"]), timeout=300)["status"] == "succeeded"
+    # a retry of the clone (its answer lost) answers the first operation, though the source is gone now
+    again = world.live.post(f"{BASE}/lf-source/clone", {"name": "lf-copy"}, headers=key)
+    assert again.status_code == 202 and again.json()["operation"]["id"] == cloned.json()["operation"]["id"], again.text
     assert [m.metadata.name for m in world.core.list_namespaced_config_map(NS).items
             if m.metadata.name.startswith("lf-")] == ["lf-copy-llama-factory"], "the source's went with it"
-    assert world.core.read_namespaced_config_map("lf-copy-llama-factory", NS).data == source_map.data
+    assert world.core.read_namespaced_config_map("lf-copy-llama-factory", NS).data == copy_map.data
     detail = wait_until(lambda: _phase(world, "lf-copy"), 300, "the clone to finish")
     assert detail["phase"] == "Succeeded", detail
 

@@ -45,6 +45,7 @@ from services.training.jobs_kinds import (
     pod_templates,
     prepare_manifest,
     rank_of,
+    renamed_job,
     suspended,
 )
 from services.training.jobs_models import (
@@ -408,16 +409,26 @@ class Jobs:
     @verb(Role.OPERATOR)
     def clone_job(self, principal: Principal, cluster: str, job: str, request: JobClone,
                   idempotency_key: str | None = None) -> tuple[OperationView, bool]:
-        """Submit a copy of a job under a new name: the same spec (pod templates included), fresh metadata."""
+        """Submit a copy of a job under a new name: the same spec (pod templates included), fresh metadata, its
+        own copies of the ConfigMaps the source owns, and the job's folder (``/s3/jobs/<job>``) renamed."""
+        def same(stored: dict[str, Any]) -> bool:
+            source = str(stored.get("cloned_from") or "")
+            return stored.get("cluster") == cluster and stored.get("name") == request.name and (
+                source == f"{request.namespace}/{job}" if request.namespace else source.endswith(f"/{job}"))
+        replay = self._engine.replayed(SUBMIT_KIND, principal, idempotency_key, same)
+        if replay is not None:  # the source may be gone by now: the retry answers what the first call made
+            return replay, False
         self.registry.get(cluster)
         kind, cached = self._find(cluster, job, request.namespace)
         ns = str(cached["metadata"].get("namespace"))
         source = read_job(self.deps, cluster, kind, ns, job)
         if source is None:
             raise NotFound(f"job {job} is gone from {ns}")
+        name = dns_label(request.name, "the job name", NAME_LIMIT)
         meta = source.get("metadata") or {}
         ours = (MANAGED_BY, JOB_LABEL, RECIPE_LABEL)
-        manifest = {"apiVersion": kind.api_version, "kind": kind.kind, "spec": source.get("spec") or {},
+        manifest = {"apiVersion": kind.api_version, "kind": kind.kind,
+                    "spec": renamed_job(source.get("spec") or {}, job, name),
                     "metadata": {"labels": {k: v for k, v in (meta.get("labels") or {}).items() if k not in ours},
                                  "annotations": {k: v for k, v in (meta.get("annotations") or {}).items()
                                                  if not k.startswith("kubectl.kubernetes.io/")}}}
@@ -425,17 +436,17 @@ class Jobs:
             labels = (template.get("metadata") or {}).get("labels") or {}
             for key in ours:
                 labels.pop(key, None)
-        plan = self._plan(principal, cluster, JobSubmit(recipe="manifest", name=request.name, namespace=ns,
+        companions = self._cloned_companions(cluster, kind, source, manifest, name)
+        plan = self._plan(principal, cluster, JobSubmit(recipe="manifest", name=name, namespace=ns,
                                                         manifest=manifest), cloned_from=f"{ns}/{job}",
-                          manifest_recipe=_labels(source).get(RECIPE_LABEL, "manifest"),
-                          companions=self._cloned_companions(cluster, kind, source, manifest, request.name))
+                          manifest_recipe=_labels(source).get(RECIPE_LABEL, "manifest"), companions=companions)
         return self._engine.submit(SUBMIT_KIND, plan, principal, idempotency_key)
 
     def _cloned_companions(self, cluster: str, kind: JobKind, source: dict[str, Any], manifest: dict[str, Any],
                            name: str) -> list[dict[str, Any]]:
         """Copies of the ConfigMaps the source job owns and its pods mount (a recipe's training YAML), renamed
-        for the clone and the clone's volumes pointed at them: the source's go with the source when it is
-        deleted, and the clone must not lose its configuration then."""
+        for the clone (their job folder too) and the clone's volumes pointed at them: the source's go with the
+        source when it is deleted, and the clone must not lose its configuration then."""
         meta = source.get("metadata") or {}
         ns, uid, old = str(meta.get("namespace")), meta.get("uid"), str(meta.get("name"))
         core = k8s.CoreV1Api(self.kube.api_client(cluster))
@@ -454,9 +465,11 @@ class Jobs:
                 labels = {**(found["metadata"].get("labels") or {})}
                 if JOB_LABEL in labels:
                     labels[JOB_LABEL] = name
-                copies[original] = {"apiVersion": "v1", "kind": "ConfigMap",
-                                    "metadata": {"name": renamed, "namespace": ns, "labels": labels},
-                                    "data": dict(found.get("data") or {})}
+                copy = {"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": renamed, "namespace": ns, "labels": labels},
+                        "data": renamed_job(dict(found.get("data") or {}), old, name)}
+                copy.update({k: found[k] for k in ("binaryData", "immutable") if k in found})
+                copies[original] = copy
             ref["name"] = copies[original]["metadata"]["name"]
         return list(copies.values())
 

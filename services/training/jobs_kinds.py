@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.errors import Invalid
+from services.training.manifests import SHARED_MOUNT
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 JOB_LABEL = "instantstart.io/job"
@@ -99,6 +100,21 @@ def pod_templates(kind: JobKind, manifest: dict[str, Any]) -> list[tuple[str, di
         if isinstance(spec.get("submitterPodTemplate"), dict):
             out.append(("submitter", spec["submitterPodTemplate"]))
     return out
+
+
+def renamed_job(value: Any, old: str, new: str) -> Any:
+    """``value`` (a spec, a ConfigMap's data) with job ``old``'s folder ``/s3/jobs/<old>`` and its
+    ``INSTANTSTART_JOB`` variable renamed for job ``new``: a clone's checkpoints and outputs are its own."""
+    folder = re.compile(rf"{re.escape(SHARED_MOUNT)}/jobs/{re.escape(old)}(?![a-z0-9-])")
+    if isinstance(value, str):
+        return folder.sub(f"{SHARED_MOUNT}/jobs/{new}", value)
+    if isinstance(value, list):
+        return [renamed_job(v, old, new) for v in value]
+    if isinstance(value, dict):
+        if value.get("name") == "INSTANTSTART_JOB" and value.get("value") == old:
+            return {**value, "value": new}
+        return {k: renamed_job(v, old, new) for k, v in value.items()}
+    return value
 
 
 def config_map_volumes(kind: JobKind, manifest: dict[str, Any]) -> list[dict[str, Any]]:

@@ -129,7 +129,7 @@ class Downloads:
         """Stop a running download: its operation is cancelled, its Job (and pod) and token Secret deleted.
         The files already copied stay in the bucket."""
         op = self._operation(cluster, download_id)
-        if op.status.terminal:
+        if op.status.terminal and op.status is not Status.CANCELLED:  # cancelling again stops its Job again
             raise Conflict(f"download {download_id} already ended ({op.status.value})",
                            details={"operation_id": op.id})
         self._engine.cancel(op.id, principal)  # the kind's on_cancel stops the Job
