@@ -101,14 +101,17 @@ class Process:
     def read_file(self, path: str) -> str | None:
         """The text at ``path`` in the container, where a ConfigMap volume provides it (the mount with the
         longest matching path; ``items`` map keys to paths); None where no simulated volume holds it."""
-        mounts = sorted((m for m in self.spec.get("volumeMounts") or []
-                         if path.startswith(str(m.get("mountPath", "")).rstrip("/") + "/")),
+        def holds(mount: dict[str, Any]) -> bool:
+            where = str(mount.get("mountPath", "")).rstrip("/")
+            return path.startswith(where + "/") or (path == where and bool(mount.get("subPath")))
+
+        mounts = sorted((m for m in self.spec.get("volumeMounts") or [] if holds(m)),
                         key=lambda m: len(str(m.get("mountPath", ""))), reverse=True)
         volumes = {v.get("name"): v for v in (self.pod_obj.get("spec") or {}).get("volumes") or []}
         for mount in mounts[:1]:
             relative = path[len(str(mount["mountPath"]).rstrip("/")) + 1:]
-            if mount.get("subPath"):
-                relative = f"{mount['subPath']}/{relative}"
+            if mount.get("subPath"):  # the volume's entry at subPath, mounted at mountPath (a file, or below it)
+                relative = "/".join(p for p in (str(mount["subPath"]), relative) if p)
             source = (volumes.get(mount.get("name")) or {}).get("configMap")
             if not isinstance(source, dict):
                 return None

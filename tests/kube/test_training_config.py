@@ -24,9 +24,12 @@ def config_map(cluster: Cluster, name: str, config: dict[str, Any]) -> None:
     cluster.create(cluster.builtin("", "configmaps"), NS, body, TEST)
 
 
-def pod(cluster: Cluster, name: str, config: str, *overrides: str) -> None:
+def pod(cluster: Cluster, name: str, config: str, *overrides: str, sub_path: bool = False) -> None:
+    """``sub_path``: the file alone mounted at ``/config/train.yaml`` (``subPath: train.yaml``)."""
+    mount = {"name": "config", "mountPath": "/config/train.yaml", "subPath": "train.yaml"} if sub_path else \
+        {"name": "config", "mountPath": "/config"}
     container = {**trainer_container(["llamafactory-cli", "train", "/config/train.yaml", *overrides]),
-                 "volumeMounts": [{"name": "config", "mountPath": "/config"}]}
+                 "volumeMounts": [mount]}
     body = {"metadata": {"name": name}, "spec": {"restartPolicy": "Never", "containers": [container],
                                                   "volumes": [{"name": "config", "configMap": {"name": config}}]}}
     cluster.create(cluster.builtin("", "pods"), NS, body, TEST)
@@ -47,6 +50,9 @@ def test_the_yaml_and_its_overrides_run_and_steps_come_from_them(emulator: Emula
     wait_until(lambda: phase(cluster, "lf") == "Succeeded", timeout=60)
     text = log_text(cluster, "lf")
     assert "Total optimization steps = 2" in text and "Training completed: 2 steps" in text, text[-1500:]
+    pod(cluster, "lf-file", "lf-config", sub_path=True)
+    wait_until(lambda: phase(cluster, "lf-file") == "Succeeded", timeout=60)
+    assert "Training completed: 3 steps" in log_text(cluster, "lf-file")
 
 
 def test_an_unknown_key_in_the_yaml_fails_as_the_argument_parser_does(emulator: Emulator) -> None:
