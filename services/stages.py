@@ -129,8 +129,8 @@ class OperationKind(Generic[R]):
     #: the names of the stages this request needs (in any order; run in the kind's order), decided once at
     #: submit time and stored with the operation. None: every stage
     plan: Callable[[R], Sequence[str]] | None = None
-    #: what cancelling must stop outside the engine (a Job still running in the cluster), called once the cancel
-    #: is recorded, whichever face asked for it
+    #: what cancelling must stop outside the engine (a Job still running in the cluster), called once the
+    #: operation has ended cancelled, whichever face asked for it (and again when it is cancelled again)
     on_cancel: Callable[[R], None] | None = None
 
     def stages_for(self, request: R) -> tuple[Stage[R], ...]:
