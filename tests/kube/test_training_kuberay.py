@@ -16,11 +16,12 @@ VERL = ("python3 -m verl.trainer.main_ppo data.train_files=/s3/data/gsm8k/train.
         "trainer.nnodes=2 trainer.n_gpus_per_node=8 trainer.total_training_steps=6")
 
 
-def rayjob(name: str, entrypoint: str, **spec: Any) -> dict[str, Any]:
+def rayjob(name: str, entrypoint: str, step_seconds: int = 1, **spec: Any) -> dict[str, Any]:
+    """``step_seconds``: simulated seconds per training step (the cluster's clock runs 400 times real time)."""
     def template(container: str) -> dict[str, Any]:
         return {"metadata": {"labels": labels(name, "verl")},
                 "spec": {"containers": [{"name": container, "image": "public.ecr.aws/example/verl:1",
-                                         "env": [{"name": "SANDBOX_STEP_SECONDS", "value": "1"}],
+                                         "env": [{"name": "SANDBOX_STEP_SECONDS", "value": str(step_seconds)}],
                                          "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}
 
     return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": name, "labels": labels(name, "verl")},
@@ -39,7 +40,8 @@ def status(cluster: Cluster, name: str) -> dict[str, Any]:
 
 def test_rayjob_runs_the_driver_on_its_raycluster_then_shuts_it_down(emulator: Emulator) -> None:
     cluster = training_cluster(emulator, "kuberay")
-    create(cluster, "ray.io", "v1", "rayjobs", rayjob("grpo", VERL))
+    # 6 steps of 200 simulated seconds: RUNNING for about 3 s of real time, long enough to be seen
+    create(cluster, "ray.io", "v1", "rayjobs", rayjob("grpo", VERL, step_seconds=200))
     wait_until(lambda: status(cluster, "grpo").get("jobStatus") == "RUNNING", timeout=60)
     rc = get(cluster, CLUSTER_KEY, "grpo-raycluster")
     assert rc["status"]["state"] == "ready" and status(cluster, "grpo")["rayClusterName"] == "grpo-raycluster"
