@@ -7,9 +7,7 @@ login page. No request of the page may fail: everything is served locally, no CD
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -17,17 +15,10 @@ from urllib.parse import urlsplit
 import pytest
 
 from app.edge import COMPONENT_MODULES
+from tests.browser_support import BROWSER, CHROMIUM, FLAGS, SCREENSHOTS
 from tests.support import LiveServer, start_server
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage"]
-SCREENSHOTS = Path(os.environ.get("INSTANTSTART_SCREENSHOTS", "/tmp"))
-
-pytestmark = [pytest.mark.browser, pytest.mark.slow,
-              pytest.mark.skipif(not Path(CHROMIUM).exists() and not shutil.which("chromium"),
-                                 reason="Debian chromium is not installed (tests/run.sh installs it)")]
+pytestmark = BROWSER
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ and a point logged afterwards with ``log_metric`` arrives in the chart's data so
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,12 +12,10 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.test_browser import CHROMIUM, FLAGS, SCREENSHOTS
+from tests.browser_support import BROWSER, SCREENSHOTS, signed_in
 from tests.test_mlflow_metrics_faces import World, metrics_world
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow,
-              pytest.mark.skipif(not Path(CHROMIUM).exists() and not shutil.which("chromium"),
-                                 reason="Debian chromium is not installed (tests/run.sh installs it)")]
+pytestmark = BROWSER
 
 #: the step columns of the page's Bokeh data sources (one per charted series)
 STEPS_JS = """() => {
@@ -38,40 +35,27 @@ def world(tmp_path: Path, mlflow_url: str) -> Iterator[World]:
 
 
 def test_a_logged_point_arrives_in_the_chart_live(world: World, tmp_path: Path) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     server = world.seeded.live
-    errors: list[str] = []
-    with sync_playwright() as p:
-        ctx = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=CHROMIUM,
-                                                   headless=True, args=FLAGS,
-                                                   viewport={"width": 1280, "height": 900})
-        try:
-            page = ctx.new_page()
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(server.url + "/login")
-            page.fill("#token", server.admin_token)
-            page.click("#login")
-            expect(page).to_have_url(server.url + "/")
-            page.goto(server.url + "/?page=metrics")
-            page.locator(".metrics-cluster input").fill("hp-eks")
-            page.locator(".metrics-cluster input").press("Enter")
-            page.locator(".metrics-job input").fill("run-a")
-            page.locator(".metrics-job input").press("Enter")
-            count = page.locator(".metrics-count")
-            expect(count).to_contain_text("10 points charted, last step 5", timeout=60_000)
+    with signed_in(server, tmp_path / "profile") as (page, errors):
+        page.goto(server.url + "/?page=metrics")
+        page.locator(".metrics-cluster input").fill("hp-eks")
+        page.locator(".metrics-cluster input").press("Enter")
+        page.locator(".metrics-job input").fill("run-a")
+        page.locator(".metrics-job input").press("Enter")
+        count = page.locator(".metrics-count")
+        expect(count).to_contain_text("10 points charted, last step 5", timeout=60_000)
 
-            def steps() -> Any:
-                return page.evaluate(STEPS_JS)
+        def steps() -> Any:
+            return page.evaluate(STEPS_JS)
 
-            assert sum(1 for s in steps() if list(s) == [1, 2, 3, 4, 5]) == 2, steps()
-            MlflowClient(world.url).log_metric(world.runs["run-a"], "loss", 0.123, step=6,
-                                               timestamp=int(time.time() * 1000))
-            expect(count).to_contain_text("11 points charted, last step 6", timeout=30_000)
-            page.wait_for_function(f"() => ({STEPS_JS})().some(s => s.length === 6 && s[5] === 6)",
-                                   timeout=30_000)
-            page.screenshot(path=str(SCREENSHOTS / "instantstart-metrics-live.png"), full_page=True)
-        finally:
-            ctx.close()
+        assert sum(1 for s in steps() if list(s) == [1, 2, 3, 4, 5]) == 2, steps()
+        MlflowClient(world.url).log_metric(world.runs["run-a"], "loss", 0.123, step=6,
+                                           timestamp=int(time.time() * 1000))
+        expect(count).to_contain_text("11 points charted, last step 6", timeout=30_000)
+        page.wait_for_function(f"() => ({STEPS_JS})().some(s => s.length === 6 && s[5] === 6)",
+                               timeout=30_000)
+        page.screenshot(path=str(SCREENSHOTS / "instantstart-metrics-live.png"), full_page=True)
     assert not errors, errors
     assert "Traceback" not in server.log(), server.log()

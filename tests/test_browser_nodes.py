@@ -4,19 +4,16 @@ replacement, then its replacement joins healthy — without a reload (pushed by 
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.browser_support import BROWSER, SCREENSHOTS, signed_in
 from tests.node_support import node_cluster
 from tests.sandbox_support import SeededServer
-from tests.test_browser import CHROMIUM, FLAGS, SCREENSHOTS
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow,
-              pytest.mark.skipif(not Path(CHROMIUM).exists() and not shutil.which("chromium"),
-                                 reason="Debian chromium is not installed (tests/run.sh installs it)")]
+pytestmark = BROWSER
 
 
 @pytest.fixture
@@ -27,39 +24,26 @@ def seeded(tmp_path: Path) -> Iterator[SeededServer]:
 
 
 def test_an_injected_fault_is_recovered_and_the_grid_follows_live(seeded: SeededServer, tmp_path: Path) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     server = seeded.live
     nodes = server.get("/api/v1/clusters/hp-eks/nodes").json()["nodes"]
     sick, other = nodes[0]["name"], nodes[1]["name"]
-    errors: list[str] = []
-    with sync_playwright() as p:
-        ctx = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=CHROMIUM,
-                                                   headless=True, args=FLAGS,
-                                                   viewport={"width": 1280, "height": 900})
-        try:
-            page = ctx.new_page()
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(server.url + "/login")
-            page.fill("#token", server.admin_token)
-            page.click("#login")
-            expect(page).to_have_url(server.url + "/")
-            page.goto(server.url + "/?page=nodes")
-            cell = page.locator(f".node-grid [data-node='{sick}']")
-            expect(cell).to_have_attribute("data-health", "Schedulable", timeout=30_000)
-            expect(page.locator(".node-grid [data-health='Schedulable']")).to_have_count(2)
+    with signed_in(server, tmp_path / "profile") as (page, errors):
+        page.goto(server.url + "/?page=nodes")
+        cell = page.locator(f".node-grid [data-node='{sick}']")
+        expect(cell).to_have_attribute("data-health", "Schedulable", timeout=30_000)
+        expect(page.locator(".node-grid [data-health='Schedulable']")).to_have_count(2)
 
-            fault = server.post("/api/v1/sandbox/faults", {"kind": "node_unhealthy", "target": {
-                "cluster": "hp-eks", "node": sick.removeprefix("hyperpod-"), "recovery": "Replace"}})
-            assert fault.status_code == 201, fault.text
-            expect(cell).to_have_attribute("data-health", "UnschedulablePendingReplacement", timeout=30_000)
-            page.screenshot(path=str(SCREENSHOTS / "instantstart-nodes-fault.png"), full_page=True)
-            expect(cell).to_have_count(0, timeout=60_000)  # HyperPod replaced it by itself
-            healthy = page.locator(".node-grid [data-health='Schedulable']")
-            expect(healthy).to_have_count(2, timeout=60_000)  # the replacement joined healthy
-            expect(page.locator(f".node-grid [data-node='{other}']")).to_have_attribute("data-health", "Schedulable")
-            page.screenshot(path=str(SCREENSHOTS / "instantstart-nodes-recovered.png"), full_page=True)
-        finally:
-            ctx.close()
+        fault = server.post("/api/v1/sandbox/faults", {"kind": "node_unhealthy", "target": {
+            "cluster": "hp-eks", "node": sick.removeprefix("hyperpod-"), "recovery": "Replace"}})
+        assert fault.status_code == 201, fault.text
+        expect(cell).to_have_attribute("data-health", "UnschedulablePendingReplacement", timeout=30_000)
+        page.screenshot(path=str(SCREENSHOTS / "instantstart-nodes-fault.png"), full_page=True)
+        expect(cell).to_have_count(0, timeout=60_000)  # HyperPod replaced it by itself
+        healthy = page.locator(".node-grid [data-health='Schedulable']")
+        expect(healthy).to_have_count(2, timeout=60_000)  # the replacement joined healthy
+        expect(page.locator(f".node-grid [data-node='{other}']")).to_have_attribute("data-health", "Schedulable")
+        page.screenshot(path=str(SCREENSHOTS / "instantstart-nodes-recovered.png"), full_page=True)
     assert not errors, errors
     assert "Traceback" not in server.log(), server.log()

@@ -225,9 +225,9 @@ def test_viewers_read_but_cannot_import(seeded: tuple[LiveServer, dict[str, str]
 
 def test_the_dashboard_shows_a_node_fault_live_and_imports(seeded: tuple[LiveServer, dict[str, str]],
                                                            tmp_path: Path) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
-    from tests.test_browser import CHROMIUM, FLAGS
+    from tests.browser_support import signed_in
 
     live, _ = seeded
     cleared = httpx2.delete(f"{live.url}/api/v1/sandbox/faults/all", headers=live.headers(), timeout=30)
@@ -238,46 +238,35 @@ def test_the_dashboard_shows_a_node_fault_live_and_imports(seeded: tuple[LiveSer
         return len(nodes) == 2 and all(n["health"] == "Schedulable" for n in nodes)
 
     wait_until(settled, 120, "both nodes Schedulable (an earlier fault's replacement done)")
-    errors: list[str] = []
-    with sync_playwright() as p:
-        ctx = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=CHROMIUM,
-                                                   headless=True, args=FLAGS, viewport={"width": 1280, "height": 900})
-        try:
-            page = ctx.new_page()
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(live.url + "/login")
-            page.fill("#token", live.admin_token)
-            page.click("#login")
-            expect(page.locator(".whoami")).to_contain_text("Signed in", timeout=30_000)
-            page.goto(live.url + "/?page=clusters")
-            table = page.locator(".clusters-table")
-            expect(table).to_contain_text("hp-eks", timeout=30_000)
-            chips = page.locator(".cluster-overview .node-chip")
-            healthy = page.locator(".cluster-overview .node-chip[data-health='Schedulable']")
-            # an earlier test's fault may still be recovering (a node being replaced): start from all healthy
-            expect(chips).to_have_count(2, timeout=60_000)
-            expect(healthy).to_have_count(2, timeout=60_000)
-            name = chips.first.inner_text()
-            made = live.post("/api/v1/sandbox/faults", {"kind": "node_unhealthy", "target": {
-                "cluster": "hp-eks", "node": name.removeprefix("hyperpod-"), "recovery": "Replace"}})
-            assert made.status_code == 201, made.text
-            # pushed by the node watch: no reload, no click. That node's chip stops showing Schedulable (it is
-            # marked for replacement, then replaced: either way its healthy chip is gone)
-            expect(healthy.filter(has_text=name)).to_have_count(0, timeout=60_000)
+    with signed_in(live, tmp_path / "profile") as (page, errors):
+        expect(page.locator(".whoami")).to_contain_text("Signed in", timeout=30_000)
+        page.goto(live.url + "/?page=clusters")
+        table = page.locator(".clusters-table")
+        expect(table).to_contain_text("hp-eks", timeout=30_000)
+        chips = page.locator(".cluster-overview .node-chip")
+        healthy = page.locator(".cluster-overview .node-chip[data-health='Schedulable']")
+        # an earlier test's fault may still be recovering (a node being replaced): start from all healthy
+        expect(chips).to_have_count(2, timeout=60_000)
+        expect(healthy).to_have_count(2, timeout=60_000)
+        name = chips.first.inner_text()
+        made = live.post("/api/v1/sandbox/faults", {"kind": "node_unhealthy", "target": {
+            "cluster": "hp-eks", "node": name.removeprefix("hyperpod-"), "recovery": "Replace"}})
+        assert made.status_code == 201, made.text
+        # pushed by the node watch: no reload, no click. That node's chip stops showing Schedulable (it is
+        # marked for replacement, then replaced: either way its healthy chip is gone)
+        expect(healthy.filter(has_text=name)).to_have_count(0, timeout=60_000)
 
-            # forget, then import again through the form
-            gone = httpx2.delete(f"{live.url}/api/v1/clusters/hp-eks/registration", headers=live.headers(),
-                                 timeout=30)
-            assert gone.status_code == 200, gone.text
-            page.reload()
-            expect(table).to_contain_text("No clusters yet", timeout=30_000)
-            page.locator(".import-eks input").fill("hp-eks")
-            page.locator(".import-hyperpod input").fill("hp-eks")
-            page.locator(".cluster-import button").click()
-            expect(page.locator(".cluster-message")).to_contain_text("import of hp-eks started", timeout=30_000)
-            expect(table).to_contain_text("imported", timeout=60_000)
-        finally:
-            ctx.close()
+        # forget, then import again through the form
+        gone = httpx2.delete(f"{live.url}/api/v1/clusters/hp-eks/registration", headers=live.headers(),
+                             timeout=30)
+        assert gone.status_code == 200, gone.text
+        page.reload()
+        expect(table).to_contain_text("No clusters yet", timeout=30_000)
+        page.locator(".import-eks input").fill("hp-eks")
+        page.locator(".import-hyperpod input").fill("hp-eks")
+        page.locator(".cluster-import button").click()
+        expect(page.locator(".cluster-message")).to_contain_text("import of hp-eks started", timeout=30_000)
+        expect(table).to_contain_text("imported", timeout=60_000)
     assert not errors, errors
     assert next(op["face"] for op in imports(live)) == "ui", "the newest import came from the dashboard"
 
