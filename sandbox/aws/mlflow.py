@@ -22,6 +22,7 @@ import re
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .base import AwsError, Call, SimClock
@@ -192,29 +193,28 @@ class MlflowTrackingServers:
             answer["NextToken"] = str(start + size)
         return answer
 
-    def _op_DeleteMlflowTrackingServer(self, p: dict[str, Any], now: float) -> dict[str, Any]:
+    def _transition(self, p: dict[str, Any], allowed: Callable[[str], bool], why: str, to: str, seconds: float,
+                    now: float) -> dict[str, Any]:
+        """Move the named server to ``to`` for ``seconds`` if its status is ``allowed``, else the API's
+        ConflictException ending with ``why``."""
         server = self._find(p["TrackingServerName"])
-        if server["TrackingServerStatus"] in ("Creating", "Deleting", "Starting", "Stopping"):
+        if not allowed(server["TrackingServerStatus"]):
             raise AwsError("ConflictException", f"Tracking server {server['TrackingServerName']} is "
-                                                f"{server['TrackingServerStatus']} and cannot be deleted now.")
-        self._move(server, "Deleting", DELETE_SECONDS, now)
+                                                f"{server['TrackingServerStatus']}{why}")
+        self._move(server, to, seconds, now)
         return {"TrackingServerArn": server["TrackingServerArn"]}
+
+    def _op_DeleteMlflowTrackingServer(self, p: dict[str, Any], now: float) -> dict[str, Any]:
+        return self._transition(p, lambda s: s not in ("Creating", "Deleting", "Starting", "Stopping"),
+                                " and cannot be deleted now.", "Deleting", DELETE_SECONDS, now)
 
     def _op_StopMlflowTrackingServer(self, p: dict[str, Any], now: float) -> dict[str, Any]:
-        server = self._find(p["TrackingServerName"])
-        if server["TrackingServerStatus"] not in SERVING:
-            raise AwsError("ConflictException", f"Tracking server {server['TrackingServerName']} is "
-                                                f"{server['TrackingServerStatus']}: only a running server stops.")
-        self._move(server, "Stopping", STOP_SECONDS, now)
-        return {"TrackingServerArn": server["TrackingServerArn"]}
+        return self._transition(p, lambda s: s in SERVING, ": only a running server stops.", "Stopping",
+                                STOP_SECONDS, now)
 
     def _op_StartMlflowTrackingServer(self, p: dict[str, Any], now: float) -> dict[str, Any]:
-        server = self._find(p["TrackingServerName"])
-        if server["TrackingServerStatus"] != "Stopped":
-            raise AwsError("ConflictException", f"Tracking server {server['TrackingServerName']} is "
-                                                f"{server['TrackingServerStatus']}: only a stopped server starts.")
-        self._move(server, "Starting", START_SECONDS, now)
-        return {"TrackingServerArn": server["TrackingServerArn"]}
+        return self._transition(p, lambda s: s == "Stopped", ": only a stopped server starts.", "Starting",
+                                START_SECONDS, now)
 
     def _op_CreatePresignedMlflowTrackingServerUrl(self, p: dict[str, Any], now: float) -> dict[str, Any]:
         server = self._find(p["TrackingServerName"])
