@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.jobs_support import BASE, BUCKET, CLUSTER, NS, JobWorld, job_world
+from tests.ledger import CallLedger
 from tests.mcp_support import bridge, call, follow
 from tests.node_support import aws
 from tests.support import wait_until
@@ -129,6 +130,26 @@ def test_a_clone_gets_its_own_copy_of_the_recipes_config_map(world: JobWorld) ->
     assert world.core.read_namespaced_config_map("lf-copy-llama-factory", NS).data == copy_map.data
     detail = wait_until(lambda: _phase(world, "lf-copy"), 300, "the clone to finish")
     assert detail["phase"] == "Succeeded", detail
+
+
+def test_a_config_map_of_the_jobs_name_that_is_not_its_own_is_refused_before_anything_is_made(
+        world: JobWorld) -> None:
+    """The pods mount the recipe's ConfigMap by name: one that exists already (someone's, or a deleted job's the
+    garbage collector has not taken) would be read as the job's own, so submit refuses it, making nothing."""
+    if NS not in [n.metadata.name for n in world.core.list_namespace().items]:  # this test may run first
+        world.core.create_namespace({"metadata": {"name": NS}})
+    world.core.create_namespaced_config_map(NS, {"metadata": {"name": "lf-taken-llama-factory"},
+                                                 "data": {"train.yaml": "someone else's"}})
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    answer = world.live.post(BASE, {"recipe": "llama-factory", "name": "lf-taken", "params": PARAMS["llama-factory"]})
+    assert answer.status_code == 409, answer.text
+    error = answer.json()["error"]
+    assert "ConfigMap hyperpod-ns-training/lf-taken-llama-factory already exists (owned by nothing)" in error["message"]
+    assert error["details"]["config_map"] == "lf-taken-llama-factory"
+    ledger.assert_no_writes(since=mark)
+    assert world.core.read_namespaced_config_map("lf-taken-llama-factory", NS).data == {
+        "train.yaml": "someone else's"}
 
 
 def test_deleting_a_finished_job_archives_its_logs_first(world: JobWorld) -> None:

@@ -350,7 +350,26 @@ class Jobs:
         if other is not None and not is_ours(other, plan.name):
             raise Conflict(f"a {kind.kind} named {plan.name} already exists in {plan.namespace} and is not "
                            "InstantStart's: choose another name")
+        self._companions_free(plan)
         self._dry_run(kind, plan)
+
+    def _companions_free(self, plan: JobPlan) -> None:
+        """A ConfigMap the job would make (a recipe's training YAML) must not exist yet: its pods mount it by name,
+        so a foreign one, or a deleted job's that the garbage collector has not taken yet, would be read instead
+        of the job's own."""
+        core = k8s.CoreV1Api(self.kube.api_client(plan.cluster))
+        for obj in plan.companions:
+            name = obj["metadata"]["name"]
+            try:
+                raw: Any = core.read_namespaced_config_map(name, plan.namespace, _preload_content=False)
+            except NotFound:
+                continue
+            owners = [f"{o.get('kind')} {o.get('name')}"
+                      for o in json.loads(raw.data)["metadata"].get("ownerReferences") or []]
+            held = f"owned by {', '.join(owners)}" if owners else "owned by nothing"
+            raise Conflict(f"ConfigMap {plan.namespace}/{name} already exists ({held}): the job's pods would read it "
+                           "instead of the job's own; delete it (or wait until a deleted job's is collected), or "
+                           "choose another job name", details={"config_map": name, "owners": owners})
 
     def _dry_run(self, kind: JobKind, plan: JobPlan) -> None:
         """The API server validates the manifest (its CRD's schema, admission) and stores nothing: a 422 names the

@@ -207,29 +207,43 @@ class CompanionsStage(Stage[JobPlan]):
     def __init__(self, deps: JobDeps) -> None:
         self.deps = deps
 
-    def _missing(self, plan: JobPlan) -> list[dict[str, Any]]:
+    def _missing(self, plan: JobPlan, uid: str | None) -> list[dict[str, Any]]:
+        """The companions not made yet; one of that name that the job (``uid``) does not own fails the stage: the
+        precheck refused it, so someone made it since, and the pods must not read it as the job's own."""
         core = k8s.CoreV1Api(self.deps.kube.api_client(plan.cluster))
         missing = []
         for obj in plan.companions:
+            name = obj["metadata"]["name"]
             try:
-                core.read_namespaced_config_map(obj["metadata"]["name"], plan.namespace, _preload_content=False)
+                raw: Any = core.read_namespaced_config_map(name, plan.namespace, _preload_content=False)
             except NotFound:
                 missing.append(obj)
+                continue
+            owners = json.loads(raw.data)["metadata"].get("ownerReferences") or []
+            if not any(o.get("uid") == uid for o in owners):
+                raise Permanent(f"ConfigMap {plan.namespace}/{name} exists and is not job {plan.name}'s: delete it, "
+                                "then retry", details={"config_map": name})
         return missing
 
+    def _uid(self, plan: JobPlan) -> str | None:
+        job = read_job(self.deps, plan.cluster, KINDS[plan.kind], plan.namespace, plan.name)
+        if job is None:
+            raise Permanent(f"{plan.kind} {plan.namespace}/{plan.name} is gone (deleted by someone else?)")
+        return str(job["metadata"]["uid"])
+
     def observe(self, ctx: StageContext[JobPlan]) -> Observed:
-        return Observed.ABSENT if self._missing(ctx.request) else Observed.DONE
+        if not ctx.request.companions:
+            return Observed.DONE
+        return Observed.ABSENT if self._missing(ctx.request, self._uid(ctx.request)) else Observed.DONE
 
     def act(self, ctx: StageContext[JobPlan]) -> None:
         plan = ctx.request
         kind = KINDS[plan.kind]
-        job = read_job(self.deps, plan.cluster, kind, plan.namespace, plan.name)
-        if job is None:
-            raise Permanent(f"{plan.kind} {plan.namespace}/{plan.name} is gone (deleted by someone else?)")
+        uid = self._uid(plan)
         owner = {"apiVersion": kind.api_version, "kind": kind.kind, "name": plan.name,
-                 "uid": job["metadata"]["uid"], "controller": False, "blockOwnerDeletion": True}
+                 "uid": uid, "controller": False, "blockOwnerDeletion": True}
         core = k8s.CoreV1Api(self.deps.kube.api_client(plan.cluster))
-        for obj in self._missing(plan):
+        for obj in self._missing(plan, uid):
             body = {**obj, "metadata": {**obj["metadata"], "namespace": plan.namespace, "ownerReferences": [owner]}}
             try:
                 core.create_namespaced_config_map(plan.namespace, body,  # type: ignore[arg-type]
