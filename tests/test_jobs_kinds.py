@@ -11,7 +11,16 @@ import pytest
 from services.clock import Clock
 from services.errors import Invalid
 from services.stages import StageContext
-from services.training.jobs_kinds import KINDS, budget, failure_reason, inject_env, phase, prepare_manifest, rank_of
+from services.training.jobs_kinds import (
+    KINDS,
+    budget,
+    config_map_refs,
+    failure_reason,
+    inject_env,
+    phase,
+    prepare_manifest,
+    rank_of,
+)
 from services.training.jobs_models import JobPlan
 from services.training.jobs_stages import injected_env
 from tests.jobs_support import hppj, rayjob
@@ -126,3 +135,27 @@ def test_the_env_earlier_submit_stages_return_is_what_the_create_stage_injects()
                        results={"namespace": {"namespace": "ns"}, "mlflow": {"env": {"MLFLOW_RUN_ID": "r1"}}},
                        clock=Clock(), attempt=0)
     assert injected_env(ctx) == {"MLFLOW_RUN_ID": "r1"}
+
+
+def test_every_config_map_reference_of_every_pod_template_is_found_and_renamable() -> None:
+    """A clone points each reference at its own copy: mounted, projected, envFrom and single keys, init
+    containers too (the clone used to rename only plain configMap volumes)."""
+    template = {"spec": {
+        "volumes": [{"name": "a", "configMap": {"name": "j-cfg"}},
+                    {"name": "b", "projected": {"sources": [{"configMap": {"name": "j-proj"}},
+                                                            {"secret": {"name": "s"}}]}},
+                    {"name": "c", "emptyDir": {}}],
+        "initContainers": [{"name": "init", "envFrom": [{"configMapRef": {"name": "j-init"}}]}],
+        "containers": [{"name": "main", "envFrom": [{"secretRef": {"name": "s"}}, {"configMapRef": {"name": "j-env"}}],
+                        "env": [{"name": "K", "valueFrom": {"configMapKeyRef": {"name": "j-key", "key": "k"}}},
+                                {"name": "V", "value": "plain"}]}]}}
+    manifest = {"apiVersion": "sagemaker.amazonaws.com/v1", "kind": "HyperPodPyTorchJob",
+                "spec": {"replicaSpecs": [{"name": "pods", "template": template}]}}
+    refs = config_map_refs(HPPJ, manifest)
+    assert sorted(r["name"] for r in refs) == ["j-cfg", "j-env", "j-init", "j-key", "j-proj"]
+    for ref in refs:
+        ref["name"] = "copy-" + ref["name"]
+    spec = manifest["spec"]["replicaSpecs"][0]["template"]["spec"]  # type: ignore[index]
+    assert spec["volumes"][1]["projected"]["sources"][0]["configMap"]["name"] == "copy-j-proj"
+    assert spec["containers"][0]["env"][0]["valueFrom"]["configMapKeyRef"] == {"name": "copy-j-key", "key": "k"}
+    assert spec["initContainers"][0]["envFrom"][0]["configMapRef"]["name"] == "copy-j-init"

@@ -38,7 +38,7 @@ from services.training.jobs_kinds import (
     JobKind,
     budget,
     conditions,
-    config_map_volumes,
+    config_map_refs,
     dns_label,
     failure_reason,
     phase,
@@ -463,14 +463,14 @@ class Jobs:
 
     def _cloned_companions(self, cluster: str, kind: JobKind, source: dict[str, Any], manifest: dict[str, Any],
                            name: str) -> list[dict[str, Any]]:
-        """Copies of the ConfigMaps the source job owns and its pods mount (a recipe's training YAML), renamed
-        for the clone (their job folder too) and the clone's volumes pointed at them: the source's go with the
-        source when it is deleted, and the clone must not lose its configuration then."""
+        """Copies of the ConfigMaps the source job owns and its pods read (a recipe's training YAML, mounted or as
+        env), renamed for the clone (their job folder too), every reference of the clone's pointed at them: the
+        source's go with the source when it is deleted, and the clone must not lose its configuration then."""
         meta = source.get("metadata") or {}
         ns, uid, old = str(meta.get("namespace")), meta.get("uid"), str(meta.get("name"))
         core = k8s.CoreV1Api(self.kube.api_client(cluster))
         copies: dict[str, dict[str, Any]] = {}
-        for ref in config_map_volumes(kind, manifest):
+        for ref in config_map_refs(kind, manifest):
             original = str(ref.get("name") or "")
             if original not in copies:
                 try:

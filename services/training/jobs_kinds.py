@@ -117,11 +117,25 @@ def renamed_job(value: Any, old: str, new: str) -> Any:
     return value
 
 
-def config_map_volumes(kind: JobKind, manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """The ``configMap`` sources of every pod template's volumes (mutable: renaming one renames the reference)."""
-    return [volume["configMap"] for _, template in pod_templates(kind, manifest)
-            for volume in (template.get("spec") or {}).get("volumes") or []
-            if isinstance(volume, dict) and isinstance(volume.get("configMap"), dict)]
+def config_map_refs(kind: JobKind, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every reference to a ConfigMap by name in the pod templates (mutable: renaming one renames the reference):
+    ``configMap`` volumes, ``projected`` volumes' ``configMap`` sources, and each container's ``envFrom``
+    ``configMapRef`` and ``env`` ``valueFrom.configMapKeyRef``, init containers too."""
+    refs: list[dict[str, Any]] = []
+    for _, template in pod_templates(kind, manifest):
+        spec = template.get("spec") or {}
+        for volume in spec.get("volumes") or []:
+            if not isinstance(volume, dict):
+                continue
+            refs += [volume["configMap"]] if isinstance(volume.get("configMap"), dict) else []
+            refs += [source["configMap"] for source in (volume.get("projected") or {}).get("sources") or []
+                     if isinstance(source, dict) and isinstance(source.get("configMap"), dict)]
+        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            refs += [e["configMapRef"] for e in container.get("envFrom") or []
+                     if isinstance(e, dict) and isinstance(e.get("configMapRef"), dict)]
+            refs += [e["valueFrom"]["configMapKeyRef"] for e in container.get("env") or []
+                     if isinstance(e, dict) and isinstance((e.get("valueFrom") or {}).get("configMapKeyRef"), dict)]
+    return refs
 
 
 def our_labels(name: str, recipe: str) -> dict[str, str]:
