@@ -313,6 +313,13 @@ def run_guarded(server: Any, listening: Callable[[int], None]) -> None:
     server.io_loop.start()
 
 
+def drain_workers(loop: asyncio.AbstractEventLoop) -> None:
+    """Wait, once the loop has stopped, for the verb calls REST handlers run on its default executor: the
+    services (their database connections) close only after the last of them returned."""
+    if not loop.is_closed() and not loop.is_running():
+        loop.run_until_complete(loop.shutdown_default_executor())
+
+
 def serve(services: Services, *, show_token: Callable[[str], None] | None = None,
           say: Callable[[str], None] = log.info, mode_reason: str = "") -> None:
     """Start everything on one port and block until interrupted; ``say`` prints start-up facts.
@@ -322,6 +329,7 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
     settings = services.settings
     settings.check_bind()
     world: Sandbox | None = None
+    server: Any = None
     try:
         # start-up order: the data directory's lock, then the sandbox reachable, then (registry loaded at
         # build time) the engine resumes operations, so a resumed stage finds its cluster's endpoints
@@ -386,6 +394,8 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
             raise Permanent(f"stopped: {world.exit_reason}")
     finally:
         remove_runtime(settings.data_dir)
+        if server is not None:
+            drain_workers(server.io_loop.asyncio_loop)
         services.stop()  # the engine and informers first, while the sandbox still answers
         if world is not None:
             world.stop()
