@@ -204,6 +204,8 @@ class Stepper:
         results = {r["name"]: loads(r["result"]) or {} for r in self.db.query(
             "SELECT name, result FROM stages WHERE operation_id=? AND status=?",
             (row["id"], StageStatus.SUCCEEDED.value))}
-        return StageContext(operation_id=row["id"], kind=row["kind"], target=row["target"], request=request,
-                            data=loads(srow["data"]) or {}, results=results, clock=self.clock,
-                            attempt=srow["attempts"])
+        ctx: StageContext[Any] = StageContext(
+            operation_id=row["id"], kind=row["kind"], target=row["target"], request=request,
+            data=loads(srow["data"]) or {}, results=results, clock=self.clock, attempt=srow["attempts"])
+        ctx.save = lambda: self.store.save_stage(row["id"], srow["idx"], ctx.data)
+        return ctx

@@ -54,10 +54,15 @@ class Wait:
     message: str = ""
 
 
+def _unsaved() -> None:
+    """A context outside the engine (a test driving a stage by hand) has nowhere to save to."""
+
+
 @dataclass
 class StageContext(Generic[R]):
     """What a stage sees: its operation, the typed request, its own persisted scratch ``data`` and the
-    results of the stages before it."""
+    results of the stages before it. ``save`` writes ``data`` now, mid-act: an act of several calls records
+    each call's outcome before the next, so a crash between them resumes knowing what was sent."""
 
     operation_id: str
     kind: str
@@ -67,6 +72,7 @@ class StageContext(Generic[R]):
     results: dict[str, dict[str, Any]]
     clock: Clock
     attempt: int
+    save: Callable[[], None] = _unsaved
 
 
 class Stage(abc.ABC, Generic[R]):

@@ -1,8 +1,8 @@
 """SIGKILL of the product between a node-action batch call and the save of its result: a replace of 30 nodes
 is two BatchReplaceClusterNodes calls (25 + 5); the sandbox answers the first and holds the second's answer
-(a ``hold_response`` fault with ``after``), so the product dies with neither batch recorded as sent. After a
-restart the operation observes the world before sending again, finishes, and the ledger shows each node id
-sent exactly once."""
+(a ``hold_response`` fault with ``after``), so the product dies with the first batch saved (each batch's outcome
+is saved before the next call) and the second unrecorded. After a restart the operation observes the world for
+what it has no record of before sending again, finishes, and the ledger shows each node id sent exactly once."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 
 from services.auth import Principal, Role
 from services.clusters.models import ClusterImport
+from services.db import loads
 from services.operations import TERMINAL
 from tests.create_support import held_answers
 from tests.ledger import CallLedger
@@ -66,9 +67,12 @@ def test_a_replace_killed_between_a_batch_call_and_its_save_sends_each_node_once
             assert op_id.startswith("op-"), op_id
             wait_until(lambda: len(ledger.succeeded("sagemaker", "BatchReplaceClusterNodes", since=mark)) == 2
                        and held_answers(live, fault_id) == 1, 120, "both batches sent, the second's answer held")
-            assert not reader.engine.get(op_id).stages[0].result, "nothing of the act is saved yet"
             proc.kill()  # SIGKILL between the batch call and the save of its result
             proc.wait(10)
+            saved = loads(reader.db.query_one("SELECT data FROM stages WHERE operation_id=?", (op_id,))["data"])
+            first_batch = ledger.succeeded("sagemaker", "BatchReplaceClusterNodes", since=mark)[0]["request"]
+            assert saved["sent"] == saved["accepted"] == first_batch["NodeIds"] and not saved.get("sent_all"), \
+                "the answered batch was saved before the next call; the held one was not"
             wait_until(lambda: held_answers(live, fault_id) == 0, 60, "the answer dropped with the product")
             proc = worker(seeded, data)  # a fresh process resumes the operation
             final = wait_until(lambda: (v := reader.engine.get(op_id)).status in TERMINAL and v, 300, "the replace")
