@@ -111,6 +111,7 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     metrics = Metrics()
     engine = Engine(db, bus, audit, clock, workers=settings.workers, lock_path=data / "engine.lock",
                     metrics=metrics, pace=engine_pace(settings, sandboxed),
+                    deadline_floor=settings.stage_deadline_floor,
                     backoff=Backoff(settings.retry_backoff_base, settings.retry_backoff_max))
     if lock is not None:
         engine.adopt_lock(lock)

@@ -20,7 +20,7 @@ from app.runtime import Location
 
 FAULT_KINDS = ["node_unhealthy", "insufficient_capacity", "addon_degraded", "quota_exhausted", "throttle",
                "access_denied", "deep_health_check_failed", "spot_reclaimed", "eks_create_failed",
-               "file_system_failed", "hold_response", "node_persistent_fault"]
+               "file_system_failed", "hold_response", "node_persistent_fault", "autoscaling_failed"]
 
 
 def _sandbox_or_refuse(where: Location) -> None:

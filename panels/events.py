@@ -1,5 +1,6 @@
-"""Events pane: one cluster's timeline (HyperPod's cluster events and Kubernetes node events, newest first)
-with its filters — severity, source, node, group — redrawn when a node event arrives on the bus (topic
+"""Events pane: one cluster's timeline (HyperPod's cluster events, Kubernetes node events and pod warnings, newest
+first) with its filters — severity, source, kind, namespace, node, group — redrawn when a Kubernetes event arrives
+on the bus (topic
 ``kube``, resource ``events``), never polled. Embeddable: the cluster page shows it under the overview, and a
 notebook can show it alone.
 
@@ -18,7 +19,14 @@ import param
 
 from panels.live import LiveRefresh
 from services.auth import Principal
-from services.clusters.events import ClusterEventsQuery, ClusterEventsView, ClusterTimeline, EventSource, Severity
+from services.clusters.events import (
+    ClusterEventsQuery,
+    ClusterEventsView,
+    ClusterTimeline,
+    EventKind,
+    EventSource,
+    Severity,
+)
 from services.errors import ServiceError
 from services.events import Event, EventBus
 
@@ -38,7 +46,8 @@ def timeline_html(view: ClusterEventsView | None) -> str:
         return "".join(parts)
     rows = []
     for e in view.events:
-        where = " / ".join(x for x in (e.group, e.node or e.instance_id) if x) or e.resource
+        pod = f"{e.namespace}/{e.pod}" if e.pod else None
+        where = " / ".join(x for x in (e.group, e.node or e.instance_id, pod) if x) or e.resource
         what = f"<b>{esc(e.reason)}</b>: {esc(e.message)}" if e.reason else esc(e.message)
         count = f" ({e.count} times)" if e.count > 1 else ""
         rows.append(f"<tr data-severity='{e.severity.value}'><td>{esc(e.time)}</td><td>{e.source.value}</td>"
@@ -47,7 +56,8 @@ def timeline_html(view: ClusterEventsView | None) -> str:
     parts.append("<table class='events-table'><tr><th>time (UTC)</th><th>source</th><th>severity</th>"
                  "<th>resource</th><th>group / node</th><th>event</th></tr>" + "".join(rows) + "</table>")
     if view.truncated:
-        parts.append("<p class='events-more'>More events match: narrow the filters.</p>")
+        older = f" (older ones start at {esc(view.next_until)})" if view.next_until else ""
+        parts.append(f"<p class='events-more'>More events match: narrow the filters{older}.</p>")
     return "".join(parts)
 
 
@@ -57,6 +67,9 @@ class EventsState(param.Parameterized):
                                                    doc="at least this severity")
     source: param.Selector[str] = param.Selector(default=ANY, objects=[ANY, *[s.value for s in EventSource]],
                                                  doc="only this source")
+    kind: param.Selector[str] = param.Selector(default=ANY, objects=[ANY, *[k.value for k in EventKind]],
+                                               doc="only Kubernetes events about nodes, or every pod event")
+    namespace = param.String(default="", doc="only events of pods in this namespace")
     node = param.String(default="", doc="only this node (name or instance id)")
     group = param.String(default="", doc="only this instance group")
     view = param.ClassSelector(class_=ClusterEventsView, default=None, allow_None=True)
@@ -71,7 +84,9 @@ class EventsState(param.Parameterized):
     def query(self) -> ClusterEventsQuery:
         return ClusterEventsQuery(severity=None if self.severity == ANY else Severity(self.severity),
                                   source=None if self.source == ANY else EventSource(self.source),
-                                  node=self.node.strip() or None, group=self.group.strip() or None, limit=LIMIT)
+                                  kind=None if self.kind == ANY else EventKind(self.kind),
+                                  namespace=self.namespace.strip() or None, node=self.node.strip() or None,
+                                  group=self.group.strip() or None, limit=LIMIT)
 
     def fetch(self, cluster: str, query: ClusterEventsQuery) -> tuple[ClusterEventsView | None, str]:
         """Ask the verb (blocking: AWS on a cache miss); assigns nothing, so it may run in a worker thread."""
@@ -116,7 +131,8 @@ class EventsPane(pn.viewable.Viewer):
         self.state = EventsState(timeline, principal, cluster=cluster)
         self.timeline = pn.pane.HTML(timeline_html(None), sizing_mode="stretch_width", css_classes=["cluster-events"])
         self.state.param.watch(lambda e: setattr(self.timeline, "object", timeline_html(e.new)), "view")
-        self.state.param.watch(lambda _e: self._refresh(), ["cluster", "severity", "source", "node", "group"])
+        self.state.param.watch(lambda _e: self._refresh(), ["cluster", "severity", "source", "kind", "namespace",
+                                                                    "node", "group"])
         self._kube = LiveRefresh(bus, "kube", self._on_kube)
         self._refresh()
 
@@ -131,9 +147,11 @@ class EventsPane(pn.viewable.Viewer):
     def __panel__(self) -> pn.viewable.Viewable:
         state = self.state
         return pn.Column(
-            pn.pane.Markdown("**Events** (HyperPod and Kubernetes node events, newest first)"),
+            pn.pane.Markdown("**Events** (HyperPod, Kubernetes node events and pod warnings, newest first)"),
             pn.Row(pn.widgets.Select.from_param(state.param.severity, name="Severity", width=120),
                    pn.widgets.Select.from_param(state.param.source, name="Source", width=120),
+                   pn.widgets.Select.from_param(state.param.kind, name="Kind", width=100),
+                   pn.widgets.TextInput.from_param(state.param.namespace, name="Namespace", width=160),
                    pn.widgets.TextInput.from_param(state.param.node, name="Node", width=200,
                                                    placeholder="hyperpod-i-… or i-…"),
                    pn.widgets.TextInput.from_param(state.param.group, name="Instance group", width=160)),

@@ -63,7 +63,8 @@ def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
 
 def slim_event(obj: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": _meta(obj, labels=False),
-            **{k: obj.get(k) for k in ("type", "reason", "message", "involvedObject", "lastTimestamp", "count")}}
+            **{k: obj.get(k) for k in ("type", "reason", "message", "involvedObject", "lastTimestamp", "count")},
+            "host": (obj.get("source") or {}).get("host")}  # the kubelet's node, for a pod's events
 
 
 def _without_templates(value: Any) -> Any:

@@ -8,7 +8,8 @@ Failures are read by class, never by text: a :class:`~services.errors.Transient`
 jittered, on the injected clock, recorded on the stage) up to the stage's budget; any other
 :class:`~services.errors.ServiceError` fails the stage as it is; anything else is a bug, failed at once as
 ``internal`` with its traceback logged, never retried. A stage past its deadline fails naming what it
-waited for. ``pace`` scales every wait, backoff and deadline, so the sandbox runs at its own speed.
+waited for. ``pace`` scales every wait, backoff and deadline, so the sandbox runs at its own speed;
+``deadline_floor`` keeps a scaled deadline from dropping below that many real seconds.
 """
 
 from __future__ import annotations
@@ -24,7 +25,17 @@ from services.db import loads
 from services.errors import DeadlineExceeded, Permanent, ServiceError, Transient
 from services.operation_store import OperationStore
 from services.operation_views import Phase, StageStatus, Status, set_condition
-from services.stages import Done, Observed, OperationKind, Stage, StageContext, Wait, checked_result
+from services.stages import (
+    DEFAULT_DEADLINE_FLOOR,
+    Done,
+    Observed,
+    OperationKind,
+    Stage,
+    StageContext,
+    Wait,
+    checked_result,
+    effective_deadline,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +56,14 @@ class Backoff:
 
 class Stepper:
     def __init__(self, store: OperationStore, kinds: dict[str, OperationKind[Any]], backoff: Backoff,
-                 pace: float = 1.0) -> None:
+                 pace: float = 1.0, deadline_floor: float = DEFAULT_DEADLINE_FLOOR) -> None:
         self.store = store
         self.db = store.db
         self.clock = store.clock
         self.kinds = kinds
         self.backoff = backoff
         self.pace = pace
+        self.deadline_floor = deadline_floor
 
     def drive(self, op_id: str) -> None:
         """Advance a claimed operation as far as it goes without waiting, persisting every phase."""
@@ -162,8 +174,8 @@ class Stepper:
         """Park until ``seconds`` from now (or the stage's deadline, if sooner); past the deadline, fail."""
         now = self.clock.now()
         due = now + max(0.0, seconds if scaled else seconds * self.pace)
-        if stage.deadline is not None:
-            deadline = stage.deadline * (1.0 if stage.real_time_deadline else self.pace)
+        deadline = effective_deadline(stage, self.pace, self.deadline_floor)
+        if deadline is not None:
             if now - started >= deadline:
                 self.store.fail(op_id, DeadlineExceeded(
                     f"stage {stage.name} was still waiting for {waited_for or 'its condition'!r} after "
@@ -192,6 +204,8 @@ class Stepper:
         results = {r["name"]: loads(r["result"]) or {} for r in self.db.query(
             "SELECT name, result FROM stages WHERE operation_id=? AND status=?",
             (row["id"], StageStatus.SUCCEEDED.value))}
-        return StageContext(operation_id=row["id"], kind=row["kind"], target=row["target"], request=request,
-                            data=loads(srow["data"]) or {}, results=results, clock=self.clock,
-                            attempt=srow["attempts"])
+        ctx: StageContext[Any] = StageContext(
+            operation_id=row["id"], kind=row["kind"], target=row["target"], request=request,
+            data=loads(srow["data"]) or {}, results=results, clock=self.clock, attempt=srow["attempts"])
+        ctx.save = lambda: self.store.save_stage(row["id"], srow["idx"], ctx.data)
+        return ctx

@@ -44,7 +44,7 @@ from services.operation_views import (
     iso,
     set_condition,
 )
-from services.stages import OperationKind
+from services.stages import DEFAULT_DEADLINE_FLOOR, OperationKind, effective_deadline
 
 _UNSET: Any = object()
 
@@ -64,6 +64,7 @@ class OperationStore:
         self.metrics = metrics
         self.kinds = kinds  # the engine's registry, read for each view (read-only stages, deadlines)
         self.pace = 1.0
+        self.deadline_floor = DEFAULT_DEADLINE_FLOOR
         #: operation id -> each stage's expected seconds for its request (a request never changes: computed once)
         self._expected: OrderedDict[str, dict[str, float | None]] = OrderedDict()
         self._expected_lock = threading.Lock()
@@ -174,7 +175,7 @@ class OperationStore:
         views = []
         for s in stages:
             stage = declared.get(s["name"])
-            deadline = stage.deadline * self.pace if stage is not None and stage.deadline is not None else None
+            deadline = effective_deadline(stage, self.pace, self.deadline_floor) if stage is not None else None
             seconds = durations.get(s["name"])
             expected = seconds * self.pace if seconds else None
             views.append(StageView(

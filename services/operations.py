@@ -48,7 +48,7 @@ from services.operation_views import (
     set_condition,
 )
 from services.secrets import refuse_secrets
-from services.stages import Done, Observed, OperationKind, Stage, StageContext, Wait
+from services.stages import DEFAULT_DEADLINE_FLOOR, Done, Observed, OperationKind, Stage, StageContext, Wait
 
 __all__ = [  # the engine's module is also where callers find the contract and the views
     "ACTIVE", "STATUS_TOOL", "TERMINAL", "TRANSITIONS", "Backoff", "Condition", "DataDirLocked", "Done", "Engine",
@@ -62,12 +62,13 @@ log = logging.getLogger(__name__)
 class Engine:
     """Persists operations and drives their stages with a scheduler thread and a worker pool.
 
-    ``pace`` scales every stage wait, backoff and deadline (1 against AWS; the sandbox runs faster);
+    ``pace`` scales every stage wait, backoff and deadline (1 against AWS; the sandbox runs faster), a
+    deadline never below ``deadline_floor`` real seconds (:func:`~services.stages.effective_deadline`);
     ``backoff`` is the transient-failure policy (its random source can be seeded)."""
 
     def __init__(self, db: Database, bus: EventBus, audit: AuditLog, clock: Clock, *, workers: int = 4,
                  lock_path: Path | None = None, metrics: Metrics | None = None, pace: float = 1.0,
-                 backoff: Backoff | None = None) -> None:
+                 backoff: Backoff | None = None, deadline_floor: float = DEFAULT_DEADLINE_FLOOR) -> None:
         self.db = db
         self.bus = bus
         self.audit = audit
@@ -77,7 +78,8 @@ class Engine:
         self.kinds: dict[str, OperationKind[Any]] = {}
         self.store = OperationStore(db, bus, audit, clock, self.metrics, self.kinds)
         self.store.pace = pace
-        self.stepper = Stepper(self.store, self.kinds, backoff or Backoff(rng=random.Random()), pace)
+        self.store.deadline_floor = deadline_floor
+        self.stepper = Stepper(self.store, self.kinds, backoff or Backoff(rng=random.Random()), pace, deadline_floor)
         self.runner = Runner(self.store, self.stepper, workers=workers, lock_path=lock_path)
         self.metrics.track_operations(self.store.queue_depth, self.store.counts)
         self.metrics.track_bus(bus)
@@ -92,6 +94,17 @@ class Engine:
         if not value > 0:
             raise ValueError("the engine's pace must be positive")
         self.stepper.pace = self.store.pace = value
+
+    @property
+    def deadline_floor(self) -> float:
+        """Real seconds a paced stage deadline never drops below."""
+        return self.stepper.deadline_floor
+
+    @deadline_floor.setter
+    def deadline_floor(self, value: float) -> None:
+        if value < 0:
+            raise ValueError("the engine's deadline floor cannot be negative")
+        self.stepper.deadline_floor = self.store.deadline_floor = value
 
     @property
     def backoff(self) -> Backoff:

@@ -40,7 +40,7 @@ class SandboxWorld(Protocol):
 FaultKind = Literal["node_unhealthy", "insufficient_capacity", "addon_degraded", "quota_exhausted", "throttle",
                     "access_denied", "deep_health_check_failed", "spot_reclaimed", "eks_create_failed",
                     "file_system_failed", "hold_response",
-                    "node_persistent_fault"]
+                    "node_persistent_fault", "autoscaling_failed"]
 
 
 class NodeUnhealthyTarget(RequestModel):
@@ -110,15 +110,23 @@ class AccessDeniedTarget(RequestModel):
         return value.rpartition(":")[2] or value
 
 
+class AutoscalingFailedTarget(RequestModel):
+    cluster: str = Field(..., min_length=1, description="HyperPod cluster name")
+    message: str | None = Field(None, max_length=1000, description="the FailureMessage HyperPod reports (default: "
+                                "the cluster role could not be assumed)")
+
+
 class HoldResponseTarget(RequestModel):
     service: str = Field(..., min_length=1, description="AWS service, e.g. ec2, iam, eks or sagemaker")
     operation: str = Field(..., min_length=1, description="the API operation whose answer is held, e.g. CreateVpc")
+    after: int | None = Field(None, ge=0, le=10_000, description="let this many matching calls answer first (hold "
+                              "the second batch of a batched act: after=1)")
 
 
 FaultTarget = (NodeUnhealthyTarget | InsufficientCapacityTarget | AddonDegradedTarget | QuotaExhaustedTarget
                | ThrottleTarget | AccessDeniedTarget | DeepHealthCheckFailedTarget | SpotReclaimedTarget
                | EksCreateFailedTarget | FileSystemFailedTarget | HoldResponseTarget
-               | NodePersistentFaultTarget)
+               | NodePersistentFaultTarget | AutoscalingFailedTarget)
 TARGET_MODELS: dict[str, type[RequestModel]] = {
     "node_unhealthy": NodeUnhealthyTarget,
     "insufficient_capacity": InsufficientCapacityTarget,
@@ -132,6 +140,7 @@ TARGET_MODELS: dict[str, type[RequestModel]] = {
     "file_system_failed": FileSystemFailedTarget,
     "hold_response": HoldResponseTarget,
     "node_persistent_fault": NodePersistentFaultTarget,
+    "autoscaling_failed": AutoscalingFailedTarget,
 }
 # per kind: (target keys required, target keys allowed), from the models above
 FAULT_TARGETS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
@@ -163,12 +172,14 @@ class FaultInject(RequestModel):
                             "replaced; spot_reclaimed (cluster, optional node, instance_group): EC2 takes a Spot "
                             "node back and HyperPod launches another; eks_create_failed (cluster = EKS name): its "
                             "creation ends FAILED with a health issue; file_system_failed (optional subnet): the "
-                            "next FSx file system created there ends FAILED; hold_response (service, operation): the "
-                            "call is made and in the ledger, its answer waits until the fault is cleared or the caller "
-                            "goes away (a crash exactly between an act and the save of its result); "
+                            "next FSx file system created there ends FAILED; hold_response (service, operation, "
+                            "optional after): the call is made and in the ledger, its answer waits until the fault is "
+                            "cleared or the caller goes away (a crash exactly between an act and the save of its "
+                            "result); "
                             "node_persistent_fault (cluster, node, "
                             "optional fault_type, reason): bad hardware, unhealthy again after every reboot until "
-                            "the node is replaced")
+                            "the node is replaced; autoscaling_failed (cluster, optional message): the next "
+                            "managed-Karpenter AutoScaling enable on the cluster ends Failed with that FailureMessage")
     target: FaultTarget = Field(..., description="what the fault applies to: the keys of the kind's target model")
     count: int | None = Field(None, ge=1, le=10_000,
                               description="throttle, access_denied: how many calls fail (default: until cleared); "

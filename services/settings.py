@@ -21,6 +21,7 @@ from pydantic_settings import (
 )
 
 from services.errors import Invalid
+from services.stages import DEFAULT_DEADLINE_FLOOR
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -80,6 +81,11 @@ class Settings(BaseSettings):
     engine_pace: float | None = Field(
         None, gt=0, le=100, description="multiplier on every operation stage's poll waits, retry backoff and "
                                         "deadline; unset: 1 against AWS, 1/sandbox_speed in the sandbox")
+    stage_deadline_floor: float = Field(
+        DEFAULT_DEADLINE_FLOOR, ge=0, le=3600,
+        description="real seconds a paced stage deadline never drops below (a sandbox at 3000x scales an hour to "
+                    "1.2 s, which a loaded machine can spend on the stage's own calls); never lengthens a stage's "
+                    "own deadline")
     retry_backoff_base: float = Field(1.0, gt=0, le=600,
                                       description="seconds before the first retry of a transient stage failure "
                                                   "(doubles per failure in a row, jittered)")

@@ -26,6 +26,9 @@ R = TypeVar("R", bound=RequestModel)
 
 #: how long a stage may take, from its first step to done, unless it says otherwise
 DEFAULT_DEADLINE = 3600.0
+#: real seconds a paced deadline never drops below: a sped-up sandbox scales an hour to about a second, which a
+#: loaded machine can spend on the stage's own calls (see :func:`effective_deadline`)
+DEFAULT_DEADLINE_FLOOR = 60.0
 
 
 class Observed(Enum):
@@ -51,10 +54,15 @@ class Wait:
     message: str = ""
 
 
+def _unsaved() -> None:
+    """A context outside the engine (a test driving a stage by hand) has nowhere to save to."""
+
+
 @dataclass
 class StageContext(Generic[R]):
     """What a stage sees: its operation, the typed request, its own persisted scratch ``data`` and the
-    results of the stages before it."""
+    results of the stages before it. ``save`` writes ``data`` now, mid-act: an act of several calls records
+    each call's outcome before the next, so a crash between them resumes knowing what was sent."""
 
     operation_id: str
     kind: str
@@ -64,6 +72,7 @@ class StageContext(Generic[R]):
     results: dict[str, dict[str, Any]]
     clock: Clock
     attempt: int
+    save: Callable[[], None] = _unsaved
 
 
 class Stage(abc.ABC, Generic[R]):
@@ -144,6 +153,18 @@ class OperationKind(Generic[R]):
 
     def stage(self, name: str) -> Stage[R] | None:
         return next((s for s in self.stages if s.name == name), None)
+
+
+def effective_deadline(stage: Stage[Any], pace: float, floor: float) -> float | None:
+    """The seconds, on the engine's clock, a stage may take: its :attr:`Stage.deadline` scaled by ``pace``
+    (real-time deadlines are not scaled), but never less than ``floor`` real seconds, so a fast sandbox's scaled
+    deadline cannot fail a stage that only ran slowly on a loaded machine; the floor never lengthens a deadline
+    past the stage's own (against AWS, at pace 1, the deadline is the stage's)."""
+    if stage.deadline is None:
+        return None
+    if stage.real_time_deadline:
+        return stage.deadline
+    return max(stage.deadline * pace, min(stage.deadline, floor))
 
 
 def checked_result(stage: Stage[Any], result: Any) -> dict[str, Any]:

@@ -1,10 +1,11 @@
-"""A separate product process for the cluster.create crash test:
+"""A separate product process for the crash tests of ``cluster.create`` and of node actions:
 
     python -m tests.crash_create_worker DATA_DIR AWS_PORT KUBE_PORT SPEED [submit REQUEST_JSON]
+    python -m tests.crash_create_worker DATA_DIR AWS_PORT KUBE_PORT SPEED [reboot|replace CLUSTER REQUEST_JSON]
 
-It runs the product's services (the real ``cluster.create`` kind) against a running sandbox; with
-``submit`` it submits a create and prints the operation id. The test SIGKILLs it during a stage and starts it
-again: the engine resumes what the killed process left.
+It runs the product's services (the real operation kinds) against a running sandbox; with ``submit`` it submits
+a create, with ``reboot``/``replace`` that node action on an imported cluster, and prints the operation id. The
+test SIGKILLs it mid-operation and starts it again: the engine resumes what the killed process left.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from app.bootstrap import build_services
 from services.auth import Principal, Role
 from services.clusters.create_models import ClusterCreate
+from services.nodes.models import NodeDestroy, NodeSelection
 from services.settings import Settings
 from tests.support import until_terminated
 
@@ -26,9 +28,17 @@ def main() -> None:
                                        sandbox_kube_port=kube_port, sandbox_speed=speed, workers=2),
                               exclusive=True)
     services.start()  # resumes what a killed process left
-    if len(sys.argv) > 6 and sys.argv[5] == "submit":
-        request = ClusterCreate.model_validate(json.loads(sys.argv[6]))
+    args = sys.argv[5:]
+    if args and args[0] == "submit":
+        request = ClusterCreate.model_validate(json.loads(args[1]))
         op, _ = services.clusters.create_cluster(Principal("crash", Role.OPERATOR, "t-crash", "api"), request)
+        print(op.id, flush=True)
+    elif args and args[0] in ("reboot", "replace"):
+        admin = Principal("crash", Role.ADMIN, "t-crash", "api")
+        if args[0] == "reboot":
+            op, _ = services.nodes.reboot_nodes(admin, args[1], NodeSelection.model_validate(json.loads(args[2])))
+        else:
+            op, _ = services.nodes.replace_nodes(admin, args[1], NodeDestroy.model_validate(json.loads(args[2])))
         print(op.id, flush=True)
     until_terminated(services.stop)
 

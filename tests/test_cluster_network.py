@@ -429,19 +429,6 @@ def _net_of(cidr: str) -> ipaddress.IPv4Network:
     return ipaddress.IPv4Network(cidr)
 
 
-def _teardown_resumed(product: SandboxProduct, cluster: str) -> OperationView:
-    """The network teardown, retried (as a user would) when the loaded machine made it outlast its deadline,
-    which the sandbox's sped-up clock scales down to about a second."""
-    view = _run(product, NetworkTeardown(product.deps()), _delete_plan(cluster))
-    for _ in range(3):
-        if view.status == "succeeded" or "deadline_seconds" not in ((view.error or {}).get("details") or {}):
-            break
-        product.services.engine.retry(view.id, ADMIN)
-        view = wait_until(lambda v=view: (r := product.services.engine.get(v.id)).status in ("succeeded", "failed")
-                          and r, 180, "the retried teardown finishes")
-    return view
-
-
 def _blocks(ec2: Any, vpc_id: str) -> list[str]:
     return [a["CidrBlock"] for a in ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"][0]["CidrBlockAssociationSet"]
             if a["CidrBlockState"]["State"] in ("associated", "associating")]
@@ -462,13 +449,13 @@ def test_a_block_added_right_before_a_crash_is_ours_for_a_new_operation_and_for_
                  if a["CidrBlock"] != "10.144.0.0/22")
     assert _tags(subnet).get(CIDR_TAG) == block["AssociationId"], subnet
     assert _net_of(subnet["CidrBlock"]).subnet_of(_net_of(block["CidrBlock"])), "the subnet is in the block we added"
-    deleted = _teardown_resumed(product, "net-kill-a")
+    deleted = _run(product, NetworkTeardown(product.deps()), _delete_plan("net-kill-a"))
     assert deleted.status == "succeeded", (deleted.error, [(s.name, s.message) for s in deleted.stages])
     assert _blocks(ec2, vpc_id) == ["10.144.0.0/22"], "the block we added went"
 
     vpc_b, _, mark = _killed_after_associating(product, ec2, "10.148.0.0/22", "net-kill-b")
     assert len(_blocks(ec2, vpc_b)) == 2
-    deleted = _teardown_resumed(product, "net-kill-b")
+    deleted = _run(product, NetworkTeardown(product.deps()), _delete_plan("net-kill-b"))
     assert deleted.status == "succeeded", (deleted.error, [(s.name, s.message) for s in deleted.stages])
     assert _blocks(ec2, vpc_b) == ["10.148.0.0/22"], "no subnet named it: the intent did"
     assert not product.services.db.query("SELECT * FROM resource_intents WHERE cluster IN (?, ?)",

@@ -186,6 +186,7 @@ class Listing(Flaky):
 
 def test_a_real_time_deadline_is_not_scaled_by_the_pace(engine: Engine, clock: FakeClock) -> None:
     engine.pace = 0.01  # a fast sandbox: a paced 100 s deadline would be 1 s
+    engine.deadline_floor = 0  # no floor: the paced deadline as it is
     engine.backoff = Backoff(base=500, max=500, rng=random.Random(1))
     paced, real = Flaky(100), Listing(100)
     engine.register(OperationKind("t.paced", ThingRequest, (paced,), lambda r: f"thing/{r.name}"))
@@ -200,6 +201,31 @@ def test_a_real_time_deadline_is_not_scaled_by_the_pace(engine: Engine, clock: F
     clock.advance(99.0)
     failed = engine.run_until_idle(real_op.id)
     assert failed.status == Status.FAILED and "past its deadline of 100.0s" in (failed.error or {})["message"]
+
+
+def test_a_paced_deadline_never_drops_below_the_real_time_floor(engine: Engine, clock: FakeClock) -> None:
+    """A fast sandbox scales a stage's hour to about a second, which a loaded machine can spend on the stage's
+    own calls: the floor keeps the deadline at real seconds, and never lengthens a stage's own deadline."""
+    engine.pace = 0.001  # a sandbox at 1000x: the paced 100 s deadline is 0.1 s
+    engine.deadline_floor = 30
+    engine.backoff = Backoff(base=500, max=500, rng=random.Random(1))
+    slow, short = Flaky(100), Flaky(100)
+    short.deadline = 20  # shorter than the floor: the floor does not lengthen it
+    engine.register(OperationKind("t.floored", ThingRequest, (slow,), lambda r: f"thing/{r.name}"))
+    engine.register(OperationKind("t.short", ThingRequest, (short,), lambda r: f"thing/{r.name}"))
+    op = engine.submit("t.floored", ThingRequest(name="f"), OPERATOR)[0]
+    assert engine.run_until_idle(op.id).status == Status.WAITING
+    assert engine.get(op.id).stages[0].deadline_seconds == 30, "the view shows the deadline the engine applies"
+    clock.advance(29.0)
+    assert engine.run_until_idle(op.id).status == Status.WAITING, "29 s is past the paced 0.1 s, not the floor"
+    clock.advance(1.0)
+    failed = engine.run_until_idle(op.id)
+    assert failed.status == Status.FAILED and "past its deadline of 30.0s" in (failed.error or {})["message"]
+    engine.pace = 1.0  # against AWS the stage's own 20 s, not the 30 s floor
+    short_op = engine.submit("t.short", ThingRequest(name="s"), OPERATOR)[0]
+    assert engine.run_until_idle(short_op.id).status == Status.WAITING
+    clock.advance(20.0)
+    assert "past its deadline of 20.0s" in (engine.run_until_idle(short_op.id).error or {})["message"]
 
 
 def test_targets_conflict_with_ancestors_and_descendants_only(engine: Engine) -> None:

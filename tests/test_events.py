@@ -1,11 +1,13 @@
 """A cluster's events timeline against a real server in sandbox mode: HyperPod's ListClusterEvents merged with
-the Kubernetes Events about its nodes, newest first, filtered by node, group, severity, source and time; the
+the Kubernetes Events about its nodes and its pods' warnings, newest first, filtered by node, group, severity,
+source, kind, namespace and time, paged with next_until, the Kubernetes part from the watch cache alone; the
 HyperPod part read through the AWS TTL cache (the same question again costs no AWS call) and paged; a part
 that cannot be read named in ``errors`` while the rest is answered; one event's details from
 DescribeClusterEvent; the same answers through a real MCP client holding a viewer token.
 
 The cluster is made by ``sandbox seed`` (as a user's own would be) and imported. The Kubernetes Events are
-written as the node's kubelet and the health agent write them (``core/v1`` Events about a Node).
+written as the node's kubelet, the scheduler and the health agent write them (``core/v1`` Events about a Node
+or a Pod).
 """
 
 from __future__ import annotations
@@ -72,14 +74,15 @@ def aws(server: SeededServer, service: str) -> Any:
 
 
 def node_event(writer: Services, name: str, kind: str, about: str, kind_of: str = "Node", reason: str = "",
-               message: str = "", at: dt.datetime | None = None) -> None:
-    """An Event as the kubelet, the node controller or the health agent records it."""
+               message: str = "", at: dt.datetime | None = None, namespace: str = "default",
+               host: str | None = None) -> None:
+    """An Event as the kubelet (on ``host``), the scheduler, the node controller or the health agent records it."""
     stamp = (at or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    k8s.CoreV1Api(writer.kube.api_client(NAME)).create_namespaced_event("default", {
-        "metadata": {"name": name, "namespace": "default"}, "type": kind, "reason": reason, "message": message,
-        "involvedObject": {"kind": kind_of, "name": about, **({"namespace": "default"} if kind_of != "Node" else {})},
+    k8s.CoreV1Api(writer.kube.api_client(NAME)).create_namespaced_event(namespace, {
+        "metadata": {"name": name, "namespace": namespace}, "type": kind, "reason": reason, "message": message,
+        "involvedObject": {"kind": kind_of, "name": about, **({"namespace": namespace} if kind_of != "Node" else {})},
         "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 3 if kind == "Warning" else 1,
-        "source": {"component": "health-monitoring-agent"}})
+        "source": {"component": "health-monitoring-agent", **({"host": host} if host else {})}})
 
 
 def nodes(live: LiveServer) -> list[str]:
@@ -178,6 +181,62 @@ def test_the_timeline_merges_filters_and_is_read_once_per_ttl(seeded: tuple[Seed
     assert detail["event"]["event_id"] == event_id and detail["event"]["node"] in (first, second)
     assert live.get(f"{EVENTS}/{event_id}").json() == detail
     assert len(ledger.succeeded("sagemaker", "DescribeClusterEvent", since=before)) == 1
+    ledger.assert_no_writes(since=mark)
+
+
+def test_pod_warnings_join_the_timeline_from_the_watch_cache_filtered_and_paged(
+        seeded: tuple[SeededServer, Services]) -> None:
+    server, writer = seeded
+    live, ledger = server.live, CallLedger(server.live)
+    first, second = nodes(live)
+    core = k8s.CoreV1Api(writer.kube.api_client(NAME))
+    for namespace in ("team-a", "team-b"):
+        core.create_namespace({"metadata": {"name": namespace}})
+    core.create_namespaced_pod("team-a", {"metadata": {"name": "trainer-0"}, "spec": {
+        "nodeName": first, "containers": [{"name": "main", "image": "busybox"}]}})
+    now = dt.datetime.now(dt.UTC)
+    node_event(writer, "backoff-1", "Warning", "trainer-0", kind_of="Pod", namespace="team-a", reason="BackOff",
+               message="Back-off restarting failed container main")
+    node_event(writer, "pulled-1", "Normal", "trainer-0", kind_of="Pod", namespace="team-a", reason="Pulled",
+               message="Container image busybox pulled")
+    node_event(writer, "evicted-1", "Warning", "gone-0", kind_of="Pod", namespace="team-a", reason="Evicted",
+               message="The node was low on resource: memory.", host=second)  # the pod is gone: the kubelet's node
+    for minutes, reason in ((3, "FailedScheduling"), (2, "FailedMount"), (1, "BackOff")):
+        node_event(writer, f"ghost-{minutes}", "Warning", "ghost-0", kind_of="Pod", namespace="team-b",
+                   reason=reason, message=f"{reason} of ghost-0", at=now - dt.timedelta(minutes=minutes))
+    wait_until(lambda: len(read(live, kind="pod", namespace="team-b")["events"]) == 3
+               and any(e["pod"] == "trainer-0" and e["node"] for e in read(live, kind="pod")["events"]), 60,
+               "the pod events in the timeline, trainer-0 on its node")
+
+    mark = ledger.mark()
+    shown = read(live)["events"]
+    reasons = {(e["pod"], e["reason"]) for e in shown if e["resource"] == "Pod"}
+    assert {("trainer-0", "BackOff"), ("gone-0", "Evicted"), ("ghost-0", "FailedScheduling")} <= reasons
+    assert ("trainer-0", "Pulled") not in reasons, "a pod's Normal events only when pods are asked for"
+    backoff = next(e for e in shown if e["pod"] == "trainer-0" and e["reason"] == "BackOff")
+    assert (backoff["namespace"], backoff["node"], backoff["group"], backoff["severity"], backoff["source"]) == (
+        "team-a", first, "workers", "warning", "kubernetes")
+
+    pods = read(live, kind="pod")["events"]
+    assert pods and all(e["resource"] == "Pod" for e in pods), "no node or HyperPod events"
+    assert ("trainer-0", "Pulled") in {(e["pod"], e["reason"]) for e in pods}
+    assert all(e["resource"] == "Node" for e in read(live, kind="node")["events"])
+    team_a = read(live, namespace="team-a")["events"]
+    assert {(e["pod"], e["reason"]) for e in team_a} == {("trainer-0", "BackOff"), ("gone-0", "Evicted")}
+    on_first = read(live, node=first, source="kubernetes")["events"]
+    assert ("trainer-0", "BackOff") in {(e["pod"], e["reason"]) for e in on_first}
+    assert not any(e["pod"] in ("gone-0", "ghost-0") for e in on_first), "another node's and an unscheduled pod's"
+    assert ("gone-0", "Evicted") in {(e["pod"], e["reason"]) for e in read(live, node=second)["events"]}
+
+    page = read(live, namespace="team-b", limit=2)
+    assert [e["reason"] for e in page["events"]] == ["BackOff", "FailedMount"] and page["truncated"]
+    assert page["next_until"] == page["events"][-1]["time"]
+    older = read(live, namespace="team-b", limit=2, until=page["next_until"])
+    assert [e["reason"] for e in older["events"]] == ["FailedMount", "FailedScheduling"]
+    assert not older["truncated"] and older["next_until"] is None
+
+    lists = [e for e in ledger.calls(since=mark, verb="list") if e.get("resource") in ("events", "pods")]
+    assert lists == [], "the pod events and their nodes come from the watch caches: no list per read"
     ledger.assert_no_writes(since=mark)
 
 

@@ -3,7 +3,9 @@ group by its rule; enabling makes the cluster role (trusting hyperpod.sagemaker.
 cluster), sends UpdateCluster with only AutoScaling + ClusterRole, and applies our HyperpodNodeClass and NodePool
 naming only the chosen groups, never touching a NodePool we did not make; a re-apply writes nothing; pending pods
 make HyperPod's Karpenter add nodes to the eligible group they fit (DescribeCluster and the Kubernetes API show
-them), within the NodePool's node limit, and remove them once empty; disabling removes exactly what we made."""
+them), within the NodePool's node limit, and remove them once empty; disabling removes exactly what we made. On
+a slower world: an enable HyperPod fails (``autoscaling_failed``) is a failure naming HyperPod's reason, not a
+wait, and disabling waits out AutoScaling ``Deleting`` before it deletes the role."""
 
 from __future__ import annotations
 
@@ -38,6 +40,15 @@ NODECLASS = "karpenter.sagemaker.amazonaws.com"
 THEIRS = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "theirs"}, "spec": {"template": {
     "spec": {"nodeClassRef": {"group": NODECLASS, "kind": "HyperpodNodeClass", "name": "theirs"},
              "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "Exists"}]}}}}
+
+
+SLOW = 100.0  # AutoScaling is Creating and Deleting for 600 simulated seconds: 6 real seconds here, enough to see
+
+
+@pytest.fixture(scope="module")
+def slow_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScaleWorld]:
+    with scale_world(tmp_path_factory.mktemp("karpenter-slow"), "failing", [("gpu", 0, {})], speed=SLOW) as made:
+        yield made
 
 
 @pytest.fixture(scope="module")
@@ -222,3 +233,49 @@ def test_enable_scale_for_pending_pods_then_disable(world: ScaleWorld) -> None:
         "resourceVersion"] == theirs, "their NodePool untouched"
     assert feature.leftover(target).gone
     custom.delete_cluster_custom_object(KARPENTER, "v1", "nodepools", "theirs")
+
+
+def test_a_failed_enable_names_hyperpods_reason_and_a_disable_waits_out_deleting(slow_world: ScaleWorld) -> None:
+    world, reason = slow_world, "Karpenter could not be installed: the account's limit of NodePools is reached."
+    target = world.target()
+    _agent(world)
+    feature = ManagedKarpenter(KarpenterSettings(instance_groups=["gpu"]))
+    injected = world.product.live.post("/api/v1/sandbox/faults", {"kind": "autoscaling_failed", "target": {
+        "cluster": world.name, "message": reason}})
+    assert injected.status_code == 201, injected.text
+    statuses: list[str] = []
+
+    def ended() -> Any:
+        observed = feature.observe(target)
+        statuses.append((world.describe().get("AutoScaling") or {}).get("Status", ""))
+        if observed.failed:
+            return observed
+        if feature.diff(observed):
+            feature.apply(target, observed)
+        return None
+    failed = wait_until(ended, 120, "the enable to end")
+    assert "Creating" in statuses and statuses[-1] == "Failed", statuses
+    assert reason in failed.failed and reason in failed.detail and not failed.healthy and not failed.settled
+    mark = world.ledger.mark()
+    with pytest.raises(Permanent, match="the account's limit of NodePools"):
+        feature.apply(target, failed)
+    world.ledger.assert_no_writes(since=mark)
+
+    mark = world.ledger.mark()
+    waited: list[str] = []
+
+    def gone() -> bool:
+        left = feature.leftover(target)
+        if "autoscaling" in left.going:
+            waited.append(world.describe()["AutoScaling"]["Status"])
+            before = world.ledger.mark()
+            feature.delete(target, left)
+            world.ledger.assert_no_writes(since=before)  # the role waits while HyperPod is Deleting
+        elif left.to_delete:
+            feature.delete(target, left)
+        return left.gone
+    wait_until(gone, 120, "managed Karpenter gone")
+    assert "Deleting" in waited, waited
+    writes = [f"{e['service']}:{e['operation']}" for e in world.ledger.writes(mark) if e.get("kind") == "aws"]
+    assert writes == ["sagemaker:UpdateCluster", "iam:DeleteRolePolicy", "iam:DeleteRole"], writes
+    assert world.describe()["AutoScaling"] == {"Mode": "Disable", "Status": "InService"}

@@ -28,15 +28,17 @@ def _get(call: Call) -> Reply:
 
 ROUTES: list[Route] = [
     Route("GET", "/api/v1/clusters/{cluster}/events", "clusters_events_list",
-          "A cluster's events: HyperPod and Kubernetes node events, newest first",
+          "A cluster's events: HyperPod, Kubernetes node and pod events, newest first",
           role_of(ClusterTimeline.list_events), _list, query=ClusterEventsQuery, response=ClusterEventsView,
           path_params=CLUSTER, tag="clusters", open_world=True,
           description="Read-only, the first place a diagnosis looks: HyperPod's cluster events (ListClusterEvents: "
                       "the cluster, its instance groups and instances — launches, capacity shortfalls, health "
                       "checks, reboots, replacements) merged with the Kubernetes Events about its nodes (NotReady, "
-                      "the health agent's findings), newest first. Narrow with since, node (name or instance id), "
-                      "group, severity (warning or error) and source. A part that cannot be read is named in "
-                      "errors and the rest is still answered. A HyperPod event's event_id gives its details "
+                      "the health agent's findings) and the Warnings about its pods (FailedScheduling, "
+                      "FailedMount, BackOff, Evicted), newest first. Narrow with since, node (name or instance id), "
+                      "group, severity (warning or error), source, kind (node or pod: every pod event) and "
+                      "namespace; when more match, ask again with until=next_until. A part that cannot be read is "
+                      "named in errors and the rest is still answered. A HyperPod event's event_id gives its details "
                       "through clusters_events_get."),
     Route("GET", "/api/v1/clusters/{cluster}/events/{event_id}", "clusters_events_get",
           "One HyperPod event with its details", role_of(ClusterTimeline.describe_event), _get, query=EventQuery,

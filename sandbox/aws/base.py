@@ -114,7 +114,9 @@ FAULT_KINDS = frozenset({
     "throttle",  # target: service, operation (optional), after (optional: calls let through first); remaining: calls
     "access_denied",  # target: service, action (an API operation); the call fails at once with a 403
     "file_system_failed",  # target: subnet (optional): the next FSx file system created there ends FAILED
-    "hold_response",  # target: service, operation: the call is made and in the ledger; its answer waits for a clear
+    "autoscaling_failed",  # target: cluster (HyperPod name), message (optional): the next autoscaling enable fails
+    "hold_response",  # target: service, operation, after (optional): the call is made and in the ledger; its answer
+    # waits for a clear
 })
 
 

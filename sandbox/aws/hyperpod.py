@@ -22,7 +22,7 @@ from . import hyperpod_checks as checks
 from . import hyperpod_node_ops as node_ops
 from .base import AwsError, Call, FaultRegistry, SimClock
 from .hyperpod_access import HyperPodAccess
-from .hyperpod_karpenter import ManagedKarpenter
+from .hyperpod_karpenter import ManagedKarpenter, enabled, scaling_output
 from .hyperpod_lifecycle import (
     CAPACITY_RETRY,
     DELETE,
@@ -89,7 +89,7 @@ class HyperPodSimulator:
         self.plans = TrainingPlans(account, region, self._plan_in_use)
         self.life = Lifecycle(faults, KubeNodes(kube, region, eks_version), self.ids, region,
                               placement_of or default_placement_of(region), self._ips_in_use, self._plan_gate)
-        self.karpenter = ManagedKarpenter(kube, self.life, region)  # autoscaling: CRDs and the controller
+        self.karpenter = ManagedKarpenter(kube, self.life, region, faults)  # autoscaling: CRDs and the controller
         self._lock = threading.RLock()
         self._extensions: dict[str, Extension] = {}
 
@@ -328,10 +328,9 @@ class HyperPodSimulator:
                     "ClusterRole"):
             if key in cfg:
                 out[key] = cfg[key]
-        if "AutoScaling" in cfg:
-            scaling = cfg["AutoScaling"]
-            status = "Creating" if c.status == "Creating" and scaling["Mode"] == "Enable" else "InService"
-            out["AutoScaling"] = {**scaling, "Status": status}
+        scaling = scaling_output(c)
+        if scaling is not None:
+            out["AutoScaling"] = scaling
         if "RestrictedInstanceGroupsConfig" in cfg:
             shared = cfg["RestrictedInstanceGroupsConfig"]["SharedEnvironmentConfig"]
             out["RestrictedInstanceGroupsConfig"] = {"SharedEnvironmentConfig": {
@@ -457,8 +456,10 @@ class HyperPodSimulator:
                           role_changed="ClusterRole" in p or "AutoScaling" in p)
         if c.kube_cluster is not None:
             self.access.grant(c.kube_cluster, (s["ExecutionRole"] for s in specs + restricted))
+        was_enabled = enabled(c)
         c.config = config
         self.karpenter.install(c)
+        self.karpenter.changed(c, was_enabled, now)
         changed = False
         for spec, is_restricted in [(s, False) for s in specs] + [(s, True) for s in restricted]:
             g = c.group(spec["InstanceGroupName"])

@@ -14,6 +14,12 @@
   NodePool's ``limits.nodes`` (over all of its groups) and the 6758-instance cap of a group. The nodes then
   launch and join like any other HyperPod node, so DescribeCluster and ``kubectl get nodes`` show them.
 
+``AutoScaling.Status`` (InService | Failed | Creating | Deleting, the API's enum): enabling on a running cluster
+is Creating for :data:`SCALING_SECONDS` (an assumption: HyperPod documents no duration), then InService, or
+Failed with a ``FailureMessage`` when an ``autoscaling_failed`` fault (target ``cluster``, optional ``message``)
+names the cluster; a Failed autoscaling scales nothing. Disabling reads ``Mode=Disable`` at once and is
+Deleting for as long, then InService. A cluster created with autoscaling on is Creating while it is.
+
 Consolidation is "when empty" only: a running node of the pool's groups that has held no pod but DaemonSets'
 for the pool's ``consolidateAfter`` (simulated time; ``Never`` keeps it) is deleted and its group's target
 lowered, while no pending pod is headed for those groups; the timers live in memory (a restart starts them
@@ -36,6 +42,7 @@ from sandbox.kube.emulator import Emulator
 from sandbox.kube.errors import ApiError
 from sandbox.kube.scheduling import free_resources, matches_node_selection, misfit, pod_requests
 
+from .base import FaultRegistry
 from .hyperpod_lifecycle import Lifecycle
 from .hyperpod_nodes import node_name, template_node
 from .hyperpod_state import RUN, ClusterRec, GroupRec
@@ -44,11 +51,26 @@ NODECLASS_GROUP = "karpenter.sagemaker.amazonaws.com"
 NODECLASS_KIND = "HyperpodNodeClass"
 MAX_GROUP = 6758
 CRDS = "hyperpod-karpenter"
+SCALING_SECONDS = 600.0  # simulated seconds AutoScaling stays Creating or Deleting after an UpdateCluster
+DEFAULT_FAILURE = "Karpenter could not be set up for the cluster: the cluster role could not be assumed."
 
 
 def enabled(c: ClusterRec) -> bool:
     scaling = c.config.get("AutoScaling") or {}
     return bool(scaling.get("Mode") == "Enable" and scaling.get("AutoScalerType", "Karpenter") == "Karpenter")
+
+
+def scaling_output(c: ClusterRec) -> dict[str, Any] | None:
+    """DescribeCluster's ``AutoScaling`` (ClusterAutoScalingConfigOutput); None if it was never configured."""
+    scaling = c.config.get("AutoScaling")
+    if scaling is None:
+        return None
+    creating = c.status == "Creating" and scaling["Mode"] == "Enable"
+    status = "Creating" if creating else c.scaling_status or "InService"
+    out = {**scaling, "Status": status}
+    if status == "Failed":
+        out["FailureMessage"] = c.scaling_failure
+    return out
 
 
 def _requirement_met(req: dict[str, Any], labels: dict[str, str]) -> bool:
@@ -91,10 +113,11 @@ def _pending(pod: dict[str, Any]) -> bool:
 class ManagedKarpenter:
     """The CRDs HyperPod installs and the controller that scales eligible groups for pending pods."""
 
-    def __init__(self, emulator: Emulator | None, life: Lifecycle, region: str) -> None:
+    def __init__(self, emulator: Emulator | None, life: Lifecycle, region: str, faults: FaultRegistry) -> None:
         self.emulator = emulator
         self.life = life
         self.region = region
+        self.faults = faults
         self.empty_since: dict[tuple[str, str], float] = {}  # (cluster, instance id) -> when it became empty
 
     def _cluster(self, c: ClusterRec) -> Cluster | None:
@@ -108,9 +131,32 @@ class ManagedKarpenter:
         if cluster is not None and enabled(c):
             install_component_crds(cluster, CRDS, manager="sagemaker-hyperpod")
 
+    def changed(self, c: ClusterRec, was_enabled: bool, now: float) -> None:
+        """An UpdateCluster switched autoscaling on (Creating) or off (Deleting); the status settles later."""
+        if enabled(c) == was_enabled:
+            return
+        c.scaling_status, c.scaling_failure = ("Creating" if enabled(c) else "Deleting"), ""
+        c.scaling_due = now + SCALING_SECONDS
+
+    def _settle(self, c: ClusterRec, now: float) -> None:
+        if c.scaling_due is None or now < c.scaling_due:
+            return
+        c.scaling_due = None
+        if c.scaling_status == "Creating":
+            fault = self.faults.take("autoscaling_failed", cluster=c.name)
+            if fault is not None:
+                if fault.remaining is None:
+                    self.faults.clear(fault.id)
+                c.scaling_status, c.scaling_failure = "Failed", fault.target.get("message") or DEFAULT_FAILURE
+                self.life.event(c, now, "Error", "Cluster", f"Autoscaling failed: {c.scaling_failure}")
+                return
+        c.scaling_status = "InService"
+
     def reconcile(self, c: ClusterRec, now: float) -> None:
+        self._settle(c, now)
         cluster = self._cluster(c)
-        if cluster is None or not enabled(c) or c.status in ("Creating", "Deleting", "Failed"):
+        if cluster is None or not enabled(c) or c.status in ("Creating", "Deleting", "Failed") \
+                or c.scaling_status == "Failed":
             return
         pool_rt = cluster.find_kind("karpenter.sh/v1", "NodePool")
         class_rt = cluster.find_kind(f"{NODECLASS_GROUP}/v1", NODECLASS_KIND)

@@ -108,6 +108,11 @@ class ClusterRec:
     nodes: list[NodeRec] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     add_tokens: dict[str, dict[str, Any]] = field(default_factory=dict)  # BatchAddClusterNodes ClientToken
+    # AutoScaling.Status once the cluster is set up ("" until an AutoScaling change): Creating, InService,
+    # Failed (with scaling_failure) or Deleting, until scaling_due
+    scaling_status: str = ""
+    scaling_failure: str = ""
+    scaling_due: float | None = None
 
     @property
     def continuous(self) -> bool:

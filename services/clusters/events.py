@@ -1,12 +1,16 @@
 """A cluster's events timeline: HyperPod's ``ListClusterEvents`` merged with the Kubernetes Events about its
-nodes, newest first — the first place a diagnosis looks (why a group is short, why a node was rebooted or
-replaced, what the health agent saw).
+nodes and pods, newest first — the first place a diagnosis looks (why a group is short, why a node was rebooted
+or replaced, what the health agent saw, why a pod does not run).
 
 HyperPod's part is read through the AWS TTL cache: the same question asked again within the TTL costs no
 AWS call, and an operation that changes the cluster invalidates it. The filters HyperPod applies itself
 (instance group, instance id, time) are sent with the call; the pages (``Descending``, 100 events each) are
 read until the answer is full. ``DescribeClusterEvent`` adds one event's details, cached the same way.
-The Kubernetes part is the events informer's memory (Events whose ``involvedObject`` is a Node).
+The Kubernetes part is the events informer's memory (Events whose ``involvedObject`` is a Node or a Pod; a
+read makes no Kubernetes call). Of a pod's events only the Warnings (FailedScheduling, FailedMount, BackOff,
+Evicted, ...) are in the timeline unless ``kind=pod`` asks for all of them; a pod event's node is the pod's
+(the pods informer) or the kubelet's that reported it. The answer is capped at ``limit``; when more match,
+``next_until`` says where the next, older page starts.
 
 A part that cannot be read (ListClusterEvents needs ``NodeProvisioningMode=Continuous``; access denied; the
 event list not yet arrived) is named in ``errors`` and the other part is still answered. This module only
@@ -54,7 +58,12 @@ HYPERPOD_LEVELS = {"Info": Severity.INFO, "Warn": Severity.WARNING, "Error": Sev
 
 class EventSource(StrEnum):
     HYPERPOD = "hyperpod"  # ListClusterEvents: the cluster, its instance groups and instances
-    KUBERNETES = "kubernetes"  # Events about the cluster's Nodes (kubelet, node controller, health agent)
+    KUBERNETES = "kubernetes"  # Events about the cluster's Nodes and Pods (kubelet, scheduler, health agent)
+
+
+class EventKind(StrEnum):
+    NODE = "node"  # Kubernetes Events whose involvedObject is a Node
+    POD = "pod"  # ... a Pod
 
 
 class ClusterEventsQuery(RequestModel):
@@ -69,7 +78,15 @@ class ClusterEventsQuery(RequestModel):
                               description="only events of this instance group (and of its nodes)")
     severity: Severity | None = Field(None, description="at least this severity: info (everything), warning "
                                                         "(HyperPod Warn/Error, Kubernetes Warning) or error")
-    source: EventSource | None = Field(None, description="only HyperPod's events or only Kubernetes' node events")
+    source: EventSource | None = Field(None, description="only HyperPod's events or only Kubernetes' events")
+    kind: EventKind | None = Field(None, description="only Kubernetes events about nodes, or about pods (every pod "
+                                                     "event, Normal ones too; without it only a pod's Warnings are "
+                                                     "shown); HyperPod's events are left out")
+    namespace: str | None = Field(None, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+                                  description="only events of pods in this namespace (node and HyperPod events "
+                                              "have none: they are left out)")
+    until: AwareDatetime | None = Field(None, description="only events at or before this time: the previous "
+                                                          "answer's next_until, for the next (older) page")
     limit: int = Field(100, ge=1, le=500, description="at most this many events (the newest)")
     refresh: bool = Field(False, description="ask HyperPod again instead of the short-lived cache")
 
@@ -81,7 +98,10 @@ class ClusterEvent(ResponseModel):
     resource: str = Field(..., description="what it is about: Cluster, InstanceGroup or Instance (HyperPod), "
                                            "Node (Kubernetes)")
     group: str | None = Field(None, description="the instance group, when HyperPod names one or the node is known")
-    node: str | None = Field(None, description="the Kubernetes node name, when the node has joined")
+    node: str | None = Field(None, description="the Kubernetes node name, when the node has joined (a pod event: "
+                                               "the pod's node)")
+    namespace: str | None = Field(None, description="a pod event: the pod's namespace")
+    pod: str | None = Field(None, description="a pod event: the pod's name")
     instance_id: str | None = None
     reason: str | None = Field(None, description="Kubernetes' machine-readable reason (e.g. NodeNotReady)")
     message: str
@@ -93,7 +113,9 @@ class ClusterEventsView(ResponseModel):
     cluster: str
     events: list[ClusterEvent]
     truncated: bool = Field(False, description="more events match than were returned: narrow with since, node, "
-                                               "group or severity, or raise limit")
+                                               "group, kind, namespace or severity, or page on with next_until")
+    next_until: str | None = Field(None, description="more events match: ask again with until=<this> for the older "
+                                                     "ones (events at exactly this time may be shown again)")
     errors: list[str] = Field(default_factory=list, description="parts that could not be read, and why; the other "
                                                                 "part is still answered")
     hyperpod_age_seconds: float | None = Field(None, description="age of HyperPod's answer in the cache")
@@ -146,7 +168,7 @@ class ClusterTimeline:
     @verb(Role.VIEWER)
     def list_events(self, principal: Principal, name: str, query: ClusterEventsQuery | None = None,
                     wait: float = FIRST_SYNC_SECONDS) -> ClusterEventsView:
-        """The cluster's HyperPod events and Kubernetes node events, merged newest first and filtered."""
+        """The cluster's HyperPod events and Kubernetes node and pod events, merged newest first and filtered."""
         query = query or ClusterEventsQuery()
         record = self.registry.get(name)
         view = ClusterEventsView(cluster=name, events=[])
@@ -155,7 +177,7 @@ class ClusterTimeline:
         instance_id, node_name = self._resolve_node(query.node, nodes)
         events: list[ClusterEvent] = []
         more = False
-        if query.source in (None, EventSource.HYPERPOD):
+        if query.source in (None, EventSource.HYPERPOD) and query.kind is None and query.namespace is None:
             more = self._hyperpod(record, query, instance_id, nodes, view, events)
         if query.source in (None, EventSource.KUBERNETES):
             group_nodes = self._group_nodes(record, query.group, nodes, view.errors) if query.group else None
@@ -164,6 +186,7 @@ class ClusterTimeline:
         events.sort(key=lambda e: e.time, reverse=True)
         view.events = events[:query.limit]
         view.truncated = more or len(events) > query.limit
+        view.next_until = view.events[-1].time if view.truncated and view.events else None
         return view
 
     @verb(Role.VIEWER)
@@ -202,10 +225,12 @@ class ClusterTimeline:
             params["NodeId"] = instance_id
         if query.since is not None:
             params["EventTimeAfter"] = query.since
+        if query.until is not None:  # at or before: EventTimeBefore is strict
+            params["EventTimeBefore"] = query.until + dt.timedelta(milliseconds=1)
         wanted = _at_least(query.severity, lambda e: HYPERPOD_LEVELS.get(str(e.get("EventLevel")), Severity.INFO))
         key = ("sagemaker", "list_cluster_events", record.region, record.hyperpod_name, query.group or "",
-               instance_id or "", query.since.isoformat() if query.since else "", str(query.severity or ""),
-               str(query.limit))
+               instance_id or "", query.since.isoformat() if query.since else "",
+               query.until.isoformat() if query.until else "", str(query.severity or ""), str(query.limit))
 
         def load() -> tuple[list[dict[str, Any]], bool]:
             client = self.aws.client("sagemaker", record.region)
@@ -241,28 +266,58 @@ class ClusterTimeline:
             view.errors.append(f"Kubernetes: the event list has not arrived ({informer.error or 'still listing'})")
             return False
         view.kubernetes_age_seconds = informer.age()
-        since = query.since
         wanted = _at_least(query.severity, lambda e: Severity.WARNING if e.get("type") == "Warning" else Severity.INFO)
-        found: list[ClusterEvent] = []
+        pods: dict[tuple[str, str], str] | None = None
         for event in informer.items():
             about = event.get("involvedObject") or {}
-            if about.get("kind") != "Node" or not wanted(event):
+            if not wanted(event) or not self._kind_wanted(query, event, about):
                 continue
-            node = str(about.get("name") or "")
+            when = _parse(event.get("lastTimestamp")) or _parse((event.get("metadata") or {}).get("creationTimestamp"))
+            if (query.since is not None and (when is None or when <= query.since)) or (
+                    query.until is not None and when is not None and when > query.until):
+                continue
+            namespace = pod = None
+            if about.get("kind") == "Pod":
+                namespace = str(about.get("namespace") or (event.get("metadata") or {}).get("namespace") or "")
+                pod = str(about.get("name") or "")
+                if pods is None:
+                    pods = self._pod_nodes(record)
+                node = pods.get((namespace, pod)) or event.get("host") or None
+            else:
+                node = str(about.get("name") or "")
             if (scope.node is not None and node != scope.node) or (scope.group_nodes is not None
                                                                    and node not in scope.group_nodes):
                 continue
-            when = _parse(event.get("lastTimestamp")) or _parse((event.get("metadata") or {}).get("creationTimestamp"))
-            if since is not None and (when is None or when <= since):
-                continue
-            found.append(ClusterEvent(
+            out.append(ClusterEvent(
                 time=_iso(when or EPOCH), source=EventSource.KUBERNETES,
-                severity=Severity.WARNING if event.get("type") == "Warning" else Severity.INFO, resource="Node",
-                group=scope.groups.get(node), node=node, instance_id=scope.instances.get(node),
+                severity=Severity.WARNING if event.get("type") == "Warning" else Severity.INFO,
+                resource=str(about.get("kind")), group=scope.groups.get(node or ""), node=node,
+                instance_id=scope.instances.get(node or ""), namespace=namespace, pod=pod,
                 reason=event.get("reason"), message=str(event.get("message") or ""),
                 count=int(event.get("count") or 1)))
-        out += found
         return False
+
+    @staticmethod
+    def _kind_wanted(query: ClusterEventsQuery, event: dict[str, Any], about: dict[str, Any]) -> bool:
+        """A Node event unless pods are asked for; a Pod event if it is a Warning or pods are asked for."""
+        kind = about.get("kind")
+        if kind == "Node":
+            return query.kind in (None, EventKind.NODE) and query.namespace is None
+        if kind != "Pod" or query.kind is EventKind.NODE:
+            return False
+        if query.namespace is not None and (about.get("namespace") or (event.get("metadata") or {}).get(
+                "namespace")) != query.namespace:
+            return False
+        return query.kind is EventKind.POD or event.get("type") == "Warning"
+
+    def _pod_nodes(self, record: ClusterRecord) -> dict[tuple[str, str], str]:
+        """(namespace, pod) -> its node, from the pods informer's memory (no call; empty until it has listed)."""
+        try:
+            informer = self.informers.get(record.name, "pods")
+        except NotFound:
+            return {}
+        return {(str(p["metadata"].get("namespace") or ""), str(p["metadata"]["name"])): str(p["spec"]["nodeName"])
+                for p in informer.items() if (p.get("spec") or {}).get("nodeName")}
 
     # ----- nodes -------------------------------------------------------------------------------------
 

@@ -378,7 +378,8 @@ class ManagedKarpenter(Component):
             if not enabled or scaling.get("AutoScalerType") != "Karpenter":
                 missing.append("autoscaling")
         if enabled and scaling.get("Status") == "Failed":
-            problems.append(f"HyperPod's autoscaling failed: {scaling.get('FailureMessage') or 'no reason given'}")
+            problems.append(f"HyperPod's autoscaling failed: {scaling.get('FailureMessage') or 'no reason given'} "
+                            "(disable managed Karpenter, fix the cause, then enable it again)")
         for obj in self.objects(cluster.get("InstanceGroups") or []):
             live = kubeapi.get(self._kube(target), obj)
             if live is not None and (live["metadata"].get("labels") or {}).get(MANAGED_LABEL) != OURS:
@@ -418,8 +419,11 @@ class ManagedKarpenter(Component):
 
     def _update_blocked(self, target: Target, cluster: dict[str, Any]) -> str | None:
         """Why the UpdateCluster that enables autoscaling waits (None: it may go now, or is not needed)."""
-        if (cluster.get("AutoScaling") or {}).get("Mode") == "Enable":
+        scaling = cluster.get("AutoScaling") or {}
+        if scaling.get("Mode") == "Enable":
             return None
+        if scaling.get("Status") == "Deleting":
+            return "waiting for HyperPod to finish disabling its autoscaling (AutoScaling is Deleting)"
         if self._propagating(target):
             return f"waiting for IAM to propagate the role {self.role_name(target)}"
         return self._busy(target, cluster)

@@ -3,7 +3,9 @@
 
 HyperPod takes at most 25 nodes per BatchReboot/BatchReplaceClusterNodes call and 99 per
 BatchDeleteClusterNodes (50 once NodeLogicalIds are included), so a stage sends as many calls as the batch
-needs and keeps, per node, what HyperPod answered (its ``Failed`` entries are per node, not a failed call).
+needs and keeps, per node, what HyperPod answered (its ``Failed`` entries are per node, not a failed call),
+saving each call's outcome before the next call; a rerun sends only what it has no record of and the world
+does not show under way.
 Then it waits for the world: a reboot is over when the Node's kubelet reports a new boot id and Ready; a
 replacement when the old instance is gone and its group is back at its target count; a deletion when the
 instances are gone; a deep health check when HyperPod reports the node Running again and the Node carries a
@@ -134,13 +136,14 @@ class BatchRequest(NodeStage):
                 params["NodeIds"] = chunk_ids
             if chunk_logical:
                 params["NodeLogicalIds"] = chunk_logical
-            answer = call(**params)  # a Transient here leaves the earlier batches recorded (the engine saves data)
+            answer = call(**params)  # a Transient here leaves the earlier batches recorded
             sent += chunk_ids + chunk_logical
             accepted += list(answer.get("Successful") or []) + list(answer.get("SuccessfulNodeLogicalIds") or [])
             for entry in list(answer.get("Failed") or []) + list(answer.get("FailedNodeLogicalIds") or []):
                 failed.append({"node": str(entry.get("NodeId") or entry.get("NodeLogicalId")),
                                "code": str(entry.get("ErrorCode") or entry.get("Code") or ""),
                                "message": str(entry.get("Message") or "")})
+            ctx.save()  # this batch's outcome on disk before the next call: a crash resends none of it
         ctx.data["sent_all"] = True
         self.deps.cache.invalidate(plan.region, plan.hyperpod_cluster or "")
         if not accepted:

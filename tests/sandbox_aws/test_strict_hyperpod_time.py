@@ -11,11 +11,12 @@ import pytest
 
 from app.cli_sandbox import FAULT_KINDS as CLI_FAULT_KINDS
 from sandbox.aws import FAULT_KINDS, AwsWorld
+from sandbox.aws.hyperpod_karpenter import SCALING_SECONDS
 from sandbox.aws.hyperpod_lifecycle import BOOT_SECONDS, CHECK_SECONDS, DETECT, REBOOT_SECONDS, SETUP
 from services.sandbox_control import FaultInject, FaultKind
 
 from .conftest import make_client
-from .hyperpod_prereqs import Prereqs, cleaned_sagemaker, fresh, groups, in_service, prereqs, refused
+from .hyperpod_prereqs import Prereqs, cleaned_sagemaker, fresh, groups, in_service, prereqs, refused, role
 
 DHC_LABEL = "sagemaker.amazonaws.com/deep-health-check-status"
 HEALTH = "sagemaker.amazonaws.com/node-health-status"
@@ -253,6 +254,41 @@ def test_spot_reclaimed_fault_takes_spot_nodes_only_and_they_are_replaced(world:
     assert world.faults.list() == []  # one-shot: used up by the one Spot node
 
 
+def test_autoscaling_goes_creating_to_in_service_or_failed_and_deleting_when_disabled(
+        world: AwsWorld, sm: Any, env: Prereqs) -> None:
+    """AutoScaling.Status takes the API's four values: Creating after an enable, then InService, or Failed with
+    the FailureMessage an ``autoscaling_failed`` fault names (a failed autoscaling scales nothing); Deleting
+    after a disable (Mode reads Disable at once), then InService."""
+    name = fresh("hp")
+    scaler = role(lambda service: make_client(world, service), fresh("scaler"), "hyperpod.sagemaker.amazonaws.com")
+    sm.create_cluster(**env.cluster(name, env.group("g", 0, "ml.t3.medium"), NodeProvisioningMode="Continuous"))
+    assert "AutoScaling" not in in_service(world, sm, name)
+    enable = {"ClusterName": name, "ClusterRole": scaler, "AutoScaling": {"Mode": "Enable", "AutoScalerType":
+                                                                            "Karpenter"}}
+    sm.update_cluster(**enable)
+    assert sm.describe_cluster(ClusterName=name)["AutoScaling"] == {"Mode": "Enable", "AutoScalerType": "Karpenter",
+                                                                   "Status": "Creating"}
+    world.advance(SCALING_SECONDS)
+    assert sm.describe_cluster(ClusterName=name)["AutoScaling"]["Status"] == "InService"
+
+    sm.update_cluster(ClusterName=name, AutoScaling={"Mode": "Disable"})
+    assert sm.describe_cluster(ClusterName=name)["AutoScaling"] == {"Mode": "Disable", "Status": "Deleting"}
+    world.advance(SCALING_SECONDS)
+    assert sm.describe_cluster(ClusterName=name)["AutoScaling"] == {"Mode": "Disable", "Status": "InService"}
+
+    world.faults.inject("autoscaling_failed", {"cluster": name, "message": "Karpenter setup failed: quota."})
+    sm.update_cluster(**enable)
+    world.advance(SCALING_SECONDS)
+    scaling = sm.describe_cluster(ClusterName=name)["AutoScaling"]
+    assert scaling["Status"] == "Failed" and scaling["FailureMessage"] == "Karpenter setup failed: quota."
+    assert world.faults.list() == [], "one-shot: used up by this enable"
+    assert "Autoscaling failed: Karpenter setup failed: quota." in events(sm, name)
+    sm.update_cluster(ClusterName=name, AutoScaling={"Mode": "Disable"})  # a failed autoscaling can be disabled
+    assert sm.describe_cluster(ClusterName=name)["AutoScaling"]["Status"] == "Deleting"
+    world.advance(SCALING_SECONDS)
+    assert sm.describe_cluster(ClusterName=name)["AutoScaling"] == {"Mode": "Disable", "Status": "InService"}
+
+
 def test_the_sandbox_api_and_cli_offer_every_fault_kind_with_its_target() -> None:
     assert set(get_args(FaultKind)) == set(FAULT_KINDS) == set(CLI_FAULT_KINDS)
     dhc = FaultInject.model_validate({"kind": "deep_health_check_failed",
@@ -264,3 +300,5 @@ def test_the_sandbox_api_and_cli_offer_every_fault_kind_with_its_target() -> Non
         FaultInject.model_validate({"kind": "spot_reclaimed", "target": {"node": "i-0123456789abcdef0"}})
     with pytest.raises(ValueError):
         FaultInject.model_validate({"kind": "deep_health_check_failed", "target": {"cluster": "hp", "check": "Ping"}})
+    failing = FaultInject.model_validate({"kind": "autoscaling_failed", "target": {"cluster": "hp"}})
+    assert failing.target_keys() == {"cluster": "hp"}
