@@ -36,6 +36,7 @@ FIRST_SYNC_SECONDS = 20.0  # the first read of a cluster waits this long for its
 REVALIDATE_WORKERS = 2  # background AWS refreshes at once (each key at most once in flight)
 MEMO_ENTRIES = 256  # reused memory-only reads kept (one per cluster and page asked); past it, all are dropped
 SUMMARY_FIELDS = set(ClusterSummary.model_fields)
+AGE_KEY = '"cache_age_seconds":'
 
 
 class _NotRead(Exception):
@@ -69,8 +70,9 @@ class ClusterReader:
         self._refresher = ThreadPoolExecutor(REVALIDATE_WORKERS, thread_name_prefix="aws-revalidate")
         self._in_flight: set[tuple[str, ...]] = set()
         self._lock = threading.Lock()
-        #: memory-only reads by (cluster, summary, page): (the stamp of their inputs, what was derived)
-        self._memo: dict[tuple[Any, ...], tuple[tuple[Any, ...], ClusterDetail]] = {}
+        #: memory-only reads by (cluster, summary, page): (the stamp of their inputs, what was derived, its
+        #: JSON around the cache age when it carries one)
+        self._memo: dict[tuple[Any, ...], tuple[tuple[Any, ...], ClusterDetail, tuple[str, str] | None]] = {}
         self._summaries: dict[str, tuple[ClusterDetail, ClusterSummary]] = {}
 
     def _aws(self, service: str, operation: str, region: str, resource: str, refresh: bool, wait: float,
@@ -120,7 +122,8 @@ class ClusterReader:
         A memory-only read (``wait=0``, no ``refresh``) is derived once per state of its inputs and then
         reused: the registry record, the AWS answers and the informers' versions are compared, not the
         objects rebuilt (only ``cache_age_seconds`` is brought up to date). What is handed out is shared:
-        callers read it, never change it."""
+        callers read it, never change it. Its JSON is encoded once per state too: a reused detail's copy
+        with the current age carries that JSON with the age written in (:meth:`_aged`)."""
         eks = self._part("eks", "describe_cluster", record.region, record.eks_name, refresh, wait,
                          name=record.eks_name)
         hp = self._part("sagemaker", "describe_cluster", record.region, record.hyperpod_name, refresh, wait,
@@ -140,12 +143,12 @@ class ClusterReader:
                  None if pods is None else (pods.stamp()[0], pods.synced.is_set(), pods.error))
         memo = self._memo.get(key)
         if memo is not None and memo[0] == stamp:
-            return self._aged(memo[1], synced_at, summary)
+            return self._aged(memo[1], memo[2], synced_at)
         detail = self._build(record, eks, hp, nodes, pods, refresh, wait, page, summary)
         if not detail.loading:
             if len(self._memo) >= MEMO_ENTRIES:
                 self._memo.clear()
-            self._memo[key] = (stamp, detail)
+            self._memo[key] = (stamp, detail, None if summary else _around_age(detail))
         return detail
 
     def summary(self, record: ClusterRecord, refresh: bool = False,
@@ -162,11 +165,15 @@ class ClusterReader:
         return row
 
     @staticmethod
-    def _aged(detail: ClusterDetail, synced_at: float | None, summary: bool) -> ClusterDetail:
-        """A reused detail with its cache age as of now (a summary carries its counts only)."""
-        if summary or synced_at is None or detail.cache_age_seconds is None:
+    def _aged(detail: ClusterDetail, around_age: tuple[str, str] | None, synced_at: float | None) -> ClusterDetail:
+        """A reused detail with its cache age as of now (a summary carries its counts only), and its JSON:
+        the reused detail's, encoded once, with the age written in."""
+        if around_age is None or synced_at is None:
             return detail
-        return detail.model_copy(update={"cache_age_seconds": max(0.0, time.monotonic() - synced_at)})
+        age = max(0.0, time.monotonic() - synced_at)
+        aged = detail.model_copy(update={"cache_age_seconds": age})
+        aged.with_encoded(around_age[0] + repr(age) + around_age[1])
+        return aged
 
     def _part(self, service: str, operation: str, region: str, resource: str, refresh: bool, wait: float,
               **params: Any) -> Any:
@@ -242,6 +249,16 @@ class ClusterReader:
             detail.nodes_by_group.setdefault(view.instance_group or "", []).append(view)
         detail.nodes_shown = len(shown)
         detail.next_after = str(shown[-1]["metadata"]["name"]) if len(chosen) > len(shown) else None
+
+
+def _around_age(detail: ClusterDetail) -> tuple[str, str] | None:
+    """The detail's JSON before and after its ``cache_age_seconds`` value (None when it has no age). The key
+    found is the top level's: inside a string value its quotes would be escaped (``\\"cache_age_seconds\\"``);
+    the value is a number, ended by the comma before the next field (``nodes_shown``)."""
+    if detail.cache_age_seconds is None:
+        return None
+    before, key, after = detail.encoded().partition(AGE_KEY)
+    return before + key, after[after.index(","):]
 
 
 def _labels(node: dict[str, Any]) -> dict[str, str]:
