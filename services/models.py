@@ -46,13 +46,17 @@ class ReusedResponse(ResponseModel):
 
     def encoded(self) -> str:
         """This response as JSON (``model_dump_json()``), encoded at most once."""
-        if self._encoded is None:
-            self._encoded = self.model_dump_json()
-        return self._encoded
+        private = self.__pydantic_private__  # read directly: ``self._encoded`` goes through pydantic's __getattr__
+        assert private is not None
+        text: str | None = private.get("_encoded")
+        if text is None:
+            text = private["_encoded"] = self.model_dump_json()
+        return text
 
     def with_encoded(self, text: str) -> None:
         """Set the encoding of a copy made from an encoded original (``text`` is what it encodes to)."""
-        self._encoded = text
+        assert self.__pydantic_private__ is not None
+        self.__pydantic_private__["_encoded"] = text
 
 
 def _nested_model(annotation: Any) -> type[BaseModel] | None:
