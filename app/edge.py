@@ -8,6 +8,8 @@
 - Request headers: Tornado closes the connection without an answer past :data:`HEADER_HARD_LIMIT`; below
   it, a header block over :data:`HEADER_LIMIT` is answered 431 with the JSON error envelope.
 - Unknown paths under ``/api`` in any spelling (``//api/...``, ``/API/V1/...``) get the JSON 404 envelope.
+- The access log (:func:`use_access_log`): every request is counted in the metrics; quick successful reads
+  are not written line by line, everything else is.
 
 This module must never import a module named by a request, nor swallow a cancellation. The guard wraps
 ``RequestHandler._execute`` (Tornado 6, as pinned); tests/test_security_edge.py proves it through Panel's
@@ -27,8 +29,14 @@ import tornado.websocket
 from panel.io.server import ComponentResourceHandler
 
 from services.errors import Forbidden, HeadersTooLarge
+from services.metrics import Metrics
 
 log = logging.getLogger(__name__)
+access_log = logging.getLogger("tornado.access")  # Tornado's own access logger, so its handlers still apply
+
+#: reads (these methods) answered 2xx or 304 within this time are counted, not logged line by line
+SLOW_REQUEST_SECONDS = 1.0
+QUIET_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 # Modules whose component resources the dashboard requests. tests/test_browser.py records every
 # /components/ request of a real session and fails when one names a module missing here.
@@ -144,6 +152,25 @@ def guard_application(app: tornado.web.Application) -> None:
     default = app.settings.get("default_handler_class")
     if default is not None:
         app.settings["default_handler_class"] = _guarded(default)
+
+
+def use_access_log(app: tornado.web.Application, metrics: Metrics) -> None:
+    """The server's access log policy. Every request is counted in ``instantstart_http_requests`` (method,
+    status; ``GET /metrics``). A read (GET, HEAD, OPTIONS) answered 2xx or 304 in under
+    :data:`SLOW_REQUEST_SECONDS` is only counted: at thousands of cached reads a second, a line each was a
+    tenth of the event loop's time. Everything else is logged as Tornado logs it (INFO, WARNING for 4xx,
+    ERROR for 5xx): mutations, refusals (401, 403, 429), errors, redirects, WebSocket upgrades and slow
+    reads. The audit log of mutations and refusals is a separate record and is not affected."""
+    def log_request(handler: tornado.web.RequestHandler) -> None:
+        status, method = handler.get_status(), handler.request.method or ""
+        metrics.http_answered(method, status)
+        seconds = handler.request.request_time()
+        if (200 <= status < 300 or status == 304) and method in QUIET_METHODS and seconds < SLOW_REQUEST_SECONDS:
+            return
+        level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
+        access_log.log(level, "%d %s %.2fms", status, handler._request_summary(), 1000.0 * seconds)
+
+    app.settings["log_function"] = log_request
 
 
 def edge_patterns(not_found: type[tornado.web.RequestHandler]) -> list[tuple[Any, ...]]:

@@ -29,7 +29,7 @@ from bokeh.server.auth_provider import AuthProvider
 from app.api.pages import Page
 from app.api.sandbox import sandbox_pages, sandbox_routes
 from app.bootstrap import Services
-from app.edge import edge_patterns, guard_application, http_server_limits
+from app.edge import edge_patterns, guard_application, http_server_limits, use_access_log
 from app.rest import SESSION_COOKIE, XSRF_COOKIE, NotFoundHandler, allowed_origins, rest_patterns, sign_in
 from app.routes import PAGES, ROUTES
 from app.runtime import RUNTIME_FILE, Runtime, remove_runtime, url_for, write_runtime
@@ -389,6 +389,7 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
                 started_at=time.time(), region=settings.region))
             say(f"listening on {url_for(settings.host, port)} (runtime file {settings.data_dir / RUNTIME_FILE})")
 
+        use_access_log(server._tornado, services.engine.metrics)
         run_guarded(server, listening)
         if world is not None and world.exit_reason:
             raise Permanent(f"stopped: {world.exit_reason}")

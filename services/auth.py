@@ -104,6 +104,7 @@ def _hash(token: str) -> str:
 INVALID_TOKEN = "unknown token: check that it was copied whole; a revoked token is refused the same way"
 _NO_HASH = _hash("ist_00000000_no-such-token")
 TOKEN_ID = re.compile(r"^[0-9a-f]{8}$")
+MAX_CLIENTS_KEPT = 16  # principals kept per cached token, one per (face, client claim) it was answered for
 
 
 def token_id_of(token: str) -> str | None:
@@ -116,13 +117,15 @@ def token_id_of(token: str) -> str | None:
 
 @dataclass(frozen=True)
 class _Admitted:
-    """A token that signed in here: who it is, when its last use was recorded, and under which generation."""
+    """A token that signed in here: who it is, when its last use was recorded, and under which generation;
+    ``principals`` keeps the principal made for each (face, client) it was answered for (a few at most)."""
 
     name: str
     role: Role
     token_id: str
     touched_at: float
     generation: tuple[int, int, int]
+    principals: dict[tuple[str, str], Principal] = field(default_factory=dict, compare=False)
 
 
 class TokenStore:
@@ -132,18 +135,32 @@ class TokenStore:
     The cache holds only tokens that signed in; an unknown, wrong or revoked token always takes the database
     path (same work, same answer). Every revocation, by this process or another one with the same data
     directory (the CLI), replaces the *generation file* next to the database; :meth:`cached` compares that
-    file's identity (one ``stat``) with the one its entry was admitted under, so a revoked token is refused on
-    its very next request. ``last_used_at`` is still recorded at most every ``TOUCH_INTERVAL``: an entry that
-    is due is not answered from memory, and the database path records the use."""
+    file's identity with the one its entry was admitted under. A revocation by this process clears the cache
+    at once; one by another process is seen within ``GENERATION_RECHECK`` seconds, as the file is looked at
+    (one ``stat``, ~7 µs, the largest piece of a cached sign-in) at most that often. ``last_used_at`` is
+    still recorded at most every ``TOUCH_INTERVAL``: an entry that is due is not answered from memory, and
+    the database path records the use."""
 
     # last_used_at is refreshed at most this often, so reads do not turn into writes
     TOUCH_INTERVAL = 60.0
+    #: the generation file is looked at (``stat``) at most this often while cached tokens are answered
+    GENERATION_RECHECK = 0.05
 
     def __init__(self, db: Database, clock: Clock) -> None:
         self.db = db
         self.clock = clock
         self.generation_path = db.path.with_name(db.path.name + ".tokens-generation")
         self._admitted: dict[str, _Admitted] = {}
+        self._seen: tuple[float, tuple[int, int, int]] | None = None  # (when, the generation then)
+
+    def _current_generation(self) -> tuple[int, int, int]:
+        """The generation as of at most ``GENERATION_RECHECK`` seconds ago (a clock gone back looks again)."""
+        now, seen = self.clock.now(), self._seen
+        if seen is not None and 0 <= now - seen[0] < self.GENERATION_RECHECK:
+            return seen[1]
+        generation = self._generation()
+        self._seen = (now, generation)
+        return generation
 
     def _generation(self) -> tuple[int, int, int]:
         try:
@@ -155,6 +172,7 @@ class TokenStore:
     def _bump_generation(self) -> None:
         """A token was revoked: every process's cached principals are void (their next request re-reads)."""
         self._admitted.clear()
+        self._seen = None
         fresh = self.generation_path.with_name(f"{self.generation_path.name}.{secrets.token_hex(4)}")
         fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
@@ -168,11 +186,17 @@ class TokenStore:
         """The principal of a token that signed in before, from memory; ``None`` means "ask
         :meth:`authenticate`" (never seen, revoked since, or its last use is due to be recorded)."""
         entry = self._admitted.get(_hash(token))
-        if entry is None or entry.generation != self._generation():
+        if entry is None or entry.generation != self._current_generation():
             return None
         if self.clock.now() - entry.touched_at > self.TOUCH_INTERVAL:
             return None
-        return Principal(entry.name, entry.role, entry.token_id, face, client)
+        principal = entry.principals.get((face, client))
+        if principal is None:  # frozen, so one per (face, client) is shared by the token's requests
+            if len(entry.principals) >= MAX_CLIENTS_KEPT:
+                entry.principals.clear()
+            principal = entry.principals[face, client] = Principal(entry.name, entry.role, entry.token_id, face,
+                                                                   client)
+        return principal
 
     def create(self, request: TokenCreate, created_by: str) -> TokenCreated:
         with self.db.tx() as conn:
@@ -209,6 +233,7 @@ class TokenStore:
         if token_id is None:
             raise Unauthorized("malformed token; expected 'ist_<id>_<secret>'")
         generation = self._generation()  # read before the row: a revocation after it voids this entry
+        self._seen = (self.clock.now(), generation)
         row = self.db.query_one("SELECT * FROM tokens WHERE id=?", (token_id,))
         hashed = _hash(token)
         matches = hmac.compare_digest(row["hash"] if row is not None else _NO_HASH, hashed)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from services.events import EventBus
@@ -36,9 +36,36 @@ class _Gauges(Collector):
         yield family
 
 
+#: HTTP methods counted by name; any other (a client may send any token) is counted as OTHER
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+class _Answers(Collector):
+    """HTTP answers by method and status. Counted where the server logs requests (the event loop's thread,
+    once per request) in a plain dictionary, so a request pays a dictionary update rather than a labelled
+    counter's lookup and lock; reported as one counter when scraped."""
+
+    NAME = "instantstart_http_requests"
+    DOC = "HTTP requests answered, by method and status code"
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, int], int] = {}
+
+    def describe(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(self.NAME, self.DOC, labels=["method", "code"])
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self.NAME, self.DOC, labels=["method", "code"])
+        for (method, code), n in sorted(self.counts.copy().items()):  # a copy: the loop keeps counting
+            family.add_metric([method, str(code)], n)
+        yield family
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._answers = _Answers()
+        self.registry.register(self._answers)
         self._stage_seconds = Histogram(
             "instantstart_stage_duration_seconds", "Time from a stage's first step to its end (engine clock)",
             ["kind", "stage", "outcome"], buckets=STAGE_BUCKETS, registry=self.registry)
@@ -57,6 +84,12 @@ class Metrics:
         self._informer_lists = Counter(
             "instantstart_informer_lists", "Full Kubernetes lists informers made (first sync, 410 Gone, refresh)",
             ["cluster", "resource"], registry=self.registry)
+
+    def http_answered(self, method: str, status: int) -> None:
+        """One HTTP request answered (called on the server's event loop only)."""
+        key = (method if method in HTTP_METHODS else "OTHER", status)
+        counts = self._answers.counts
+        counts[key] = counts.get(key, 0) + 1
 
     def aws_call(self, service: str, operation: str) -> None:
         self._aws_calls.labels(service, operation).inc()

@@ -11,7 +11,7 @@ import types
 import typing
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
 from services.errors import Invalid
 
@@ -34,6 +34,29 @@ class ResponseModel(BaseModel):
     """Base of response bodies; responses may grow fields, so clients must ignore unknown ones."""
 
     model_config = ConfigDict(extra="ignore")
+
+
+class ReusedResponse(ResponseModel):
+    """A response that a memory-only read hands out many times, unchanged, until what it was derived from
+    changes (a cluster's detail, the status summary): its JSON is encoded once, when a face first asks
+    (:meth:`encoded`), and kept with it. Nothing changes such an object after it is handed out; a copy that
+    differs (``model_copy``) gets its own encoding (:meth:`with_encoded`), never its original's."""
+
+    _encoded: str | None = PrivateAttr(default=None)
+
+    def encoded(self) -> str:
+        """This response as JSON (``model_dump_json()``), encoded at most once."""
+        private = self.__pydantic_private__  # read directly: ``self._encoded`` goes through pydantic's __getattr__
+        assert private is not None
+        text: str | None = private.get("_encoded")
+        if text is None:
+            text = private["_encoded"] = self.model_dump_json()
+        return text
+
+    def with_encoded(self, text: str) -> None:
+        """Set the encoding of a copy made from an encoded original (``text`` is what it encodes to)."""
+        assert self.__pydantic_private__ is not None
+        self.__pydantic_private__["_encoded"] = text
 
 
 def _nested_model(annotation: Any) -> type[BaseModel] | None:

@@ -54,12 +54,15 @@ class OperationIndex:
         self._new: set[str] = set()  # inserted, not yet applied
         self._active = _Newest(ACTIVE, ACTIVE_SHOWN)
         self._failed = _Newest(frozenset({Status.FAILED}), FAILURES_SHOWN)
+        #: bumped by every change of what counts(), active() and recent_failures() answer
+        self.version = 0
 
     def rebuild(self, counts: dict[str, int], changeable: Iterable[tuple[str, Status]]) -> None:
         with self._lock:
             self._counts = Counter(counts)
             self._changeable = dict(changeable)
             self._new.clear()
+            self.version += 1
         self.reload()
 
     def reload(self) -> None:
@@ -67,6 +70,7 @@ class OperationIndex:
         with self._lock:
             for shortlist in (self._active, self._failed):
                 shortlist.views = self._load(shortlist.statuses, shortlist.size)
+            self.version += 1
 
     def inserted(self, op_id: str) -> None:
         """A row was written for ``op_id``: its first view is a new operation, whatever its status by then."""
@@ -85,6 +89,7 @@ class OperationIndex:
                 self._new.discard(view.id)
             else:  # a finished operation published again: already counted, in no shortlist
                 return view
+            self.version += 1
             self._counts[view.status.value] += 1
             if view.status not in FINAL:
                 self._changeable[view.id] = view.status

@@ -25,6 +25,8 @@ class Operations:
         self._engine = engine
         self._kube = kube
         self._clusters = clusters
+        #: the last summary and what it was made from: (the engine index's version, the Kubernetes clusters)
+        self._summary: tuple[int, list[str], StatusSummary] | None = None
 
     @verb(Role.VIEWER)
     def list_operations(self, principal: Principal, query: OperationQuery | None = None) -> list[OperationView]:
@@ -65,15 +67,29 @@ class Operations:
         """What the control plane is doing: counts, active operations, recent failures, and the clusters with
         their node health from the caches; ``wait``: how long a cluster not yet read may take (the server
         never waits, a one-off CLI read does). With ``wait=0`` it reads memory only (the engine's index,
-        the registry, the caches), so the REST face answers it on the event loop."""
-        return StatusSummary(
+        the registry, the caches), so the REST face answers it on the event loop.
+
+        The summary is reused (the same object, its JSON encoded once) until one of its parts changes: the
+        engine index's version (every change of counts, active operations and failures bumps it), the
+        Kubernetes clusters, or a cluster row (rows are themselves reused until their inputs change)."""
+        version = self._engine.index_version()  # first: a change after this read makes the next summary anew
+        clusters = self._kube.clusters()
+        registered = self._clusters.list_clusters(principal, wait=wait)
+        made = self._summary
+        if made is not None and made[0] == version and made[1] == clusters and \
+                len(made[2].registered) == len(registered) and \
+                all(a is b for a, b in zip(made[2].registered, registered, strict=True)):
+            return made[2]
+        summary = StatusSummary(
             version=__version__,
             operations=self._engine.counts(),
             active=self._engine.active(),
             recent_failures=self._engine.recent_failures(),
-            clusters=self._kube.clusters(),
-            registered=self._clusters.list_clusters(principal, wait=wait),
+            clusters=clusters,
+            registered=registered,
         )
+        self._summary = (version, clusters, summary)
+        return summary
 
     @verb(Role.VIEWER)
     def metrics_text(self, principal: Principal) -> str:

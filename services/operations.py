@@ -195,6 +195,10 @@ class Engine:
         """Operations per status, from memory."""
         return self.store.counts()
 
+    def index_version(self) -> int:
+        """Changes whenever :meth:`counts`, :meth:`active` or :meth:`recent_failures` may answer differently."""
+        return self.store.index.version
+
     def active(self, limit: int = ACTIVE_SHOWN) -> builtins.list[OperationView]:
         """The newest active operations, from memory (at most :data:`ACTIVE_SHOWN`)."""
         return self.store.index.active(limit)

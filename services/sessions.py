@@ -158,5 +158,7 @@ class SignInThrottle:
                 state.pending -= 1
 
     def succeeded(self, address: str, token_id: str) -> None:
+        if (address, token_id) not in self._keys:  # the usual case, without the lock: nothing to clear
+            return
         with self._lock:
             self._keys.pop((address, token_id), None)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pydantic import Field
 
 from services.clusters.models import ClusterSummary
-from services.models import ResponseModel
+from services.models import ReusedResponse
 from services.operation_views import OperationView
 
 
-class StatusSummary(ResponseModel):
+class StatusSummary(ReusedResponse):
     version: str
     operations: dict[str, int] = Field(..., description="operation count per status")
     active: list[OperationView] = Field(..., description="pending, running and waiting operations")

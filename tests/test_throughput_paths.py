@@ -6,6 +6,7 @@ once and refreshed by a background worker)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import threading
@@ -20,7 +21,7 @@ import tornado.web
 from app.bootstrap import Services
 from app.rest import rest_patterns
 from services.auth import Role
-from services.clusters.models import ClusterImport
+from services.clusters.models import HEALTH_LABEL, ClusterImport
 from services.operation_views import ACTIVE, OperationQuery, Status
 from services.operations import Engine
 from services.tokens import TokenCreate
@@ -223,3 +224,43 @@ def test_a_memory_only_read_is_reused_until_what_it_was_derived_from_changes(pro
         core.patch_node(node.name, relabel)
     wait_until(lambda: next(n.instance_type for n in read().nodes_by_group["workers"] if n.name == node.name)
                == node.instance_type, 30, "the label put back")
+
+
+def test_a_reused_read_is_encoded_once_and_a_change_shows_in_the_next_encoding(
+        product: SandboxProduct) -> None:
+    """What the REST face writes (``encoded()``): the JSON of the read as it is now (its current cache age
+    spliced into the encoding made once for the state), the same text while the state and the age stay, and
+    a change of the inputs in the next one."""
+    services = product.services
+
+    def read() -> Any:
+        return services.clusters.describe_cluster(VIEWER, "fast", wait=0)
+
+    wait_until(lambda: not read().loading, 30, "the cluster's AWS and Kubernetes parts in the caches")
+    texts = [read().encoded() for _ in range(3)]
+    ages = set()
+    for text in texts:
+        body = json.loads(text)
+        ages.add(body.pop("cache_age_seconds"))
+        assert body == json.loads(read().model_dump_json(exclude={"cache_age_seconds"})), "spliced JSON differs"
+    first = read()
+    assert json.loads(first.encoded()) == json.loads(first.model_dump_json()), "the age written in is the model's"
+    wait_until(lambda: read().cache_age_seconds != first.cache_age_seconds, 30, "the next 10 ms of cache age")
+    assert read().encoded() != first.encoded() and first.encoded() is first.encoded()
+
+    status = services.operations.summary(VIEWER)
+    assert services.operations.summary(VIEWER) is status, "an unchanged status summary was made again"
+    assert status.encoded() is status.encoded()
+    node = first.nodes_by_group["workers"][0]
+    core = k8s.CoreV1Api(services.kube.api_client("fast"))
+    core.patch_node(node.name, {"metadata": {"labels": {HEALTH_LABEL: "Unknown"}}})
+    try:
+        def health() -> dict[str, int]:
+            return dict(json.loads(read().encoded())["health"])
+
+        wait_until(lambda: health().get("Unknown") == 1, 30, "the relabelled node's health")
+        wait_until(lambda: json.loads(services.operations.summary(VIEWER).encoded())["registered"][0]["health"]
+                   .get("Unknown") == 1, 30, "the change in the status summary's JSON")
+    finally:
+        core.patch_node(node.name, {"metadata": {"labels": {HEALTH_LABEL: node.health}}})
+    wait_until(lambda: "Unknown" not in health(), 30, "the health label put back")

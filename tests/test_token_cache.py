@@ -1,5 +1,6 @@
 """The fast path of a bearer read: principals of tokens that signed in are answered from memory, a revoked
-token is refused on its very next request (revoked here or by another process), last use is still recorded,
+token is refused on its very next request (revoked here; by another process, once the generation file is
+looked at again, at most GENERATION_RECHECK later), last use is still recorded,
 and only synchronous memory-only routes may run on the loop."""
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def stores(tmp_path: Path) -> tuple[TokenStore, TokenStore, FakeClock]:
 
 
 def test_a_signed_in_token_is_answered_from_memory_until_it_is_revoked(tmp_path: Path) -> None:
-    server, cli, _ = stores(tmp_path)
+    server, cli, clock = stores(tmp_path)
     made = server.create(TokenCreate(name="reader", role=Role.VIEWER), "test")
     assert server.cached(made.token) is None, "never signed in: the database decides"
     server.authenticate(made.token)
@@ -42,8 +43,11 @@ def test_a_signed_in_token_is_answered_from_memory_until_it_is_revoked(tmp_path:
     assert principal is not None and (principal.name, principal.role, principal.token_id, principal.client) == \
         ("reader", Role.VIEWER, made.id, "mcp")
     assert server.cached(made.token + "x") is None, "a wrong secret is never answered from memory"
+    assert server.cached(made.token, "api", "mcp") is principal, "one principal per (face, client), reused"
 
     cli.revoke(made.id, SYSTEM)  # another process: only the generation file tells this one
+    assert server.cached(made.token) is not None, "the file is looked at most every GENERATION_RECHECK"
+    clock.advance(TokenStore.GENERATION_RECHECK + 0.01)
     assert server.cached(made.token) is None
     with pytest.raises(Unauthorized):
         server.authenticate(made.token)

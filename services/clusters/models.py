@@ -7,7 +7,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from services.models import RequestModel, ResponseModel
+from services.models import RequestModel, ResponseModel, ReusedResponse
 
 NAME_PATTERN = r"^[a-zA-Z0-9][a-zA-Z0-9-]{0,99}$"  # EKS cluster names (eks CreateCluster `name`)
 HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
@@ -79,7 +79,7 @@ class NodeView(ResponseModel):
     pods: int = Field(0, description="pods scheduled on the node")
 
 
-class ClusterSummary(ResponseModel):
+class ClusterSummary(ReusedResponse):
     name: str
     ownership: Ownership
     region: str

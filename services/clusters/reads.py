@@ -36,6 +36,36 @@ FIRST_SYNC_SECONDS = 20.0  # the first read of a cluster waits this long for its
 REVALIDATE_WORKERS = 2  # background AWS refreshes at once (each key at most once in flight)
 MEMO_ENTRIES = 256  # reused memory-only reads kept (one per cluster and page asked); past it, all are dropped
 SUMMARY_FIELDS = set(ClusterSummary.model_fields)
+AGE_KEY = '"cache_age_seconds":'
+AGE_DIGITS = 2  # cache ages are answered to 10 ms (decimal places)
+
+
+class _Reused:
+    """A memory-only read kept for reuse: the stamp of its inputs, what was derived from them, and its JSON
+    before and after the ``cache_age_seconds`` value (None for a summary, which carries no fresh age).
+
+    Ages are answered to 10 ms (:data:`AGE_DIGITS`), so the copy made for one age (the reused detail with
+    that age, and its JSON with the age written in) serves every read of the same 10 ms."""
+
+    __slots__ = ("around_age", "detail", "last", "stamp")
+
+    def __init__(self, stamp: tuple[Any, ...], detail: ClusterDetail, around_age: tuple[str, str] | None) -> None:
+        self.stamp = stamp
+        self.detail = detail
+        self.around_age = around_age
+        self.last = detail
+
+    def aged(self, synced_at: float | None) -> ClusterDetail:
+        if self.around_age is None or synced_at is None:
+            return self.detail
+        age = round(max(0.0, time.monotonic() - synced_at), AGE_DIGITS)
+        last = self.last  # one read, as a worker thread may replace it meanwhile
+        if last.cache_age_seconds == age:
+            return last
+        aged = self.detail.model_copy(update={"cache_age_seconds": age})
+        aged.with_encoded(self.around_age[0] + repr(age) + self.around_age[1])
+        self.last = aged
+        return aged
 
 
 class _NotRead(Exception):
@@ -69,8 +99,8 @@ class ClusterReader:
         self._refresher = ThreadPoolExecutor(REVALIDATE_WORKERS, thread_name_prefix="aws-revalidate")
         self._in_flight: set[tuple[str, ...]] = set()
         self._lock = threading.Lock()
-        #: memory-only reads by (cluster, summary, page): (the stamp of their inputs, what was derived)
-        self._memo: dict[tuple[Any, ...], tuple[tuple[Any, ...], ClusterDetail]] = {}
+        #: memory-only reads by (cluster, summary, page)
+        self._memo: dict[tuple[Any, ...], _Reused] = {}
         self._summaries: dict[str, tuple[ClusterDetail, ClusterSummary]] = {}
 
     def _aws(self, service: str, operation: str, region: str, resource: str, refresh: bool, wait: float,
@@ -120,7 +150,7 @@ class ClusterReader:
         A memory-only read (``wait=0``, no ``refresh``) is derived once per state of its inputs and then
         reused: the registry record, the AWS answers and the informers' versions are compared, not the
         objects rebuilt (only ``cache_age_seconds`` is brought up to date). What is handed out is shared:
-        callers read it, never change it."""
+        callers read it, never change it. Its JSON is encoded once per state too (:class:`_Reused`)."""
         eks = self._part("eks", "describe_cluster", record.region, record.eks_name, refresh, wait,
                          name=record.eks_name)
         hp = self._part("sagemaker", "describe_cluster", record.region, record.hyperpod_name, refresh, wait,
@@ -139,13 +169,13 @@ class ClusterReader:
         stamp = (record, eks, hp, version, nodes.synced.is_set(), nodes.error,
                  None if pods is None else (pods.stamp()[0], pods.synced.is_set(), pods.error))
         memo = self._memo.get(key)
-        if memo is not None and memo[0] == stamp:
-            return self._aged(memo[1], synced_at, summary)
+        if memo is not None and memo.stamp == stamp:
+            return memo.aged(synced_at)
         detail = self._build(record, eks, hp, nodes, pods, refresh, wait, page, summary)
         if not detail.loading:
             if len(self._memo) >= MEMO_ENTRIES:
                 self._memo.clear()
-            self._memo[key] = (stamp, detail)
+            self._memo[key] = _Reused(stamp, detail, None if summary else _around_age(detail))
         return detail
 
     def summary(self, record: ClusterRecord, refresh: bool = False,
@@ -160,13 +190,6 @@ class ClusterReader:
             self._summaries.clear()
         self._summaries[record.name] = (detail, row)
         return row
-
-    @staticmethod
-    def _aged(detail: ClusterDetail, synced_at: float | None, summary: bool) -> ClusterDetail:
-        """A reused detail with its cache age as of now (a summary carries its counts only)."""
-        if summary or synced_at is None or detail.cache_age_seconds is None:
-            return detail
-        return detail.model_copy(update={"cache_age_seconds": max(0.0, time.monotonic() - synced_at)})
 
     def _part(self, service: str, operation: str, region: str, resource: str, refresh: bool, wait: float,
               **params: Any) -> Any:
@@ -218,7 +241,8 @@ class ClusterReader:
             items = nodes.items()
             detail.nodes = len(items)
             detail.health = dict(Counter(_health(n) for n in items))
-            detail.cache_age_seconds = nodes.age()
+            age = nodes.age()
+            detail.cache_age_seconds = None if age is None else round(age, AGE_DIGITS)
             if not summary:
                 self._page_nodes(detail, items, per_node, page)
         elif wait <= 0 and nodes.error is None:
@@ -242,6 +266,16 @@ class ClusterReader:
             detail.nodes_by_group.setdefault(view.instance_group or "", []).append(view)
         detail.nodes_shown = len(shown)
         detail.next_after = str(shown[-1]["metadata"]["name"]) if len(chosen) > len(shown) else None
+
+
+def _around_age(detail: ClusterDetail) -> tuple[str, str] | None:
+    """The detail's JSON before and after its ``cache_age_seconds`` value (None when it has no age). The key
+    found is the top level's: inside a string value its quotes would be escaped (``\\"cache_age_seconds\\"``);
+    the value is a number, ended by the comma before the next field (``nodes_shown``)."""
+    if detail.cache_age_seconds is None:
+        return None
+    before, key, after = detail.encoded().partition(AGE_KEY)
+    return before + key, after[after.index(","):]
 
 
 def _labels(node: dict[str, Any]) -> dict[str, str]:
