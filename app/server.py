@@ -10,13 +10,16 @@ carries the security headers below (CSP, nosniff, Referrer-Policy, HSTS over HTT
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import html
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -290,6 +293,7 @@ def make_dashboard(services: Services, pages: list[Page] = PAGES) -> Callable[[]
 
 #: young collections every this many net allocations (CPython's default is 700): a cached read allocates ~100
 GC_YOUNG_THRESHOLD = 10_000
+DRAIN_SECONDS = 30.0  # how long shutdown waits for verb calls under way (a describe, a bounded AWS retry)
 
 
 def settle_heap() -> None:
@@ -313,11 +317,25 @@ def run_guarded(server: Any, listening: Callable[[int], None]) -> None:
     server.io_loop.start()
 
 
-def drain_workers(loop: asyncio.AbstractEventLoop) -> None:
-    """Wait, once the loop has stopped, for the verb calls REST handlers run on its default executor: the
-    services (their database connections) close only after the last of them returned."""
-    if not loop.is_closed() and not loop.is_running():
-        loop.run_until_complete(loop.shutdown_default_executor())
+def serve_workers(server: Any) -> ThreadPoolExecutor:
+    """The threads REST handlers run verb calls on (the loop's default executor), held so shutdown can wait
+    for them."""
+    workers = ThreadPoolExecutor(thread_name_prefix="verb")
+    server.io_loop.asyncio_loop.set_default_executor(workers)
+    return workers
+
+
+def drain_workers(server: Any, workers: ThreadPoolExecutor, timeout: float = DRAIN_SECONDS) -> None:
+    """Once the loop has stopped: stop listening, then wait up to ``timeout`` seconds for the verb calls under
+    way on ``workers`` (queued ones are dropped), so the services close their database connections only after
+    the last of them returned; past it, say which were still running and close anyway."""
+    with contextlib.suppress(AssertionError):  # Bokeh asserts it was not stopped already
+        server.stop(wait=False)
+    waiter = threading.Thread(target=workers.shutdown, kwargs={"cancel_futures": True}, daemon=True)
+    waiter.start()
+    waiter.join(timeout)
+    if waiter.is_alive():
+        log.warning("shutting down with verb calls still running after %.0f s", timeout)
 
 
 def serve(services: Services, *, show_token: Callable[[str], None] | None = None,
@@ -330,6 +348,7 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
     settings.check_bind()
     world: Sandbox | None = None
     server: Any = None
+    workers: ThreadPoolExecutor | None = None
     try:
         # start-up order: the data directory's lock, then the sandbox reachable, then (registry loaded at
         # build time) the engine resumes operations, so a resumed stage finds its cluster's endpoints
@@ -390,13 +409,18 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
             say(f"listening on {url_for(settings.host, port)} (runtime file {settings.data_dir / RUNTIME_FILE})")
 
         use_access_log(server._tornado, services.engine.metrics)
+        workers = serve_workers(server)
         run_guarded(server, listening)
         if world is not None and world.exit_reason:
             raise Permanent(f"stopped: {world.exit_reason}")
     finally:
         remove_runtime(settings.data_dir)
-        if server is not None:
-            drain_workers(server.io_loop.asyncio_loop)
-        services.stop()  # the engine and informers first, while the sandbox still answers
-        if world is not None:
-            world.stop()
+        try:
+            if workers is not None:
+                drain_workers(server, workers)
+        finally:
+            try:
+                services.stop()  # the engine and informers first, while the sandbox still answers
+            finally:
+                if world is not None:
+                    world.stop()

@@ -72,6 +72,7 @@ from services.training.jobs_stages import (
     SUBMIT_KIND,
     SUSPEND_KIND,
     JobDeps,
+    config_map_owners,
     is_ours,
     job_kinds,
     read_job,
@@ -360,12 +361,10 @@ class Jobs:
         core = k8s.CoreV1Api(self.kube.api_client(plan.cluster))
         for obj in plan.companions:
             name = obj["metadata"]["name"]
-            try:
-                raw: Any = core.read_namespaced_config_map(name, plan.namespace, _preload_content=False)
-            except NotFound:
+            found = config_map_owners(core, plan.namespace, name)
+            if found is None:
                 continue
-            owners = [f"{o.get('kind')} {o.get('name')}"
-                      for o in json.loads(raw.data)["metadata"].get("ownerReferences") or []]
+            owners = [f"{o.get('kind')} {o.get('name')}" for o in found]
             held = f"owned by {', '.join(owners)}" if owners else "owned by nothing"
             raise Conflict(f"ConfigMap {plan.namespace}/{name} already exists ({held}): the job's pods would read it "
                            "instead of the job's own; delete it (or wait until a deleted job's is collected), or "

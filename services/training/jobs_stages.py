@@ -64,6 +64,15 @@ def read_job(deps: JobDeps, cluster: str, kind: JobKind, namespace: str, name: s
         return None
 
 
+def config_map_owners(core: k8s.CoreV1Api, namespace: str, name: str) -> list[dict[str, Any]] | None:
+    """The owner references of ConfigMap ``namespace/name``; None when there is no such ConfigMap."""
+    try:
+        raw: Any = core.read_namespaced_config_map(name, namespace, _preload_content=False)
+    except NotFound:
+        return None
+    return list(json.loads(raw.data)["metadata"].get("ownerReferences") or [])
+
+
 def is_ours(obj: dict[str, Any], name: str) -> bool:
     labels = (obj.get("metadata") or {}).get("labels") or {}
     return all(labels.get(k) == v for k, v in MANAGED_LABEL.items()) and labels.get(JOB_LABEL) == name
@@ -207,25 +216,24 @@ class CompanionsStage(Stage[JobPlan]):
     def __init__(self, deps: JobDeps) -> None:
         self.deps = deps
 
-    def _missing(self, plan: JobPlan, uid: str | None) -> list[dict[str, Any]]:
+    def _missing(self, plan: JobPlan, uid: str) -> list[dict[str, Any]]:
         """The companions not made yet; one of that name that the job (``uid``) does not own fails the stage: the
         precheck refused it, so someone made it since, and the pods must not read it as the job's own."""
         core = k8s.CoreV1Api(self.deps.kube.api_client(plan.cluster))
-        missing = []
-        for obj in plan.companions:
-            name = obj["metadata"]["name"]
-            try:
-                raw: Any = core.read_namespaced_config_map(name, plan.namespace, _preload_content=False)
-            except NotFound:
-                missing.append(obj)
-                continue
-            owners = json.loads(raw.data)["metadata"].get("ownerReferences") or []
-            if not any(o.get("uid") == uid for o in owners):
-                raise Permanent(f"ConfigMap {plan.namespace}/{name} exists and is not job {plan.name}'s: delete it, "
-                                "then retry", details={"config_map": name})
-        return missing
+        return [obj for obj in plan.companions if self._owned(core, plan, obj["metadata"]["name"], uid) is None]
 
-    def _uid(self, plan: JobPlan) -> str | None:
+    @staticmethod
+    def _owned(core: k8s.CoreV1Api, plan: JobPlan, name: str, uid: str) -> bool | None:
+        """True when the job owns ConfigMap ``name``, None when there is none; Permanent when someone else's."""
+        owners = config_map_owners(core, plan.namespace, name)
+        if owners is None:
+            return None
+        if not any(o.get("uid") == uid for o in owners):
+            raise Permanent(f"ConfigMap {plan.namespace}/{name} exists and is not job {plan.name}'s: delete it, "
+                            "then retry", details={"config_map": name})
+        return True
+
+    def _uid(self, plan: JobPlan) -> str:
         job = read_job(self.deps, plan.cluster, KINDS[plan.kind], plan.namespace, plan.name)
         if job is None:
             raise Permanent(f"{plan.kind} {plan.namespace}/{plan.name} is gone (deleted by someone else?)")
@@ -248,11 +256,14 @@ class CompanionsStage(Stage[JobPlan]):
             try:
                 core.create_namespaced_config_map(plan.namespace, body,  # type: ignore[arg-type]
                                                   field_manager=FIELD_MANAGER)
-            except Conflict:  # made by an earlier attempt whose answer was lost
-                continue
+            except Conflict:  # made by an earlier attempt whose answer was lost, or by someone else just now
+                self._owned(core, plan, obj["metadata"]["name"], uid)
 
     def poll(self, ctx: StageContext[JobPlan]) -> Done:
-        names = [o["metadata"]["name"] for o in ctx.request.companions]
+        plan = ctx.request
+        if plan.companions and self._missing(plan, self._uid(plan)):
+            raise Permanent(f"a ConfigMap of job {plan.name} was deleted while it was made: retry")
+        names = [o["metadata"]["name"] for o in plan.companions]
         return Done(f"config maps {', '.join(names)} ready" if names else "no config maps to make")
 
 
