@@ -3,11 +3,13 @@
 Authentication, origin check, the per-token socket bound and revocation are :class:`EventsSocket`'s. The
 query (``namespace``, ``pod``, ``container``, ``rank``, ``tail``, ``cursor``) is a
 :class:`~services.logs.models.LogStreamQuery`. Frames are JSON batches
-``{"lines": [{"pod", "container", "ts", "text"}], "cursor", "dropped", "caught_up"}`` (plus ``warning`` when
-the earlier lines could not be read), at most one every
-``FLUSH_MS``; reconnecting with the last ``cursor`` resumes exactly after the last line received. A frame is
-written only once the previous one was flushed to the client, so a slow client leaves its lines in the
-view's bounded buffer (counted in ``dropped`` when pushed out), never in the server's write buffers.
+``{"chunks": [{"pod", "container", "text"}], "cursor", "dropped", "caught_up"}`` (plus ``warning`` when
+the earlier lines could not be read), at most one every ``FLUSH_MS``. A chunk's ``text`` is consecutive lines
+of one container as Kubernetes gives them with ``timestamps=true``: ``<RFC 3339 time> <line>\n`` each, so
+the server never handles a line on its own; chunks of different pods interleave by time. Reconnecting
+with the last ``cursor`` resumes exactly after the last line received. A frame is written only once the
+previous one was flushed to the client, so a slow client leaves its lines in the view's bounded buffer
+(counted in ``dropped`` when pushed out), never in the server's write buffers.
 A refused request gets one ``{"error": {...}}`` frame (the REST envelope) and a close with code 4000 + the
 HTTP status (4404 for an unknown cluster, 4422 for a bad query).
 """
@@ -82,10 +84,10 @@ class JobLogSocket(EventsSocket):
             return
         caught_up = view.caught_up.is_set()
         batch = view.take(BATCH_LINES)
-        if not batch.lines and batch.dropped == self._sent_dropped and caught_up == self._sent_caught_up:
+        if not batch.chunks and batch.dropped == self._sent_dropped and caught_up == self._sent_caught_up:
             return
-        frame = {"lines": [{"pod": line.pod, "container": line.container, "ts": line.ts, "text": line.text}
-                           for line in batch.lines],
+        frame = {"chunks": [{"pod": chunk.pod, "container": chunk.container,
+                             "text": chunk.data.decode("utf-8", "replace")} for chunk in batch.chunks],
                  "cursor": batch.cursor, "dropped": batch.dropped, "caught_up": caught_up,
                  **({"warning": batch.error} if batch.error else {})}
         self._sent_dropped, self._sent_caught_up = batch.dropped, caught_up

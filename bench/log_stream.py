@@ -127,6 +127,16 @@ class Reader:
             if at >= 0 and self.lines % 50 == 0:  # a sample keeps the bookkeeping light
                 self.latencies.append(now - float(text[at + 2:at + 19]))
 
+    def saw_block(self, text: str) -> None:
+        """Lines as one WebSocket chunk carries them: counted, the latency sampled on the last one."""
+        now = time.time()
+        at = text.rfind("t=")
+        with self.lock:
+            self.lines += text.count("\n")
+            self.last = time.monotonic()
+            if at >= 0:
+                self.latencies.append(now - float(text[at + 2:at + 19]))
+
 
 class Sampler:
     """Peak RSS (and the first sample) of a set of processes, sampled every 50 ms."""
@@ -224,8 +234,8 @@ def side_a(world: subprocess.Popen[str], product_proc: psutil.Process, product: 
             if frame.get("caught_up"):
                 live.set()
             dropped[0] = frame["dropped"]
-            for line in frame["lines"]:
-                reader.saw(line["text"])
+            for chunk in frame["chunks"]:
+                reader.saw_block(chunk["text"])
         ws.close()
 
     thread = threading.Thread(target=lambda: loop.run_until_complete(read()), daemon=True)
