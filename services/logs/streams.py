@@ -7,10 +7,12 @@ second, so every line of it is seen and numbered exactly); a container instance 
 pod, a restart) is followed from its first line. A dropped connection resumes from the follower's own mark,
 so it neither loses nor repeats a line. What each read brought goes to every subscribed reader through
 ``offer`` as one :class:`~services.logs.chunks.Chunk` (the lines are never split apart here), which must
-never block: readers keep their own bounded buffers (:mod:`services.logs.views`).
+never block: readers keep their own bounded buffers (:mod:`services.logs.views`). A follower that keeps up
+reads at most every ``GATHER_SECONDS`` (the socket holds what comes meanwhile), so a busy container costs a
+wake-up, a read and a chunk per interval, not per write of the kubelet.
 
-Threads only: nothing here runs on the Tornado loop, and nothing sleeps to synchronise (a retry waits on the
-stream's stop event).
+Threads only: nothing here runs on the Tornado loop, and nothing sleeps to synchronise (a retry, and the
+pause between reads, wait on the stop event).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ log = logging.getLogger(__name__)
 WATCH_SECONDS = 60
 RETRY_SECONDS = 1.0
 READ_BYTES = 1 << 20  # one read takes what the socket holds, up to this much
+#: a follower reads at most this often while it keeps up (the WebSocket sends a batch every 100 ms anyway)
+GATHER_SECONDS = 0.1
 
 
 class Reader(Protocol):
@@ -137,6 +141,8 @@ class Follower:
                 if chunk is not None:
                     self.mark = chunk.mark()
                     self.stream.publish([chunk])
+                if len(block) < READ_BYTES // 2:  # not behind: let lines gather for one read, not one per write
+                    self._stop.wait(GATHER_SECONDS)
         finally:
             self._resp = None
             resp.close()
@@ -147,9 +153,7 @@ class Follower:
 def _blocks(resp: Any) -> Iterator[bytes]:
     """The response as blocks of whole lines, one per read (what arrived together is handed on together)."""
     rest = b""
-    for data in resp.stream(READ_BYTES, decode_content=False):
-        if not data:
-            continue
+    for data in _body(resp):
         if rest:
             data = rest + data
         cut = data.rfind(b"\n") + 1
@@ -158,6 +162,54 @@ def _blocks(resp: Any) -> Iterator[bytes]:
             yield data[:cut]
     if rest:
         yield rest + b"\n"
+
+
+def _body(resp: Any) -> Iterator[bytes]:
+    """The response body as it arrives, one socket read (up to ``READ_BYTES``) at a time.
+
+    The API server sends a followed log with chunked transfer encoding, a chunk per write of the kubelet
+    (often a line or a few), and urllib3's ``stream`` hands each chunk on by itself after several reads and
+    calls of its own: with a busy job that per-chunk cost is most of the work. So the chunked framing is
+    undone here over the connection's buffered reader: one read takes whatever has arrived, however many
+    chunks that is, and the framing costs a ``find`` per chunk.
+    """
+    raw = getattr(getattr(resp, "_fp", None), "fp", None)
+    if not getattr(resp, "chunked", False) or raw is None:
+        yield from (data for data in resp.stream(READ_BYTES, decode_content=False) if data)
+        return
+    buf = b""
+    need = 0  # bytes of the current chunk's data still to come
+    skip = 0  # bytes of the CRLF that ends it still to come
+    while data := raw.read1(READ_BYTES):
+        buf = buf + data if buf else data
+        out: list[bytes] = []
+        pos, end, last = 0, len(buf), False
+        while pos < end:
+            if need:
+                take = min(need, end - pos)
+                out.append(buf[pos:pos + take])
+                pos, need = pos + take, need - take
+                if need:
+                    break
+                skip = 2
+            if skip:
+                passed = min(skip, end - pos)
+                pos, skip = pos + passed, skip - passed
+                if skip:
+                    break
+            eol = buf.find(b"\r\n", pos)
+            if eol < 0:
+                break  # the size line is not all here yet
+            need = int(buf[pos:eol].split(b";", 1)[0], 16)
+            pos = eol + 2
+            if not need:
+                last = True
+                break
+        buf = buf[pos:]
+        if out:
+            yield b"".join(out)
+        if last:
+            return
 
 
 class JobStream:
