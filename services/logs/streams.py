@@ -132,7 +132,7 @@ class Follower:
         try:
             if self._stop.is_set():
                 return True
-            for block in _blocks(resp):
+            for block in line_blocks(resp):
                 chunk = read_chunk(self.pod, self.container.name, self.container.instance, block, place)
                 if chunk is None:
                     continue
@@ -150,7 +150,7 @@ class Follower:
         return not self._stop.is_set()
 
 
-def _blocks(resp: Any) -> Iterator[bytes]:
+def line_blocks(resp: Any) -> Iterator[bytes]:
     """The response as blocks of whole lines, one per read (what arrived together is handed on together)."""
     rest = b""
     for data in _body(resp):
