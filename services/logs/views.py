@@ -24,7 +24,7 @@ from services.logs.cursor import Cursor, Line, Mark
 from services.logs.pods import JobPod, read_log
 from services.logs.streams import JobStream
 
-MAX_LINES = 10_000
+MAX_LINES = 100_000  # queued lines are compact (their bytes as read, in chunks): MAX_BYTES is what bites first
 MAX_BYTES = 8 * 1024 * 1024
 CHUNK_OVERHEAD = 256  # bytes a queued chunk costs beside its lines (a rough figure for the bound)
 CATCH_UP_LINES = 256  # the catch-up queues its lines in chunks of at most this many
