@@ -128,13 +128,13 @@ class Reader:
                 self.latencies.append(now - float(text[at + 2:at + 19]))
 
     def saw_block(self, text: str) -> None:
-        """Lines as one WebSocket frame carries them: counted, the latency sampled on the last one."""
+        """Lines as one WebSocket frame carries them: counted, the latency sampled on the first (the oldest, so
+        the longest wait) and the last one."""
         now = time.time()
-        at = text.rfind("t=")
         with self.lock:
             self.lines += text.count("\n")
             self.last = time.monotonic()
-            if at >= 0:
+            for at in {text.find("t="), text.rfind("t=")} - {-1}:
                 self.latencies.append(now - float(text[at + 2:at + 19]))
 
 

@@ -3,7 +3,8 @@
 A view subscribes to the shared :class:`~services.logs.streams.JobStream` first and catches up second (reads
 of each container from the reader's cursor, or its tail, or the start): every line is then in the catch-up,
 in the live feed, or in both, and its place (instance, second, index) drops the copy. Live lines that come
-during the catch-up wait in a bounded side buffer and follow it in order.
+during the catch-up wait in a bounded side buffer and follow it in order. Lines are queued, taken and dropped
+as :class:`~services.logs.chunks.Chunk` blocks, cut at a line where a bound or a ``take`` limit falls.
 
 Memory is bounded per reader (``max_lines`` and ``max_bytes``): a live line that does not fit pushes out the
 oldest one and counts as dropped; the catch-up instead waits for room (on its own thread), so a reader that
