@@ -2,12 +2,15 @@
 
 Authentication, origin check, the per-token socket bound and revocation are :class:`EventsSocket`'s. The
 query (``namespace``, ``pod``, ``container``, ``rank``, ``tail``, ``cursor``) is a
-:class:`~services.logs.models.LogStreamQuery`. Frames are JSON batches
-``{"lines": [{"pod", "container", "ts", "text"}], "cursor", "dropped", "caught_up"}`` (plus ``warning`` when
-the earlier lines could not be read), at most one every
-``FLUSH_MS``; reconnecting with the last ``cursor`` resumes exactly after the last line received. A frame is
-written only once the previous one was flushed to the client, so a slow client leaves its lines in the
-view's bounded buffer (counted in ``dropped`` when pushed out), never in the server's write buffers.
+:class:`~services.logs.models.LogStreamQuery`. A frame is a batch: one line of JSON,
+``{"chunks": [{"pod", "container", "lines"}], "cursor", "dropped", "caught_up"}`` (plus ``warning`` when the
+earlier lines could not be read), then a newline and the batch's lines, at most one frame every ``FLUSH_MS``.
+The lines are as Kubernetes gives them with ``timestamps=true`` (``<RFC 3339 time> <line>\n`` each), the first
+chunk's ``lines`` of them from its pod and container, then the next chunk's, and so on; chunks of different
+pods interleave by time. The server never handles or escapes a line on its own. Reconnecting
+with the last ``cursor`` resumes exactly after the last line received. A frame is written only once the
+previous one was flushed to the client, so a slow client leaves its lines in the view's bounded buffer
+(counted in ``dropped`` when pushed out), never in the server's write buffers.
 A refused request gets one ``{"error": {...}}`` frame (the REST envelope) and a close with code 4000 + the
 HTTP status (4404 for an unknown cluster, 4422 for a bad query).
 """
@@ -82,16 +85,17 @@ class JobLogSocket(EventsSocket):
             return
         caught_up = view.caught_up.is_set()
         batch = view.take(BATCH_LINES)
-        if not batch.lines and batch.dropped == self._sent_dropped and caught_up == self._sent_caught_up:
+        if not batch.chunks and batch.dropped == self._sent_dropped and caught_up == self._sent_caught_up:
             return
-        frame = {"lines": [{"pod": line.pod, "container": line.container, "ts": line.ts, "text": line.text}
-                           for line in batch.lines],
-                 "cursor": batch.cursor, "dropped": batch.dropped, "caught_up": caught_up,
-                 **({"warning": batch.error} if batch.error else {})}
+        head = {"chunks": [{"pod": chunk.pod, "container": chunk.container, "lines": chunk.nlines}
+                           for chunk in batch.chunks],
+                "cursor": batch.cursor, "dropped": batch.dropped, "caught_up": caught_up,
+                **({"warning": batch.error} if batch.error else {})}
+        body = b"".join(chunk.data for chunk in batch.chunks).decode("utf-8", "replace")  # no escaping: as read
         self._sent_dropped, self._sent_caught_up = batch.dropped, caught_up
         self._writing = True
         try:
-            await self.write_message(json.dumps(frame, separators=(",", ":")))  # flushed before the next one
+            await self.write_message(f"{json.dumps(head, separators=(',', ':'))}\n{body}")  # flushed before the next
         except tornado.websocket.WebSocketClosedError:
             return
         finally:

@@ -127,6 +127,16 @@ class Reader:
             if at >= 0 and self.lines % 50 == 0:  # a sample keeps the bookkeeping light
                 self.latencies.append(now - float(text[at + 2:at + 19]))
 
+    def saw_block(self, text: str) -> None:
+        """Lines as one WebSocket frame carries them: counted, the latency sampled on the first (the oldest, so
+        the longest wait) and the last one."""
+        now = time.time()
+        with self.lock:
+            self.lines += text.count("\n")
+            self.last = time.monotonic()
+            for at in {text.find("t="), text.rfind("t=")} - {-1}:
+                self.latencies.append(now - float(text[at + 2:at + 19]))
+
 
 class Sampler:
     """Peak RSS (and the first sample) of a set of processes, sampled every 50 ms."""
@@ -187,6 +197,12 @@ def wait_for(reader: Reader, count: int, timeout: float) -> None:
         time.sleep(0.05)
 
 
+def head(frame: str) -> dict[str, Any]:
+    """A log frame's JSON line (the lines follow it)."""
+    parsed: dict[str, Any] = json.loads(frame.partition("\n")[0])
+    return parsed
+
+
 def ws_url(product: dict[str, Any]) -> str:
     return product["url"].replace("http://", "ws://") + f"/api/v1/clusters/{CLUSTER}/jobs/{JOB}/logs/ws" \
         f"?namespace={NAMESPACE}&tail=0"
@@ -195,7 +211,7 @@ def ws_url(product: dict[str, Any]) -> str:
 def ws_connect(product: dict[str, Any]) -> websocket.WebSocket:
     ws = websocket.create_connection(ws_url(product), header=[f"Authorization: Bearer {product['token']}"], timeout=60,
                                      suppress_origin=True)
-    while not json.loads(ws.recv()).get("caught_up"):  # the stream is live: emission may start
+    while not head(ws.recv()).get("caught_up"):  # the stream is live: emission may start
         pass
     return ws
 
@@ -220,12 +236,13 @@ def side_a(world: subprocess.Popen[str], product_proc: psutil.Process, product: 
             message = await ws.read_message()
             if message is None:
                 return
-            frame = json.loads(message)
+            head, _, body = message.partition("\n")
+            frame = json.loads(head)
             if frame.get("caught_up"):
                 live.set()
             dropped[0] = frame["dropped"]
-            for line in frame["lines"]:
-                reader.saw(line["text"])
+            if body:
+                reader.saw_block(body)
         ws.close()
 
     thread = threading.Thread(target=lambda: loop.run_until_complete(read()), daemon=True)
@@ -291,7 +308,7 @@ def stall(world: subprocess.Popen[str], product_proc: psutil.Process, product: d
     ws.settimeout(2)
     try:  # what the client reads once it reads again: the drop count after the lines still buffered
         while dropped == 0 and time.monotonic() < deadline:
-            dropped = max(dropped, int(json.loads(ws.recv()).get("dropped", 0)))
+            dropped = max(dropped, int(head(ws.recv()).get("dropped", 0)))
     except (websocket.WebSocketException, OSError):
         pass
     ws.close()

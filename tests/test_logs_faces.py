@@ -33,13 +33,20 @@ def _ws(url: str, token: str, job: str, query: str = "") -> websocket.WebSocket:
 
 
 def _frames(ws: websocket.WebSocket, count: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Frames until ``count`` lines came; the lines and the last frame."""
+    """Frames until ``count`` lines came; the lines (split out of the frames by their chunks) and the last
+    frame's JSON line."""
     lines: list[dict[str, Any]] = []
     frame: dict[str, Any] = {}
     while len(lines) < count:
-        frame = json.loads(ws.recv())
+        head, _, body = ws.recv().partition("\n")
+        frame = json.loads(head)
         assert "error" not in frame, frame
-        lines += frame["lines"]
+        raw = body.split("\n")
+        assert raw.pop() == "" and len(raw) == sum(chunk["lines"] for chunk in frame["chunks"])  # whole lines
+        for chunk in frame["chunks"]:
+            for _ in range(chunk["lines"]):
+                ts, text = raw.pop(0).split(" ", 1)
+                lines.append({"pod": chunk["pod"], "container": chunk["container"], "ts": ts, "text": text})
     return lines, frame
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import deque
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -580,10 +581,15 @@ class KubeHandler(RequestHandler):
             self.finish(text[:limit] if limit is not None else text)
             return
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[LogLine | None] = asyncio.Queue()
+        queued: deque[LogLine | None] = deque()
+        woken = asyncio.Event()
+        waking = [False]  # a wake-up is on its way: lines written meanwhile need none of their own
 
-        def on_line(line: LogLine | None) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, line)
+        def on_line(line: LogLine | None) -> None:  # the writer's thread, under the log's lock
+            queued.append(line)
+            if not waking[0]:
+                waking[0] = True
+                loop.call_soon_threadsafe(woken.set)
 
         lines, following = cluster.logs.read_and_follow(key, on_line, tail=tail, since=since)
         try:
@@ -592,21 +598,22 @@ class KubeHandler(RequestHandler):
                 self.write(line.render(timestamps))
             await self.flush()
             closed = asyncio.ensure_future(self._closed.wait())
-            while following:
-                getter = asyncio.ensure_future(queue.get())
+            ended = False
+            while following and not ended:
+                getter = asyncio.ensure_future(woken.wait())
                 done, _ = await asyncio.wait({getter, closed}, return_when=asyncio.FIRST_COMPLETED)
                 if closed in done:
                     getter.cancel()
                     break
-                batch = [getter.result()]
-                while batch[-1] is not None and not queue.empty():  # what is queued goes out in one flush
-                    batch.append(queue.get_nowait())
-                for queued in batch:
-                    if queued is not None:
-                        self.write(queued.render(timestamps))
+                woken.clear()
+                waking[0] = False  # before draining: a line written from here on wakes the loop again
+                while queued:  # what is queued goes out in one flush
+                    item = queued.popleft()
+                    if item is None:
+                        ended = True
+                        break
+                    self.write(item.render(timestamps))
                 await self.flush()
-                if batch[-1] is None:
-                    break
             closed.cancel()
             if not self._finished:
                 self.finish()

@@ -5,11 +5,14 @@ runs a :class:`Follower` thread per container instance: ``pods/log`` with ``foll
 A follower that starts on a running container begins at the second of its last line (``sinceTime`` of that
 second, so every line of it is seen and numbered exactly); a container instance that appears later (a new
 pod, a restart) is followed from its first line. A dropped connection resumes from the follower's own mark,
-so it neither loses nor repeats a line. Lines go to every subscribed reader through ``offer``, which must
-never block: readers keep their own bounded buffers (:mod:`services.logs.views`).
+so it neither loses nor repeats a line. What each read brought goes to every subscribed reader through
+``offer`` as one :class:`~services.logs.chunks.Chunk` (the lines are never split apart here), which must
+never block: readers keep their own bounded buffers (:mod:`services.logs.views`). A follower that keeps up
+reads at most every ``GATHER_SECONDS`` (the socket holds what comes meanwhile), so a busy container costs a
+wake-up, a read and a chunk per interval, not per write of the kubelet.
 
-Threads only: nothing here runs on the Tornado loop, and nothing sleeps to synchronise (a retry waits on the
-stream's stop event).
+Threads only: nothing here runs on the Tornado loop, and nothing sleeps to synchronise (a retry, and the
+pause between reads, wait on the stop event).
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from services.errors import Invalid, NotFound, ServiceError
 from services.kube import KubeClients
-from services.logs.cursor import Line, Mark, parse_stamped, since_time
+from services.logs.chunks import Chunk, read_chunk
+from services.logs.cursor import Mark, since_time
 from services.logs.pods import (
     JOB_LABEL,
-    MAX_LINE_CHARS,
     Container,
     JobPod,
     job_pods,
@@ -42,10 +45,13 @@ log = logging.getLogger(__name__)
 
 WATCH_SECONDS = 60
 RETRY_SECONDS = 1.0
+READ_BYTES = 1 << 20  # one read takes what the socket holds, up to this much
+#: a follower reads at most this often while it keeps up (the WebSocket sends a batch every 100 ms anyway)
+GATHER_SECONDS = 0.1
 
 
 class Reader(Protocol):
-    def offer(self, lines: list[Line]) -> None: ...
+    def offer(self, chunks: list[Chunk]) -> None: ...
 
 
 class Follower:
@@ -122,27 +128,21 @@ class Follower:
         resp = pod_log(api, self.stream.namespace, self.pod, self.container.name, follow=True,
                        since=since_time(start) if start is not None else None)
         self._resp = resp
-        second, index = -1, 0
+        place: tuple[int, int] | None = None  # of the last line this connection gave
         try:
             if self._stop.is_set():
                 return True
-            for raws in _chunked_lines(resp):
-                out = []
-                for raw in raws:
-                    parsed = parse_stamped(raw)
-                    if parsed is None:
-                        continue
-                    ts, sec, text = parsed
-                    index = index + 1 if sec == second else 0
-                    second = sec
-                    line = Line(self.pod, self.container.name, self.container.instance, ts, sec, index,
-                                text[:MAX_LINE_CHARS])
-                    if self.mark is not None and not self.mark.admits(line):
-                        continue  # seen before the reconnect
-                    out.append(line)
-                if out:
-                    self.mark = Mark.after(out[-1])
-                    self.stream.publish(out)
+            for block in line_blocks(resp):
+                chunk = read_chunk(self.pod, self.container.name, self.container.instance, block, place)
+                if chunk is None:
+                    continue
+                place = chunk.last
+                chunk = chunk.after(self.mark)  # lines seen before a reconnect are not handed on again
+                if chunk is not None:
+                    self.mark = chunk.mark()
+                    self.stream.publish([chunk])
+                if len(block) < READ_BYTES // 2:  # not behind: let lines gather for one read, not one per write
+                    self._stop.wait(GATHER_SECONDS)
         finally:
             self._resp = None
             resp.close()
@@ -150,21 +150,66 @@ class Follower:
         return not self._stop.is_set()
 
 
-def _chunked_lines(resp: Any) -> Iterator[list[str]]:
-    """The response's lines, a list per chunk read (what arrived together is handed on together)."""
+def line_blocks(resp: Any) -> Iterator[bytes]:
+    """The response as blocks of whole lines, one per read (what arrived together is handed on together)."""
     rest = b""
-    for chunk in resp.stream(65_536, decode_content=False):
-        if not chunk:
-            continue
-        data = rest + chunk
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            rest = data
-            continue
-        rest = data[cut + 1:]
-        yield data[:cut].decode("utf-8", "replace").split("\n")
+    for data in _body(resp):
+        if rest:
+            data = rest + data
+        cut = data.rfind(b"\n") + 1
+        rest = data[cut:]
+        if cut:
+            yield data[:cut]
     if rest:
-        yield [rest.decode("utf-8", "replace")]
+        yield rest + b"\n"
+
+
+def _body(resp: Any) -> Iterator[bytes]:
+    """The response body as it arrives, one socket read (up to ``READ_BYTES``) at a time.
+
+    The API server sends a followed log with chunked transfer encoding, a chunk per write of the kubelet
+    (often a line or a few), and urllib3's ``stream`` hands each chunk on by itself after several reads and
+    calls of its own: with a busy job that per-chunk cost is most of the work. So the chunked framing is
+    undone here over the connection's buffered reader: one read takes whatever has arrived, however many
+    chunks that is, and the framing costs a ``find`` per chunk.
+    """
+    raw = getattr(getattr(resp, "_fp", None), "fp", None)
+    if not getattr(resp, "chunked", False) or raw is None:
+        yield from (data for data in resp.stream(READ_BYTES, decode_content=False) if data)
+        return
+    buf = b""
+    need = 0  # bytes of the current chunk's data still to come
+    skip = 0  # bytes of the CRLF that ends it still to come
+    while data := raw.read1(READ_BYTES):
+        buf = buf + data if buf else data
+        out: list[bytes] = []
+        pos, end, last = 0, len(buf), False
+        while pos < end:
+            if need:
+                take = min(need, end - pos)
+                out.append(buf[pos:pos + take])
+                pos, need = pos + take, need - take
+                if need:
+                    break
+                skip = 2
+            if skip:
+                passed = min(skip, end - pos)
+                pos, skip = pos + passed, skip - passed
+                if skip:
+                    break
+            eol = buf.find(b"\r\n", pos)
+            if eol < 0:
+                break  # the size line is not all here yet
+            need = int(buf[pos:eol].split(b";", 1)[0], 16)
+            pos = eol + 2
+            if not need:
+                last = True
+                break
+        buf = buf[pos:]
+        if out:
+            yield b"".join(out)
+        if last:
+            return
 
 
 class JobStream:
@@ -212,11 +257,11 @@ class JobStream:
         if idle:
             self._on_idle(self)
 
-    def publish(self, lines: list[Line]) -> None:
+    def publish(self, chunks: list[Chunk]) -> None:
         with self._lock:
             readers = list(self._readers)
         for reader in readers:
-            reader.offer(lines)
+            reader.offer(chunks)
 
     def rank_of(self, pod: str) -> int | None:
         return next((p.rank for p in self.pods if p.name == pod), None)

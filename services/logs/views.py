@@ -3,7 +3,8 @@
 A view subscribes to the shared :class:`~services.logs.streams.JobStream` first and catches up second (reads
 of each container from the reader's cursor, or its tail, or the start): every line is then in the catch-up,
 in the live feed, or in both, and its place (instance, second, index) drops the copy. Live lines that come
-during the catch-up wait in a bounded side buffer and follow it in order.
+during the catch-up wait in a bounded side buffer and follow it in order. Lines are queued, taken and dropped
+as :class:`~services.logs.chunks.Chunk` blocks, cut at a line where a bound or a ``take`` limit falls.
 
 Memory is bounded per reader (``max_lines`` and ``max_bytes``): a live line that does not fit pushes out the
 oldest one and counts as dropped; the catch-up instead waits for room (on its own thread), so a reader that
@@ -19,13 +20,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.errors import ServiceError
+from services.logs.chunks import Chunk, chunks_of, stamp_key
 from services.logs.cursor import Cursor, Line, Mark
 from services.logs.pods import JobPod, read_log
 from services.logs.streams import JobStream
 
-MAX_LINES = 10_000
+MAX_LINES = 100_000  # queued lines are compact (their bytes as read, in chunks): MAX_BYTES is what bites first
 MAX_BYTES = 8 * 1024 * 1024
-LINE_OVERHEAD = 64  # bytes a queued line costs beside its text (a rough figure for the bound)
+CHUNK_OVERHEAD = 256  # bytes a queued chunk costs beside its lines (a rough figure for the bound)
+CATCH_UP_LINES = 256  # the catch-up queues its lines in chunks of at most this many
 
 
 @dataclass(frozen=True)
@@ -40,10 +43,23 @@ class Selection:
 
 @dataclass
 class Batch:
-    lines: list[Line]
+    chunks: list[Chunk]
     cursor: str
     dropped: int
     error: str | None = None  # the catch-up failed: only live lines follow
+
+    @property
+    def count(self) -> int:
+        return sum(chunk.nlines for chunk in self.chunks)
+
+    @property
+    def lines(self) -> list[Line]:
+        """The lines one by one (parsed here: readers that pass the text on use ``chunks``)."""
+        return [line for chunk in self.chunks for line in chunk.lines()]
+
+
+def _size(chunk: Chunk) -> int:
+    return len(chunk.data) + CHUNK_OVERHEAD
 
 
 def order_key(line: Line) -> tuple[int, float, str, int]:
@@ -55,10 +71,6 @@ def order_key(line: Line) -> tuple[int, float, str, int]:
     return line.second, fraction, line.key, line.nth
 
 
-def _by_time(line: Line) -> tuple[int, float]:
-    return order_key(line)[:2]
-
-
 class LogView:
     def __init__(self, stream: JobStream, selection: Selection, cursor: Cursor, *, max_lines: int = MAX_LINES,
                  max_bytes: int = MAX_BYTES) -> None:
@@ -67,9 +79,11 @@ class LogView:
         self.max_lines = max_lines
         self.max_bytes = max_bytes
         self._lock = threading.Condition()
-        self._queue: deque[Line] = deque()
+        self._queue: deque[Chunk] = deque()
+        self._lines = 0
         self._bytes = 0
-        self._pending: deque[Line] | None = deque()  # live lines during the catch-up; None once caught up
+        self._pending: deque[Chunk] | None = deque()  # live lines during the catch-up; None once caught up
+        self._pending_lines = 0
         self._seen = cursor.copy()  # what is queued or delivered: the live feed's dedup
         self._delivered = cursor.copy()
         self._dropped = 0
@@ -90,36 +104,61 @@ class LogView:
 
     # ----- the live feed (JobStream.publish, any thread; never blocks) -----------------------------------
 
-    def offer(self, lines: list[Line]) -> None:
+    def offer(self, chunks: list[Chunk]) -> None:
         s = self.selection
         if s.pod is not None or s.container is not None or s.rank is not None:
-            lines = [line for line in lines if self.wants(line.pod, line.container)]
-        if not lines:
+            chunks = [chunk for chunk in chunks if self.wants(chunk.pod, chunk.container)]
+        if not chunks:
             return
         with self._lock:
             if self._closed:
                 return
             if self._pending is not None:
-                self._pending.extend(lines)
-                while len(self._pending) > self.max_lines:
-                    self._pending.popleft()
-                    self._dropped += 1
+                self._pending.extend(chunks)
+                self._pending_lines += sum(chunk.nlines for chunk in chunks)
+                while self._pending_lines > self.max_lines:
+                    head, rest = self._pending[0].split(self._pending_lines - self.max_lines)
+                    assert head is not None
+                    self._pending_lines -= head.nlines
+                    self._dropped += head.nlines
+                    if rest is None:
+                        self._pending.popleft()
+                    else:
+                        self._pending[0] = rest
                 return
-            for line in lines:
-                if self._seen.admits(line):
-                    self._seen.advance(line)
-                    self._push(line)
+            for chunk in chunks:
+                self._admit(chunk)
         self._ready()
 
-    def _push(self, line: Line) -> None:
-        """Queue ``line`` (lock held), pushing out the oldest past the bounds."""
-        self._queue.append(line)
-        self._bytes += len(line.text) + LINE_OVERHEAD
-        while len(self._queue) > self.max_lines or self._bytes > self.max_bytes:
-            old = self._queue.popleft()
-            self._bytes -= len(old.text) + LINE_OVERHEAD
-            self._dropped += 1
-            self._delivered.advance(old)  # skipped for good: a reconnect does not bring it back
+    def _admit(self, chunk: Chunk) -> None:
+        """Queue what of ``chunk`` was not queued or delivered yet (lock held)."""
+        kept = chunk.after(self._seen.marks.get(chunk.key))
+        if kept is not None:
+            self._seen.marks[chunk.key] = kept.mark()
+            self._push(kept)
+
+    def _push(self, chunk: Chunk) -> None:
+        """Queue ``chunk`` (lock held), pushing out the oldest lines past the bounds."""
+        self._queue.append(chunk)
+        self._lines += chunk.nlines
+        self._bytes += _size(chunk)
+        while self._lines > self.max_lines or self._bytes > self.max_bytes:
+            over = self._lines - self.max_lines if self._bytes <= self.max_bytes else self._queue[0].nlines
+            old = self._pop(over)
+            self._dropped += old.nlines
+            self._delivered.marks[old.key] = old.mark()  # skipped for good: a reconnect does not bring it back
+
+    def _pop(self, count: int) -> Chunk:
+        """Take the first ``count`` queued lines (at most the first chunk's; lock held, the queue not empty)."""
+        first = self._queue.popleft()
+        head, rest = first.split(max(count, 1))
+        assert head is not None
+        self._lines -= head.nlines
+        self._bytes -= _size(first)
+        if rest is not None:
+            self._queue.appendleft(rest)
+            self._bytes += _size(rest)
+        return head
 
     def _ready(self) -> None:
         if self.on_ready is not None:
@@ -170,49 +209,52 @@ class LogView:
         except ServiceError as exc:
             lines, ends = [], {}
             self.error = f"the earlier lines could not be read ({exc.message}); live lines follow"
-        for line in lines:
-            with self._lock:
-                while not self._closed and (len(self._queue) >= self.max_lines or self._bytes >= self.max_bytes):
+        for chunk in chunks_of(lines, CATCH_UP_LINES):
+            with self._lock:  # wait for room: the catch-up goes at the reader's pace and drops nothing
+                while not self._closed and self._queue and (self._lines + chunk.nlines > self.max_lines
+                                                            or self._bytes + _size(chunk) > self.max_bytes):
                     self._lock.wait(1.0)
                 if self._closed:
                     return
-                self._seen.advance(line)
-                self._push(line)
+                self._seen.marks[chunk.key] = chunk.mark()
+                self._push(chunk)
             self._ready()
         with self._lock:
-            queued = {line.key for line in self._queue}
+            queued = {chunk.key for chunk in self._queue}
             for key, mark in ends.items():  # cut by the tail: delivered as far as the reader is concerned
                 self._seen.marks[key] = mark
                 if key not in queued:
                     self._delivered.marks[key] = mark
             pending, self._pending = self._pending or deque(), None
-            for line in pending:
-                if self._seen.admits(line):
-                    self._seen.advance(line)
-                    self._push(line)
+            self._pending_lines = 0
+            for chunk in pending:
+                self._admit(chunk)
         self.caught_up.set()
         self._ready()
 
     # ----- the reader ------------------------------------------------------------------------------------
 
     def take(self, limit: int = 5_000) -> Batch:
-        """Up to ``limit`` waiting lines, the cursor after them and the dropped count so far (never blocks)."""
+        """Up to ``limit`` waiting lines (in chunks), the cursor after them and the dropped count so far (never
+        blocks)."""
         with self._lock:
-            out: list[Line] = []
-            while self._queue and len(out) < limit:
-                line = self._queue.popleft()
-                self._bytes -= len(line.text) + LINE_OVERHEAD
-                self._delivered.advance(line)
-                out.append(line)
+            out: list[Chunk] = []
+            room = limit
+            while self._queue and room > 0:
+                chunk = self._pop(room)
+                self._delivered.marks[chunk.key] = chunk.mark()
+                out.append(chunk)
+                room -= chunk.nlines
             self._lock.notify_all()
-        out.sort(key=_by_time)  # pods interleave by time within a batch (stable: each container stays in order)
-        with self._lock:
-            return Batch(out, self._delivered.encode(), self._dropped, self.error)
+            cursor = self._delivered.encode()
+            dropped = self._dropped
+        out.sort(key=stamp_key)  # pods interleave by time within a batch (stable: each container stays in order)
+        return Batch(out, cursor, dropped, self.error)
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             self._queue.clear()
-            self._bytes = 0
+            self._lines = self._bytes = 0
             self._lock.notify_all()
         self.stream.unsubscribe(self)
