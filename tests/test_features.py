@@ -226,6 +226,13 @@ def test_the_inference_operator_brings_its_prerequisites_and_one_copy_of_each(
         seeded: tuple[LiveServer, dict[str, str]]) -> None:
     live, world = seeded
     ledger = CallLedger(live)
+    # an imported cluster without the IAM OIDC provider its execution role (IRSA) trusts: refused, naming it
+    mark = ledger.mark()
+    refused = patch(live, {"hyperpod_inference_operator": True})
+    assert refused.status_code == 409 and "aws iam create-open-id-connect-provider" in refused.text, refused.text
+    ledger.assert_no_writes(since=mark)
+    issuer = aws(world, "eks").describe_cluster(name=CLUSTER)["cluster"]["identity"]["oidc"]["issuer"]
+    aws(world, "iam").create_open_id_connect_provider(Url=issuer, ClientIDList=["sts.amazonaws.com"])
     start = ledger.mark()
     view = toggle(live, {"hyperpod_inference_operator": True})
     assert [s["name"] for s in view["stages"]] == [

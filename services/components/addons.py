@@ -12,9 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import BaseModel
+
 from services.clusters.create_base import owned
 from services.components.base import Component, Leftover, Observation, Target
-from services.components.identity import PodRole, blocked_by
+from services.components.identity import PodRole, blocked_by, irsa_problems
 from services.components.kubeapi import ready_nodes
 from services.errors import NotFound
 
@@ -73,6 +75,10 @@ class Addon(Component):
             params["podIdentityAssociations"] = [{"serviceAccount": self.identity.service_account,
                                                   "roleArn": self.identity.role_arn(target)}]
         target.client("eks").create_addon(**params)
+
+    def preflight(self, target: Target, settings: BaseModel | None) -> list[str]:
+        """The features precheck's hook: a role trusted through IRSA needs the cluster's IAM OIDC provider."""
+        return irsa_problems(self.identity, target)
 
     def create_params(self, target: Target) -> dict[str, Any]:
         """More ``CreateAddon`` parameters (a pinned version, configuration values); none by default."""
