@@ -142,6 +142,10 @@ class PodRole:
             clusterName=target.eks_cluster, associationId=found[0]["associationId"])["association"]
         return described
 
+    def association(self, target: Target) -> dict[str, Any] | None:
+        """The pod identity association of the service account (whoever made it), None when it has none."""
+        return self._association(target)
+
     def propagating(self, target: Target) -> bool:
         """Whether the role is younger than IAM's propagation time (by its ``CreateDate``): EKS handed it now
         may not be able to assume it yet, so the add-on or association that uses it waits. Read from the role
