@@ -111,7 +111,7 @@ def preflight(target: Target, settings: KarpenterSettings) -> list[str]:
     return ManagedKarpenter(settings).problems(target)
 
 
-def nodeclass_groups(api: Any) -> list[str]:
+def nodeclass_groups(api: k8s.ApiClient) -> list[str]:
     """The instance groups our live HyperpodNodeClass names (empty: there is none of ours); one GET, no write.
     The instance-groups verbs ask it before a group is scaled or deleted under Karpenter's feet."""
     live = kubeapi.get(api, ManagedKarpenter().objects([])[0])
