@@ -133,7 +133,7 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         engine.register(kind)
     features = Features(settings, aws, kube, registry, engine, clusters.cache)
     nodes = Nodes(registry, informers, aws, kube, clusters.cache, engine, audit)
-    groups = InstanceGroups(clusters, aws, clusters.cache, engine)
+    groups = InstanceGroups(clusters, aws, kube, clusters.cache, engine)
     recipes = Recipes(registry, informers, kube)
     logs = JobLogs(registry, kube, aws, settings.shared_bucket)
     mlflow = MlflowTracking(settings, aws, kube, registry, engine)

@@ -58,9 +58,9 @@ def aws(server: SeededServer, service: str) -> Any:
                         aws_access_key_id=SANDBOX_ACCESS_KEY, aws_secret_access_key=secret)
 
 
-def kube(server: SeededServer, folder: Path) -> k8s.ApiClient:
+def kube(server: SeededServer, folder: Path, cluster: str = "hp-eks") -> k8s.ApiClient:
     path = folder / "kubeconfig"
-    written = subprocess.run([sys.executable, "-m", "app.cli", "kubeconfig", "hp-eks", "--data-dir",
+    written = subprocess.run([sys.executable, "-m", "app.cli", "kubeconfig", cluster, "--data-dir",
                               str(server.live.data_dir)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert written.returncode == 0, written.stderr
     path.write_text(written.stdout)

@@ -201,6 +201,35 @@ def test_foreign_is_shown_and_adopted_only_on_request(seeded: tuple[LiveServer, 
     assert eks.list_addons(clusterName=CLUSTER)["addons"] == []
 
 
+def test_an_adopted_addon_gets_its_pod_identity_association_like_a_fresh_install(
+        seeded: tuple[LiveServer, dict[str, str]]) -> None:
+    live, world = seeded
+    eks = aws(world, "eks")
+    eks.create_addon(clusterName=CLUSTER, addonName="aws-mountpoint-s3-csi-driver")  # the user's, no association
+    wait_until(lambda: features(live)["s3_csi_driver"]["status"] == "ACTIVE", 60, "the user's S3 CSI driver ACTIVE")
+    assert features(live)["s3_csi_driver"]["foreign"]
+    ledger = CallLedger(live)
+    mark = ledger.mark()
+    toggle(live, {"s3_csi_driver": {"adopt": True}})
+    association = ledger.once("eks", "CreatePodIdentityAssociation", mark)["request"]
+    role = f"arn:aws:iam::123456789012:role/{CLUSTER}-s3-csi-role"
+    assert (association["namespace"], association["serviceAccount"], association["roleArn"]) == (
+        "kube-system", "s3-csi-driver-sa", role)
+    assert association["tags"]["instantstart:cluster"] == CLUSTER
+    ledger.once("iam", "CreateRole", mark)
+    listed = eks.list_pod_identity_associations(clusterName=CLUSTER, namespace="kube-system",
+                                                serviceAccount="s3-csi-driver-sa")["associations"]
+    assert len(listed) == 1 and not features(live)["s3_csi_driver"]["foreign"]
+
+    again = ledger.mark()
+    toggle(live, {"s3_csi_driver": {"adopt": True}})  # re-sent: ours now, as wanted
+    ledger.assert_no_writes(since=again)
+
+    toggle(live, {"s3_csi_driver": False, "pod_identity_agent": False})  # ours: all of it goes, the association too
+    assert eks.list_pod_identity_associations(clusterName=CLUSTER, namespace="kube-system")["associations"] == []
+    assert "aws-mountpoint-s3-csi-driver" not in eks.list_addons(clusterName=CLUSTER)["addons"]
+
+
 def test_a_manifest_feature_on_again_and_off_in_kubernetes(seeded: tuple[LiveServer, dict[str, str]]) -> None:
     live, _ = seeded
     ledger = CallLedger(live)
@@ -226,6 +255,13 @@ def test_the_inference_operator_brings_its_prerequisites_and_one_copy_of_each(
         seeded: tuple[LiveServer, dict[str, str]]) -> None:
     live, world = seeded
     ledger = CallLedger(live)
+    # an imported cluster without the IAM OIDC provider its execution role (IRSA) trusts: refused, naming it
+    mark = ledger.mark()
+    refused = patch(live, {"hyperpod_inference_operator": True})
+    assert refused.status_code == 409 and "aws iam create-open-id-connect-provider" in refused.text, refused.text
+    ledger.assert_no_writes(since=mark)
+    issuer = aws(world, "eks").describe_cluster(name=CLUSTER)["cluster"]["identity"]["oidc"]["issuer"]
+    aws(world, "iam").create_open_id_connect_provider(Url=issuer, ClientIDList=["sts.amazonaws.com"])
     start = ledger.mark()
     view = toggle(live, {"hyperpod_inference_operator": True})
     assert [s["name"] for s in view["stages"]] == [

@@ -1,6 +1,7 @@
 """Tiered checkpointing and managed Karpenter as managed features (the features noun over their components):
 listed with their settings schema, and refused by the features precheck when the cluster cannot take them:
-Karpenter's preflight names each missing prerequisite, tiered checkpointing names the missing OIDC provider —
+Karpenter's preflight names each missing prerequisite, tiered checkpointing and the inference operator (both
+trusted through IRSA) name the missing IAM OIDC provider and how to create it —
 before any operation row, with zero AWS writes. (Their reconcile, resource by resource, is tested on the
 components themselves: tests/test_tiered.py, tests/test_karpenter.py.)"""
 
@@ -52,3 +53,17 @@ def test_a_cluster_that_cannot_take_them_is_refused_before_any_operation(
     assert any(p.startswith("continuous-provisioning") for p in problems), problems
     assert len(services.engine.list(OperationQuery(kind="features.update"))) == before, "no operation row"
     assert ledger.writes(since=mark) == [], "the preflight only reads"
+
+    # tiered checkpointing and the inference operator: both roles trust the cluster's IAM OIDC provider (IRSA),
+    # which this imported cluster lacks; one check names it and says how to create it, for each of them
+    eks = services.aws.client("eks", services.clusters.registry.get(CLUSTER).region)
+    issuer = eks.describe_cluster(name=CLUSTER)["cluster"]["identity"]["oidc"]["issuer"]
+    provider = f"arn:aws:iam::123456789012:oidc-provider/{issuer.removeprefix('https://')}"
+    for patch in ({"tiered_checkpointing": True}, {"hyperpod_inference_operator": True}):
+        with pytest.raises(Conflict, match="no IAM OIDC provider") as refused:
+            services.features.update_features(ADMIN, CLUSTER, FeaturesPatch.model_validate(patch))
+        problem = refused.value.details["problems"][-1]
+        assert provider in problem and f"create-open-id-connect-provider --url {issuer}" in problem, problem
+    assert len(services.engine.list(OperationQuery(kind="features.update"))) == before, "no operation row"
+    assert ledger.writes(since=mark) == [], "the preflight only reads"
+

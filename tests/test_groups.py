@@ -7,14 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
+from kubernetes import client as k8s
 
 from services.groups.spec import group_spec
 from services.settings import Settings
 from tests.ledger import CallLedger
+from tests.node_support import kube
 from tests.sandbox_support import SeededServer, client, seeded_server
 from tests.support import LiveServer, wait_until
 
@@ -332,7 +335,7 @@ def test_a_plan_bought_for_training_jobs_is_refused(seeded: SeededServer) -> Non
     ledger.assert_no_writes(mark)
 
 
-def test_an_eks_managed_node_group_is_listed_scaled_and_deleted(seeded: SeededServer) -> None:
+def test_an_eks_managed_node_group_is_listed_scaled_and_deleted(seeded: SeededServer, tmp_path: Path) -> None:
     live, ledger = seeded.live, CallLedger(seeded.live)
     eks = client(settings_of(seeded), "eks")
     subnets = eks.describe_cluster(name=EKS)["cluster"]["resourcesVpcConfig"]["subnetIds"]
@@ -346,9 +349,50 @@ def test_an_eks_managed_node_group_is_listed_scaled_and_deleted(seeded: SeededSe
     assert listed["workers"]["kind"] == "hyperpod"
 
     mark = ledger.mark()
-    refused = request(live, "PATCH", BASE + "/system", {"labels": {"a": "b"}})
-    assert refused.status_code == 422 and "only its count" in refused.json()["error"]["message"], refused.text
+    refused = request(live, "PATCH", BASE + "/system", {"auto_patch_off": True})
+    assert refused.status_code == 422 and "only its count, labels and taints" in refused.text, refused.text
+    too_long = request(live, "PATCH", BASE + "/system", {"labels": {"example.com/" + "k" * 60: "v"}})
+    assert too_long.status_code == 422 and "at most 63 characters" in too_long.text, too_long.text
     ledger.assert_no_writes(mark)
+
+    # labels and taints (whole sets, as for a HyperPod group): UpdateNodegroupConfig with only the difference,
+    # and EKS relabels the group's Nodes (one joined here, as EKS labels it), keeping what it does not set
+    core = k8s.CoreV1Api(kube(seeded, tmp_path, EKS))
+    core.create_node({"metadata": {"name": "ip-10-0-0-9", "labels": {"eks.amazonaws.com/nodegroup": "system",
+                                                                      "mine": "kept"}},
+                      "spec": {"taints": [{"key": "theirs", "effect": "NoSchedule"}]}})
+    body = {"labels": {"tier": "system", "team": "infra"}, "taints": [{"key": "dedicated", "value": "system",
+                                                                      "effect": "NoSchedule"}]}
+    view = finished(live, request(live, "PATCH", BASE + "/system", body))
+    assert view["status"] == "succeeded" and [s["name"] for s in view["stages"]] == ["nodegroup"], brief(view)
+    sent = ledger.once("eks", "UpdateNodegroupConfig", since=mark)["request"]
+    sent.pop("clientRequestToken")  # botocore's idempotency token
+    assert sent == {"clusterName": EKS, "nodegroupName": "system",
+                    "labels": {"addOrUpdateLabels": {"tier": "system", "team": "infra"}},
+                    "taints": {"addOrUpdateTaints": [{"key": "dedicated", "value": "system", "effect": "NO_SCHEDULE"}]}}
+    shown = next(g for g in live.get(BASE + "?refresh=true").json() if g["name"] == "system")
+    assert shown["labels"] == body["labels"] and shown["taints"] == [
+        {"Key": "dedicated", "Value": "system", "Effect": "NoSchedule"}]
+    node = core.read_node("ip-10-0-0-9")
+    assert {"tier": "system", "team": "infra", "mine": "kept"}.items() <= node.metadata.labels.items()
+    assert {(t.key, t.value, t.effect) for t in node.spec.taints} == {("theirs", None, "NoSchedule"),
+                                                                      ("dedicated", "system", "NoSchedule")}
+    again = ledger.mark()
+    view = finished(live, request(live, "PATCH", BASE + "/system", body))
+    assert view["status"] == "succeeded" and view["stages"][0]["message"] == "already in the desired state", view
+    ledger.assert_no_writes(again)
+    mark = ledger.mark()
+    view = finished(live, request(live, "PATCH", BASE + "/system", {"labels": {"tier": "system"}, "taints": []}))
+    assert view["status"] == "succeeded", brief(view)
+    sent = ledger.once("eks", "UpdateNodegroupConfig", since=mark)["request"]
+    assert {k: v for k, v in sent.items() if k != "clientRequestToken"} == {
+        "clusterName": EKS, "nodegroupName": "system", "labels": {"removeLabels": ["team"]},
+        "taints": {"removeTaints": [{"key": "dedicated", "value": "system", "effect": "NO_SCHEDULE"}]}}
+    node = core.read_node("ip-10-0-0-9")
+    assert "team" not in node.metadata.labels and [t.key for t in node.spec.taints] == ["theirs"]
+    core.delete_node("ip-10-0-0-9")
+
+    mark = ledger.mark()
     view = finished(live, request(live, "PATCH", BASE + "/system", {"count": 0}))
     assert view["status"] == "succeeded" and [s["name"] for s in view["stages"]] == ["nodegroup"], brief(view)
     scaled = ledger.once("eks", "UpdateNodegroupConfig", since=mark)["request"]

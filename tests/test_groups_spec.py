@@ -9,6 +9,7 @@ from typing import Any
 
 import botocore.session
 
+from services.groups.nodegroups import eks_taints, nodegroup_update
 from services.groups.spec import SPEC_MEMBERS, comparable, full_group_list, group_spec, patch_date, update_groups
 
 MODEL = botocore.session.get_session().get_service_model("sagemaker")
@@ -131,3 +132,17 @@ def test_a_sent_clear_and_a_patch_date_compare_equal_to_what_describe_reads_back
     assert comparable(group_spec(details)) == comparable(sent)
     assert patch_date("2026-12-24T03:00:00Z") == patch_date(datetime(2026, 12, 24, 3, 0, 0, 500, tzinfo=UTC))
     assert comparable({**sent, "KubernetesConfig": {"Labels": {"a": "1"}, "Taints": []}}) != comparable(sent)
+
+
+def test_a_node_groups_update_carries_only_the_difference() -> None:
+    group = {"scalingConfig": {"minSize": 1, "maxSize": 2, "desiredSize": 1}, "labels": {"a": "1", "b": "2"},
+             "taints": [{"key": "x", "value": "v", "effect": "NO_SCHEDULE"}, {"key": "y", "effect": "NO_EXECUTE"}]}
+    assert nodegroup_update(group, {"desiredSize": 1}, {"a": "1", "b": "2"}, list(group["taints"])) == {}
+    assert nodegroup_update(group, None, None, None) == {}
+    wanted = eks_taints([{"key": "x", "value": "v", "effect": "PreferNoSchedule"},
+                         {"key": "z", "effect": "NoSchedule"}])
+    assert nodegroup_update(group, {"desiredSize": 2}, {"a": "9", "c": "3"}, wanted) == {
+        "scalingConfig": {"desiredSize": 2},
+        "labels": {"addOrUpdateLabels": {"a": "9", "c": "3"}, "removeLabels": ["b"]},
+        # x changes effect: added (EKS replaces that key's taint), never also removed; y goes
+        "taints": {"addOrUpdateTaints": wanted, "removeTaints": [{"key": "y", "effect": "NO_EXECUTE"}]}}

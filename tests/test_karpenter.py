@@ -19,6 +19,8 @@ import pytest
 from kubernetes import client as k8s
 from pydantic import ValidationError
 
+from services.auth import Principal, Role
+from services.clusters.models import ClusterRecord, Ownership
 from services.components.families import HEALTH_AGENT, HYPERPOD_RBAC, NVIDIA_PLUGIN
 from services.components.karpenter import (
     MIN_HMA,
@@ -27,7 +29,9 @@ from services.components.karpenter import (
     KarpenterSettings,
     ManagedKarpenter,
 )
-from services.errors import Permanent
+from services.errors import Conflict, Permanent
+from services.groups.models import GroupPatch
+from services.operations import OperationQuery
 from tests.scale_support import ScaleWorld, remove, scale_world, settle
 from tests.support import wait_until
 
@@ -55,6 +59,10 @@ def slow_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScaleWorld]
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScaleWorld]:
     with scale_world(tmp_path_factory.mktemp("karpenter"), NAME, GROUPS) as made:
         wait_until(lambda: made.describe()["InstanceGroups"][2]["CurrentCount"] == 1, 60, "warm group's node up")
+        made.product.services.clusters.registry.add(ClusterRecord(  # the instance-groups verbs find it
+            name=NAME, region="us-west-2", eks_name=NAME, hyperpod_name=NAME, ownership=Ownership.IMPORTED,
+            eks_arn=made.product.client("eks").describe_cluster(name=NAME)["cluster"]["arn"], created_at="",
+            created_by="tester"), 0.0)
         yield made
 
 
@@ -79,6 +87,24 @@ def _agent(world: ScaleWorld) -> None:
 
 def _group(world: ScaleWorld, name: str) -> dict[str, Any]:
     return next(g for g in world.describe()["InstanceGroups"] if g["InstanceGroupName"] == name)
+
+
+def _scaling_or_deleting_a_karpenter_group_is_refused(world: ScaleWorld) -> None:
+    """Our node class names gpu and cpu: the instance-groups verbs refuse to scale or delete either in their
+    precheck, naming the node class and what to do first, before any operation row or write."""
+    groups = world.product.services.groups
+    operator, admin = Principal("tester", Role.OPERATOR, "t-op", "api"), Principal("root", Role.ADMIN, "t-adm", "api")
+    mark = world.ledger.mark()
+    rows = len(world.product.services.engine.list(OperationQuery()))
+    with pytest.raises(Conflict, match=f"HyperpodNodeClass {OBJECT_NAME} names it") as scaled:
+        groups.update_group(operator, NAME, "gpu", GroupPatch(count=2))
+    assert "Remove it from autoscaling first" in scaled.value.message and "then scale it" in scaled.value.message
+    assert scaled.value.details["node_class_groups"] == ["gpu", "cpu"]
+    with pytest.raises(Conflict, match="managed_karpenter: false") as deleted:
+        groups.delete_group(admin, NAME, "cpu")
+    assert "not Ready" in deleted.value.message and deleted.value.details["rule"] == "karpenter-managed-group"
+    world.ledger.assert_no_writes(since=mark)
+    assert len(world.product.services.engine.list(OperationQuery())) == rows, "refused before any operation row"
 
 
 def test_settings_refuse_ec2_capacity_and_too_many_groups() -> None:
@@ -179,6 +205,8 @@ def test_enable_scale_for_pending_pods_then_disable(world: ScaleWorld) -> None:
     again = feature.observe(target)
     assert again.settled and feature.diff(again) == [] and again.settings["instance_groups"] == ["gpu", "cpu"]
     world.ledger.assert_no_writes(since=mark)
+
+    _scaling_or_deleting_a_karpenter_group_is_refused(world)
 
     # pending pods: two that need a GPU each (one per ml.g5.8xlarge), one that no group can run
     core = k8s.CoreV1Api(api)

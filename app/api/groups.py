@@ -83,12 +83,15 @@ ROUTES: list[Route] = [
           description="Send only what changes: count (0 empties the group), labels, taints (each replaces the "
                       "whole set), auto_patch or auto_patch_off. Re-sending the current state ends as a no-op with "
                       "no AWS write. capacity_type and efa_only are fixed for the group's life: a different value "
-                      "is refused (409) with that reason. Follow it with operations_wait."),
+                      "is refused (409) with that reason. An EKS managed node group takes count, labels and "
+                      "taints only. A group managed Karpenter scales is not scaled by hand (409 naming its "
+                      "HyperpodNodeClass). Follow it with operations_wait."),
     Route("DELETE", BASE + "/{group}", "instance_groups_delete", "Delete an instance group",
           role_of(InstanceGroups.delete_group), _delete, response=Accepted, path_params=GROUP, read_only=False,
           destructive=True, status=202, tag="instance_groups", open_world=True,
           description="Destructive, admin only: delete the group and terminate its instances (their volumes are "
-                      "wiped; pods on them are evicted). Confirm with the user first. Follow it with "
+                      "wiped; pods on them are evicted). Confirm with the user first. A group managed Karpenter "
+                      "scales is refused (409) until it is out of autoscaling. Follow it with "
                       "operations_wait: it ends when the group is gone."),
     Route("POST", BASE + "/{group}/software-update", "instance_groups_update_software",
           "Update an instance group's software (HyperPod AMI)", role_of(InstanceGroups.update_software), _software,

@@ -43,6 +43,7 @@ from .eks_addons import (
     workload_health,
 )
 from .eks_checks import check_cluster_network, check_cluster_role
+from .eks_nodegroups import node_config, relabel_nodes
 
 _log = logging.getLogger("sandbox.aws.eks")
 
@@ -145,6 +146,9 @@ class EksSimulator(AccessOperations):
             group = rec["nodegroups"].get(item)
             if group is not None and group["status"] in ("CREATING", "UPDATING"):
                 group["status"] = "ACTIVE"
+                before = rec.get("relabel", {}).pop(item, None)
+                if before is not None and self.kube is not None and name in self.kube.clusters:
+                    relabel_nodes(self.kube.cluster(name), group, before)
             elif group is not None and group["status"] == "DELETING":
                 del rec["nodegroups"][item]
         elif kind == "addon":
@@ -429,7 +433,8 @@ class EksSimulator(AccessOperations):
         return {"nodegroup": group}
 
     def _op_UpdateNodegroupConfig(self, p: dict[str, Any]) -> dict[str, Any]:
-        """Scaling only (what the product changes): the sizes must stay min <= desired <= max, as EKS checks."""
+        """Scaling (the sizes must stay min <= desired <= max, as EKS checks) and Kubernetes labels and taints
+        (:mod:`.eks_nodegroups`: the group's, then its Nodes' once the update ends)."""
         rec, group = self._nodegroup(p)
         if group["status"] != "ACTIVE":
             raise AwsError("ResourceInUseException", f"Nodegroup {group['nodegroupName']} is currently "
@@ -438,11 +443,18 @@ class EksSimulator(AccessOperations):
         if not scaling["minSize"] <= scaling["desiredSize"] <= scaling["maxSize"] or scaling["maxSize"] < 1:
             raise AwsError("InvalidParameterException", "Nodegroup scaling config requires minSize <= desiredSize "
                                                         "<= maxSize and maxSize >= 1", 400)
+        before = {"labels": dict(group.get("labels") or {}), "taints": list(group.get("taints") or [])}
+        params = [{"type": "DesiredSize", "value": str(scaling["desiredSize"])}] if p.get("scalingConfig") else []
+        params += node_config(group, p)
+        if not params:
+            raise AwsError("InvalidParameterException", "No changes needed", 400)
+        if p.get("labels") or p.get("taints"):
+            rec.setdefault("relabel", {}).setdefault(group["nodegroupName"], before)
         now = self.clock.now()
         group.update(scalingConfig=scaling, status="UPDATING", modifiedAt=now)
         rec["due"]["nodegroup:" + group["nodegroupName"]] = now + NODEGROUP_SECONDS
         return {"update": {"id": str(uuid.uuid4()), "status": "InProgress", "type": "ConfigUpdate", "createdAt": now,
-                           "params": [{"type": "DesiredSize", "value": str(scaling["desiredSize"])}], "errors": []}}
+                           "params": params, "errors": []}}
 
     # --- add-ons ------------------------------------------------------------------------------------------
 

@@ -1,5 +1,7 @@
 """A component that is an EKS add-on: ``CreateAddon`` (tagged, ``resolveConflicts=OVERWRITE``, its pod identity
-association in the same call), ``DescribeAddon`` for state and health, ``DeleteAddon`` at teardown.
+association in the same call), ``DescribeAddon`` for state and health, ``DeleteAddon`` at teardown. An add-on
+someone else installed and we adopted gets what CreateAddon would have given it: its role, and its pod identity
+association (``CreatePodIdentityAssociation``, tagged ours, deleted at teardown) when its service account has none.
 
 An add-on is settled for the dependencies stage once it is ACTIVE, or DEGRADED only because its replicas
 cannot run yet (``InsufficientNumberOfReplicas`` while the cluster has no Ready node: the nodes come with the
@@ -12,9 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import BaseModel
+
 from services.clusters.create_base import owned
 from services.components.base import Component, Leftover, Observation, Target
-from services.components.identity import PodRole, blocked_by
+from services.components.identity import PodRole, blocked_by, irsa_problems
 from services.components.kubeapi import ready_nodes
 from services.errors import NotFound
 
@@ -50,6 +54,8 @@ class Addon(Component):
         ours = owned(addon.get("tags"), target.cluster)
         obs = Observation(status=status, version=str(addon.get("addonVersion", "")), detail=detail,
                           missing=role_missing if ours else [], foreign=not ours)
+        if ours and self._unassociated(target, role_missing):
+            obs.missing.append("association")  # an adopted add-on: made as CreateAddon would have
         obs.healthy = status == "ACTIVE"
         if status in FAILED:
             obs.failed = f"EKS add-on {self.name} is {status}: {detail or 'no detail from EKS'}"
@@ -60,6 +66,12 @@ class Addon(Component):
             obs.settled = True
             obs.detail = f"{detail} (no node yet: the HyperPod stage adds them)"
         return obs
+
+    def _unassociated(self, target: Target, role_missing: list[str]) -> bool:
+        """An add-on of ours whose role EKS Pod Identity hands its service account has no association: one
+        someone else installed without it and we adopted (CreateAddon makes it for an add-on we install)."""
+        return (self.identity is not None and not self.identity.irsa and not self.identity.associate
+                and "association" not in role_missing and self.identity.association(target) is None)
 
     def apply(self, target: Target, observed: Observation) -> None:
         if self.identity is not None:
@@ -73,6 +85,10 @@ class Addon(Component):
             params["podIdentityAssociations"] = [{"serviceAccount": self.identity.service_account,
                                                   "roleArn": self.identity.role_arn(target)}]
         target.client("eks").create_addon(**params)
+
+    def preflight(self, target: Target, settings: BaseModel | None) -> list[str]:
+        """The features precheck's hook: a role trusted through IRSA needs the cluster's IAM OIDC provider."""
+        return irsa_problems(self.identity, target)
 
     def create_params(self, target: Target) -> dict[str, Any]:
         """More ``CreateAddon`` parameters (a pinned version, configuration values); none by default."""
@@ -95,6 +111,10 @@ class Addon(Component):
                 (left.going if addon["status"] == "DELETING" else left.to_delete).append(f"addon:{self.name}")
         if self.identity is not None:  # DeleteAddon removes the add-on's association; the role is ours to delete
             left.to_delete.extend(self.identity.leftover(target))
+            assoc = self.identity.association(target) if not self.identity.associate and not self.identity.irsa \
+                and target.kube is not None else None
+            if assoc is not None and owned(assoc.get("tags"), target.cluster):  # the one adopting it made
+                left.to_delete.append(f"association:{assoc['associationId']}")
         return left
 
     def delete(self, target: Target, left: Leftover) -> None:

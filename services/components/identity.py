@@ -34,6 +34,31 @@ def find_role(target: Target, name: str) -> dict[str, Any] | None:
     return role
 
 
+def oidc_provider(target: Target) -> tuple[str, str, str | None]:
+    """The EKS cluster's OIDC issuer, the ARN IAM gives its provider, and why a role cannot trust the cluster's
+    service accounts through IRSA (None: IAM has the provider). Only reads: every component with an IRSA role
+    (the inference operator's, tiered checkpointing's) asks this one function, in its preflight and its trust."""
+    from services.clusters.eks_stage import OIDC_AUDIENCE, provider_arn
+    try:
+        issuer = str(((target.client("eks").describe_cluster(name=target.eks_cluster)["cluster"].get("identity")
+                       or {}).get("oidc") or {}).get("issuer") or "")
+    except NotFound:
+        return "", "", f"EKS cluster {target.eks_cluster} does not exist"
+    if not issuer:
+        return "", "", f"EKS cluster {target.eks_cluster} has no OIDC issuer"
+    arn = provider_arn(target.account, target.region, issuer)
+    try:
+        target.client("iam").get_open_id_connect_provider(OpenIDConnectProviderArn=arn)
+    except NotFound:
+        return issuer, arn, (
+            f"oidc-provider: EKS cluster {target.eks_cluster} has no IAM OIDC provider for its issuer {issuer} "
+            f"(expected {arn}): IAM roles for service accounts trust the cluster's service accounts through it. "
+            f"Create it (IAM CreateOpenIDConnectProvider): aws iam create-open-id-connect-provider --url {issuer} "
+            f"--client-id-list {OIDC_AUDIENCE} — or in the IAM console, Identity providers, Add provider, OpenID "
+            f"Connect, with that URL and audience — then retry")
+    return issuer, arn, None
+
+
 def role_tags(target: Target, name: str) -> dict[str, str]:
     """The tags of role ``name`` (GetRole's answer may omit them), as a dict for :func:`owned`."""
     tags = target.client("iam").list_role_tags(RoleName=name).get("Tags", [])
@@ -72,15 +97,14 @@ class PodRole:
         if not self.irsa:
             trust: dict[str, Any] = json.loads(POD_IDENTITY_TRUST)
             return trust
-        from services.clusters.eks_stage import OIDC_AUDIENCE, provider_arn
-        cluster = target.client("eks").describe_cluster(name=target.eks_cluster)["cluster"]
-        issuer = str(((cluster.get("identity") or {}).get("oidc") or {}).get("issuer") or "")
-        if not issuer:
-            raise Permanent(f"the EKS cluster {target.eks_cluster} has no OIDC issuer, which the role "
-                            f"{self.role_name(target)} (IAM roles for service accounts) needs")
+        from services.clusters.eks_stage import OIDC_AUDIENCE
+        issuer, provider, missing = oidc_provider(target)
+        if not issuer:  # (a missing provider is the preflight's refusal; the document names it all the same)
+            raise Permanent(f"the role {self.role_name(target)} (IAM roles for service accounts) cannot be "
+                            f"trusted: {missing}")
         host = issuer.removeprefix("https://")
         return {"Version": "2012-10-17", "Statement": [{
-            "Effect": "Allow", "Principal": {"Federated": provider_arn(target.account, target.region, issuer)},
+            "Effect": "Allow", "Principal": {"Federated": provider},
             "Action": "sts:AssumeRoleWithWebIdentity",
             "Condition": {"StringEquals": {f"{host}:sub": f"system:serviceaccount:{self.namespace}:"
                                                           f"{self.service_account}",
@@ -117,6 +141,10 @@ class PodRole:
         described: dict[str, Any] = target.client("eks").describe_pod_identity_association(
             clusterName=target.eks_cluster, associationId=found[0]["associationId"])["association"]
         return described
+
+    def association(self, target: Target) -> dict[str, Any] | None:
+        """The pod identity association of the service account (whoever made it), None when it has none."""
+        return self._association(target)
 
     def propagating(self, target: Target) -> bool:
         """Whether the role is younger than IAM's propagation time (by its ``CreateDate``): EKS handed it now
@@ -206,3 +234,11 @@ def blocked_by(identity: PodRole | None, target: Target) -> str | None:
     if identity is not None and identity.propagating(target):
         return f"waiting for IAM to propagate the role {identity.role_name(target)}"
     return None
+
+
+def irsa_problems(identity: PodRole | None, target: Target) -> list[str]:
+    """A preflight's problems for a component whose role is trusted through IRSA: the missing OIDC provider."""
+    if identity is None or not identity.irsa:
+        return []
+    _, _, missing = oidc_provider(target)
+    return [missing] if missing else []

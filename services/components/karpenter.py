@@ -111,6 +111,15 @@ def preflight(target: Target, settings: KarpenterSettings) -> list[str]:
     return ManagedKarpenter(settings).problems(target)
 
 
+def nodeclass_groups(api: k8s.ApiClient) -> list[str]:
+    """The instance groups our live HyperpodNodeClass names (empty: there is none of ours); one GET, no write.
+    The instance-groups verbs ask it before a group is scaled or deleted under Karpenter's feet."""
+    live = kubeapi.get(api, ManagedKarpenter().objects([])[0])
+    if live is None or (live["metadata"].get("labels") or {}).get(MANAGED_LABEL) != OURS:
+        return []
+    return list((live.get("spec") or {}).get("instanceGroups") or [])
+
+
 def _label(obj: dict[str, Any]) -> str:
     return f"{obj['kind']} {obj['metadata']['name']}"
 
@@ -343,10 +352,7 @@ class ManagedKarpenter(Component):
         return {_label(o): kubeapi.get(self._kube(target), o) for o in self.objects([])}
 
     def _live_groups(self, target: Target) -> list[str]:
-        live = kubeapi.get(self._kube(target), self.objects([])[0])
-        if live is None or (live["metadata"].get("labels") or {}).get(MANAGED_LABEL) != OURS:
-            return []
-        return list((live.get("spec") or {}).get("instanceGroups") or [])
+        return nodeclass_groups(self._kube(target))
 
     # ----- the component ------------------------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from services.clusters.create_base import owned, tag_list
 from services.components.base import Component, Leftover, Observation, Target
-from services.components.identity import find_role, role_tags
+from services.components.identity import find_role, oidc_provider, role_tags
 from services.components.manifests import COMPONENT_LABEL, MANAGED_LABEL, OURS
 from services.errors import NotFound, Permanent
 from services.models import TRAINING_NAMESPACE
@@ -162,27 +162,6 @@ class TieredCheckpointing(Component):
         target.client("sagemaker").update_cluster(ClusterName=target.hyperpod_cluster, TieredStorageConfig=config,
                                                   **extra)
 
-    @staticmethod
-    def _oidc(target: Target) -> tuple[str, str, str | None]:
-        """The EKS cluster's OIDC issuer, its IAM provider's ARN, and why the role cannot trust it (None: it
-        can; IAM has no provider for the issuer otherwise)."""
-        from services.clusters.eks_stage import provider_arn
-        try:
-            issuer = str(target.client("eks").describe_cluster(name=target.eks_cluster)["cluster"]
-                         .get("identity", {}).get("oidc", {}).get("issuer", ""))
-        except NotFound:
-            return "", "", f"EKS cluster {target.eks_cluster} does not exist"
-        if not issuer:
-            return "", "", f"EKS cluster {target.eks_cluster} has no OIDC issuer"
-        arn = provider_arn(target.account, target.region, issuer)
-        try:
-            target.client("iam").get_open_id_connect_provider(OpenIDConnectProviderArn=arn)
-        except NotFound:
-            return issuer, arn, (f"EKS cluster {target.eks_cluster} has no IAM OIDC provider for {issuer}: the "
-                                 "checkpoint role trusts the cluster's service accounts through it; create it (IAM "
-                                 "CreateOpenIDConnectProvider, audience sts.amazonaws.com), then retry")
-        return issuer, arn, None
-
     def _policy(self, target: Target) -> dict[str, Any] | None:
         try:
             policy: dict[str, Any] = target.client("iam").get_policy(PolicyArn=self.policy_arn(target))["Policy"]
@@ -254,6 +233,11 @@ class TieredCheckpointing(Component):
 
     # ----- the component ------------------------------------------------------------------------------------
 
+    def preflight(self, target: Target, settings: BaseModel | None) -> list[str]:
+        """The features precheck's hook: the role trusts the cluster's IAM OIDC provider, which must exist."""
+        _, _, missing = oidc_provider(target)
+        return [missing] if missing else []
+
     def observe(self, target: Target) -> Observation:
         cluster, unusable = self._hyperpod(target)
         policy = self._policy(target)
@@ -270,7 +254,7 @@ class TieredCheckpointing(Component):
             missing.append("namespace")
         if policy is None:
             missing.append("policy")
-        issuer, provider, no_provider = self._oidc(target)
+        issuer, provider, no_provider = oidc_provider(target)
         if role is None:
             missing += ["role", "attachment"]
         else:
@@ -329,7 +313,7 @@ class TieredCheckpointing(Component):
                               Description=f"Tiered checkpoints of {target.cluster} to its shared bucket",
                               Tags=tag_list(target.tags))
         if {"role", "trust"} & todo:
-            issuer, provider, _ = self._oidc(target)
+            issuer, provider, _ = oidc_provider(target)
             trust = json.dumps(self.trust_document(issuer, provider))
             if "role" in todo:
                 iam.create_role(RoleName=name, AssumeRolePolicyDocument=trust, Tags=tag_list(target.tags),

@@ -1,6 +1,7 @@
 """The ``instance_groups`` noun: a cluster's HyperPod instance groups and its EKS managed node groups (those
-are listed, scaled and deleted; nothing else of theirs changes here). Its verbs are the only entry points for
-every face.
+are listed, scaled, relabelled, retainted and deleted; nothing else of theirs changes here). Its verbs are the
+only entry points for every face. A group our managed-Karpenter HyperpodNodeClass names is neither scaled nor
+deleted by hand (``check_karpenter_owned``: its node class is read fresh from the cluster's Kubernetes API).
 
 Reads answer from the AWS TTL cache (the entry the clusters reader uses, so an operation's invalidation
 refreshes both). Mutations — add, update (scale, labels, taints, automatic patching), delete, software
@@ -22,11 +23,15 @@ from services.clusters.create_models import CapacityType
 from services.clusters.intents import ResourceIntents
 from services.clusters.models import ClusterRecord
 from services.clusters.options import OptionsQuery
+from services.components.karpenter import OBJECT_NAME as NODE_CLASS
+from services.components.karpenter import nodeclass_groups
 from services.errors import Conflict, Invalid, NotFound
 from services.groups.checks import (
+    autoscaling_on,
     capacity_of,
     check_fixed,
     check_karpenter_add,
+    check_karpenter_owned,
     check_type,
     choose_reservation,
     efa_only_of,
@@ -42,6 +47,7 @@ from services.groups.models import (
     GroupView,
     SoftwareUpdate,
 )
+from services.groups.nodegroups import check_lengths, eks_taints, view_taints
 from services.groups.spec import find_group, group_spec, patch_date
 from services.groups.stages import (
     ADD_KIND,
@@ -52,6 +58,7 @@ from services.groups.stages import (
     group_kinds,
     updatable,
 )
+from services.kube import KubeClients
 from services.operations import Engine, OperationView
 from services.stages import OperationKind
 from services.verbs import verb
@@ -87,9 +94,11 @@ class InstanceGroups:
 
     noun = "instance_groups"
 
-    def __init__(self, clusters: Clusters, aws: AwsClients, cache: AwsCache, engine: Engine) -> None:
+    def __init__(self, clusters: Clusters, aws: AwsClients, kube: KubeClients, cache: AwsCache,
+                 engine: Engine) -> None:
         self.clusters = clusters
         self.aws = aws
+        self.kube = kube
         self.cache = cache
         self.audit = clusters.audit
         self._engine = engine
@@ -138,7 +147,8 @@ class InstanceGroups:
                                  status=str(g.get("status", "")), current_count=int(scaling.get("desiredSize", 0)),
                                  target_count=int(scaling.get("desiredSize", 0)), min_count=scaling.get("minSize"),
                                  capacity_type="spot" if g.get("capacityType") == "SPOT" else "on-demand",
-                                 labels=dict(g.get("labels") or {}), subnets=list(g.get("subnets") or [])))
+                                 labels=dict(g.get("labels") or {}), taints=view_taints(g),
+                                 subnets=list(g.get("subnets") or [])))
         return out
 
     @verb(Role.VIEWER)
@@ -162,6 +172,19 @@ class InstanceGroups:
             raise Conflict(f"HyperPod cluster of {cluster} is {described.get('ClusterStatus')}: instance groups "
                            "change only while it is InService; wait for the change under way to finish",
                            details={"status": described.get("ClusterStatus")})
+
+    def _karpenter_groups(self, cluster: str, described: dict[str, Any]) -> list[str]:
+        """The groups our managed-Karpenter HyperpodNodeClass names, read fresh from the cluster's Kubernetes API
+        (through the registry's client, never a kubeconfig context) only while HyperPod's autoscaling is on."""
+        if not autoscaling_on(described):
+            return []
+        try:
+            api = self.kube.api_client(cluster)
+        except NotFound:
+            raise Conflict(f"cluster {cluster} has managed Karpenter autoscaling on and its Kubernetes API is not "
+                           "registered: whether Karpenter scales the group cannot be checked; reconnect the cluster "
+                           "(import it again), then retry") from None
+        return nodeclass_groups(api)
 
     @verb(Role.OPERATOR)
     def add_group(self, principal: Principal, cluster: str, request: GroupAdd,
@@ -266,9 +289,12 @@ class InstanceGroups:
         record, hyperpod = self._record(cluster)
         described = self._describe(record, hyperpod, fresh=True)
         if find_group(described, group) is None and (nodegroup := self._nodegroup(record, group)) is not None:
-            return self._scale_nodegroup(principal, record, nodegroup, request, idempotency_key)
+            return self._update_nodegroup(principal, record, nodegroup, request, idempotency_key)
         details = self._details(described, cluster, group)
         check_fixed(group, details, request.capacity_type, request.efa_only)
+        if request.count is not None and request.count != int(details.get("TargetCount", 0)):
+            check_karpenter_owned(cluster, group, self._karpenter_groups(cluster, described), NODE_CLASS,
+                                  delete=False)
         if request.auto_patch is not None and request.auto_patch_off:
             raise Invalid("give auto_patch or auto_patch_off, not both")
         patch = self._patch(record, described, details, request)
@@ -352,26 +378,33 @@ class InstanceGroups:
         except NotFound:
             return None
 
-    def _scale_nodegroup(self, principal: Principal, record: ClusterRecord, nodegroup: dict[str, Any],
-                         request: GroupPatch, idempotency_key: str | None) -> tuple[OperationView, bool]:
+    def _update_nodegroup(self, principal: Principal, record: ClusterRecord, nodegroup: dict[str, Any],
+                          request: GroupPatch, idempotency_key: str | None) -> tuple[OperationView, bool]:
+        """An EKS managed node group: its count, labels and taints (whole sets, as for a HyperPod group) change
+        through UpdateNodegroupConfig; nothing else of it changes here."""
         name = nodegroup["nodegroupName"]
-        asked = request.model_dump(exclude={"count", "capacity_type"})
+        asked = request.model_dump(exclude={"count", "labels", "taints", "capacity_type"})
         others = {k for k, v in asked.items() if v not in (None, False)}
-        if others or request.count is None:
-            raise Invalid(f"{name} is an EKS managed node group: only its count changes here (not "
+        if others or (request.count is None and request.labels is None and request.taints is None):
+            raise Invalid(f"{name} is an EKS managed node group: only its count, labels and taints change here (not "
                           + (", ".join(sorted(others)) or "nothing") + ")", details={"kind": "eks-nodegroup"})
         capacity = CapacityType.SPOT if nodegroup.get("capacityType") == "SPOT" else CapacityType.ON_DEMAND
         if request.capacity_type is not None and request.capacity_type is not capacity:
             raise Conflict(f"EKS node group {name} is {capacity.value}: its capacity type is fixed for its life",
                            details={"field": "capacity_type", "current": capacity.value})
+        taints = [t.model_dump() for t in request.taints] if request.taints is not None else None
+        check_lengths(name, request.labels, taints)
         if nodegroup["status"] not in ("ACTIVE", "UPDATING"):
-            raise Conflict(f"EKS node group {name} is {nodegroup['status']}: it scales once it is ACTIVE")
-        current = nodegroup.get("scalingConfig") or {}
-        scaling = {"desiredSize": request.count, "minSize": min(int(current.get("minSize", 0)), request.count),
-                   "maxSize": max(int(current.get("maxSize", 1)), request.count, 1)}
+            raise Conflict(f"EKS node group {name} is {nodegroup['status']}: it changes once it is ACTIVE")
+        scaling = None
+        if request.count is not None:
+            current = nodegroup.get("scalingConfig") or {}
+            scaling = {"desiredSize": request.count, "minSize": min(int(current.get("minSize", 0)), request.count),
+                       "maxSize": max(int(current.get("maxSize", 1)), request.count, 1)}
         change = GroupChange(cluster=record.name, region=record.region, hyperpod_cluster=str(record.hyperpod_name),
                              group=name, action=GroupAction.UPDATE, eks_cluster=record.eks_name, scaling=scaling,
-                             requested_by=principal.name)
+                             nodegroup_labels=request.labels, nodegroup_taints=eks_taints(taints)
+                             if taints is not None else None, requested_by=principal.name)
         return self._engine.submit(UPDATE_KIND, change, principal, idempotency_key)
 
     @verb(Role.ADMIN)
@@ -387,6 +420,7 @@ class InstanceGroups:
                                  action=GroupAction.DELETE, eks_cluster=record.eks_name, requested_by=principal.name)
             return self._engine.submit(DELETE_KIND, change, principal, idempotency_key)
         self._details(described, cluster, group)
+        check_karpenter_owned(cluster, group, self._karpenter_groups(cluster, described), NODE_CLASS, delete=True)
         self._updatable(cluster, described)
         change = GroupChange(cluster=cluster, region=record.region, hyperpod_cluster=hyperpod, group=group,
                              action=GroupAction.DELETE, requested_by=principal.name)

@@ -61,6 +61,25 @@ def check_karpenter_add(cluster: dict[str, Any], name: str, deep_health_checks: 
                        details={"rule": "karpenter-no-deep-health-checks", "group": name})
 
 
+def check_karpenter_owned(cluster: str, group: str, in_class: list[str], node_class: str, delete: bool) -> None:
+    """A group our managed-Karpenter HyperpodNodeClass names is Karpenter's to size (it sets the count from
+    pending pods and would undo one set by hand), and is not deleted while named there (HyperPod marks the node
+    class not Ready and Karpenter stops provisioning from it, docs autoscaling-nodeclass): both are refused with
+    what to do first."""
+    if group not in in_class:
+        return
+    act = "delete" if delete else "scale"
+    why = ("deleting a group the node class names makes HyperPod mark the node class not Ready, and Karpenter "
+           "then scales none of its groups" if delete else
+           "Karpenter sets its count from pending pods and would undo a count set by hand")
+    raise Conflict(f"instance group {group} of {cluster} is scaled by managed Karpenter (HyperpodNodeClass "
+                   f"{node_class} names it): {why}. Remove it from autoscaling first (PATCH the cluster's features "
+                   f"with managed_karpenter.instance_groups without {group}) or turn autoscaling off "
+                   f"(managed_karpenter: false), then {act} it",
+                   details={"rule": "karpenter-managed-group", "group": group, "node_class": node_class,
+                            "node_class_groups": in_class})
+
+
 @dataclass
 class PlanChoice:
     """What a training plan decided for a new group."""

@@ -105,6 +105,9 @@ class GroupChange(RequestModel):
     image_release: str | None = None
     eks_cluster: str | None = Field(None, description="set for an EKS managed node group (not HyperPod's)")
     scaling: dict[str, int] | None = Field(None, description="an EKS node group's new scalingConfig")
+    nodegroup_labels: dict[str, str] | None = Field(None, description="an EKS node group's labels (the whole set)")
+    nodegroup_taints: list[dict[str, str]] | None = Field(
+        None, description="an EKS node group's taints (the whole set; key, value, effect as EKS spells it)")
     requested_by: str
 
 

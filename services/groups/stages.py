@@ -7,8 +7,8 @@
   settled (InService with its count, or gone), saying AWS's reason meanwhile (the group's status, its
   counts, its newest event).
 * ``software``: UpdateClusterSoftware for the group, then a wait until its software update has ended.
-* ``nodegroup``: an EKS managed node group's UpdateNodegroupConfig (scaling) or DeleteNodegroup, then a wait
-  until it is ACTIVE, or gone.
+* ``nodegroup``: an EKS managed node group's UpdateNodegroupConfig (scaling, labels, taints: only what differs,
+  ``services/groups/nodegroups.py``) or DeleteNodegroup, then a wait until it is ACTIVE, or gone.
 
 Each observes first: a group already as asked is DONE without a write (a re-sent state is a no-op), and a
 crash after the call finds the change made and only waits. Stages never sleep or loop.
@@ -28,6 +28,7 @@ from services.clusters.network import ensure_compute_subnet, find_compute_subnet
 from services.clusters.pipeline import cluster_target
 from services.errors import NotFound, Permanent, Transient
 from services.groups.models import GroupAction, GroupChange
+from services.groups.nodegroups import nodegroup_update
 from services.groups.spec import comparable, find_group, full_group_list, group_spec, update_groups
 from services.stages import Done, Observed, OperationKind, Stage, StageContext, Wait
 
@@ -250,8 +251,8 @@ class SoftwareStage(_GroupStage):
 
 
 class NodegroupStage(_GroupStage):
-    """An EKS managed node group: UpdateNodegroupConfig (its scaling) or DeleteNodegroup, then a wait until it
-    is ACTIVE at its size, or gone."""
+    """An EKS managed node group: UpdateNodegroupConfig (its scaling, labels, taints) or DeleteNodegroup, then a
+    wait until it is ACTIVE, or gone."""
 
     name = "nodegroup"
     expected_seconds = 300.0
@@ -277,7 +278,7 @@ class NodegroupStage(_GroupStage):
             raise Permanent(f"EKS node group {change.group} is gone")
         if group["status"] == "UPDATING":
             return Observed.IN_PROGRESS
-        same = all(group["scalingConfig"].get(k) == v for k, v in (change.scaling or {}).items())
+        same = not nodegroup_update(group, change.scaling, change.nodegroup_labels, change.nodegroup_taints)
         return Observed.DONE if same and group["status"] == "ACTIVE" else Observed.ABSENT
 
     def act(self, ctx: StageContext[GroupChange]) -> None:
@@ -286,8 +287,12 @@ class NodegroupStage(_GroupStage):
         if change.action is GroupAction.DELETE:
             eks.delete_nodegroup(clusterName=change.eks_cluster, nodegroupName=change.group)
         else:
-            eks.update_nodegroup_config(clusterName=change.eks_cluster, nodegroupName=change.group,
-                                        scalingConfig=dict(change.scaling or {}))
+            group = self._describe(change)
+            if group is None:
+                raise Permanent(f"EKS node group {change.group} is gone")
+            params = nodegroup_update(group, change.scaling, change.nodegroup_labels, change.nodegroup_taints)
+            if params:  # (observed ABSENT on a difference; a crash after the call finds it made and only waits)
+                eks.update_nodegroup_config(clusterName=change.eks_cluster, nodegroupName=change.group, **params)
         self.deps.cache.invalidate(change.region, str(change.eks_cluster))
 
     def poll(self, ctx: StageContext[GroupChange]) -> Done | Wait:
