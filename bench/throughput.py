@@ -9,7 +9,10 @@ counted, not logged: app/edge.py) — the floor of this stack.
 The machine is shared, so the three are measured in alternating rounds (B, A status, A detail, B, ...)
 and each figure is the median over the rounds.
 
-    python bench/throughput.py [--nodes 10] [--duration 10] [--rounds 3] [--connections 100]
+    python bench/throughput.py [--nodes 10] [--duration 10] [--rounds 3] [--connections 100] [--pin]
+
+``--pin`` runs each server on CPU 0 and ``wrk`` on CPU 1 (every thread of the server process, as the issue's
+"one core of this machine" figure for the bare handler), so the two do not take turns on the same cores.
 
 Needs ``wrk`` (Debian: ``apt-get install -y wrk``).
 """
@@ -17,6 +20,7 @@ Needs ``wrk`` (Debian: ``apt-get install -y wrk``).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import statistics
@@ -93,10 +97,18 @@ def parse_wrk(text: str) -> WrkResult:
     return WrkResult(float(rate.group(1)), _ms(*p50.groups()), _ms(*p99.groups()), "; ".join(errors))
 
 
-def wrk(url: str, token: str, connections: int, duration: float, threads: int = 2) -> WrkResult:
+def pin(pid: int, cpu: int) -> None:
+    """Every thread of process ``pid`` (sched_setaffinity on a pid moves only its main thread) on ``cpu``."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        os.sched_setaffinity(int(task.name), {cpu})
+
+
+def wrk(url: str, token: str, connections: int, duration: float, threads: int = 2,
+        cpu: int | None = None) -> WrkResult:
     out = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(duration))}s", "--latency",
                           "-H", f"Authorization: Bearer {token}", url],
-                         capture_output=True, text=True, timeout=duration + 60)
+                         capture_output=True, text=True, timeout=duration + 60,
+                         preexec_fn=None if cpu is None else lambda: os.sched_setaffinity(0, {cpu}))
     if out.returncode != 0:
         raise RuntimeError(f"wrk failed: {out.stderr}")
     return parse_wrk(out.stdout)
@@ -133,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=10, help="seconds per wrk run (default 10)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     parser.add_argument("--connections", type=int, default=100)
+    parser.add_argument("--pin", action="store_true", help="servers on CPU 0, wrk on CPU 1")
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         print(INSTALL, file=sys.stderr)
@@ -144,19 +157,25 @@ def main(argv: list[str] | None = None) -> int:
         size = len(world.live.get(detail_path, viewer).content)
         world.live.get("/api/v1/status", viewer)  # its token is now admitted
         proc, bare_url = start_bare(size)
+        wrk_cpu = None
+        if args.pin:
+            pin(proc.pid, 0)
+            pin(world.live.process.pid, 0)
+            wrk_cpu = 1
         try:
             targets = {"B bare Tornado": (bare_url, BARE_TOKEN),
                        "A status": (world.live.url + "/api/v1/status", viewer),
                        "A cluster detail": (world.live.url + detail_path, viewer)}
             for _ in range(args.rounds):
                 for label, (url, token) in targets.items():
-                    runs[label].append(wrk(url, token, args.connections, args.duration))
+                    runs[label].append(wrk(url, token, args.connections, args.duration, cpu=wrk_cpu))
         finally:
             proc.terminate()
             proc.wait(10)
     results = {label: median(r) for label, r in runs.items()}
-    print(f"wrk -c{args.connections} -d{args.duration:g}s x {args.rounds} alternating rounds (medians), viewer token; "
-          f"cluster of {args.nodes} nodes, detail body {size:,} bytes (B serves the same size)")
+    pinned = ", servers on CPU 0 and wrk on CPU 1" if args.pin else ""
+    print(f"wrk -c{args.connections} -d{args.duration:g}s x {args.rounds} alternating rounds (medians){pinned}, "
+          f"viewer token; cluster of {args.nodes} nodes, detail body {size:,} bytes (B serves the same size)")
     for label, result in results.items():
         print(result.line(label))
     best = results["B bare Tornado"].requests_per_second
