@@ -238,6 +238,8 @@ def kube_request(method: str, path: str, query: dict[str, str]) -> dict[str, Any
         verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(
             method, ("delete" if name else "deletecollection") if method == "DELETE" else method.lower())
     dry_run = bool(query.get("dryRun"))  # the server validates and stores nothing: no write
+    proxied = sub == "proxy"  # a request relayed to a pod changes nothing in the cluster
     return {"verb": verb, "resource": resource or path, "namespace": namespace, "name": name,
-            "subresource": sub, "watch": verb == "watch", "write": verb in WRITE_VERBS and not dry_run,
+            "subresource": sub, "watch": verb == "watch",
+            "write": verb in WRITE_VERBS and not dry_run and not proxied,
             **({"dry_run": True} if dry_run else {})}

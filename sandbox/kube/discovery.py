@@ -99,6 +99,8 @@ def api_resource_list(types: list[ResourceType], group: str, version: str) -> di
                 sub_entry.update(group="autoscaling", version="v1", kind="Scale")
             elif sub == "log":
                 sub_entry["verbs"] = ["get"]
+            elif sub == "proxy":
+                sub_entry.update(kind=f"{rt.kind}ProxyOptions", verbs=["create", "delete", "get", "patch", "update"])
             elif sub == "eviction":
                 sub_entry.update(group="policy", version="v1", kind="Eviction", verbs=["create"])
             resources.append(sub_entry)

@@ -25,7 +25,7 @@ import yaml
 from tornado import iostream
 from tornado.web import RequestHandler
 
-from . import deletion, discovery, disruption, tables
+from . import backends, deletion, discovery, disruption, proxy, tables
 from .cluster import Cluster, WriteOptions
 from .errors import ApiError, bad_request, gone, method_not_allowed, not_found
 from .logs import LogLine
@@ -111,9 +111,12 @@ class KubeHandler(RequestHandler):
     async def head(self, cluster: str, path: str | None) -> None:
         await self._dispatch(cluster, path)
 
+    async def options(self, cluster: str, path: str | None) -> None:
+        await self._dispatch(cluster, path)
+
     async def _dispatch(self, cluster_name: str, path: str | None) -> None:
         self._cluster_name = cluster_name
-        self._kube_path = unquote(path or "/")
+        self._kube_path = proxy.clean_path(unquote(path or "/"))
         try:
             self._authorize()
             cluster = self.emulator.clusters.get(cluster_name)
@@ -271,13 +274,16 @@ class KubeHandler(RequestHandler):
         plural = segs[0]
         name = segs[1] if len(segs) > 1 else ""
         sub = segs[2] if len(segs) > 2 else ""
-        if len(segs) > 3:
+        if len(segs) > 3 and sub != "proxy":
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         rt = cluster.lookup(group, version, plural)
         if namespace is not None and not rt.namespaced:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if sub and sub not in rt.subresources and not (rt.plural == "namespaces" and sub == "finalize"):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if sub == "proxy" and namespace is not None:
+            await self._proxy(cluster, rt, namespace, name, segs[3:])
+            return
         method = self.request.method
         if method in ("GET", "HEAD"):
             await self._read(cluster, rt, namespace, name, sub)
@@ -403,6 +409,21 @@ class KubeHandler(RequestHandler):
         self._send(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                          "details": {"name": name, "group": rt.group, "kind": rt.plural,
                                      "uid": obj["metadata"].get("uid", "")}})
+
+    async def _proxy(self, cluster: Cluster, rt: ResourceType, namespace: str, name: str, rest: list[str]) -> None:
+        """Relay the request to the pod behind ``services/{name}/proxy`` or ``pods/{name}/proxy`` (:mod:`.proxy`)."""
+        self._defer = False  # nothing in the cluster changes: the answer is the backend's
+        resolve = proxy.pod_target if rt.key == POD_KEY else proxy.service_target
+        target = resolve(cluster, namespace, name)
+        path = "/" + "/".join(rest) + ("/" if rest and self._kube_path.endswith("/") else "")
+        request = backends.Request(self.request.method or "GET", path, self.request.query,
+                                   {k: v for k, v in self.request.headers.get_all()}, self.request.body or b"")
+        response = await asyncio.get_running_loop().run_in_executor(None, proxy.forward, cluster, target, request)
+        self.set_status(response.status)
+        self.clear_header("Content-Type")
+        for key, value in response.headers:
+            self.add_header(key, value)
+        self.finish(response.body)
 
     # --- streams ----------------------------------------------------------------------------------------
 

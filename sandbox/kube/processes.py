@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import backends
 from .cluster import Cluster, WriteOptions
 from .errors import ApiError
 from .resources import POD_KEY
@@ -71,6 +72,7 @@ class Process:
     restart_count: int = 0
     killed: threading.Event = field(default_factory=threading.Event)
     started_at: str = ""
+    ports: set[int] = field(default_factory=set)
 
     @property
     def argv(self) -> list[str]:
@@ -123,6 +125,11 @@ class Process:
             value = (found.get("data") or {}).get(key)
             return None if value is None else str(value)
         return None
+
+    def listen(self, port: int, handler: backends.Handler) -> None:
+        """Serve HTTP at the pod's ``port`` until this run of the process ends (:mod:`.backends`)."""
+        self.ports.add(port)
+        backends.listen(self.cluster, self.namespace, self.pod, self.uid, port, handler)
 
     def log(self, text: str) -> None:
         self.cluster.logs.append((self.namespace, self.pod, self.container), text, self.now())
@@ -271,6 +278,8 @@ def _supervise(proc: Process, fn: Program) -> None:
             for line in traceback.format_exception_only(exc):
                 proc.log(line.rstrip("\n"))
             code, reason = 1, "crashed"
+        for port in proc.ports:  # the process is gone: nothing listens on its ports any more
+            backends.close(proc.cluster, proc.namespace, proc.pod, proc.uid, port)
         if code is None:
             _forget(proc)
             return

@@ -107,8 +107,9 @@ _ALL = ("all",)
 BUILTINS: tuple[ResourceType, ...] = (
     _rt("", "v1", "namespaces", "Namespace", False, ("ns",), status=True),
     _rt("", "v1", "nodes", "Node", False, ("no",), status=True),
-    _rt("", "v1", "pods", "Pod", True, ("po",), status=True, extra=("eviction", "log"), categories=_ALL),
-    _rt("", "v1", "services", "Service", True, ("svc",), status=True, categories=_ALL),
+    _rt("", "v1", "pods", "Pod", True, ("po",), status=True, extra=("eviction", "log", "proxy"),
+        categories=_ALL),
+    _rt("", "v1", "services", "Service", True, ("svc",), status=True, extra=("proxy",), categories=_ALL),
     _rt("", "v1", "endpoints", "Endpoints", True, ("ep",)),
     _rt("", "v1", "configmaps", "ConfigMap", True, ("cm",)),
     _rt("", "v1", "secrets", "Secret", True),
