@@ -21,8 +21,10 @@ from kubernetes import client as k8s
 
 from services.audit import AuditLog
 from services.auth import Principal, Role
+from services.clusters.create_base import FIELD_MANAGER
 from services.clusters.pipeline import cluster_target
 from services.clusters.registry import ClusterRegistry
+from services.clusters.storage_stage import APPLY
 from services.errors import Conflict, Invalid, NotFound, Transient
 from services.inference import checks, manifest, testcall
 from services.inference.command import IMAGES, ServeCommand, parse
@@ -164,9 +166,11 @@ class Inference:
     def _has_shared_storage(self, cluster: str, serve: ServeCommand) -> bool:
         try:
             shared_storage(self.kube, cluster)
-        except Conflict:
+        except Conflict as exc:
             if serve.model.startswith(SHARED_MOUNT + "/"):
-                raise
+                raise Conflict(f"the model {serve.model} is on shared storage, but {cluster} has none (no claim "
+                               "default/shared-s3 bound to a Mountpoint for S3 volume): serve a Hugging Face id "
+                               "instead, or give the cluster shared storage first", details=exc.details) from None
             return False
         return True
 
@@ -180,12 +184,12 @@ class Inference:
             core.read_namespace(namespace)
         except NotFound:
             namespace = "default"
-        for obj in plan.manifests:
+        for obj in plan.manifests:  # server-side apply: a deployment of ours already there is checked as updated
             body = {**obj, "metadata": {**obj["metadata"], "namespace": namespace}}
-            if obj["kind"] == "Deployment":
-                k8s.AppsV1Api(api).create_namespaced_deployment(namespace, body, dry_run="All")  # type: ignore[arg-type]
-            else:
-                core.create_namespaced_service(namespace, body, dry_run="All")  # type: ignore[arg-type]
+            apply = k8s.AppsV1Api(api).patch_namespaced_deployment if obj["kind"] == "Deployment" \
+                else core.patch_namespaced_service
+            apply(plan.name, namespace, body, field_manager=FIELD_MANAGER, force=True, dry_run="All",
+                  _content_type=APPLY)
 
     # ----- mutations ---------------------------------------------------------------------------------------
 

@@ -1,0 +1,163 @@
+"""Self-managed inference through REST against a real server in sandbox mode, on a seeded, imported cluster of
+ml.g5.8xlarge nodes (one GPU each) with the cluster's shared-s3 volume: previews for both engines pass the API
+server's dry run; bad input is refused before any operation or Kubernetes write; a deployment is made, listed,
+tested through the service proxy and deleted, and a planted token appears in no record, response or log."""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+import pytest
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from tests.jobs_support import CLUSTER, JobWorld, job_world
+from tests.ledger import CallLedger
+from tests.support import wait_until
+
+pytestmark = pytest.mark.slow
+BASE = f"/api/v1/clusters/{CLUSTER}/inference/deployments"
+NS = "hyperpod-ns-inference"
+VLLM = "vllm serve Qwen/Qwen2.5-0.5B-Instruct --max-model-len 4096"
+SGLANG = "python3 -m sglang.launch_server --model-path /s3/models/Qwen--Qwen2.5-0.5B-Instruct --tp-size 1"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobWorld]:
+    with job_world(tmp_path_factory.mktemp("inference"), components=()) as made:
+        made.core.create_namespaced_persistent_volume_claim("default", {  # the claim the storage stage binds
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "shared-s3"},
+            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                     "volumeName": f"instantstart-{CLUSTER}-shared-s3", "resources": {"requests": {"storage": "1200Gi"}}}})
+        yield made
+
+
+def body(name: str = "chat", command: str = VLLM, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "command": command, "gpus": 1, **extra}
+
+
+def test_previews_for_both_engines_pass_the_dry_run_and_create_nothing(world: JobWorld) -> None:
+    for command, engine, image, port in ((VLLM, "vllm", "vllm/vllm-openai:", 8000),
+                                          (SGLANG, "sglang", "lmsysorg/sglang:", 30000)):
+        shown = world.live.post(f"{BASE}/preview", body(command=command))
+        assert shown.status_code == 200, shown.text
+        preview = shown.json()
+        assert (preview["engine"], preview["port"]) == (engine, port)
+        deployment, service = preview["manifests"]
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        assert container["image"].startswith(image)
+        assert container["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+        assert service["spec"]["type"] == "ClusterIP" and service["spec"]["ports"][0]["targetPort"] == port
+        assert any("ml.g5.8xlarge" in w for w in preview["warnings"])
+    assert world.live.get("/api/v1/operations?kind=inference.deploy").json() == []
+    with pytest.raises(ApiException) as absent:
+        k8s.AppsV1Api(world.api).read_namespaced_deployment("chat", NS)
+    assert absent.value.status == 404
+
+
+def test_bad_input_is_refused_before_any_operation_or_write(world: JobWorld) -> None:
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    flag = world.live.post(BASE, body(command="vllm serve m/x --tensor-paralel-size 1"))
+    assert flag.status_code == 422 and "did you mean --tensor-parallel-size" in flag.text, flag.text
+    parallel = world.live.post(BASE, body(command="vllm serve m/x --tensor-parallel-size 2 -pp 2"))
+    assert parallel.status_code == 422 and "4 GPUs" in parallel.text, parallel.text
+    no_gpus = world.live.post(BASE, {"name": "chat", "command": VLLM})
+    assert no_gpus.status_code == 422 and "gpus" in no_gpus.text, no_gpus.text
+    world_open = world.live.post(BASE, body(service={"exposure": "external", "internet_facing": True,
+                                                     "source_ranges": ["0.0.0.0/0"]}))
+    assert world_open.status_code == 422 and "whole internet" in world_open.text, world_open.text
+    secret_flag = world.live.post(BASE, body(command="vllm serve m/x --hf-token hf_x"))
+    assert secret_flag.status_code == 422 and "hf_token" in secret_flag.text
+    too_many = world.live.post(BASE, body(command="vllm serve m/x -tp 4", gpus=4))
+    assert too_many.status_code == 409 and "no node type of the cluster has 4 GPUs" in too_many.text, too_many.text
+    no_lbc = world.live.post(BASE, body(service={"exposure": "external"}))
+    assert no_lbc.status_code == 409 and "aws-load-balancer-controller" in no_lbc.text, no_lbc.text
+    unknown_field = world.live.post(BASE, {**body(), "gpu": 1})
+    assert unknown_field.status_code == 422 and "gpus" in unknown_field.text
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    assert world.live.get("/api/v1/operations?kind=inference.deploy").json() == []
+
+
+def finished(world: JobWorld, op_id: str) -> dict[str, Any]:
+    return world.finished(op_id, timeout=180)
+
+
+def test_deploy_list_test_and_delete_with_the_token_nowhere(world: JobWorld) -> None:
+    token = "hf_" + secrets.token_urlsafe(24)
+    seen: list[str] = []
+    started = world.live.post(BASE, body(command=VLLM + " --served-model-name chat", hf_token=token, replicas=1))
+    seen.append(started.text)
+    assert started.status_code == 202, started.text
+    op = finished(world, started.json()["operation"]["id"])
+    seen.append(str(op))
+    assert op["status"] == "succeeded", op
+    assert op["target"] == f"cluster/{CLUSTER}/inference/chat"
+
+    apps, core = k8s.AppsV1Api(world.api), k8s.CoreV1Api(world.api)
+    dep = apps.read_namespaced_deployment("chat", NS)
+    assert dep.metadata.labels["app.kubernetes.io/managed-by"] == "instantstart"
+    container = dep.spec.template.spec.containers[0]
+    hf = next(e for e in container.env if e.name == "HF_TOKEN")
+    assert hf.value is None and hf.value_from.secret_key_ref.name == "chat-hf-token"
+    secret = core.read_namespaced_secret("chat-hf-token", NS)
+    assert [o.kind for o in secret.metadata.owner_references] == ["Deployment"]
+    assert core.read_namespaced_service("chat", NS).spec.type == "ClusterIP"
+
+    def listed() -> dict[str, Any] | None:
+        rows = world.live.get(BASE).json()["deployments"]
+        row = next((r for r in rows if r["name"] == "chat"), None)
+        return row if row is not None and row["phase"] == "Available" and row["pods"] else None
+    row = wait_until(listed, 60, "the deployment listed Available with its pods")
+    seen.append(str(row))
+    assert row["engine"] == "vllm" and row["gpus"] == 1 and row["service"]["type"] == "ClusterIP"
+    assert all(p["node"] for p in row["pods"])
+    one = world.live.get(f"{BASE}/chat")
+    seen.append(one.text)
+    assert one.status_code == 200 and one.json()["model"] == "Qwen/Qwen2.5-0.5B-Instruct"
+
+    answer = world.live.post(f"{BASE}/chat/test", {"prompt": "hello"})
+    seen.append(answer.text)
+    assert answer.status_code == 200, answer.text
+    result = answer.json()
+    assert result["path"] == f"/api/v1/namespaces/{NS}/services/chat:8000/proxy/v1/chat/completions"
+    assert result["status"] in (200, 503), result  # 503 until the sandbox's engines answer (i14-sandbox)
+    missing = world.live.post(f"{BASE}/nope/test", {})
+    assert missing.status_code == 404
+
+    rolled = httpx2.patch(world.live.url + f"{BASE}/chat", json={"command": VLLM + " --served-model-name chat "
+                          "--enforce-eager"}, headers=world.live.headers(), timeout=30)
+    assert rolled.status_code == 202, rolled.text
+    assert finished(world, rolled.json()["operation"]["id"])["status"] == "succeeded"
+    template = apps.read_namespaced_deployment("chat", NS).spec.template.spec.containers[0]
+    assert template.command[-1] == "--enforce-eager" and template.env == container.env
+    sets = k8s.AppsV1Api(world.api).list_namespaced_replica_set(NS, label_selector="instantstart.io/inference=chat")
+    assert len(sets.items) == 2  # the rolling update made a new ReplicaSet
+    port_change = httpx2.patch(world.live.url + f"{BASE}/chat", json={"command": VLLM + " --port 9000"},
+                               headers=world.live.headers(), timeout=30)
+    assert port_change.status_code == 422 and "port" in port_change.text
+
+    gone = httpx2.delete(world.live.url + f"{BASE}/chat", headers=world.live.headers(), timeout=30)
+    assert gone.status_code == 202, gone.text
+    deleted = finished(world, gone.json()["operation"]["id"])
+    assert deleted["status"] == "succeeded", deleted
+    with pytest.raises(ApiException) as absent:
+        apps.read_namespaced_deployment("chat", NS)
+    assert absent.value.status == 404
+    with pytest.raises(ApiException) as no_service:
+        core.read_namespaced_service("chat", NS)
+    assert no_service.value.status == 404
+
+    seen.append(world.live.get("/api/v1/operations?kind=inference.deploy").text)
+    seen.append(world.live.get("/api/v1/audit?limit=500").text)
+    seen.append(str(world.api.sanitize_for_serialization(dep)))
+    seen.append(world.live.log())
+    for path in world.live.data_dir.glob("state.db*"):
+        seen.append(path.read_bytes().decode("latin-1"))
+    encoded = base64.b64encode(token.encode()).decode()
+    for text in seen:
+        assert token not in text and encoded not in text
