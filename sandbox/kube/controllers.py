@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from . import (
     disruption,
     hpto,
+    inference_engines,  # noqa: F401  (registers the simulated vLLM and SGLang servers with the kubelet)
     kubeflow,
     kuberay,
     processes,

@@ -173,6 +173,12 @@ def program(matcher: Matcher) -> Callable[[Program], Program]:
     return register
 
 
+def probed(pod: Obj, container: dict[str, Any]) -> bool:
+    """Whether the container is ready only once its probes pass: a program runs it and it has a readiness or
+    startup probe (:mod:`.probes`); other containers are ready as they run."""
+    return bool(container.get("readinessProbe") or container.get("startupProbe")) and find(pod, container) is not None
+
+
 def find(pod: Obj, container: dict[str, Any]) -> Program | None:
     return next((fn for matcher, fn in _PROGRAMS if _safe_match(matcher, pod, container)), None)
 
@@ -333,7 +339,7 @@ def _exited(proc: Process, code: int, *, node_lost: bool) -> Process | None:
         status["containerStatuses"] = containers
         if not restart:
             _settle_phase(pod, status, now, node_lost)
-        _write(cluster, pod, status)
+        write_status(cluster, pod, status)
     if not restart:
         cluster.logs.terminate(key)
         _forget(proc)
@@ -392,17 +398,21 @@ def _restarted(proc: Process) -> Process | None:
             return None
         status = dict(pod.get("status") or {})
         restarts = proc.restart_count + 1
+        ready = not probed(pod, proc.spec)  # a probed container waits for its probes again (.probes)
         status["containerStatuses"] = [
-            {**c, "ready": True, "started": True, "state": {"running": {"startedAt": now}},
+            {**c, "ready": ready, "started": ready or not proc.spec.get("startupProbe"),
+             "state": {"running": {"startedAt": now}},
              "containerID": f"containerd://{_digest(proc.uid, proc.container, restarts)}"}
             if c.get("name") == proc.container else c for c in status.get("containerStatuses") or []]
-        status["conditions"] = [{**c, "status": "True", "reason": None, "lastTransitionTime": now}
-                                if c.get("type") in ("Ready", "ContainersReady") and c.get("status") != "True"
-                                else c for c in status.get("conditions") or []]
+        all_ready = all(c.get("ready") for c in status["containerStatuses"])
+        status["conditions"] = [{**c, "status": "True", "reason": None, "message": None, "lastTransitionTime": now}
+                                if all_ready and c.get("type") in ("Ready", "ContainersReady")
+                                and c.get("status") != "True" else c for c in status.get("conditions") or []]
         for c in status["conditions"]:
-            if c.get("reason") is None:
-                c.pop("reason", None)
-        _write(cluster, pod, status)
+            for attr in ("reason", "message"):
+                if attr in c and c[attr] is None:
+                    c.pop(attr)
+        write_status(cluster, pod, status)
         fresh = cluster.store.get(POD_KEY, (proc.namespace, proc.pod)) or pod
     nxt = Process(cluster, proc.namespace, proc.pod, proc.uid, proc.container, proc.spec, fresh, restarts,
                   killed=proc.killed, started_at=now)
@@ -415,7 +425,8 @@ def _restarted(proc: Process) -> Process | None:
     return nxt
 
 
-def _write(cluster: Cluster, pod: Obj, status: dict[str, Any]) -> None:
+def write_status(cluster: Cluster, pod: Obj, status: dict[str, Any]) -> None:
+    """Replace the pod's status as the kubelet does (a pod deleted meanwhile is left alone)."""
     meta = pod["metadata"]
     body = {**pod, "metadata": {**meta}, "status": status}
     with contextlib.suppress(ApiError):  # deleted meanwhile (the store lock is held: nothing else changed it)

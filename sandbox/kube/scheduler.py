@@ -204,13 +204,20 @@ def _running(cluster: Cluster, pod: Obj, node: Obj) -> dict[str, Any]:
     for index, container in enumerate(spec.get("containers") or []):
         ident = hashlib.sha256(f"{pod['metadata']['uid']}/{index}".encode()).hexdigest()
         image = str(container.get("image"))
+        probed = processes.probed(pod, container)  # ready once its probes pass (.probes)
         containers.append({
             "name": container.get("name"), "image": image,
             "imageID": f"{image}@sha256:{hashlib.sha256(image.encode()).hexdigest()}",
-            "containerID": f"containerd://{ident}", "ready": True, "started": True, "restartCount": 0,
+            "containerID": f"containerd://{ident}", "ready": not probed,
+            "started": not (probed and container.get("startupProbe")), "restartCount": 0,
             "state": {"running": {"startedAt": now}}})
+    unready = [str(c["name"]) for c in containers if not c["ready"]]
     conditions = [_condition(pod, ctype, "True", now) for ctype in
                   ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")]
+    if unready:
+        conditions = [_condition(pod, c["type"], "False", now, reason="ContainersNotReady",
+                                 message=f"containers with unready status: [{' '.join(unready)}]")
+                      if c["type"] in ("Ready", "ContainersReady") else c for c in conditions]
     status: dict[str, Any] = {
         "phase": "Running", "conditions": conditions, "hostIP": host_ip, "hostIPs": [{"ip": host_ip}],
         "podIP": pod_ip, "podIPs": [{"ip": pod_ip}], "startTime": now, "containerStatuses": containers}

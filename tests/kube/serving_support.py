@@ -70,12 +70,13 @@ def served(serving: Serving) -> Iterator[Served]:
 
 def proxy_call(api: client.ApiClient, method: str, path: str, body: Any = None,
                headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], str]:
-    """One request through the official client (its auth and transport), as a raw call: status, headers, text
-    (an error status is returned, not raised)."""
+    """One request through the official client (its auth and transport), as a raw call: status, headers (names
+    in lower case), text (an error status is returned, not raised)."""
     prepared = api.param_serialize(method, path, header_params=dict(headers or {}), body=body,
                                    auth_settings=["BearerToken"])
     response = api.call_api(*prepared[:4])
-    return response.status, dict(response.headers), (response.read() or b"").decode()
+    headers_seen = {k.lower(): v for k, v in response.headers.items()}
+    return response.status, headers_seen, (response.read() or b"").decode()
 
 
 def chat(api: client.ApiClient, service: str, prompt: str, namespace: str = "default",
