@@ -1,28 +1,36 @@
-"""Self-managed inference through REST against a real server in sandbox mode, on a seeded, imported cluster of
-ml.g5.8xlarge nodes (one GPU each) with the cluster's shared-s3 volume: previews for both engines pass the API
-server's dry run; bad input is refused before any operation or Kubernetes write; a deployment is made, listed,
-tested through the service proxy and deleted, and a planted token appears in no record, response or log."""
+"""Self-managed inference against a real server in sandbox mode, on a seeded, imported cluster of ml.g5.8xlarge
+nodes (one GPU each) with the cluster's shared-s3 volume, where the sandbox's simulated vLLM and SGLang servers
+run the pods' commands: previews for both engines pass the API server's dry run; bad input is refused before any
+operation or Kubernetes write; through REST a deployment is made, listed, answers a test through the service
+proxy with its pod's name, rolls out a new command and is deleted, with a planted token in no record, response
+or log; an engine that cannot start fails the deploy naming its pod and last log line; and an agent follows
+``skills/deploy-model.md`` through a real MCP client for an SGLang deployment of a model on shared storage."""
 
 from __future__ import annotations
 
 import base64
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
+import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from tests.jobs_support import CLUSTER, JobWorld, job_world
 from tests.ledger import CallLedger
+from tests.mcp_support import bridge, call, follow
 from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
 BASE = f"/api/v1/clusters/{CLUSTER}/inference/deployments"
 NS = "hyperpod-ns-inference"
 VLLM = "vllm serve Qwen/Qwen2.5-0.5B-Instruct --max-model-len 4096"
+PLAYBOOK = Path(__file__).resolve().parents[1] / "skills" / "deploy-model.md"
 SGLANG = "python3 -m sglang.launch_server --model-path /s3/models/Qwen--Qwen2.5-0.5B-Instruct --tp-size 1"
 
 
@@ -32,7 +40,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobWorld]:
         made.core.create_namespaced_persistent_volume_claim("default", {  # the claim the storage stage binds
             "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "shared-s3"},
             "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
-                     "volumeName": f"instantstart-{CLUSTER}-shared-s3", "resources": {"requests": {"storage": "1200Gi"}}}})
+                     "volumeName": f"instantstart-{CLUSTER}-shared-s3",
+                     "resources": {"requests": {"storage": "1200Gi"}}}})
         yield made
 
 
@@ -125,7 +134,9 @@ def test_deploy_list_test_and_delete_with_the_token_nowhere(world: JobWorld) -> 
     assert answer.status_code == 200, answer.text
     result = answer.json()
     assert result["path"] == f"/api/v1/namespaces/{NS}/services/chat:8000/proxy/v1/chat/completions"
-    assert result["status"] in (200, 503), result  # 503 until the sandbox's engines answer (i14-sandbox)
+    assert result["status"] == 200, result
+    assert result["headers"]["x-sandbox-pod"] in {p["name"] for p in row["pods"]}, result
+    assert result["text"] and result["answer"]["model"] == "chat", result
     missing = world.live.post(f"{BASE}/nope/test", {})
     assert missing.status_code == 404
 
@@ -161,3 +172,52 @@ def test_deploy_list_test_and_delete_with_the_token_nowhere(world: JobWorld) -> 
     encoded = base64.b64encode(token.encode()).decode()
     for text in seen:
         assert token not in text and encoded not in text
+
+
+def test_an_engine_that_cannot_start_fails_the_deploy_naming_its_pod_and_last_line(world: JobWorld) -> None:
+    started = world.live.post(BASE, body(name="gated", command="vllm serve meta-llama/Llama-3.1-8B"))
+    assert started.status_code == 202, started.text
+    op = finished(world, started.json()["operation"]["id"])
+    assert op["status"] == "failed", op
+    said = op["error"]["message"]
+    assert said.startswith("gated cannot start: gated-") and "Please log in." in said, said
+    gone = httpx2.delete(world.live.url + f"{BASE}/gated", headers=world.live.headers(), timeout=30)
+    assert finished(world, gone.json()["operation"]["id"])["status"] == "succeeded"
+
+
+def test_an_agent_deploys_tests_and_deletes_an_sglang_model_from_shared_storage(world: JobWorld) -> None:
+    operator = world.live.make_token("operator")
+    playbook = set(yaml.safe_load(PLAYBOOK.read_text().split("---")[1])["tools"])
+    used: list[str] = []
+    request = {"cluster": CLUSTER, "name": "agent-chat", "command": SGLANG, "gpus": 1}
+
+    async def agent() -> dict[str, Any]:
+        async with bridge(world.live.url, operator, "inference,clusters,operations,system") as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert tools["inference_delete"].annotations and tools["inference_delete"].annotations.destructive_hint
+            assert tools["inference_list"].annotations and tools["inference_list"].annotations.read_only_hint
+            preview = await call(client, "inference_preview", request, used)
+            started = await call(client, "inference_deploy", request, used)
+            deployed = await follow(client, started["operation"]["id"], used, timeout=180)
+            listed = await call(client, "inference_list", {"cluster": CLUSTER}, used)
+            detail = await call(client, "inference_get", {"cluster": CLUSTER, "name": "agent-chat"}, used)
+            answer = await call(client, "inference_test", {"cluster": CLUSTER, "name": "agent-chat",
+                                                           "api": "completion", "prompt": "Once upon"}, used)
+            deleting = await call(client, "inference_delete", {"cluster": CLUSTER, "name": "agent-chat"}, used)
+            deleted = await follow(client, deleting["operation"]["id"], used)
+            return {"preview": preview, "deployed": deployed, "listed": listed, "detail": detail, "answer": answer,
+                    "deleted": deleted}
+
+    seen = anyio.run(agent)
+    assert seen["preview"]["engine"] == "sglang" and seen["preview"]["port"] == 30000
+    assert seen["deployed"]["status"] == "succeeded", seen["deployed"]
+    assert "agent-chat" in {d["name"] for d in seen["listed"]["deployments"]}
+    assert seen["detail"]["engine"] == "sglang" and seen["detail"]["phase"] == "Available"
+    assert seen["answer"]["status"] == 200, seen["answer"]
+    assert seen["answer"]["headers"]["x-sandbox-pod"] in {p["name"] for p in seen["detail"]["pods"]}
+    assert seen["answer"]["path"].endswith("/services/agent-chat:30000/proxy/v1/completions")
+    assert seen["deleted"]["status"] == "succeeded"
+    assert set(used) <= playbook, f"tools outside the playbook: {set(used) - playbook}"
+    audit = world.live.get("/api/v1/audit", params={"limit": 100}).json()
+    actions = {e["action"] for e in (audit["items"] if isinstance(audit, dict) else audit)}
+    assert {"inference.deploy", "inference.test", "inference.delete"} <= actions
