@@ -61,7 +61,7 @@ class InferenceState(param.Parameterized):
     cluster = param.String(default="", doc="the cluster whose deployments are shown")
     clusters = param.List(default=[], item_type=str)
     deployments = param.List(default=[], item_type=DeploymentView)
-    name = param.String(default="", doc="the deployment's name")
+    deployment = param.String(default="", doc="the new deployment's name")
     command = param.String(default="", doc="the serve command, e.g. vllm serve Qwen/Qwen2.5-0.5B-Instruct")
     gpus = param.Integer(default=1, bounds=(1, 64), doc="GPUs per replica")
     replicas = param.Integer(default=1, bounds=(1, 64))
@@ -108,7 +108,7 @@ class InferenceState(param.Parameterized):
         self.apply(await asyncio.get_running_loop().run_in_executor(None, self.fetch))
 
     def request(self, token: str) -> DeploymentRequest:
-        return DeploymentRequest(name=self.name, command=self.command, gpus=self.gpus, replicas=self.replicas,
+        return DeploymentRequest(name=self.deployment, command=self.command, gpus=self.gpus, replicas=self.replicas,
                                  namespace=self.namespace, hf_token=SecretStr(token) if token else None,
                                  service=ServiceSpec(exposure=Exposure(self.exposure)))
 
@@ -131,7 +131,7 @@ class InferenceState(param.Parameterized):
             return _invalid(exc)
         except ServiceError as exc:
             return f"refused ({exc.code}): {exc.message}"
-        return f"deploying {self.name} ({view.id}); the table shows it once its pods start"
+        return f"deploying {self.deployment} ({view.id}); the table shows it once its pods start"
 
     def delete(self, principal: Principal, cluster: str, name: str) -> str:
         try:
@@ -158,7 +158,7 @@ class InferencePane(pn.viewable.Viewer):
         self.state = InferenceState(inference, clusters, principal, current_principal)
         s = self.state.param
         self.picker = pn.widgets.Select(label="Cluster", options=[], width=240, css_classes=["inference-cluster"])
-        self.name = pn.widgets.TextInput.from_param(s.name, name="Name", placeholder="chat")
+        self.deployment = pn.widgets.TextInput.from_param(s.deployment, name="Name", placeholder="chat")
         self.command = pn.widgets.TextAreaInput.from_param(s.command, name="Serve command", height=70,
                                                            placeholder="vllm serve Qwen/Qwen2.5-0.5B-Instruct")
         self.gpus = pn.widgets.IntInput.from_param(s.gpus, name="GPUs per replica", width=140)
@@ -254,7 +254,7 @@ class InferencePane(pn.viewable.Viewer):
                              "GPU box; every flag is checked against the engine's. Models downloaded to the shared "
                              "bucket are under `/s3/models/<org>--<name>/`."),
             self.picker,
-            pn.Row(self.name, self.namespace, self.gpus, self.replicas),
+            pn.Row(self.deployment, self.namespace, self.gpus, self.replicas),
             self.command,
             pn.Row(self.exposure, self.token, self.preview_button, self.deploy_button),
             pn.pane.Markdown(self.state.param.message, css_classes=["inference-message"]),

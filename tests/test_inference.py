@@ -8,6 +8,7 @@ or log; an engine that cannot start fails the deploy naming its pod and last log
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import secrets
 from collections.abc import Iterator
@@ -16,11 +17,15 @@ from typing import Any
 
 import anyio
 import httpx2
+import panel as pn
 import pytest
 import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from panels.inference import InferencePane
+from services.auth import Principal, Role
+from services.operations import OperationQuery
 from tests.jobs_support import CLUSTER, JobWorld, job_world
 from tests.ledger import CallLedger
 from tests.mcp_support import bridge, call, follow
@@ -221,3 +226,40 @@ def test_an_agent_deploys_tests_and_deletes_an_sglang_model_from_shared_storage(
     audit = world.live.get("/api/v1/audit", params={"limit": 100}).json()
     actions = {e["action"] for e in (audit["items"] if isinstance(audit, dict) else audit)}
     assert {"inference.deploy", "inference.test", "inference.delete"} <= actions
+
+
+def test_the_pane_previews_deploys_tests_and_deletes(world: JobWorld, tmp_path: Path) -> None:
+    operator = Principal("pane-operator", Role.OPERATOR, "t-op", "api")
+    viewer = Principal("pane-viewer", Role.VIEWER, "t-view", "api")
+    token = "hf_" + secrets.token_urlsafe(24)
+    with world.server.imported(tmp_path / "product", CLUSTER, operator) as services:
+        assert InferencePane(services.inference, services.clusters, services.bus, viewer).deploy_button.disabled
+        pane = InferencePane(services.inference, services.clusters, services.bus, operator)
+        pn.panel(pane).get_root()  # renders alone, as in a notebook
+        assert pane.picker.value == CLUSTER
+        pane.state.deployment, pane.state.command = "pane-chat", "vllm serve m/x --tensor-paralel-size 1"
+        asyncio.run(pane._preview(None))
+        assert "did you mean --tensor-parallel-size" in pane.state.message and pane.state.preview == ""
+        pane.state.command = VLLM
+        asyncio.run(pane._preview(None))
+        assert "vllm serving Qwen/Qwen2.5-0.5B-Instruct on port 8000" in pane.state.message, pane.state.message
+        assert "kind: Deployment" in pane.state.preview and "kind: Service" in pane.state.preview
+        pane.token.value = token
+        asyncio.run(pane._deploy(None))
+        assert pane.token.value == "" and "deploying pane-chat" in pane.state.message, pane.state.message
+        op = services.engine.list(OperationQuery(kind="inference.deploy", limit=1))[0]
+        wait_until(lambda: services.engine.run_until_idle(op.id).status == "succeeded", 120, "the pane's deploy")
+        wait_until(lambda: pane.state.reload() or (not pane.table.value.empty and
+                                                   pane.table.value.iloc[0]["phase"] == "Available"),
+                   60, "the table to show the deployment Available")
+        row = pane.table.value.iloc[0]
+        assert row["name"] == "pane-chat" and row["replicas"] == "1/1" and row["service"].startswith("ClusterIP")
+        pane._on_selection(type("E", (), {"new": [0]})())
+        asyncio.run(pane._test(None))
+        assert pane.state.message.startswith("HTTP 200"), pane.state.message
+        assert pane.state.answer
+        asyncio.run(pane._delete(None))
+        assert "deleting pane-chat" in pane.state.message, pane.state.message
+        gone = services.engine.list(OperationQuery(kind="inference.delete", limit=1))[0]
+        wait_until(lambda: services.engine.run_until_idle(gone.id).status == "succeeded", 60, "the pane's delete")
+        assert token not in pane.table.value.to_csv() + pane.state.message + pane.state.preview
