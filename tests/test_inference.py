@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from panels.inference import InferencePane
 from services.auth import Principal, Role
 from services.operations import OperationQuery
-from tests.jobs_support import CLUSTER, JobWorld, job_world
+from tests.jobs_support import CLUSTER, JobWorld, cli, job_world
 from tests.ledger import CallLedger
 from tests.mcp_support import bridge, call, follow
 from tests.support import wait_until
@@ -142,6 +143,14 @@ def test_deploy_list_test_and_delete_with_the_token_nowhere(world: JobWorld) -> 
     assert result["status"] == 200, result
     assert result["headers"]["x-sandbox-pod"] in {p["name"] for p in row["pods"]}, result
     assert result["text"] and result["answer"]["model"] == "chat", result
+    listed_cli = cli(world, "inference", "list", CLUSTER)
+    assert listed_cli.returncode == 0, listed_cli.stderr
+    assert any(line.startswith(f"{NS}/chat ") and "Available" in line and "1/1 available" in line
+               for line in listed_cli.stdout.splitlines()), listed_cli.stdout
+    described = cli(world, "inference", "describe", CLUSTER, "chat")
+    assert described.returncode == 0 and f"pod {row['pods'][0]['name']}" in described.stdout, described.stdout
+    tested = cli(world, "inference", "test", CLUSTER, "chat", "--prompt", "hi", "--json")
+    assert tested.returncode == 0 and json.loads(tested.stdout)["status"] == 200, tested.stderr
     missing = world.live.post(f"{BASE}/nope/test", {})
     assert missing.status_code == 404
 
