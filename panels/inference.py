@@ -31,9 +31,9 @@ from services.inference.models import (
     INFERENCE_NAMESPACE,
     DeploymentRequest,
     DeploymentView,
+    EndpointTest,
     Exposure,
     ServiceSpec,
-    TestRequest,
 )
 
 COLUMNS = ["name", "namespace", "engine", "model", "phase", "replicas", "gpus", "service", "message"]
@@ -142,7 +142,7 @@ class InferenceState(param.Parameterized):
 
     def test(self, principal: Principal, cluster: str, name: str) -> tuple[str, str]:
         try:
-            result = self.service.test_deployment(principal, cluster, name, TestRequest(prompt=self.prompt))
+            result = self.service.test_deployment(principal, cluster, name, EndpointTest(prompt=self.prompt))
         except ValidationError as exc:
             return _invalid(exc), ""
         except ServiceError as exc:

@@ -4,13 +4,18 @@ path tricks."""
 
 from __future__ import annotations
 
+import json
 import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from services.errors import Forbidden
-from services.inference import egress
+from services.inference import egress, testcall
+from services.inference.models import EndpointTest
 
 METADATA_FORMS = [
     "169.254.169.254", "[169.254.169.254]", "2852039166", "0xa9fea9fe", "0xA9FEA9FE", "0251.0376.0251.0376",
@@ -100,3 +105,84 @@ def test_the_service_proxy_path_checks_every_part() -> None:
                                   ("ns", "chat", 0), ("ns", "chat", 70000)):
         with pytest.raises(Forbidden):
             egress.service_proxy_path(namespace, name, port, "health")
+
+
+# ----- the load-balancer test call: resolved once, sent to the checked address, capped, no redirects ---------
+
+
+def _own_address() -> str:
+    """This machine's address on its default route (not loopback), or skip."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("10.255.255.255", 1))
+        address = str(probe.getsockname()[0])
+    except OSError:
+        pytest.skip("no network interface besides loopback")
+    finally:
+        probe.close()
+    if address.startswith("127."):
+        pytest.skip("no network interface besides loopback")
+    return address
+
+
+class _Engine(BaseHTTPRequestHandler):
+    seen: list[tuple[str, str, bytes]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        type(self).seen.append((self.path, str(self.headers.get("Host")), body))
+        if self.path == "/v1/completions":
+            self.send_response(302)
+            self.send_header("Location", "http://169.254.169.254/latest/meta-data/")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        answer = json.dumps({"choices": [{"message": {"content": "x" * 100_000}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("x-served-by", "pod-a")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *_: Any) -> None:
+        return None
+
+
+@pytest.fixture
+def engine_at() -> Iterator[tuple[str, int]]:
+    address = _own_address()
+    server = ThreadingHTTPServer((address, 0), _Engine)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _Engine.seen = []
+    yield address, int(server.server_address[1])
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_load_balancer_call_goes_to_the_checked_address_with_the_name_as_host(
+        engine_at: tuple[str, int]) -> None:
+    address, port = engine_at
+    resolve = _answers(address)
+    name = "k8s-chat-0123.elb.us-west-2.amazonaws.com"
+    result = testcall.call_load_balancer(name, port, "chat", EndpointTest(prompt="hi"), resolve=resolve)
+    assert resolve.calls == [name]
+    assert result.status == 200 and result.truncated and len(json.dumps(result.answer)) <= 70_000
+    assert result.headers["x-served-by"] == "pod-a" and result.path == f"http://{name}:{port}/v1/chat/completions"
+    path, host, body = _Engine.seen[0]
+    assert (path, host) == ("/v1/chat/completions", f"{name}:{port}")
+    assert json.loads(body)["messages"] == [{"role": "user", "content": "hi"}]
+
+
+def test_a_redirect_is_answered_not_followed(engine_at: tuple[str, int]) -> None:
+    address, port = engine_at
+    result = testcall.call_load_balancer("lb.example.com", port, "chat", EndpointTest(api="completion"),
+                                         resolve=_answers(address))
+    assert result.status == 302 and len(_Engine.seen) == 1
+
+
+def test_a_load_balancer_name_resolving_to_metadata_is_never_dialled() -> None:
+    with pytest.raises(Forbidden):
+        testcall.call_load_balancer("evil.example.com", 80, "chat", EndpointTest(),
+                                    resolve=_answers("10.0.0.8", "169.254.169.254"))

@@ -15,9 +15,9 @@ from services.inference.models import (
     DeploymentRequest,
     DeploymentUpdate,
     DeploymentView,
+    EndpointTest,
+    EndpointTestResult,
     Preview,
-    TestRequest,
-    TestResult,
 )
 from services.replies import Accepted
 from services.verbs import role_of
@@ -107,7 +107,7 @@ ROUTES: list[Route] = [
           description="Operator: delete the Deployment, its Service (and load balancer) and its token Secret; "
                       "operation inference.delete. Only deployments InstantStart made."),
     Route("POST", BASE + "/{name}/test", "inference_test", "Send one test request to a deployment",
-          role_of(Inference.test_deployment), _test, body=TestRequest, response=TestResult, path_params=ONE,
+          role_of(Inference.test_deployment), _test, body=EndpointTest, response=EndpointTestResult, path_params=ONE,
           read_only=False, idempotent=False, tag=TAG, open_world=True,
           description="Operator: one OpenAI-compatible chat/completions (api 'chat') or completions request to the "
                       "deployment through the Kubernetes API's service proxy, capped (64 KiB answer, 60 s): the "

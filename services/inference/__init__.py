@@ -35,12 +35,12 @@ from services.inference.models import (
     DeploymentRequest,
     DeploymentUpdate,
     DeploymentView,
+    EndpointTest,
+    EndpointTestResult,
     Exposure,
     PodView,
     Preview,
     ServiceView,
-    TestRequest,
-    TestResult,
 )
 from services.inference.stages import ApplyStage, DeleteStage, InferenceDeps, NamespaceStage, RolloutStage
 from services.informers import Informers
@@ -330,8 +330,10 @@ class Inference:
     # ----- test --------------------------------------------------------------------------------------------
 
     @verb(Role.OPERATOR)
-    def test_deployment(self, principal: Principal, cluster: str, name: str, request: TestRequest) -> TestResult:
-        """One OpenAI-compatible request to a deployment of ours, through the Kubernetes API's service proxy."""
+    def test_deployment(self, principal: Principal, cluster: str, name: str,
+                        request: EndpointTest) -> EndpointTestResult:
+        """One OpenAI-compatible request to a deployment of ours: through the Kubernetes API's service proxy, or
+        at its load balancer (its name resolved once and checked by the SSRF guard)."""
         dep = self._find(cluster, name)
         meta = _meta(dep)
         namespace = str(meta.get("namespace"))
@@ -340,10 +342,18 @@ class Inference:
             raise Conflict(f"the deployment {name} has no Service of ours to test through")
         port = int(str(((svc.get("spec") or {}).get("ports") or [{}])[0].get("port") or 0))
         model = str((meta.get("annotations") or {}).get(manifest.API_MODEL_ANNOTATION) or "")
-        target = testcall.Target(namespace=namespace, service=name, port=port, model=model)
-        result = testcall.call(self.kube.api_client(cluster), target, request)
+        if request.via == "load_balancer":
+            address = _service_view(svc).address
+            if address is None:
+                raise Conflict(f"{name} has no load balancer address (exposure 'cluster', or AWS has not made it "
+                               "yet): test it with via 'service_proxy'")
+            result = testcall.call_load_balancer(address, port, model, request)
+        else:
+            target = testcall.Target(namespace=namespace, service=name, port=port, model=model)
+            result = testcall.call(self.kube.api_client(cluster), target, request)
         self.audit.record(principal, "inference.test", inference_target(cluster, name),
-                          {"api": request.api, "max_tokens": request.max_tokens}, f"status {result.status}")
+                          {"api": request.api, "max_tokens": request.max_tokens, "via": request.via},
+                          f"status {result.status}")
         return result
 
 

@@ -171,7 +171,7 @@ class DeploymentList(ResponseModel):
     deployments: list[DeploymentView]
 
 
-class TestRequest(RequestModel):
+class EndpointTest(RequestModel):
     """One OpenAI-compatible request to a deployment, through the control plane."""
 
     prompt: str = Field("Say hello in one short sentence.", min_length=1, max_length=4000,
@@ -179,9 +179,13 @@ class TestRequest(RequestModel):
     api: Literal["chat", "completion"] = Field("chat", description="'chat': /v1/chat/completions; 'completion': "
                                               "/v1/completions")
     max_tokens: int = Field(32, ge=1, le=512, description="the answer's length cap in tokens")
+    via: Literal["service_proxy", "load_balancer"] = Field(
+        "service_proxy", description="'service_proxy': through the Kubernetes API to the Service (any deployment); "
+        "'load_balancer': to an external deployment's load balancer address, as its users reach it (the control "
+        "plane must have a network path to it)")
 
 
-class TestResult(ResponseModel):
+class EndpointTestResult(ResponseModel):
     """The engine's answer to one test request."""
 
     status: int = Field(..., description="the engine's HTTP status")
@@ -190,4 +194,5 @@ class TestResult(ResponseModel):
     headers: dict[str, str] = Field(default_factory=dict, description="the answer's content-type and x-* headers")
     truncated: bool = Field(False, description="the answer was longer than the cap and was cut")
     elapsed_ms: int
-    path: str = Field(..., description="the path the request went to, through the Kubernetes API's service proxy")
+    path: str = Field(..., description="where the request went: the Kubernetes API's service-proxy path, or the "
+                      "load balancer's URL")
