@@ -177,6 +177,14 @@ def test_deploy_list_test_and_delete_with_the_token_nowhere(world: JobWorld) -> 
         core.read_namespaced_service("chat", NS)
     assert no_service.value.status == 404
 
+    def secret_gone() -> bool:  # the garbage collector deletes what the Deployment owned
+        try:
+            core.read_namespaced_secret("chat-hf-token", NS)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+    wait_until(secret_gone, 30, "the token's Secret to go with its Deployment")
+
     seen.append(world.live.get("/api/v1/operations?kind=inference.deploy").text)
     seen.append(world.live.get("/api/v1/audit?limit=500").text)
     seen.append(str(world.api.sanitize_for_serialization(dep)))

@@ -13,6 +13,7 @@ The Hugging Face token goes into a Kubernetes Secret the Deployment owns; no rec
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 from collections.abc import Mapping
 from typing import Any
@@ -219,10 +220,18 @@ class Inference:
                         key=TOKEN_KEY) if token else None
         plan, _, _ = self._plan(principal, cluster, request, ref)
         self._dry_run(plan)
+        made = False
         if token:
             ensure_namespace(self.kube, cluster, request.namespace)
+            made = self._token_ref(cluster, request.namespace, request.name) is None
             stash(self.kube, cluster, request.namespace, f"{request.name}-hf-token", {TOKEN_KEY: token})
-        return self._engine.submit(DEPLOY_KIND, plan, principal, idempotency_key)
+        try:
+            return self._engine.submit(DEPLOY_KIND, plan, principal, idempotency_key)
+        except BaseException:
+            if made and ref is not None:  # refused after all (a 409 on the target): the token does not stay behind
+                with contextlib.suppress(NotFound):
+                    k8s.CoreV1Api(self.kube.api_client(cluster)).delete_namespaced_secret(ref.name, ref.namespace)
+            raise
 
     @verb(Role.OPERATOR)
     def update_deployment(self, principal: Principal, cluster: str, name: str, update: DeploymentUpdate,
