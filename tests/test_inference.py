@@ -226,7 +226,7 @@ def test_an_agent_deploys_tests_and_deletes_an_sglang_model_from_shared_storage(
             answer = await call(client, "inference_test", {"cluster": CLUSTER, "name": "agent-chat",
                                                            "api": "completion", "prompt": "Once upon"}, used)
             deleting = await call(client, "inference_delete", {"cluster": CLUSTER, "name": "agent-chat"}, used)
-            deleted = await follow(client, deleting["operation"]["id"], used)
+            deleted = await follow(client, deleting["operation"]["id"], used, timeout=180)
             return {"preview": preview, "deployed": deployed, "listed": listed, "detail": detail, "answer": answer,
                     "deleted": deleted}
 
