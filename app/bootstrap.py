@@ -19,6 +19,7 @@ from services.db import Database
 from services.events import EventBus
 from services.features import Features
 from services.groups import InstanceGroups
+from services.inference import Inference
 from services.informers import Informers
 from services.kube import KubeClients
 from services.limits import Slots
@@ -69,6 +70,7 @@ class Services:
     jobs: Jobs
     logs: JobLogs
     downloads: Downloads
+    inference: Inference
     mlflow: MlflowTracking
     training_metrics: TrainingMetrics
     metrics_live: MetricsLive
@@ -143,8 +145,9 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
                 submit_stages=mlflow.job_stages(), delete_stages=[ArchiveLogsStage(logs)],
                 progress=training_metrics.progress)
     downloads = Downloads(registry, kube, engine, audit)
+    inference = Inference(registry, informers, kube, engine, audit)
     for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds(), *jobs.kinds(), *downloads.kinds(),
-                 *mlflow.kinds()]:
+                 *inference.kinds(), *mlflow.kinds()]:
         engine.register(kind)
     tokens = TokenStore(db, clock)
     return Services(
@@ -159,6 +162,7 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         operations=Operations(engine, kube, clusters),
         timeline=ClusterTimeline(registry, aws, clusters.cache, informers),
         features=features,
-        nodes=nodes, groups=groups, recipes=recipes, jobs=jobs, logs=logs, downloads=downloads, mlflow=mlflow,
+        nodes=nodes, groups=groups, recipes=recipes, jobs=jobs, logs=logs, downloads=downloads, inference=inference,
+        mlflow=mlflow,
         training_metrics=training_metrics, metrics_live=MetricsLive(mlflow_reader, bus),
     )

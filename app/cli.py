@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 
-from app import cli_clusters, cli_jobs, cli_sandbox
+from app import cli_clusters, cli_inference, cli_jobs, cli_sandbox
 from app.cli_support import RestFailed, data_dir_flags, located, rest, rest_flags, server_url, settings_from
 from app.runtime import Ambiguous, PortTaken, claim_ports
 from services import __version__
@@ -162,6 +162,7 @@ def parser() -> argparse.ArgumentParser:
     cli_sandbox.add_parsers(sub)
     cli_clusters.add_parsers(sub)
     cli_jobs.add_parsers(sub)
+    cli_inference.add_parsers(sub)
 
     token = sub.add_parser("token", help="manage API tokens (needs write access to the data dir)")
     tsub = token.add_subparsers(dest="token_command", required=True)

@@ -22,6 +22,7 @@ from app.api import (
     events,
     features,
     groups,
+    inference,
     jobs,
     logs,
     metrics,
@@ -52,11 +53,12 @@ class ErrorEnvelope(BaseModel):
 
 ROUTES: list[Route] = [*system.ROUTES, *operations.ROUTES, *audit.ROUTES, *tokens.ROUTES, *backups.ROUTES,
                        *clusters.ROUTES, *events.ROUTES, *groups.ROUTES, *features.ROUTES, *nodes.ROUTES,
-                       *recipes.ROUTES, *jobs.ROUTES, *logs.ROUTES, *downloads.ROUTES, *mlflow.ROUTES,
+                       *recipes.ROUTES, *jobs.ROUTES, *logs.ROUTES, *downloads.ROUTES, *inference.ROUTES,
+                       *mlflow.ROUTES,
                        *metrics.ROUTES]
 
 PAGES: list[Page] = [*operations.PAGES, *clusters.PAGES, *groups.PAGES, *nodes.PAGES, *jobs.PAGES, *features.PAGES,
-                     *downloads.PAGES, *mlflow.PAGES, *metrics.PAGES, *audit.PAGES, *backups.PAGES]
+                     *downloads.PAGES, *inference.PAGES, *mlflow.PAGES, *metrics.PAGES, *audit.PAGES, *backups.PAGES]
 
 
 def check_routes(routes: list[Route]) -> None:

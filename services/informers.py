@@ -67,6 +67,24 @@ def slim_event(obj: dict[str, Any]) -> dict[str, Any]:
             "host": (obj.get("source") or {}).get("host")}  # the kubelet's node, for a pod's events
 
 
+def slim_deployment(obj: dict[str, Any]) -> dict[str, Any]:
+    """A Deployment: metadata with annotations, replicas, its containers' image and command, its status."""
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
+    return {"metadata": {**_meta(obj), "annotations": meta.get("annotations") or {}, "uid": meta.get("uid"),
+                         "generation": meta.get("generation")},
+            "spec": {"replicas": spec.get("replicas"),
+                     "containers": [{k: c.get(k) for k in ("name", "image", "command")} for c in containers]},
+            "status": obj.get("status") or {}}
+
+
+def slim_service(obj: dict[str, Any]) -> dict[str, Any]:
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    return {"metadata": {**_meta(obj), "annotations": meta.get("annotations") or {}},
+            "spec": {k: spec.get(k) for k in ("type", "ports", "clusterIP") if k in spec},
+            "status": obj.get("status") or {}}
+
+
 def _without_templates(value: Any) -> Any:
     """A custom resource's spec without its pod templates (the bulk of a job; readers take them from a GET)."""
     if isinstance(value, dict):
@@ -109,6 +127,10 @@ KINDS: dict[str, Kind] = {
     "nodes": Kind("nodes", lambda api: api.list_node, slim_node),
     "pods": Kind("pods", lambda api: api.list_pod_for_all_namespaces, slim_pod),
     "events": Kind("events", lambda api: api.list_event_for_all_namespaces, slim_event),
+    # self-managed inference (services/inference)
+    "deployments": Kind("deployments", lambda api: k8s.AppsV1Api(api.api_client).list_deployment_for_all_namespaces,
+                        slim_deployment),
+    "services": Kind("services", lambda api: api.list_service_for_all_namespaces, slim_service),
     "customresourcedefinitions": Kind("customresourcedefinitions", lambda api: k8s.ApiextensionsV1Api(
         api.api_client).list_custom_resource_definition, slim_crd),
     # training jobs (services/training): start one only once its CRD is listed, else it retries a 404

@@ -6,6 +6,8 @@ how long the job trains, a flag the real launcher refuses, the sandbox's crash k
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,7 +19,7 @@ from kubernetes import client as k8s
 from sandbox.kube import load_component_crds
 from tests.node_support import kube, node_cluster
 from tests.sandbox_support import SeededServer
-from tests.support import LiveServer, wait_until
+from tests.support import ROOT, LiveServer, clean_env, wait_until
 
 CLUSTER = "hp-eks"
 BASE = f"/api/v1/clusters/{CLUSTER}/jobs"
@@ -68,6 +70,13 @@ class JobWorld:
     def stage(self, op_id: str, name: str) -> dict[str, Any]:
         view = self.live.get(f"/api/v1/operations/{op_id}").json()
         return dict(next(s for s in view["stages"] if s["name"] == name))
+
+
+def cli(world: JobWorld, *args: str) -> subprocess.CompletedProcess[str]:
+    """``instantstart ARGS`` against the world's server, as an admin."""
+    return subprocess.run([sys.executable, "-m", "app.cli", *args, "--url", world.live.url, "--token",
+                           world.live.admin_token], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env=clean_env())
 
 
 def _typed(value: Any) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.jobs_support import BASE, BUCKET, CLUSTER, NS, JobWorld, hppj, job_world, rayjob
+from tests.jobs_support import BASE, BUCKET, CLUSTER, NS, JobWorld, cli, hppj, job_world, rayjob
 from tests.ledger import CallLedger
 from tests.support import ROOT, clean_env, wait_until
 
@@ -190,12 +190,6 @@ def test_a_rayjob_once_kuberay_is_installed(world: JobWorld) -> None:
     assert pods["gpu"]["name"] == "verl-ppo-raycluster-gpu-worker-0" and pods["submitter"]["phase"] == "Failed"
     driver = world.core.read_namespaced_pod_log(pods["submitter"]["name"], NS)
     assert "Could not override 'no_such_group.key'" in driver, driver[-2000:]
-
-
-def cli(world: JobWorld, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "app.cli", *args, "--url", world.live.url, "--token",
-                           world.live.admin_token], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env=clean_env())
 
 
 def test_the_cli_lists_describes_and_watches_a_job_until_it_ends(world: JobWorld) -> None:

@@ -1,0 +1,376 @@
+"""The ``inference`` noun, self-managed path: vLLM and SGLang as Kubernetes Deployments with a Service.
+
+Its verbs are the only entry points for every face. ``preview_deployment`` renders and dry-runs; ``deploy`` and
+``update_deployment`` precheck synchronously — the serve command against the engine's real flags, tensor x
+pipeline parallel against the GPU count, the GPU count against the cluster's node types, the exposure rules
+(internet-facing needs source ranges; the whole internet only when confirmed), the name (free, or ours), the
+AWS Load Balancer Controller for an external Service — before any operation row exists, then submit an
+operation on ``cluster/<c>/inference/<name>`` (so it conflicts with a cluster delete). Reads answer from watch
+caches (Deployments, Services, pods): no API call per list. ``test_deployment`` sends one capped
+OpenAI-compatible request through the Kubernetes API's service proxy, only to deployments this product made.
+The Hugging Face token goes into a Kubernetes Secret the Deployment owns; no record, response or log holds it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes import client as k8s
+
+from services.audit import AuditLog
+from services.auth import Principal, Role
+from services.clusters.create_base import FIELD_MANAGER
+from services.clusters.pipeline import cluster_target
+from services.clusters.registry import ClusterRegistry
+from services.clusters.storage_stage import APPLY
+from services.errors import Conflict, Invalid, NotFound, Transient
+from services.inference import checks, manifest, testcall
+from services.inference.command import IMAGES, ServeCommand, parse
+from services.inference.models import (
+    DeploymentList,
+    DeploymentPlan,
+    DeploymentRef,
+    DeploymentRequest,
+    DeploymentUpdate,
+    DeploymentView,
+    EndpointTest,
+    EndpointTestResult,
+    Exposure,
+    PodView,
+    Preview,
+    ServiceView,
+)
+from services.inference.stages import ApplyStage, DeleteStage, InferenceDeps, NamespaceStage, RolloutStage
+from services.informers import Informers
+from services.kube import KubeClients
+from services.operations import Engine, OperationKind, OperationView
+from services.secrets import SecretRef, stash
+from services.training.downloads.manifest import ensure_namespace, shared_storage
+from services.training.manifests import SHARED_MOUNT, InstanceFacts
+from services.verbs import verb
+
+__all__ = ["DELETE_KIND", "DEPLOY_KIND", "UPDATE_KIND", "Inference", "inference_target"]
+DEPLOY_KIND = "inference.deploy"
+UPDATE_KIND = "inference.update"
+DELETE_KIND = "inference.delete"
+SYNC_SECONDS = 20.0
+TOKEN_KEY = "token"
+LBC = ("kube-system", "aws-load-balancer-controller")
+
+
+def inference_target(cluster: str, name: str) -> str:
+    return f"{cluster_target(cluster)}/inference/{name}"
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+class Inference:
+    """Verbs of the inference noun (built once by the composition root)."""
+
+    noun = "inference"
+
+    def __init__(self, registry: ClusterRegistry, informers: Informers, kube: KubeClients, engine: Engine,
+                 audit: AuditLog) -> None:
+        self.registry = registry
+        self.informers = informers
+        self.kube = kube
+        self.audit = audit
+        self._engine = engine
+        self.deps = InferenceDeps(kube=kube)
+
+    def kinds(self) -> list[OperationKind[Any]]:
+        d = self.deps
+        return [
+            OperationKind(DEPLOY_KIND, DeploymentPlan, (NamespaceStage(d), ApplyStage(d), RolloutStage(d)),
+                          target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
+                          description="deploy a model with vLLM or SGLang as a Deployment and Service"),
+            OperationKind(UPDATE_KIND, DeploymentPlan, (ApplyStage(d), RolloutStage(d)),
+                          target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
+                          description="rolling update of a self-managed inference deployment"),
+            OperationKind(DELETE_KIND, DeploymentRef, (DeleteStage(d),),
+                          target=lambda r: inference_target(r.cluster, r.name), role=Role.OPERATOR,
+                          description="delete a self-managed inference deployment and its Service"),
+        ]
+
+    # ----- caches ------------------------------------------------------------------------------------------
+
+    def _items(self, cluster: str, resource: str) -> list[dict[str, Any]]:
+        informer = self.informers.get(cluster, resource)
+        if not informer.wait_synced(SYNC_SECONDS):
+            raise Transient(f"the {resource} of {cluster} have not been listed yet ({informer.error or 'listing'}); "
+                            "ask again shortly", delay=2.0)
+        return informer.items()
+
+    def _ours(self, cluster: str) -> list[dict[str, Any]]:
+        return [d for d in self._items(cluster, "deployments")
+                if checks.ours(d, str((_meta(d).get("labels") or {}).get(manifest.INFERENCE_LABEL, "")))]
+
+    def _find(self, cluster: str, name: str) -> dict[str, Any]:
+        self.registry.get(cluster)
+        for dep in self._ours(cluster):
+            if _meta(dep).get("name") == name:
+                return dep
+        raise NotFound(f"no inference deployment {name!r} in cluster {cluster}; inference_list lists them")
+
+    # ----- planning ----------------------------------------------------------------------------------------
+
+    def _plan(self, principal: Principal, cluster: str, request: DeploymentRequest,
+              token: SecretRef | None) -> tuple[DeploymentPlan, ServeCommand, list[str]]:
+        """Every precheck, then the rendered plan. Request-only checks come first: a bad command, TP x PP over
+        the GPUs or an unconfirmed open endpoint is refused before the cluster is asked anything."""
+        self.registry.get(cluster)
+        serve = parse(request.command)
+        checks.check_parallel(serve, request.gpus)
+        checks.check_service(request.service)
+        self._check_image(serve, request.image)
+        facts = InstanceFacts.from_nodes(self._items(cluster, "nodes"))
+        fits = checks.pick_instance_types(facts, request.gpus, request.instance_type)
+        checks.check_name(self._items(cluster, "deployments"), self._items(cluster, "services"), request.name,
+                          request.namespace)
+        if request.service.exposure is Exposure.EXTERNAL:
+            self._check_lbc(cluster)
+        storage = self._has_shared_storage(cluster, serve)
+        warnings = [f"pods run on {', '.join(fits)} nodes (those with at least {request.gpus} GPUs)"]
+        if serve.gpus_needed < request.gpus:
+            warnings.append(f"the engine uses {serve.gpus_needed} of the {request.gpus} GPUs each pod holds "
+                            "(tensor x pipeline parallel)")
+        model_gb = request.model_size_gb or manifest.estimated_gb(serve.model)
+        objects = [manifest.deployment(name=request.name, namespace=request.namespace, serve=serve, gpus=request.gpus,
+                                       replicas=request.replicas, efa=request.efa, instance_type=request.instance_type,
+                                       image=request.image, model_gb=model_gb, token=token, shared_storage=storage),
+                   manifest.service(name=request.name, namespace=request.namespace, serve=serve, spec=request.service)]
+        plan = DeploymentPlan(cluster=cluster, name=request.name, namespace=request.namespace, engine=serve.engine,
+                              model=serve.model, api_model=serve.api_model, gpus=request.gpus,
+                              replicas=request.replicas, exposure=request.service.exposure, manifests=objects,
+                              token=token, requested_by=principal.name)
+        return plan, serve, warnings
+
+    def _check_image(self, serve: ServeCommand, image: str | None) -> None:
+        repository = IMAGES[serve.engine].rsplit(":", 1)[0]
+        if image is not None and image.rsplit(":", 1)[0] != repository:
+            raise Invalid(f"a {serve.engine.value} deployment runs {repository}:<tag>, not {image}",
+                          details={"field": "image"})
+
+    def _check_lbc(self, cluster: str) -> None:
+        namespace, name = LBC
+        if not any(_meta(d).get("name") == name and _meta(d).get("namespace") == namespace
+                   for d in self._items(cluster, "deployments")):
+            raise Conflict(f"an external endpoint needs the AWS Load Balancer Controller ({namespace}/{name}) in "
+                           f"{cluster}: install it with the cluster's dependencies, or use exposure 'cluster'",
+                           details={"missing": f"{namespace}/{name}"})
+
+    def _has_shared_storage(self, cluster: str, serve: ServeCommand) -> bool:
+        try:
+            shared_storage(self.kube, cluster)
+        except Conflict as exc:
+            if serve.model.startswith(SHARED_MOUNT + "/"):
+                raise Conflict(f"the model {serve.model} is on shared storage, but {cluster} has none (no claim "
+                               "default/shared-s3 bound to a Mountpoint for S3 volume): serve a Hugging Face id "
+                               "instead, or give the cluster shared storage first", details=exc.details) from None
+            return False
+        return True
+
+    def _dry_run(self, plan: DeploymentPlan) -> None:
+        """The API server validates both objects (its schemas, admission) and stores nothing: a 422 names the
+        field. Before the namespace exists (the operation makes it) the check runs in ``default``."""
+        api = self.kube.api_client(plan.cluster)
+        core = k8s.CoreV1Api(api)
+        namespace = plan.namespace
+        try:
+            core.read_namespace(namespace)
+        except NotFound:
+            namespace = "default"
+        for obj in plan.manifests:  # server-side apply: a deployment of ours already there is checked as updated
+            body = {**obj, "metadata": {**obj["metadata"], "namespace": namespace}}
+            apply = k8s.AppsV1Api(api).patch_namespaced_deployment if obj["kind"] == "Deployment" \
+                else core.patch_namespaced_service
+            apply(plan.name, namespace, body, field_manager=FIELD_MANAGER, force=True, dry_run="All",
+                  _content_type=APPLY)
+
+    # ----- mutations ---------------------------------------------------------------------------------------
+
+    @verb(Role.OPERATOR)
+    def preview_deployment(self, principal: Principal, cluster: str, request: DeploymentRequest) -> Preview:
+        """What a deploy would create (every precheck, then the API server's dry run); nothing is created."""
+        ref = SecretRef(cluster=cluster, namespace=request.namespace, name=f"{request.name}-hf-token", key=TOKEN_KEY) \
+            if request.hf_token is not None else None
+        plan, serve, warnings = self._plan(principal, cluster, request, ref)
+        self._dry_run(plan)
+        return Preview(engine=serve.engine, model=serve.model, api_model=serve.api_model, port=serve.port,
+                       tensor_parallel=serve.tensor_parallel, pipeline_parallel=serve.pipeline_parallel,
+                       image=plan.manifests[0]["spec"]["template"]["spec"]["containers"][0]["image"],
+                       manifests=plan.manifests, warnings=warnings)
+
+    @verb(Role.OPERATOR)
+    def deploy(self, principal: Principal, cluster: str, request: DeploymentRequest,
+               idempotency_key: str | None = None) -> tuple[OperationView, bool]:
+        """Deploy a model (prechecked, dry-run; then ``inference.deploy``: namespace → apply → rollout)."""
+        def same(stored: dict[str, Any]) -> bool:
+            return stored.get("cluster") == cluster and stored.get("name") == request.name
+        replay = self._engine.replayed(DEPLOY_KIND, principal, idempotency_key, same)
+        if replay is not None:
+            return replay, False
+        token = request.hf_token.get_secret_value() if request.hf_token is not None else ""
+        ref = SecretRef(cluster=cluster, namespace=request.namespace, name=f"{request.name}-hf-token",
+                        key=TOKEN_KEY) if token else None
+        plan, _, _ = self._plan(principal, cluster, request, ref)
+        self._dry_run(plan)
+        made = False
+        if token:
+            ensure_namespace(self.kube, cluster, request.namespace)
+            made = self._token_ref(cluster, request.namespace, request.name) is None
+            stash(self.kube, cluster, request.namespace, f"{request.name}-hf-token", {TOKEN_KEY: token})
+        try:
+            return self._engine.submit(DEPLOY_KIND, plan, principal, idempotency_key)
+        except BaseException:
+            if made and ref is not None:  # refused after all (a 409 on the target): the token does not stay behind
+                with contextlib.suppress(NotFound):
+                    k8s.CoreV1Api(self.kube.api_client(cluster)).delete_namespaced_secret(ref.name, ref.namespace)
+            raise
+
+    @verb(Role.OPERATOR)
+    def update_deployment(self, principal: Principal, cluster: str, name: str, update: DeploymentUpdate,
+                          idempotency_key: str | None = None) -> tuple[OperationView, bool]:
+        """Rolling update of the Deployment (a new command or image makes a new ReplicaSet; replicas scale in
+        place), prechecked like a deploy; the Service stays as it is, so the port cannot change."""
+        if update.command is None and update.image is None and update.replicas is None:
+            raise Invalid("nothing to change: give command, image or replicas")
+        dep = self._find(cluster, name)
+        meta, spec = _meta(dep), dep.get("spec") or {}
+        namespace = str(meta.get("namespace"))
+        container = (spec.get("containers") or [{}])[0]
+        gpus = int((meta.get("annotations") or {}).get(manifest.GPUS_ANNOTATION) or 1)
+        request = DeploymentRequest(name=name, command=update.command or shlex.join(container.get("command") or []),
+                                    gpus=gpus, namespace=namespace, image=update.image or container.get("image"),
+                                    replicas=max(update.replicas if update.replicas is not None
+                                                 else int(spec.get("replicas") or 0), 1))
+        live = self._service(cluster, namespace, name) or {}
+        serve = parse(request.command)
+        ports = [int(p.get("targetPort") or 0) for p in (live.get("spec") or {}).get("ports") or []]
+        if ports and serve.port not in ports:
+            raise Invalid(f"the Service of {name} sends traffic to port {ports[0]}; the new command listens on "
+                          f"{serve.port}: keep the port, or delete and deploy again", details={"port": ports[0]})
+        ref = self._token_ref(cluster, namespace, name)
+        plan, _, _ = self._plan(principal, cluster, request, ref)
+        if update.replicas is not None:
+            plan.manifests[0]["spec"]["replicas"] = plan.replicas = update.replicas
+        plan.manifests, plan.update = plan.manifests[:1], True  # the Deployment only
+        self._dry_run(plan)
+        return self._engine.submit(UPDATE_KIND, plan, principal, idempotency_key)
+
+    def _token_ref(self, cluster: str, namespace: str, name: str) -> SecretRef | None:
+        """The deployment's token Secret, when it was deployed with one (the update keeps using it)."""
+        secret = f"{name}-hf-token"
+        try:
+            k8s.CoreV1Api(self.kube.api_client(cluster)).read_namespaced_secret(secret, namespace)
+        except NotFound:
+            return None
+        return SecretRef(cluster=cluster, namespace=namespace, name=secret, key=TOKEN_KEY)
+
+    @verb(Role.OPERATOR)
+    def delete_deployment(self, principal: Principal, cluster: str, name: str,
+                          idempotency_key: str | None = None) -> tuple[OperationView, bool]:
+        """Delete the deployment and its Service (``inference.delete``); only ours, only the uid seen now."""
+        dep = self._find(cluster, name)
+        meta = _meta(dep)
+        ref = DeploymentRef(cluster=cluster, name=name, namespace=str(meta.get("namespace")), uid=str(meta.get("uid")),
+                            requested_by=principal.name)
+        return self._engine.submit(DELETE_KIND, ref, principal, idempotency_key)
+
+    # ----- reads -------------------------------------------------------------------------------------------
+
+    @verb(Role.VIEWER)
+    def list_deployments(self, principal: Principal, cluster: str) -> DeploymentList:
+        """Every self-managed deployment of the cluster, from the watch caches (no API call)."""
+        self.registry.get(cluster)
+        services = {(_meta(s).get("namespace"), _meta(s).get("name")): s for s in self._items(cluster, "services")}
+        pods = self._items(cluster, "pods")
+        views = [self._view(cluster, d, services, pods) for d in self._ours(cluster)]
+        return DeploymentList(cluster=cluster, deployments=sorted(views, key=lambda v: (v.namespace, v.name)))
+
+    @verb(Role.VIEWER)
+    def describe_deployment(self, principal: Principal, cluster: str, name: str) -> DeploymentView:
+        """One deployment: replicas ready/available/updated, its pods and nodes, its Service's address."""
+        dep = self._find(cluster, name)
+        services = {(_meta(s).get("namespace"), _meta(s).get("name")): s for s in self._items(cluster, "services")}
+        return self._view(cluster, dep, services, self._items(cluster, "pods"))
+
+    def _service(self, cluster: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return next((s for s in self._items(cluster, "services")
+                     if _meta(s).get("namespace") == namespace and _meta(s).get("name") == name), None)
+
+    def _view(self, cluster: str, dep: dict[str, Any], services: Mapping[tuple[Any, Any], dict[str, Any]],
+              pods: list[dict[str, Any]]) -> DeploymentView:
+        meta, spec, status = _meta(dep), dep.get("spec") or {}, dep.get("status") or {}
+        name, namespace = str(meta.get("name")), str(meta.get("namespace"))
+        labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+        want = 1 if spec.get("replicas") is None else int(spec["replicas"])
+        ready, available = int(status.get("readyReplicas") or 0), int(status.get("availableReplicas") or 0)
+        updated = int(status.get("updatedReplicas") or 0)
+        failed = next((c for c in status.get("conditions") or []
+                       if c.get("type") == "Progressing" and c.get("status") == "False"), None)
+        if failed is not None:
+            phase, message = "Failed", f"{failed.get('reason')}: {failed.get('message')}"
+        elif want == 0:
+            phase, message = "Stopped", "scaled to 0 replicas"
+        elif available >= want and updated >= want:
+            phase, message = "Available", f"{available}/{want} replicas available"
+        else:
+            phase, message = "Progressing", f"{available}/{want} available, {updated}/{want} updated"
+        mine = [p for p in pods if _meta(p).get("namespace") == namespace
+                and (_meta(p).get("labels") or {}).get(manifest.INFERENCE_LABEL) == name]
+        svc = services.get((namespace, name))
+        container = (spec.get("containers") or [{}])[0]
+        return DeploymentView(
+            name=name, namespace=namespace, cluster=cluster, engine=labels.get(manifest.ENGINE_LABEL),
+            model=notes.get(manifest.MODEL_ANNOTATION), image=container.get("image"),
+            gpus=int(notes[manifest.GPUS_ANNOTATION]) if notes.get(manifest.GPUS_ANNOTATION) else None,
+            replicas=want, ready=ready, available=available, updated=updated, phase=phase, message=message,
+            pods=[PodView(name=str(_meta(p).get("name")), node=(p.get("spec") or {}).get("nodeName"),
+                          phase=(p.get("status") or {}).get("phase"),
+                          restarts=int((p.get("status") or {}).get("restarts") or 0)) for p in mine],
+            service=_service_view(svc) if svc is not None else None, created=meta.get("creationTimestamp"))
+
+    # ----- test --------------------------------------------------------------------------------------------
+
+    @verb(Role.OPERATOR)
+    def test_deployment(self, principal: Principal, cluster: str, name: str,
+                        request: EndpointTest) -> EndpointTestResult:
+        """One OpenAI-compatible request to a deployment of ours: through the Kubernetes API's service proxy, or
+        at its load balancer (its name resolved once and checked by the SSRF guard)."""
+        dep = self._find(cluster, name)
+        meta = _meta(dep)
+        namespace = str(meta.get("namespace"))
+        svc = self._service(cluster, namespace, name)
+        if svc is None or not checks.ours(svc, name):
+            raise Conflict(f"the deployment {name} has no Service of ours to test through")
+        port = int(str(((svc.get("spec") or {}).get("ports") or [{}])[0].get("port") or 0))
+        model = str((meta.get("annotations") or {}).get(manifest.API_MODEL_ANNOTATION) or "")
+        if request.via == "load_balancer":
+            address = _service_view(svc).address
+            if address is None:
+                raise Conflict(f"{name} has no load balancer address (exposure 'cluster', or AWS has not made it "
+                               "yet): test it with via 'service_proxy'")
+            result = testcall.call_load_balancer(address, port, model, request)
+        else:
+            target = testcall.Target(namespace=namespace, service=name, port=port, model=model)
+            result = testcall.call(self.kube.api_client(cluster), target, request)
+        self.audit.record(principal, "inference.test", inference_target(cluster, name),
+                          {"api": request.api, "max_tokens": request.max_tokens, "via": request.via},
+                          f"status {result.status}")
+        return result
+
+
+def _service_view(svc: Mapping[str, Any]) -> ServiceView:
+    spec, status = svc.get("spec") or {}, svc.get("status") or {}
+    ingress = ((status.get("loadBalancer") or {}).get("ingress") or [{}])[0]
+    notes = _meta(svc).get("annotations") or {}
+    return ServiceView(type=str(spec.get("type") or "ClusterIP"),
+                       port=int(((spec.get("ports") or [{}])[0]).get("port") or 0),
+                       cluster_ip=spec.get("clusterIP"), address=ingress.get("hostname") or ingress.get("ip"),
+                       scheme=notes.get(manifest.LB_SCHEME))

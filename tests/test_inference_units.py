@@ -1,0 +1,178 @@
+"""Units of self-managed inference: the serve-command parser (both engines, every launcher form, unknown flags
+with a suggestion, secrets refused), the renderer (labels, GPUs as given, probes sized for loading, the token by
+reference, both Service shapes) and the exposure / parallelism prechecks."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.errors import Conflict, Invalid
+from services.inference import checks, manifest
+from services.inference.command import IMAGES, parse
+from services.inference.models import Engine, Exposure, ServiceSpec
+from services.secrets import SecretRef
+from services.training.manifests import InstanceFacts
+
+
+@pytest.mark.parametrize(("command", "engine", "model", "port", "tp", "pp"), [
+    ("vllm serve Qwen/Qwen2.5-0.5B-Instruct", Engine.VLLM, "Qwen/Qwen2.5-0.5B-Instruct", 8000, 1, 1),
+    ("vllm serve /s3/models/Qwen--Qwen2.5-7B --tensor-parallel-size 4 --pipeline-parallel-size=2 --port 9000",
+     Engine.VLLM, "/s3/models/Qwen--Qwen2.5-7B", 9000, 4, 2),
+    ("vllm serve m/x -tp 2 --enforce-eager --no-enable-prefix-caching", Engine.VLLM, "m/x", 8000, 2, 1),
+    ("python3 -m vllm.entrypoints.openai.api_server --model org/m --max-model-len 4096", Engine.VLLM, "org/m", 8000,
+     1, 1),
+    ("python3 -m sglang.launch_server --model-path org/m --tp-size 2", Engine.SGLANG, "org/m", 30000, 2, 1),
+    ("python -m sglang.launch_server --model org/m --tp 4 --pp-size 2 --port 31000", Engine.SGLANG, "org/m", 31000,
+     4, 2),
+    ("python3 -m sglang.launch_server --model-path org/m --tensor-parallel-size 8", Engine.SGLANG, "org/m", 30000, 8,
+     1),
+])
+def test_the_parser_reads_engine_model_port_and_parallel_sizes(command: str, engine: Engine, model: str, port: int,
+                                                               tp: int, pp: int) -> None:
+    serve = parse(command)
+    assert (serve.engine, serve.model, serve.port, serve.tensor_parallel, serve.pipeline_parallel) == \
+        (engine, model, port, tp, pp)
+
+
+def test_served_model_name_is_what_requests_carry() -> None:
+    assert parse("vllm serve org/m --served-model-name chat").api_model == "chat"
+    assert parse("vllm serve org/m").api_model == "org/m"
+
+
+def test_sglang_listens_on_all_interfaces_unless_told() -> None:
+    assert parse("python3 -m sglang.launch_server --model-path m/x").argv[-2:] == ["--host", "0.0.0.0"]
+    assert "--host" not in parse("vllm serve m/x").argv
+
+
+@pytest.mark.parametrize(("command", "suggestion"), [
+    ("vllm serve m/x --tensor-parallel 2", "--tensor-parallel-size"),
+    ("vllm serve m/x --max-model-length 4096", "--max-model-len"),
+    ("python3 -m sglang.launch_server --model-path m/x --mem-fraction-statc 0.8", "--mem-fraction-static"),
+    ("python3 -m sglang.launch_server --model-path m/x --served-model chat --contxt-length 10", "--context-length"),
+])
+def test_a_flag_the_engine_lacks_is_refused_with_the_closest_one(command: str, suggestion: str) -> None:
+    with pytest.raises(Invalid) as err:
+        parse(command)
+    assert "did you mean" in err.value.message
+    assert err.value.details["suggestions"][0] == suggestion
+
+
+def test_an_unknown_flag_names_the_suggestion() -> None:
+    with pytest.raises(Invalid) as err:
+        parse("vllm serve m/x --tensor-paralel-size 2")
+    assert "did you mean --tensor-parallel-size" in err.value.message
+
+
+def test_vllm_flags_are_not_abbreviated_but_sglang_ones_are() -> None:
+    with pytest.raises(Invalid):
+        parse("vllm serve m/x --tensor-parallel 2")
+    assert parse("python3 -m sglang.launch_server --model-path m/x --tp 2").tensor_parallel == 2
+    with pytest.raises(Invalid, match="ambiguous"):
+        parse("python3 -m sglang.launch_server --model-path m/x --disable 1")
+
+
+@pytest.mark.parametrize("command", [
+    "vllm serve m/x --hf-token hf_abc", "vllm serve m/x --api-key k",
+    "python3 -m sglang.launch_server --model-path m/x --api-key k"])
+def test_secrets_on_the_command_line_are_refused(command: str) -> None:
+    with pytest.raises(Invalid, match="secret"):
+        parse(command)
+
+
+@pytest.mark.parametrize(("command", "match"), [
+    ("", "empty"), ("vllm serve", "no model"), ("kubectl run x", "unknown serve command"),
+    ("vllm serve m/x --port 80", "between"), ("vllm serve m/x --port abc", "whole number"),
+    ("vllm serve m/x --host 127.0.0.1", "only inside the container"), ("vllm serve 'unterminated", "parse"),
+    ("vllm serve m/x extra", "unexpected"), ("vllm serve m/x --model m/y", "once"),
+    ("python3 -m sglang.launch_server --tp-size 2", "no model")])
+def test_commands_the_product_cannot_serve_are_refused(command: str, match: str) -> None:
+    with pytest.raises(Invalid, match=match):
+        parse(command)
+
+
+def test_parallel_sizes_over_the_gpus_are_refused_and_the_gpu_count_is_never_inferred() -> None:
+    serve = parse("vllm serve m/x -tp 4 -pp 2")
+    with pytest.raises(Invalid, match="8 GPUs"):
+        checks.check_parallel(serve, 4)
+    checks.check_parallel(serve, 8)
+    dep = render(parse("vllm serve m/x -tp 2"), gpus=8)
+    limits = dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/gpu": "8"}
+
+
+def render(serve: object, gpus: int = 1, token: SecretRef | None = None, storage: bool = True) -> dict[str, object]:
+    return manifest.deployment(name="chat", namespace="ns", serve=serve, gpus=gpus, replicas=2, efa=0,  # type: ignore[arg-type]
+                               instance_type=None, image=None, model_gb=14.0, token=token, shared_storage=storage)
+
+
+def test_the_deployment_carries_our_labels_the_pinned_image_probes_and_the_token_by_reference() -> None:
+    serve = parse("vllm serve /s3/models/Qwen--Qwen2.5-7B --port 8080")
+    ref = SecretRef(cluster="c", namespace="ns", name="chat-hf-token", key="token")
+    dep: dict[str, object] = render(serve, token=ref)
+    pod = dep["spec"]["template"]["spec"]  # type: ignore[index]
+    container = pod["containers"][0]
+    assert dep["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "instantstart"  # type: ignore[index]
+    assert dep["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/managed-by": "instantstart",  # type: ignore[index]
+                                                       "instantstart.io/inference": "chat"}
+    assert container["image"] == IMAGES[Engine.VLLM]
+    assert container["command"] == ["vllm", "serve", "/s3/models/Qwen--Qwen2.5-7B", "--port", "8080"]
+    assert container["ports"] == [{"containerPort": 8080, "name": "http", "protocol": "TCP"}]
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "chat-hf-token", "key": "token"}}} \
+        in container["env"]
+    startup = container["startupProbe"]
+    assert startup["httpGet"]["path"] == "/health" and container["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert startup["failureThreshold"] * startup["periodSeconds"] >= 14 * manifest.LOAD_SECONDS_PER_GB
+    assert {"name": "shared", "mountPath": "/s3"} in container["volumeMounts"]
+    assert {"name": "shared", "persistentVolumeClaim": {"claimName": "shared-s3"}} in pod["volumes"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms[0]["matchExpressions"][0]["values"] == ["Schedulable"]
+
+
+def test_the_startup_budget_grows_with_the_model() -> None:
+    assert manifest.estimated_gb("Qwen/Qwen2.5-7B-Instruct") == 14.0
+    assert manifest.estimated_gb("meta-llama/Llama-3.1-70B") == 140.0
+    assert manifest.startup_failures(140.0) > manifest.startup_failures(14.0)
+
+
+def test_the_service_shapes() -> None:
+    serve = parse("vllm serve m/x")
+    inside = manifest.service(name="chat", namespace="ns", serve=serve, spec=ServiceSpec())
+    assert inside["spec"]["type"] == "ClusterIP"
+    assert inside["spec"]["ports"][0]["targetPort"] == 8000
+    internal = manifest.service(name="chat", namespace="ns", serve=serve,
+                                spec=ServiceSpec(exposure=Exposure.EXTERNAL))
+    assert internal["spec"]["type"] == "LoadBalancer"
+    assert internal["metadata"]["annotations"][manifest.LB_SCHEME] == "internal"
+    public = manifest.service(name="chat", namespace="ns", serve=serve, spec=ServiceSpec(
+        exposure=Exposure.EXTERNAL, internet_facing=True, source_ranges=["203.0.113.0/24"]))
+    assert public["metadata"]["annotations"][manifest.LB_SCHEME] == "internet-facing"
+    assert public["spec"]["loadBalancerSourceRanges"] == ["203.0.113.0/24"]
+
+
+@pytest.mark.parametrize(("spec", "match"), [
+    (ServiceSpec(exposure=Exposure.EXTERNAL, internet_facing=True), "needs source_ranges"),
+    (ServiceSpec(exposure=Exposure.EXTERNAL, internet_facing=True, source_ranges=["0.0.0.0/0"]), "whole internet"),
+    (ServiceSpec(exposure=Exposure.EXTERNAL, source_ranges=["::/0"]), "whole internet"),
+    (ServiceSpec(exposure=Exposure.EXTERNAL, source_ranges=["10.0.0.0/33"]), "not a CIDR"),
+    (ServiceSpec(internet_facing=True), "'external' only"),
+])
+def test_exposure_rules(spec: ServiceSpec, match: str) -> None:
+    with pytest.raises(Invalid, match=match):
+        checks.check_service(spec)
+
+
+def test_the_whole_internet_only_when_confirmed() -> None:
+    checks.check_service(ServiceSpec(exposure=Exposure.EXTERNAL, internet_facing=True, source_ranges=["0.0.0.0/0"],
+                                     confirm_open_to_world=True))
+
+
+def test_the_gpu_count_must_fit_a_node_type() -> None:
+    facts = {"ml.g5.2xlarge": InstanceFacts("ml.g5.2xlarge", nodes=2, gpus=1),
+             "ml.g5.12xlarge": InstanceFacts("ml.g5.12xlarge", nodes=1, gpus=4),
+             "ml.m5.xlarge": InstanceFacts("ml.m5.xlarge", nodes=1)}
+    assert checks.pick_instance_types(facts, 1, None) == ["ml.g5.12xlarge", "ml.g5.2xlarge"]
+    assert checks.pick_instance_types(facts, 4, None) == ["ml.g5.12xlarge"]
+    with pytest.raises(Conflict, match="no node type of the cluster has 8 GPUs"):
+        checks.pick_instance_types(facts, 8, None)
+    with pytest.raises(Conflict, match="has 1 GPUs"):
+        checks.pick_instance_types(facts, 2, "ml.g5.2xlarge")
