@@ -21,7 +21,7 @@ import tornado.web
 from app.bootstrap import Services
 from app.rest import rest_patterns
 from services.auth import Role
-from services.clusters.models import HEALTH_LABEL, ClusterImport
+from services.clusters.models import GROUP_LABEL, HEALTH_LABEL, ClusterImport
 from services.operation_views import ACTIVE, OperationQuery, Status
 from services.operations import Engine
 from services.tokens import TokenCreate
@@ -264,3 +264,37 @@ def test_a_reused_read_is_encoded_once_and_a_change_shows_in_the_next_encoding(
     finally:
         core.patch_node(node.name, {"metadata": {"labels": {HEALTH_LABEL: node.health}}})
     wait_until(lambda: "Unknown" not in health(), 30, "the health label put back")
+
+
+def test_a_group_named_like_the_age_field_does_not_move_where_the_age_is_written(product: SandboxProduct) -> None:
+    """The age is spliced into the stored encoding at the top-level key: a node whose group label is that very
+    word puts the same text earlier in the JSON (a key of nodes_by_group), and the answer must stay whole."""
+    services = product.services
+
+    def read() -> Any:
+        return services.clusters.describe_cluster(VIEWER, "fast", wait=0)
+
+    wait_until(lambda: not read().loading, 30, "the cluster's AWS and Kubernetes parts in the caches")
+    node = read().nodes_by_group["workers"][0]
+    core = k8s.CoreV1Api(services.kube.api_client("fast"))
+    core.patch_node(node.name, {"metadata": {"labels": {GROUP_LABEL: "cache_age_seconds"}}})
+    try:
+        def regrouped() -> Any:
+            detail = read()
+            return detail if "cache_age_seconds" in detail.nodes_by_group else None
+
+        first = wait_until(regrouped, 30, "the node in its odd group")
+        # a later read of the same state, with an older age: the age is spliced into the first one's encoding
+        def aged() -> Any:
+            detail = read()
+            return detail if detail.cache_age_seconds != first.cache_age_seconds else None
+
+        got = wait_until(aged, 30, "the next 10 ms of cache age")
+        assert got.nodes_by_group is first.nodes_by_group, "the later read was derived again, not reused"
+        body = json.loads(got.encoded())
+        assert body["cache_age_seconds"] == got.cache_age_seconds
+        assert [n["name"] for n in body["nodes_by_group"]["cache_age_seconds"]] == [node.name]
+        assert body == json.loads(got.model_dump_json())
+    finally:
+        core.patch_node(node.name, {"metadata": {"labels": {GROUP_LABEL: "workers"}}})
+    wait_until(lambda: "cache_age_seconds" not in read().nodes_by_group, 30, "the group label put back")

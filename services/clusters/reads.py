@@ -270,11 +270,13 @@ class ClusterReader:
 
 def _around_age(detail: ClusterDetail) -> tuple[str, str] | None:
     """The detail's JSON before and after its ``cache_age_seconds`` value (None when it has no age). The key
-    found is the top level's: inside a string value its quotes would be escaped (``\\"cache_age_seconds\\"``);
-    the value is a number, ended by the comma before the next field (``nodes_shown``)."""
+    found is the top level's, the last match: inside a string value its quotes would be escaped, but a key of
+    ``nodes_by_group`` (a node's group label, before it) may be that very word, and the fields after it
+    (``nodes_shown``, ``next_after``: a number and a node name) cannot hold it. The value is a number, ended by
+    the comma before ``nodes_shown``."""
     if detail.cache_age_seconds is None:
         return None
-    before, key, after = detail.encoded().partition(AGE_KEY)
+    before, key, after = detail.encoded().rpartition(AGE_KEY)
     return before + key, after[after.index(","):]
 
 
