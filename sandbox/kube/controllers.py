@@ -26,6 +26,7 @@ from . import (
     inference_engines,  # noqa: F401  (registers the simulated vLLM and SGLang servers with the kubelet)
     kubeflow,
     kuberay,
+    load_balancers,
     processes,
     scheduler,
     training_workload,  # noqa: F401  (registers the simulated trainer with the kubelet)
@@ -55,6 +56,7 @@ RECONCILERS: dict[Key, Callable[[Cluster, Loc], None]] = {
     kubeflow.KEY: kubeflow.reconcile,
     kuberay.KEY: kuberay.reconcile_rayjob,
     kuberay.CLUSTER_KEY: kuberay.reconcile_raycluster,
+    load_balancers.KEY: load_balancers.reconcile,  # the AWS Load Balancer Controller's, where it runs
 }
 # Kinds whose operators react to node health (a node fault restarts their jobs).
 NODE_WATCHERS: tuple[Key, ...] = (hpto.KEY, kubeflow.KEY)
@@ -171,6 +173,7 @@ class Controllers:
                     work.removed_nodes.add(meta["name"])
             elif event.key in RECONCILERS:
                 work.objects.add((event.key, loc))
+                work.objects |= load_balancers.woken_by(self.cluster, event)
                 self._owner_work(work, event)
             elif event.key in (volumes.PVC_KEY, volumes.PV_KEY, volumes.SC_KEY, volumes.CSI_KEY):
                 work.claims = True
