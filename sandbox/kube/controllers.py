@@ -24,6 +24,7 @@ from . import (
     disruption,
     hpto,
     inference_engines,  # noqa: F401  (registers the simulated vLLM and SGLang servers with the kubelet)
+    inference_operator,
     kubeflow,
     kuberay,
     load_balancers,
@@ -56,6 +57,7 @@ RECONCILERS: dict[Key, Callable[[Cluster, Loc], None]] = {
     kubeflow.KEY: kubeflow.reconcile,
     kuberay.KEY: kuberay.reconcile_rayjob,
     kuberay.CLUSTER_KEY: kuberay.reconcile_raycluster,
+    inference_operator.KEY: inference_operator.reconcile,
     load_balancers.KEY: load_balancers.reconcile,  # the AWS Load Balancer Controller's, where it runs
 }
 # Kinds whose operators react to node health (a node fault restarts their jobs).
@@ -64,7 +66,8 @@ _KIND_KEYS: dict[str, Key] = {"Deployment": ("apps", "deployments"), "ReplicaSet
                               "Job": ("batch", "jobs"), "DaemonSet": ("apps", "daemonsets"),
                               "StatefulSet": ("apps", "statefulsets"), hpto.KIND: hpto.KEY,
                               kubeflow.KIND: kubeflow.KEY, kuberay.KIND: kuberay.KEY,
-                              kuberay.CLUSTER_KIND: kuberay.CLUSTER_KEY}
+                              kuberay.CLUSTER_KIND: kuberay.CLUSTER_KEY,
+                              inference_operator.KIND: inference_operator.KEY}
 
 
 @dataclass
