@@ -25,6 +25,7 @@ from . import (
     hpto,
     inference_engines,  # noqa: F401  (registers the simulated vLLM and SGLang servers with the kubelet)
     inference_operator,
+    keda,
     kubeflow,
     kuberay,
     load_balancers,
@@ -58,6 +59,7 @@ RECONCILERS: dict[Key, Callable[[Cluster, Loc], None]] = {
     kuberay.KEY: kuberay.reconcile_rayjob,
     kuberay.CLUSTER_KEY: kuberay.reconcile_raycluster,
     inference_operator.KEY: inference_operator.reconcile,
+    keda.KEY: keda.reconcile,
     load_balancers.KEY: load_balancers.reconcile,  # the AWS Load Balancer Controller's, where it runs
 }
 # Kinds whose operators react to node health (a node fault restarts their jobs).
@@ -67,7 +69,7 @@ _KIND_KEYS: dict[str, Key] = {"Deployment": ("apps", "deployments"), "ReplicaSet
                               "StatefulSet": ("apps", "statefulsets"), hpto.KIND: hpto.KEY,
                               kubeflow.KIND: kubeflow.KEY, kuberay.KIND: kuberay.KEY,
                               kuberay.CLUSTER_KIND: kuberay.CLUSTER_KEY,
-                              inference_operator.KIND: inference_operator.KEY}
+                              inference_operator.KIND: inference_operator.KEY, keda.KIND: keda.KEY}
 
 
 @dataclass
@@ -108,6 +110,7 @@ class Controllers:
     def stop(self) -> None:
         self.cluster.store.unsubscribe(self._on_event)
         processes.stop_cluster(self.cluster)
+        keda.stop_cluster(self.cluster)
         with self._cond:
             self._stopped = True
             self._cond.notify()

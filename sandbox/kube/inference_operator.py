@@ -116,9 +116,11 @@ def reconcile(cluster: Cluster, loc: Loc) -> None:
             operator_support.event(cluster, config, "DeploymentFailed", refused, COMPONENT, "Warning")
             _status(cluster, config, None, refused)
             return
-    elif deployment["spec"].get("replicas") != want["spec"]["replicas"] or \
-            _core(deployment["spec"]["template"]) != _core(want["spec"]["template"]):
-        _update_deployment(cluster, deployment, want)
+    else:
+        autoscaled = isinstance((config.get("spec") or {}).get("autoScalingSpec"), dict)
+        if (not autoscaled and deployment["spec"].get("replicas") != want["spec"]["replicas"]) or \
+                _core(deployment["spec"]["template"]) != _core(want["spec"]["template"]):
+            _update_deployment(cluster, deployment, want, autoscaled)
     if cluster.store.get(SERVICE_KEY, loc) is None:
         operator_support.create(cluster, SERVICE_KEY, namespace, service_body(config), MANAGER)
     _status(cluster, config, cluster.store.get(DEPLOY_KEY, loc), "")
@@ -131,9 +133,10 @@ def _core(template: dict[str, Any]) -> str:
         (p.get("name"), p.get("containerPort")) for p in container.get("ports") or []]}, sort_keys=True)
 
 
-def _update_deployment(cluster: Cluster, deployment: Obj, want: Obj) -> None:
+def _update_deployment(cluster: Cluster, deployment: Obj, want: Obj, autoscaled: bool) -> None:
     body = clone(deployment)
-    body["spec"]["replicas"] = want["spec"]["replicas"]
+    if not autoscaled:  # with autoscaling, the replicas are the autoscaler's once created
+        body["spec"]["replicas"] = want["spec"]["replicas"]
     if _core(deployment["spec"]["template"]) != _core(want["spec"]["template"]):
         body["spec"]["template"] = want["spec"]["template"]
     meta = deployment["metadata"]
