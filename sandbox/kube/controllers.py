@@ -59,6 +59,7 @@ RECONCILERS: dict[Key, Callable[[Cluster, Loc], None]] = {
     kuberay.KEY: kuberay.reconcile_rayjob,
     kuberay.CLUSTER_KEY: kuberay.reconcile_raycluster,
     inference_operator.KEY: inference_operator.reconcile,
+    inference_operator.JUMPSTART_KEY: inference_operator.reconcile_jumpstart,
     keda.KEY: keda.reconcile,
     load_balancers.KEY: load_balancers.reconcile,  # the AWS Load Balancer Controller's, where it runs
 }
@@ -69,7 +70,8 @@ _KIND_KEYS: dict[str, Key] = {"Deployment": ("apps", "deployments"), "ReplicaSet
                               "StatefulSet": ("apps", "statefulsets"), hpto.KIND: hpto.KEY,
                               kubeflow.KIND: kubeflow.KEY, kuberay.KIND: kuberay.KEY,
                               kuberay.CLUSTER_KIND: kuberay.CLUSTER_KEY,
-                              inference_operator.KIND: inference_operator.KEY, keda.KIND: keda.KEY}
+                              inference_operator.KIND: inference_operator.KEY,
+                              inference_operator.JUMPSTART_KIND: inference_operator.JUMPSTART_KEY, keda.KIND: keda.KEY}
 
 
 @dataclass

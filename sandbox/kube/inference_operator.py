@@ -18,7 +18,9 @@ A worker container the simulated vLLM/SGLang engines recognise runs as that engi
 any other worker runs :func:`generic_server`: after ``SANDBOX_LOAD_SECONDS`` (default 5) it listens on the
 invocation port and answers ``GET /ping``, ``GET /health``, ``POST /invocations`` and the OpenAI routes
 ``POST /v1/chat/completions`` / ``/v1/completions`` with JSON naming its pod (header ``x-sandbox-pod``).
-Not modelled: JumpStartModel, SageMaker endpoint registration, TLS certificates, the routing service and load
+A ``JumpStartModel`` gets the same, its worker being the sandbox's stand-in serving image (:func:`worker_of`).
+A Deployment of that name that the config does not own is left alone and the config is ``DeploymentFailed``.
+Not modelled: the JumpStart catalog, SageMaker endpoint registration, TLS certificates, the routing service and load
 balancer, KV cache and intelligent routing, instance-type node affinity, the model download (the volume is an
 ``emptyDir``: the weights are not fetched).
 """
@@ -38,6 +40,10 @@ from .store import Key, Loc, Obj
 GROUP = "inference.sagemaker.aws.amazon.com"
 KEY: Key = (GROUP, "inferenceendpointconfigs")
 KIND = "InferenceEndpointConfig"
+JUMPSTART_KEY: Key = (GROUP, "jumpstartmodels")
+JUMPSTART_KIND = "JumpStartModel"
+# the sandbox's stand-in for the serving image JumpStart resolves from its catalog (a SageMaker container: :8080)
+JUMPSTART_IMAGE = "sandbox.local/jumpstart-model-server:latest"
 DEPLOY_KEY: Key = ("apps", "deployments")
 SERVICE_KEY: Key = ("", "services")
 MANAGER = "hyperpod-inference-operator"
@@ -70,9 +76,21 @@ def _port(worker: dict[str, Any]) -> dict[str, Any]:
             "protocol": "TCP"}
 
 
+def worker_of(config: Obj) -> dict[str, Any]:
+    """The model server's container as the config describes it (a JumpStartModel's: the catalog's server)."""
+    spec = config.get("spec") or {}
+    if config.get("kind") != JUMPSTART_KIND:
+        return dict(spec.get("worker") or {})
+    model = spec.get("model") or {}
+    return {"image": JUMPSTART_IMAGE, "modelInvocationPort": {"containerPort": 8080, "name": "http"},
+            "modelVolumeMount": {"name": "model-weights"},
+            "environmentVariables": [{"name": "SM_MODEL_ID", "value": str(model.get("modelId", ""))},
+                                     *(spec.get("environmentVariables") or [])]}
+
+
 def deployment_body(config: Obj) -> Obj:
     spec = config.get("spec") or {}
-    worker = spec.get("worker") or {}
+    worker = worker_of(config)
     name = config["metadata"]["name"]
     labels = {"app": name, LABEL: name}
     mount = worker.get("modelVolumeMount") or {}
@@ -95,7 +113,7 @@ def deployment_body(config: Obj) -> Obj:
 
 def service_body(config: Obj) -> Obj:
     name = config["metadata"]["name"]
-    port = _port((config.get("spec") or {}).get("worker") or {})
+    port = _port(worker_of(config))
     return {"apiVersion": "v1", "kind": "Service",
             "metadata": {"name": name, "labels": {LABEL: name}, "ownerReferences": [_owner(config)]},
             "spec": {"type": "ClusterIP", "selector": {"app": name, LABEL: name},
@@ -104,7 +122,15 @@ def service_body(config: Obj) -> Obj:
 
 
 def reconcile(cluster: Cluster, loc: Loc) -> None:
-    config = cluster.store.get(KEY, loc)
+    _reconcile(cluster, KEY, loc)
+
+
+def reconcile_jumpstart(cluster: Cluster, loc: Loc) -> None:
+    _reconcile(cluster, JUMPSTART_KEY, loc)
+
+
+def _reconcile(cluster: Cluster, key: Key, loc: Loc) -> None:
+    config = cluster.store.get(key, loc)
     if config is None or config["metadata"].get("deletionTimestamp"):
         return  # what it made goes with it (owner references)
     namespace = loc[0]
@@ -114,8 +140,13 @@ def reconcile(cluster: Cluster, loc: Loc) -> None:
         refused = operator_support.create(cluster, DEPLOY_KEY, namespace, want, MANAGER)
         if refused:
             operator_support.event(cluster, config, "DeploymentFailed", refused, COMPONENT, "Warning")
-            _status(cluster, config, None, refused)
+            _status(cluster, key, config, None, refused)
             return
+    elif not any(r.get("uid") == config["metadata"]["uid"]
+                 for r in deployment["metadata"].get("ownerReferences") or ()):
+        _status(cluster, key, config, None,
+                f"Deployment {loc[1]} already exists and is not owned by this {config['kind']}")
+        return
     else:
         autoscaled = isinstance((config.get("spec") or {}).get("autoScalingSpec"), dict)
         if (not autoscaled and deployment["spec"].get("replicas") != want["spec"]["replicas"]) or \
@@ -123,7 +154,7 @@ def reconcile(cluster: Cluster, loc: Loc) -> None:
             _update_deployment(cluster, deployment, want, autoscaled)
     if cluster.store.get(SERVICE_KEY, loc) is None:
         operator_support.create(cluster, SERVICE_KEY, namespace, service_body(config), MANAGER)
-    _status(cluster, config, cluster.store.get(DEPLOY_KEY, loc), "")
+    _status(cluster, key, config, cluster.store.get(DEPLOY_KEY, loc), "")
 
 
 def _core(template: dict[str, Any]) -> str:
@@ -147,7 +178,7 @@ def _update_deployment(cluster: Cluster, deployment: Obj, want: Obj, autoscaled:
         return  # changed meanwhile: its event brings the config back
 
 
-def _status(cluster: Cluster, config: Obj, deployment: Obj | None, failure: str) -> None:
+def _status(cluster: Cluster, key: Key, config: Obj, deployment: Obj | None, failure: str) -> None:
     now = cluster.now_iso()
     name = config["metadata"]["name"]
     spec_replicas = desired_replicas(config.get("spec") or {})
@@ -174,7 +205,7 @@ def _status(cluster: Cluster, config: Obj, deployment: Obj | None, failure: str)
                              "message": message, "status": clone(seen),
                              "lastUpdated": now if changed else (old.get("deploymentStatus") or {}).get(
                                  "lastUpdated", now)}}
-    operator_support.write_status(cluster, KEY, config, status, MANAGER)
+    operator_support.write_status(cluster, key, config, status, MANAGER)
 
 
 # --- the generic model server ---------------------------------------------------------------------------------

@@ -84,3 +84,28 @@ def test_a_vllm_worker_runs_the_simulated_engine(served: Served) -> None:
     _state(custom, "qwen", "DeploymentComplete")
     status, headers, answer = chat(served.api, "qwen:http", "hello", model="qwen")
     assert status == 200 and answer["model"] == "qwen" and headers["x-sandbox-pod"].startswith("qwen-")
+
+
+def test_a_jumpstart_model_is_served_and_a_name_already_taken_fails(served: Served) -> None:
+    labels = {"app": "taken"}
+    client.AppsV1Api(served.api).create_namespaced_deployment("default", {  # a user's Deployment of that name
+        "metadata": {"name": "taken"}, "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": labels}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}})
+    custom = _apply(served, _config("taken", {"image": "custom:1", "modelInvocationPort": {"containerPort": 8080}}))
+    failed = _state(custom, "taken", "DeploymentFailed")
+    assert "already exists" in failed["status"]["deploymentStatus"]["message"]
+    assert client.AppsV1Api(served.api).read_namespaced_deployment("taken", "default").spec.template.spec \
+        .containers[0].image == "nginx"  # left alone
+
+    custom.create_namespaced_custom_object(GROUP, VERSION, "default", "jumpstartmodels", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "JumpStartModel", "metadata": {"name": "js"},
+        "spec": {"model": {"modelId": "deepseek-llm-r1-distill-qwen-1-5b", "acceptEula": True},
+                 "server": {"instanceType": "ml.g5.8xlarge"}, "sageMakerEndpoint": {"name": "js-endpoint"}}})
+
+    def complete() -> dict[str, Any] | None:
+        found: dict[str, Any] = custom.get_namespaced_custom_object(GROUP, VERSION, "default", "jumpstartmodels", "js")
+        return found if (found.get("status") or {}).get("state") == "DeploymentComplete" else None
+    wait_until(complete, 60, "the JumpStartModel DeploymentComplete")
+    status, headers, text = proxy_call(served.api, "POST", "/api/v1/namespaces/default/services/js:http/proxy/"
+                                       "invocations", {"inputs": "hi"}, {"Content-Type": "application/json"})
+    assert status == 200 and headers["x-sandbox-pod"].startswith("js-") and json.loads(text)["pod"].startswith("js-")
