@@ -38,7 +38,7 @@ from .backends import Request
 from .cluster import Cluster, WriteOptions
 from .errors import ApiError
 from .operator_support import condition, create, write_status
-from .resources import POD_KEY
+from .resources import POD_KEY, ResourceType
 from .selectors import label_selector_from_match, labels_match, parse_label_selector
 from .store import Key, Loc, Obj
 
@@ -145,16 +145,32 @@ def _check(so: Obj) -> str:
     return "" if low <= high else f"MinReplicaCount={low} must be less than MaxReplicaCount={high}"
 
 
+def _scale_target(cluster: Cluster, so: Obj) -> tuple[ResourceType, Obj] | None:
+    target = _target(so.get("spec") or {})
+    rt = cluster.find_kind(target["apiVersion"], target["kind"])
+    found = cluster.store.get(rt.key, (so["metadata"]["namespace"], target["name"])) if rt is not None else None
+    return (rt, found) if rt is not None and rt.scale is not None and found is not None else None
+
+
+def _problem(cluster: Cluster, so: Obj) -> str:
+    """Why KEDA cannot scale with the ScaledObject now ("" when it can)."""
+    problem = _check(so)
+    if not problem and _scale_target(cluster, so) is None:
+        target = _target(so.get("spec") or {})
+        problem = f"ScaledObject doesn't have correct scaleTargetRef specification: {target['kind']} " \
+                  f"{target['name']} not found or not scalable"
+    return problem
+
+
 def reconcile(cluster: Cluster, loc: Loc) -> None:
     so = cluster.store.get(KEY, loc)
     if so is None or so["metadata"].get("deletionTimestamp"):
         return  # its HPA goes with it (owner reference)
-    problem = _check(so)
+    problem = _problem(cluster, so)
     if not problem and cluster.store.get(HPA_KEY, (loc[0], f"keda-hpa-{loc[1]}")) is None:
         problem = create(cluster, HPA_KEY, loc[0], hpa_body(so), MANAGER) or ""
     _write(cluster, so, problem, None)
-    if not problem:
-        _Poller.ensure(cluster)
+    _Poller.ensure(cluster)  # polls also wait for a missing target to appear
 
 
 def _write(cluster: Cluster, so: Obj, problem: str, active: bool | None) -> None:
@@ -240,22 +256,24 @@ class _Poller:
             self.stopped.wait(wait)
 
     def poll(self, cluster: Cluster, so: Obj) -> None:
-        if _check(so) or so["metadata"].get("deletionTimestamp"):
+        if so["metadata"].get("deletionTimestamp"):
             return
+        problem = _problem(cluster, so)
+        found = _scale_target(cluster, so)
+        if problem or found is None:
+            _write(cluster, so, problem, None)  # the same as the reconciler writes: no flapping
+            return
+        rt, owner = found
         spec = so.get("spec") or {}
         namespace = so["metadata"]["namespace"]
         target = _target(spec)
-        rt = cluster.find_kind(target["apiVersion"], target["kind"])
-        owner = cluster.store.get(rt.key, (namespace, target["name"])) if rt is not None else None
-        if rt is None or owner is None or rt.scale is None:
-            _write(cluster, so, f"scaleTargetRef {target['kind']}/{target['name']} not found", False)
-            return
         values = [self.evaluate(cluster, so, i, t, owner) for i, t in enumerate(spec.get("triggers") or [])]
         low, high = _bounds(spec)
         current = int((owner.get("spec") or {}).get("replicas") or 0)
         known = [(v, t) for v, t in zip(values, spec.get("triggers") or [], strict=True) if v is not None]
         if not known:
-            return  # nothing answered: keep the replicas
+            _write(cluster, so, "", None)  # nothing answered: keep the replicas
+            return
         active = any(v > float((t.get("metadata") or {}).get("activationThreshold", 0)) for v, t in known)
         wanted = max(math.ceil(v / float(t["metadata"]["threshold"])) for v, t in known)
         desired = 0 if low == 0 and not active else max(max(low, 1), min(wanted, high))

@@ -97,3 +97,20 @@ def test_the_query_subset() -> None:
     for refused in ("sum(rate(x[1m])", "sum(x) / 2", 'x{a=~"b"}', "topk(1, x)"):
         with pytest.raises(ValueError):
             parse_query(refused)
+
+
+def test_a_missing_target_is_not_ready_until_it_appears(served: Served) -> None:
+    install_component_crds(served.cluster, "keda")
+    custom = client.CustomObjectsApi(served.api)
+    autoscaling = client.AutoscalingV2Api(served.api)
+    custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, _scaled_object(
+        "later-scaler", "later", "sum(vllm:num_requests_running)", pollingInterval=2))
+    wait_until(lambda: _conditions(custom, "later-scaler").get("Ready") == "False", 60, "not Ready without a target")
+    assert not autoscaling.list_namespaced_horizontal_pod_autoscaler("default").items
+    labels = {"app": "later"}
+    client.AppsV1Api(served.api).create_namespaced_deployment("default", {
+        "metadata": {"name": "later"}, "spec": {"replicas": 2, "selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": labels}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}})
+    wait_until(lambda: _conditions(custom, "later-scaler").get("Ready") == "True", 60, "Ready once the target exists")
+    wait_until(lambda: autoscaling.list_namespaced_horizontal_pod_autoscaler("default").items, 60, "its HPA made")
+    assert client.AppsV1Api(served.api).read_namespaced_deployment("later", "default").spec.replicas == 2  # no metrics
