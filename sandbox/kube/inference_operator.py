@@ -5,7 +5,8 @@ For an ``InferenceEndpointConfig`` ``<name>`` it makes, owned by it (deleting it
 
 * a Deployment ``<name>`` of the model server: one container ``worker`` from ``spec.worker`` (image, command,
   args, ``environmentVariables``, resources, ``modelInvocationPort`` as its port, ``workingDir``), the model
-  source as volume ``modelVolumeMount.name`` mounted at its ``mountPath`` (default ``/opt/ml/model``); its
+  source as volume ``modelVolumeMount.name`` mounted at its ``mountPath`` (default ``/opt/ml/model``),
+  ``worker.probes`` (default: a ``tcpSocket`` readiness probe on the invocation port); its
   replicas are ``spec.replicas`` (default 1), kept within ``autoScalingSpec`` ``minReplicaCount`` /
   ``maxReplicaCount`` (defaults 1/5) when autoscaling is set;
 * a ClusterIP Service ``<name>`` on the invocation port, selecting the Deployment's pods;
@@ -104,6 +105,13 @@ def deployment_body(config: Obj) -> Obj:
     for field in ("command", "args", "workingDir"):
         if worker.get(field):
             container[field] = clone(worker[field])
+    probes_given = worker.get("probes") or {}
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        if probes_given.get(probe):
+            container[probe] = clone(probes_given[probe])
+    # ready once the server listens (the sandbox's default; the operator's own is not in our sources)
+    container.setdefault("readinessProbe", {"tcpSocket": {"port": container["ports"][0]["containerPort"]},
+                                            "periodSeconds": 5})
     return {"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": name, "labels": labels, "ownerReferences": [_owner(config)]},
             "spec": {"replicas": desired_replicas(spec), "selector": {"matchLabels": labels},

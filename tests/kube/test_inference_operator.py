@@ -78,7 +78,7 @@ def test_a_vllm_worker_runs_the_simulated_engine(served: Served) -> None:
     custom = _apply(served, _config("qwen", {
         "image": "vllm/vllm-openai:v0.7.2", "modelInvocationPort": {"containerPort": 8000, "name": "http"},
         "args": ["--model", "/opt/ml/model", "--served-model-name", "qwen", "--port", "8000"],
-        "environmentVariables": [{"name": "SANDBOX_LOAD_SECONDS", "value": "5"}]}))
+        "environmentVariables": [{"name": "SANDBOX_LOAD_SECONDS", "value": "1600"}]}))  # 4 s: seen loading
     in_progress = _state(custom, "qwen", "DeploymentInProgress")
     assert in_progress["status"]["deploymentStatus"]["deploymentObjectOverallState"] == "DeploymentInProgress"
     _state(custom, "qwen", "DeploymentComplete")
