@@ -27,7 +27,8 @@ def _vllm(served: Served, name: str) -> None:
                 "name": "vllm", "image": "vllm/vllm-openai:v0.7.2", "ports": [{"name": "http", "containerPort": 8000}],
                 "args": ["--model", "Qwen/Qwen2.5-0.5B-Instruct", "--served-model-name", "qwen"],
                 "env": [{"name": "SANDBOX_LOAD_SECONDS", "value": "5"}],
-                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}})
+                "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5}}]}}}})
     served.core.create_namespaced_service("default", {"metadata": {"name": name}, "spec": {
         "selector": labels, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}})
 
