@@ -26,6 +26,7 @@ pausing annotations, ScaledJobs.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import re
 import threading
@@ -42,6 +43,7 @@ from .resources import POD_KEY, ResourceType
 from .selectors import label_selector_from_match, labels_match, parse_label_selector
 from .store import Key, Loc, Obj
 
+log = logging.getLogger(__name__)
 KEY: Key = ("keda.sh", "scaledobjects")
 KIND = "ScaledObject"
 HPA_KEY: Key = ("autoscaling", "horizontalpodautoscalers")
@@ -245,12 +247,18 @@ class _Poller:
                     self.stopped.set()
                 return
             now = cluster.clock()
+            live = {so["metadata"]["uid"] for _, so in objects}
+            self.due = {uid: due for uid, due in self.due.items() if uid in live}
             for _, so in objects:
                 uid = so["metadata"]["uid"]
                 if now >= self.due.get(uid, now):
                     self.due[uid] = now + float((so.get("spec") or {}).get("pollingInterval") or DEFAULT_POLL)
-                    with contextlib.suppress(ApiError):
+                    try:
                         self.poll(cluster, so)
+                    except ApiError:
+                        pass  # changed meanwhile: the next poll sees it
+                    except Exception:  # one bad ScaledObject must not stop the others' polls
+                        log.exception("KEDA poll of %s in %s failed", so["metadata"]["name"], cluster.name)
             wait = processes.real_wait(cluster, min(self.due.values(), default=now + DEFAULT_POLL) - cluster.clock())
             del cluster  # held only while working: a deleted cluster ends the thread
             self.stopped.wait(wait)
