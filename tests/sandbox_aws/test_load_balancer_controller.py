@@ -12,11 +12,15 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from sandbox.aws import AwsWorld
-from sandbox.kube.load_balancers import CLUSTER_TAG, FINALIZER, RESOURCE_TAG, SCHEME, STACK_TAG
 from tests.kube.nodes import add_node
 from tests.sandbox_aws.conftest import Clients
 from tests.sandbox_aws.test_eks import active_cluster
 from tests.support import wait_until
+
+# what the real controller writes (and the product's cluster teardown looks for)
+FINALIZER = "service.k8s.aws/resources"
+SCHEME = "service.beta.kubernetes.io/aws-load-balancer-scheme"
+CLUSTER_TAG, STACK_TAG, RESOURCE_TAG = "elbv2.k8s.aws/cluster", "service.k8s.aws/stack", "service.k8s.aws/resource"
 
 
 def _kube(world: AwsWorld, aws: Clients, name: str) -> k8s.ApiClient:
