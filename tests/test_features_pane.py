@@ -78,6 +78,8 @@ def test_the_load_balancer_controller_stays_while_it_holds_load_balancers(import
     assert refused.value.details == {"feature": "load_balancer_controller", "in_use": ["Service web/front"]}
     assert len(imported.engine.list(OperationQuery(kind="features.update"))) == before, "refused before any row"
     core.delete_namespaced_service("front", "web")
+    wait_until(lambda: not core.list_namespaced_service("web").items, 60,
+               "the Service gone (the controller deletes its load balancer first)")
     view, _ = features.update_features(ADMIN, "fpane", FeaturesPatch(load_balancer_controller=False))
     done = wait_until(lambda: (v := imported.engine.run_until_idle(view.id)).status.value == "succeeded" and v, 120,
                       "the controller off")

@@ -177,6 +177,8 @@ class AwsWorld:
         and, unless told not to, the ticker."""
         self.moto.start()
         self.front.start(port=port, extra_patterns=extra_patterns)
+        if self.kube is not None:  # the clusters' AWS controllers call this world
+            self.kube.use_cloud(self.endpoint_url, self.region)
         if ticker:
             self._stop.clear()
             self._ticker = threading.Thread(target=self._tick_loop, name="aws-ticker", daemon=True)

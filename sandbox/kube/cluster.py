@@ -94,6 +94,8 @@ class Cluster:
         self.logs = PodLogs()
         self.devices: DeviceGate | None = None  # set: nodes advertise devices only where their plugin runs
         self.downloads = Downloads()  # model-download pods' simulated `hf download` (:mod:`.downloader`)
+        # (AWS endpoint URL, region) of the sandbox's AWS world, which in-cluster AWS controllers call (None: none)
+        self.cloud: tuple[str, str] | None = None
         self._builtin = builtin_validator or BuiltinValidator()
         self._custom = custom_validator or CustomValidator()
         self._types: dict[tuple[str, str, str], ResourceType] = {}

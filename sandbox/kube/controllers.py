@@ -24,8 +24,11 @@ from . import (
     disruption,
     hpto,
     inference_engines,  # noqa: F401  (registers the simulated vLLM and SGLang servers with the kubelet)
+    inference_operator,
+    keda,
     kubeflow,
     kuberay,
+    load_balancers,
     processes,
     scheduler,
     training_workload,  # noqa: F401  (registers the simulated trainer with the kubelet)
@@ -55,6 +58,10 @@ RECONCILERS: dict[Key, Callable[[Cluster, Loc], None]] = {
     kubeflow.KEY: kubeflow.reconcile,
     kuberay.KEY: kuberay.reconcile_rayjob,
     kuberay.CLUSTER_KEY: kuberay.reconcile_raycluster,
+    inference_operator.KEY: inference_operator.reconcile,
+    inference_operator.JUMPSTART_KEY: inference_operator.reconcile_jumpstart,
+    keda.KEY: keda.reconcile,
+    load_balancers.KEY: load_balancers.reconcile,  # the AWS Load Balancer Controller's, where it runs
 }
 # Kinds whose operators react to node health (a node fault restarts their jobs).
 NODE_WATCHERS: tuple[Key, ...] = (hpto.KEY, kubeflow.KEY)
@@ -62,7 +69,9 @@ _KIND_KEYS: dict[str, Key] = {"Deployment": ("apps", "deployments"), "ReplicaSet
                               "Job": ("batch", "jobs"), "DaemonSet": ("apps", "daemonsets"),
                               "StatefulSet": ("apps", "statefulsets"), hpto.KIND: hpto.KEY,
                               kubeflow.KIND: kubeflow.KEY, kuberay.KIND: kuberay.KEY,
-                              kuberay.CLUSTER_KIND: kuberay.CLUSTER_KEY}
+                              kuberay.CLUSTER_KIND: kuberay.CLUSTER_KEY,
+                              inference_operator.KIND: inference_operator.KEY,
+                              inference_operator.JUMPSTART_KIND: inference_operator.JUMPSTART_KEY, keda.KIND: keda.KEY}
 
 
 @dataclass
@@ -103,6 +112,7 @@ class Controllers:
     def stop(self) -> None:
         self.cluster.store.unsubscribe(self._on_event)
         processes.stop_cluster(self.cluster)
+        keda.stop_cluster(self.cluster)
         with self._cond:
             self._stopped = True
             self._cond.notify()
@@ -171,6 +181,7 @@ class Controllers:
                     work.removed_nodes.add(meta["name"])
             elif event.key in RECONCILERS:
                 work.objects.add((event.key, loc))
+                work.objects |= load_balancers.woken_by(self.cluster, event)
                 self._owner_work(work, event)
             elif event.key in (volumes.PVC_KEY, volumes.PV_KEY, volumes.SC_KEY, volumes.CSI_KEY):
                 work.claims = True

@@ -92,6 +92,7 @@ class Emulator:
         self._listeners: list[Callable[[list[str]], None]] = []
         self._controllers: dict[str, Controllers] = {}
         self._object_store: ObjectStore | None = None
+        self._cloud: tuple[str, str] | None = None
         if self.data_dir is not None:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             self._persister = Persister(self.data_dir / "state.sqlite3", debounce)
@@ -133,10 +134,17 @@ class Emulator:
         for cluster in list(self.clusters.values()):
             cluster.downloads.object_store = store
 
+    def use_cloud(self, endpoint_url: str, region: str) -> None:
+        """The AWS endpoint in-cluster AWS controllers (the load balancer controller) call, in every cluster."""
+        self._cloud = (endpoint_url, region)
+        for cluster in list(self.clusters.values()):
+            cluster.cloud = self._cloud
+
     def _new_cluster(self, name: str) -> Cluster:
         cluster = Cluster(name, history=self._history, builtin_validator=self._builtin,
                           custom_validator=self._custom, clock=self.now)
         cluster.downloads.object_store = self._object_store
+        cluster.cloud = self._cloud
         cluster.on_types_changed.append(lambda: self._forget_openapi(name))
         if self.device_plugins:
             cluster.devices = DeviceGate()

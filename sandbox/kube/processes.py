@@ -220,6 +220,11 @@ def _pace(cluster: Cluster) -> _Pace:
         return pace
 
 
+def real_wait(cluster: Cluster, simulated: float) -> float:
+    """The real seconds to wait for ``simulated`` seconds of ``cluster``'s clock (at most a short step)."""
+    return _pace(cluster).wait(simulated)
+
+
 def running(cluster: Cluster) -> list[Process]:
     """The processes running in ``cluster`` now."""
     with _lock:

@@ -124,6 +124,8 @@ BUILTINS: tuple[ResourceType, ...] = (
     _rt("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",), status=True, categories=_ALL),
     _rt("apps", "v1", "statefulsets", "StatefulSet", True, ("sts",), status=True, scale=True, categories=_ALL),
     _rt("batch", "v1", "jobs", "Job", True, status=True, categories=_ALL),
+    _rt("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, ("hpa",), status=True,
+        categories=_ALL),
     _rt("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",), status=True),
     _rt("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
     _rt("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),

@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from sandbox.kube import BackgroundServer, Emulator, install_component_crds
+from tests.support import wait_until
 
 from .conftest import KubeServer
 from .test_semantics import CRD
@@ -251,6 +252,7 @@ def test_state_survives_restart(tmp_path: Path) -> None:
     so = c.lookup("keda.sh", "v1alpha1", "scaledobjects")
     c.create(so, "default", {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": "s"},
                              "spec": {"scaleTargetRef": {"name": "web"}, "triggers": []}})
+    wait_until(lambda: not first.controllers("persist").busy(), 30, "KEDA's status written")  # no target: not Ready
     rv = c.store.rv
     first.close()
     second = Emulator(tmp_path)

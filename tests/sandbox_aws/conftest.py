@@ -79,9 +79,10 @@ def shared_world(kube: BackgroundServer, kube_ca: bytes) -> Iterator[AwsWorld]:
 
 @pytest.fixture
 def world(shared_world: AwsWorld) -> Iterator[AwsWorld]:
-    # A world tells its emulator what time it is; worlds of their own (new_world) take the shared emulator
-    # over, so give its clock back to the shared world.
+    # A world tells its emulator what time it is and where its AWS endpoint is; worlds of their own (new_world)
+    # take the shared emulator over, so give its clock and endpoint back to the shared world.
     shared_world.kube.use_clock(shared_world.clock.now)  # type: ignore[union-attr]
+    shared_world.kube.use_cloud(shared_world.endpoint_url, shared_world.region)  # type: ignore[union-attr]
     standard_roles(shared_world)  # a world of its own (new_world) resets moto, the shared world's IAM too
     yield shared_world
     shared_world.faults.clear()

@@ -1,0 +1,117 @@
+"""KEDA in the emulator, through the official client: a ScaledObject with a prometheus trigger gets its HPA
+``keda-hpa-<name>`` and scales a vLLM Deployment within its bounds from the engine's /metrics counters; a query
+outside the sandbox's subset leaves it Ready=False; deleting it deletes its HPA."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from sandbox.kube.components import install_component_crds
+from sandbox.kube.keda import Query, parse_query
+from tests.kube.serving_support import Served, chat, served, serving
+from tests.support import wait_until
+
+__all__ = ["served", "serving"]
+
+GROUP, VERSION, PLURAL = "keda.sh", "v1alpha1", "scaledobjects"
+
+
+def _vllm(served: Served, name: str) -> None:
+    labels = {"app": name}
+    client.AppsV1Api(served.api).create_namespaced_deployment("default", {
+        "metadata": {"name": name}, "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": labels}, "spec": {"containers": [{
+                "name": "vllm", "image": "vllm/vllm-openai:v0.7.2", "ports": [{"name": "http", "containerPort": 8000}],
+                "args": ["--model", "Qwen/Qwen2.5-0.5B-Instruct", "--served-model-name", "qwen"],
+                "env": [{"name": "SANDBOX_LOAD_SECONDS", "value": "5"}],
+                "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5}}]}}}})
+    served.core.create_namespaced_service("default", {"metadata": {"name": name}, "spec": {
+        "selector": labels, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}})
+
+
+def _scaled_object(name: str, target: str, query: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ScaledObject", "metadata": {"name": name},
+            "spec": {"scaleTargetRef": {"name": target}, "pollingInterval": 5, **spec, "triggers": [{
+                "type": "prometheus", "metadata": {"serverAddress": "http://prometheus.monitoring:9090",
+                                                   "query": query, "threshold": "2"}}]}}
+
+
+def _conditions(custom: client.CustomObjectsApi, name: str) -> dict[str, str]:
+    found = custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name)
+    return {c["type"]: c["status"] for c in (found.get("status") or {}).get("conditions") or []}
+
+
+def test_a_scaled_object_scales_its_deployment_from_the_engines_metrics(served: Served) -> None:
+    install_component_crds(served.cluster, "keda")
+    apps, custom = client.AppsV1Api(served.api), client.CustomObjectsApi(served.api)
+    autoscaling = client.AutoscalingV2Api(served.api)
+    _vllm(served, "llm")
+    wait_until(lambda: (apps.read_namespaced_deployment("llm", "default").status.ready_replicas or 0) == 1,
+               60, "the vLLM Deployment Ready")
+    custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, _scaled_object(
+        "llm-scaler", "llm", 'sum(vllm:request_success_total{model_name="qwen"})', minReplicaCount=1,
+        maxReplicaCount=3))
+    wait_until(lambda: _conditions(custom, "llm-scaler") == {"Ready": "True", "Active": "False", "Fallback": "False"},
+               60, "the ScaledObject Ready and not active (no request yet)")
+    hpa = autoscaling.read_namespaced_horizontal_pod_autoscaler("keda-hpa-llm-scaler", "default")
+    assert (hpa.spec.min_replicas, hpa.spec.max_replicas, hpa.spec.scale_target_ref.name) == (1, 3, "llm")
+    assert hpa.spec.metrics[0].external.metric.name == "s0-prometheus"
+    assert hpa.metadata.owner_references[0].kind == "ScaledObject"
+    assert apps.read_namespaced_deployment("llm", "default").spec.replicas == 1
+
+    for _ in range(5):  # 5 requests served: ceil(5 / 2) = 3 replicas, the maximum
+        status, _, _ = chat(served.api, "llm:http", "hello", model="qwen")
+        assert status == 200
+    wait_until(lambda: apps.read_namespaced_deployment("llm", "default").spec.replicas == 3, 60,
+               "the Deployment scaled to 3")
+    wait_until(lambda: _conditions(custom, "llm-scaler")["Active"] == "True", 60, "the ScaledObject active")
+    status = autoscaling.read_namespaced_horizontal_pod_autoscaler("keda-hpa-llm-scaler", "default").status
+    assert status.desired_replicas == 3 and status.current_metrics[0].external.current.average_value == "5"
+
+    custom.delete_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "llm-scaler")
+    wait_until(lambda: not autoscaling.list_namespaced_horizontal_pod_autoscaler("default").items, 60,
+               "the HPA deleted with its ScaledObject")
+
+
+def test_a_query_outside_the_subset_is_not_ready(served: Served) -> None:
+    install_component_crds(served.cluster, "keda")
+    custom = client.CustomObjectsApi(served.api)
+    custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, _scaled_object(
+        "odd", "llm", "histogram_quantile(0.9, vllm:e2e_request_latency_seconds_bucket)"))
+    wait_until(lambda: _conditions(custom, "odd").get("Ready") == "False", 60, "the ScaledObject refused")
+    found = custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "odd")
+    ready = next(c for c in found["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "ScaledObjectCheckFailed" and "subset" in ready["message"]
+    assert not client.AutoscalingV2Api(served.api).list_namespaced_horizontal_pod_autoscaler("default").items
+
+
+def test_the_query_subset() -> None:
+    assert parse_query("sum(rate(vllm:prompt_tokens_total[1m]))") == Query(
+        "sum", "rate", "vllm:prompt_tokens_total", ())
+    assert parse_query('avg(vllm:num_requests_waiting{model_name="q"})') == Query(
+        "avg", "", "vllm:num_requests_waiting", (("model_name", "q"),))
+    assert parse_query("sglang:num_queue_reqs") == Query("sum", "", "sglang:num_queue_reqs", ())
+    for refused in ("sum(rate(x[1m])", "sum(x) / 2", 'x{a=~"b"}', "topk(1, x)"):
+        with pytest.raises(ValueError):
+            parse_query(refused)
+
+
+def test_a_missing_target_is_not_ready_until_it_appears(served: Served) -> None:
+    install_component_crds(served.cluster, "keda")
+    custom = client.CustomObjectsApi(served.api)
+    autoscaling = client.AutoscalingV2Api(served.api)
+    custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, _scaled_object(
+        "later-scaler", "later", "sum(vllm:num_requests_running)", pollingInterval=2))
+    wait_until(lambda: _conditions(custom, "later-scaler").get("Ready") == "False", 60, "not Ready without a target")
+    assert not autoscaling.list_namespaced_horizontal_pod_autoscaler("default").items
+    labels = {"app": "later"}
+    client.AppsV1Api(served.api).create_namespaced_deployment("default", {
+        "metadata": {"name": "later"}, "spec": {"replicas": 2, "selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": labels}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}})
+    wait_until(lambda: _conditions(custom, "later-scaler").get("Ready") == "True", 60, "Ready once the target exists")
+    wait_until(lambda: autoscaling.list_namespaced_horizontal_pod_autoscaler("default").items, 60, "its HPA made")
+    assert client.AppsV1Api(served.api).read_namespaced_deployment("later", "default").spec.replicas == 2  # no metrics
