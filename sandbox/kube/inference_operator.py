@@ -37,6 +37,7 @@ from .cluster import Cluster, WriteOptions, clone
 from .engine_cli import engine_argv
 from .errors import ApiError
 from .store import Key, Loc, Obj
+from .workloads import owner_ref
 
 GROUP = "inference.sagemaker.aws.amazon.com"
 KEY: Key = (GROUP, "inferenceendpointconfigs")
@@ -57,18 +58,13 @@ GENERIC_LOAD_SECONDS = 5.0
 
 def desired_replicas(spec: dict[str, Any]) -> int:
     """``spec.replicas`` (default 1), within the autoscaling bounds when autoscaling is set."""
-    replicas = int(spec.get("replicas") or 1)
+    replicas = int(spec.get("replicas", 1))
     scaling = spec.get("autoScalingSpec")
     if not isinstance(scaling, dict):
         return replicas
     low = int(scaling.get("minReplicaCount", DEFAULT_MIN))
     high = int(scaling.get("maxReplicaCount", DEFAULT_MAX))
     return max(low, min(replicas, high))
-
-
-def _owner(obj: Obj) -> dict[str, Any]:
-    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": obj["metadata"]["name"],
-            "uid": obj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
 
 
 def _port(worker: dict[str, Any]) -> dict[str, Any]:
@@ -113,7 +109,7 @@ def deployment_body(config: Obj) -> Obj:
     container.setdefault("readinessProbe", {"tcpSocket": {"port": container["ports"][0]["containerPort"]},
                                             "periodSeconds": 5})
     return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": name, "labels": labels, "ownerReferences": [_owner(config)]},
+            "metadata": {"name": name, "labels": labels, "ownerReferences": [owner_ref(config)]},
             "spec": {"replicas": desired_replicas(spec), "selector": {"matchLabels": labels},
                      "template": {"metadata": {"labels": labels},
                                   "spec": {"containers": [container], "volumes": [{"name": volume, "emptyDir": {}}]}}}}
@@ -123,7 +119,7 @@ def service_body(config: Obj) -> Obj:
     name = config["metadata"]["name"]
     port = _port(worker_of(config))
     return {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": name, "labels": {LABEL: name}, "ownerReferences": [_owner(config)]},
+            "metadata": {"name": name, "labels": {LABEL: name}, "ownerReferences": [owner_ref(config)]},
             "spec": {"type": "ClusterIP", "selector": {"app": name, LABEL: name},
                      "ports": [{"name": port["name"], "port": port["containerPort"],
                                 "targetPort": port["containerPort"], "protocol": "TCP"}]}}

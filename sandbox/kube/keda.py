@@ -42,6 +42,7 @@ from .operator_support import condition, create, write_status
 from .resources import POD_KEY, ResourceType
 from .selectors import label_selector_from_match, labels_match, parse_label_selector
 from .store import Key, Loc, Obj
+from .workloads import owner_ref
 
 log = logging.getLogger(__name__)
 KEY: Key = ("keda.sh", "scaledobjects")
@@ -99,11 +100,6 @@ def _series(text: str, query: Query) -> list[float]:
 # --- the operator ------------------------------------------------------------------------------------------------
 
 
-def _owner(obj: Obj) -> dict[str, Any]:
-    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": obj["metadata"]["name"],
-            "uid": obj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
-
-
 def _bounds(spec: dict[str, Any]) -> tuple[int, int]:
     return int(spec.get("minReplicaCount", DEFAULT_MIN)), int(spec.get("maxReplicaCount", DEFAULT_MAX))
 
@@ -123,7 +119,7 @@ def hpa_body(so: Obj) -> Obj:
         "target": {"type": "AverageValue", "averageValue": str((t.get("metadata") or {}).get("threshold", "1"))}}}
         for i, t in enumerate(spec.get("triggers") or [])]
     return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-            "metadata": {"name": f"keda-hpa-{name}", "ownerReferences": [_owner(so)],
+            "metadata": {"name": f"keda-hpa-{name}", "ownerReferences": [owner_ref(so)],
                          "labels": {"app.kubernetes.io/managed-by": "keda-operator", "app.kubernetes.io/part-of": name,
                                     "app.kubernetes.io/name": f"keda-hpa-{name}", NAME_LABEL: name}},
             "spec": {"scaleTargetRef": _target(spec), "minReplicas": max(low, 1), "maxReplicas": high,

@@ -52,7 +52,7 @@ DAEMON_TOLERATIONS = (
 # --- shared -----------------------------------------------------------------------------------------------
 
 
-def _owner_ref(obj: Obj) -> dict[str, Any]:
+def owner_ref(obj: Obj) -> dict[str, Any]:
     return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": obj["metadata"]["name"],
             "uid": obj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
 
@@ -96,7 +96,7 @@ def _pod_from_template(owner: Obj, template: dict[str, Any], extra_labels: dict[
         meta["generateName"] = owner["metadata"]["name"] + "-"
     else:
         meta["name"] = name
-    meta["ownerReferences"] = [_owner_ref(owner)]
+    meta["ownerReferences"] = [owner_ref(owner)]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": clone(template.get("spec") or {})}
 
 
@@ -256,7 +256,7 @@ def _create_replicaset(cluster: Cluster, deploy: Obj, template: dict[str, Any], 
                          "annotations": {REVISION: str(revision),
                                          "deployment.kubernetes.io/desired-replicas": str(spec.get("replicas", 1)),
                                          "deployment.kubernetes.io/max-replicas": str(spec.get("replicas", 1))},
-                         "ownerReferences": [_owner_ref(deploy)]},
+                         "ownerReferences": [owner_ref(deploy)]},
             "spec": {"replicas": replicas, "minReadySeconds": spec.get("minReadySeconds", 0), "selector": selector,
                      "template": rs_template}}
     try:
