@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import threading
 from typing import Any
 
 import panel as pn
@@ -80,6 +81,7 @@ class EventsState(param.Parameterized):
         self.service = timeline
         self.principal = principal
         self._asked = 0
+        self._asking = threading.RLock()  # a bus thread and the caller may ask at once (no loop)
 
     def query(self) -> ClusterEventsQuery:
         return ClusterEventsQuery(severity=None if self.severity == ANY else Severity(self.severity),
@@ -103,17 +105,19 @@ class EventsState(param.Parameterized):
             return None, f"{exc.code}: {exc.message}"
 
     def _ask(self) -> tuple[int, str, ClusterEventsQuery] | None:
-        try:
-            query = self.query()
-        except ValueError as exc:  # the query model's own validation (a malformed node or group)
-            self.message = f"invalid filter: {exc}"
-            return None
-        self._asked += 1
-        return self._asked, self.cluster, query
+        with self._asking:  # the query and its number together: the last number asked holds the latest filters
+            try:
+                query = self.query()
+            except ValueError as exc:  # the query model's own validation (a malformed node or group)
+                self.message = f"invalid filter: {exc}"
+                return None
+            self._asked += 1
+            return self._asked, self.cluster, query
 
     def _apply(self, number: int, cluster: str, answer: tuple[ClusterEventsView | None, str]) -> None:
-        if number == self._asked and cluster == self.cluster:  # an older answer never overwrites a newer one
-            self.view, self.message = answer
+        with self._asking:
+            if number == self._asked and cluster == self.cluster:  # an older answer never overwrites a newer one
+                self.view, self.message = answer
 
     def reload(self) -> None:
         """Read and assign synchronously (a script, a synchronous test)."""
@@ -142,14 +146,17 @@ class EventsPane(pn.viewable.Viewer):
         self.state.param.watch(self._shown, "view")
         self.state.param.watch(lambda _e: self._newest(), ["cluster", "severity", "source", "kind", "namespace",
                                                            "node", "group"])
-        self.state.param.watch(lambda _e: self._refresh(), "cursor")
+        self.state.param.watch(self._paged, "cursor")
         self._kube = LiveRefresh(bus, "kube", self._on_kube)
         self._refresh()
 
     def _shown(self, event: Any) -> None:
         self.timeline.object = timeline_html(event.new)
         self.older_button.disabled = not (event.new is not None and event.new.next_cursor)
-        self.newest_button.disabled = not self.state.cursor
+
+    def _paged(self, event: Any) -> None:
+        self.newest_button.disabled = not event.new
+        self._refresh()
 
     def _newest(self) -> None:
         """A filter changed: its timeline starts at the newest events (clearing the cursor reads them)."""

@@ -29,7 +29,7 @@ from mcp import Client, StdioServerParameters
 from app.bootstrap import Services
 from app.sandbox import SANDBOX_ACCESS_KEY
 from panels.clusters import ClustersPane
-from panels.events import EventsPane
+from panels.events import LIMIT, EventsPane
 from services.auth import Principal, Role
 from services.clusters.events import ClusterEventsQuery, ClusterTimeline, EventSource
 from services.clusters.models import ClusterImport
@@ -282,7 +282,7 @@ def test_a_long_history_is_read_page_by_page_until_the_answer_is_full(seeded: tu
     ids: list[str] = []
     cursor: str | None = None
     for _ in range(10):  # every HyperPod event once, by the cursor (EventTimeBefore plus the EventId tie-break)
-        page = read(live, source="hyperpod", limit=100, **({"cursor": cursor} if cursor else {}))
+        page = read(live, source="hyperpod", limit=100, **({"cursor": cursor} if cursor else {"refresh": "true"}))
         ids += [e["event_id"] for e in page["events"]]
         cursor = page["next_cursor"]
         if cursor is None:
@@ -408,3 +408,30 @@ def test_the_cluster_page_shows_the_timeline_filters_it_and_redraws_on_a_node_ev
     alone = EventsPane(writer.timeline, writer.bus, VIEWER, cluster=NAME)  # embeddable: a notebook shows it alone
     alone.state.source = "kubernetes"  # the sandbox's HyperPod clock runs ahead: its events sort first
     assert alone.state.view is not None and any(e.reason == "Probe" for e in alone.state.view.events)
+
+
+def test_the_pane_pages_older_and_back_to_the_newest(seeded: tuple[SeededServer, Services]) -> None:
+    server, writer = seeded
+    sagemaker = aws(server, "sagemaker")
+    listed = read(server.live, source="hyperpod", limit=500, refresh="true")["events"]
+    for _ in range(LIMIT + 1 - len(listed)):  # more HyperPod events than one page of the pane
+        sagemaker.update_cluster(ClusterName=NAME, NodeProvisioningMode="Continuous")
+    pane = EventsPane(writer.timeline, writer.bus, VIEWER, cluster=NAME)
+    pane.state.source = "hyperpod"
+    newest = pane.state.view
+    assert newest is not None and newest.truncated and newest.next_cursor, pane.state.message
+    assert len(newest.events) == LIMIT and not pane.older_button.disabled and pane.newest_button.disabled
+    pane.older_button.clicks += 1  # a bus event may redraw meanwhile from its own thread: wait for the page
+    shown = {e.event_id for e in newest.events}
+    older = wait_until(lambda: (v := pane.state.view) is not None and v.events and v.events[0].event_id not in shown
+                       and v, 60, "the older page")
+    assert pane.state.cursor == newest.next_cursor
+    assert not {e.event_id for e in older.events} & shown, "no event shown twice"
+    assert older.events[0].time <= newest.events[-1].time and not pane.newest_button.disabled
+    pane.newest_button.clicks += 1
+    wait_until(lambda: (v := pane.state.view) is not None and [e.event_id for e in v.events] == [
+        e.event_id for e in newest.events], 60, "the newest page again")
+    assert pane.state.cursor == "" and pane.newest_button.disabled
+    pane.older_button.clicks += 1
+    pane.state.severity = "warning"  # a filter change starts at the newest again
+    assert pane.state.cursor == "" and pane.newest_button.disabled
