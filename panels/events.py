@@ -1,7 +1,7 @@
 """Events pane: one cluster's timeline (HyperPod's cluster events, Kubernetes node events and pod warnings, newest
-first) with its filters — severity, source, kind, namespace, node, group — redrawn when a Kubernetes event arrives
-on the bus (topic
-``kube``, resource ``events``), never polled. Embeddable: the cluster page shows it under the overview, and a
+first) with its filters — severity, source, kind, namespace, node, group — paged with Older/Newest (the verb's
+``next_cursor``; a filter change starts again at the newest), redrawn when a Kubernetes event arrives on the bus
+(topic ``kube``, resource ``events``), never polled. Embeddable: the cluster page shows it under the overview, and a
 notebook can show it alone.
 
 The pane holds no rules: it calls the ``list_events`` verb (``services/clusters/events.py``), in a worker
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import threading
 from typing import Any
 
 import panel as pn
@@ -56,8 +57,7 @@ def timeline_html(view: ClusterEventsView | None) -> str:
     parts.append("<table class='events-table'><tr><th>time (UTC)</th><th>source</th><th>severity</th>"
                  "<th>resource</th><th>group / node</th><th>event</th></tr>" + "".join(rows) + "</table>")
     if view.truncated:
-        older = f" (older ones start at {esc(view.next_until)})" if view.next_until else ""
-        parts.append(f"<p class='events-more'>More events match: narrow the filters{older}.</p>")
+        parts.append("<p class='events-more'>More events match: narrow the filters, or page on with Older.</p>")
     return "".join(parts)
 
 
@@ -72,6 +72,7 @@ class EventsState(param.Parameterized):
     namespace = param.String(default="", doc="only events of pods in this namespace")
     node = param.String(default="", doc="only this node (name or instance id)")
     group = param.String(default="", doc="only this instance group")
+    cursor = param.String(default="", doc="the page shown: empty for the newest events, else a next_cursor")
     view = param.ClassSelector(class_=ClusterEventsView, default=None, allow_None=True)
     message = param.String(default="")
 
@@ -80,13 +81,19 @@ class EventsState(param.Parameterized):
         self.service = timeline
         self.principal = principal
         self._asked = 0
+        self._asking = threading.RLock()  # a bus thread and the caller may ask at once (no loop)
 
     def query(self) -> ClusterEventsQuery:
         return ClusterEventsQuery(severity=None if self.severity == ANY else Severity(self.severity),
                                   source=None if self.source == ANY else EventSource(self.source),
                                   kind=None if self.kind == ANY else EventKind(self.kind),
                                   namespace=self.namespace.strip() or None, node=self.node.strip() or None,
-                                  group=self.group.strip() or None, limit=LIMIT)
+                                  group=self.group.strip() or None, cursor=self.cursor or None, limit=LIMIT)
+
+    def older(self) -> None:
+        """Show the next, older page (when the answer shown has one)."""
+        if self.view is not None and self.view.next_cursor:
+            self.cursor = self.view.next_cursor
 
     def fetch(self, cluster: str, query: ClusterEventsQuery) -> tuple[ClusterEventsView | None, str]:
         """Ask the verb (blocking: AWS on a cache miss); assigns nothing, so it may run in a worker thread."""
@@ -98,17 +105,19 @@ class EventsState(param.Parameterized):
             return None, f"{exc.code}: {exc.message}"
 
     def _ask(self) -> tuple[int, str, ClusterEventsQuery] | None:
-        try:
-            query = self.query()
-        except ValueError as exc:  # the query model's own validation (a malformed node or group)
-            self.message = f"invalid filter: {exc}"
-            return None
-        self._asked += 1
-        return self._asked, self.cluster, query
+        with self._asking:  # the query and its number together: the last number asked holds the latest filters
+            try:
+                query = self.query()
+            except ValueError as exc:  # the query model's own validation (a malformed node or group)
+                self.message = f"invalid filter: {exc}"
+                return None
+            self._asked += 1
+            return self._asked, self.cluster, query
 
     def _apply(self, number: int, cluster: str, answer: tuple[ClusterEventsView | None, str]) -> None:
-        if number == self._asked and cluster == self.cluster:  # an older answer never overwrites a newer one
-            self.view, self.message = answer
+        with self._asking:
+            if number == self._asked and cluster == self.cluster:  # an older answer never overwrites a newer one
+                self.view, self.message = answer
 
     def reload(self) -> None:
         """Read and assign synchronously (a script, a synchronous test)."""
@@ -130,11 +139,31 @@ class EventsPane(pn.viewable.Viewer):
         super().__init__(**params)
         self.state = EventsState(timeline, principal, cluster=cluster)
         self.timeline = pn.pane.HTML(timeline_html(None), sizing_mode="stretch_width", css_classes=["cluster-events"])
-        self.state.param.watch(lambda e: setattr(self.timeline, "object", timeline_html(e.new)), "view")
-        self.state.param.watch(lambda _e: self._refresh(), ["cluster", "severity", "source", "kind", "namespace",
-                                                                    "node", "group"])
+        self.older_button = pn.widgets.Button(label="Older", disabled=True, css_classes=["events-older"])
+        self.newest_button = pn.widgets.Button(label="Newest", disabled=True, css_classes=["events-newest"])
+        self.older_button.on_click(lambda _e: self.state.older())
+        self.newest_button.on_click(lambda _e: setattr(self.state, "cursor", ""))
+        self.state.param.watch(self._shown, "view")
+        self.state.param.watch(lambda _e: self._newest(), ["cluster", "severity", "source", "kind", "namespace",
+                                                           "node", "group"])
+        self.state.param.watch(self._paged, "cursor")
         self._kube = LiveRefresh(bus, "kube", self._on_kube)
         self._refresh()
+
+    def _shown(self, event: Any) -> None:
+        self.timeline.object = timeline_html(event.new)
+        self.older_button.disabled = not (event.new is not None and event.new.next_cursor)
+
+    def _paged(self, event: Any) -> None:
+        self.newest_button.disabled = not event.new
+        self._refresh()
+
+    def _newest(self) -> None:
+        """A filter changed: its timeline starts at the newest events (clearing the cursor reads them)."""
+        if self.state.cursor:
+            self.state.cursor = ""
+        else:
+            self._refresh()
 
     def _on_kube(self, events: list[Event]) -> None:
         if any(e.data.get("cluster") == self.state.cluster and e.data.get("resource") == "events" for e in events):
@@ -157,5 +186,6 @@ class EventsPane(pn.viewable.Viewer):
                    pn.widgets.TextInput.from_param(state.param.group, name="Instance group", width=160)),
             pn.pane.Markdown(state.param.message, css_classes=["events-message"]),
             self.timeline,
+            pn.Row(self.newest_button, self.older_button),
             sizing_mode="stretch_width",
         )

@@ -12,6 +12,7 @@ import hmac
 import os
 import re
 import secrets
+import threading
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -152,15 +153,28 @@ class TokenStore:
         self.generation_path = db.path.with_name(db.path.name + ".tokens-generation")
         self._admitted: dict[str, _Admitted] = {}
         self._seen: tuple[float, tuple[int, int, int]] | None = None  # (when, the generation then)
+        # revocations by this process, counted once the new generation file is in place; what was read before
+        # one (a generation, a token row) is stored only if none happened since (compare-and-set under the lock)
+        self._lock = threading.Lock()
+        self._revocations = 0
 
     def _current_generation(self) -> tuple[int, int, int]:
         """The generation as of at most ``GENERATION_RECHECK`` seconds ago (a clock gone back looks again)."""
         now, seen = self.clock.now(), self._seen
         if seen is not None and 0 <= now - seen[0] < self.GENERATION_RECHECK:
             return seen[1]
-        generation = self._generation()
-        self._seen = (now, generation)
+        revocations, generation = self._observe()
+        with self._lock:
+            if revocations == self._revocations:
+                self._seen = (now, generation)
         return generation
+
+    def _observe(self) -> tuple[int, tuple[int, int, int]]:
+        """This process's revocation count, then the generation file's identity (in that order: a count that
+        is still current when a result is stored means the file was read after every revocation counted)."""
+        with self._lock:
+            revocations = self._revocations
+        return revocations, self._generation()
 
     def _generation(self) -> tuple[int, int, int]:
         try:
@@ -171,8 +185,9 @@ class TokenStore:
 
     def _bump_generation(self) -> None:
         """A token was revoked: every process's cached principals are void (their next request re-reads)."""
-        self._admitted.clear()
-        self._seen = None
+        with self._lock:
+            self._admitted.clear()
+            self._seen = None
         fresh = self.generation_path.with_name(f"{self.generation_path.name}.{secrets.token_hex(4)}")
         fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
@@ -181,6 +196,10 @@ class TokenStore:
         finally:
             os.close(fd)
         os.replace(fresh, self.generation_path)  # a new inode: the identity every reader compares
+        with self._lock:  # after the file: a sign-in that read the old one cannot store it or its row any more
+            self._revocations += 1
+            self._admitted.clear()
+            self._seen = None
 
     def cached(self, token: str, face: str = "api", client: str = "") -> Principal | None:
         """The principal of a token that signed in before, from memory; ``None`` means "ask
@@ -232,8 +251,7 @@ class TokenStore:
         token_id = token_id_of(token)
         if token_id is None:
             raise Unauthorized("malformed token; expected 'ist_<id>_<secret>'")
-        generation = self._generation()  # read before the row: a revocation after it voids this entry
-        self._seen = (self.clock.now(), generation)
+        revocations, generation = self._observe()  # before the row: a revocation after it voids what is read
         row = self.db.query_one("SELECT * FROM tokens WHERE id=?", (token_id,))
         hashed = _hash(token)
         matches = hmac.compare_digest(row["hash"] if row is not None else _NO_HASH, hashed)
@@ -245,7 +263,10 @@ class TokenStore:
             with self.db.tx() as conn:
                 conn.execute("UPDATE tokens SET last_used_at=? WHERE id=?", (now, row["id"]))
             touched = now
-        self._admitted[hashed] = _Admitted(row["name"], Role(row["role"]), row["id"], touched, generation)
+        with self._lock:
+            if revocations == self._revocations:  # else a revocation ran meanwhile: the next request re-reads
+                self._seen = (now, generation)
+                self._admitted[hashed] = _Admitted(row["name"], Role(row["role"]), row["id"], touched, generation)
         return Principal(row["name"], Role(row["role"]), row["id"], face, client)
 
     def principal(self, token_id: str, face: str) -> Principal:

@@ -1,9 +1,9 @@
 """A cluster's events timeline against a real server in sandbox mode: HyperPod's ListClusterEvents merged with
 the Kubernetes Events about its nodes and its pods' warnings, newest first, filtered by node, group, severity,
-source, kind, namespace and time, paged with next_until, the Kubernetes part from the watch cache alone; the
-HyperPod part read through the AWS TTL cache (the same question again costs no AWS call) and paged; a part
-that cannot be read named in ``errors`` while the rest is answered; one event's details from
-DescribeClusterEvent; the same answers through a real MCP client holding a viewer token.
+source, kind, namespace and time, paged with next_cursor (each event once, ties in one second too), the
+Kubernetes part from the watch cache alone; the HyperPod part read through the AWS TTL cache (the same question
+again costs no AWS call) and paged; a part that cannot be read named in ``errors`` while the rest is answered;
+one event's details from DescribeClusterEvent; the same answers through a real MCP client holding a viewer token.
 
 The cluster is made by ``sandbox seed`` (as a user's own would be) and imported. The Kubernetes Events are
 written as the node's kubelet, the scheduler and the health agent write them (``core/v1`` Events about a Node
@@ -29,7 +29,7 @@ from mcp import Client, StdioServerParameters
 from app.bootstrap import Services
 from app.sandbox import SANDBOX_ACCESS_KEY
 from panels.clusters import ClustersPane
-from panels.events import EventsPane
+from panels.events import LIMIT, EventsPane
 from services.auth import Principal, Role
 from services.clusters.events import ClusterEventsQuery, ClusterTimeline, EventSource
 from services.clusters.models import ClusterImport
@@ -230,14 +230,34 @@ def test_pod_warnings_join_the_timeline_from_the_watch_cache_filtered_and_paged(
 
     page = read(live, namespace="team-b", limit=2)
     assert [e["reason"] for e in page["events"]] == ["BackOff", "FailedMount"] and page["truncated"]
-    assert page["next_until"] == page["events"][-1]["time"]
-    older = read(live, namespace="team-b", limit=2, until=page["next_until"])
-    assert [e["reason"] for e in older["events"]] == ["FailedMount", "FailedScheduling"]
-    assert not older["truncated"] and older["next_until"] is None
+    older = read(live, namespace="team-b", limit=2, cursor=page["next_cursor"])
+    assert [e["reason"] for e in older["events"]] == ["FailedScheduling"], "the boundary is exclusive"
+    assert not older["truncated"] and older["next_cursor"] is None
 
     lists = [e for e in ledger.calls(since=mark, verb="list") if e.get("resource") in ("events", "pods")]
     assert lists == [], "the pod events and their nodes come from the watch caches: no list per read"
     ledger.assert_no_writes(since=mark)
+
+    second_ago = now - dt.timedelta(minutes=5)
+    for number in range(7):  # more than a page of events in one second (Kubernetes' timestamps are seconds)
+        node_event(writer, f"mount-{number}", "Warning", "loader-0", kind_of="Pod", namespace="team-b",
+                   reason="FailedMount", message=f"volume {number} not attached", at=second_ago)
+    wait_until(lambda: len(read(live, namespace="team-b", kind="pod", limit=20)["events"]) == 10, 60,
+               "the seven events in the timeline")
+    seen: list[str] = []
+    pages = 0
+    cursor: str | None = None
+    while pages < 10:  # a cursor that does not move on fails here instead of looping
+        page = read(live, namespace="team-b", kind="pod", since=(second_ago - dt.timedelta(seconds=1)).isoformat(),
+                    limit=3, **({"cursor": cursor} if cursor else {}))
+        seen += [e["message"] for e in page["events"]]
+        pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    mounts = sorted(f"volume {n} not attached" for n in range(7))
+    assert sorted(m for m in seen if m.startswith("volume")) == mounts, "each event of the second exactly once"
+    assert len(seen) == 10 and len(set(seen)) == 10 and pages == 4, (pages, seen)
 
 
 def test_a_long_history_is_read_page_by_page_until_the_answer_is_full(seeded: tuple[SeededServer, Services]) -> None:
@@ -259,6 +279,15 @@ def test_a_long_history_is_read_page_by_page_until_the_answer_is_full(seeded: tu
     one_page = ledger.mark()
     assert len(read(live, source="hyperpod", limit=20)["events"]) == 20
     assert len(ledger.succeeded("sagemaker", "ListClusterEvents", since=one_page)) == 1, "20 events: one page"
+    ids: list[str] = []
+    cursor: str | None = None
+    for _ in range(10):  # every HyperPod event once, by the cursor (EventTimeBefore plus the EventId tie-break)
+        page = read(live, source="hyperpod", limit=100, **({"cursor": cursor} if cursor else {"refresh": "true"}))
+        ids += [e["event_id"] for e in page["events"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert cursor is None and len(ids) == len(set(ids)) >= 120, (len(ids), len(set(ids)))
 
 
 def test_bad_filters_are_refused_with_the_reason(seeded: tuple[SeededServer, Services]) -> None:
@@ -269,6 +298,9 @@ def test_bad_filters_are_refused_with_the_reason(seeded: tuple[SeededServer, Ser
     naive = live.get(EVENTS, params={"since": "2026-12-01T18:00:00"})
     assert naive.status_code == 422 and "since" in naive.text, naive.text
     assert live.get(EVENTS, params={"severity": "fatal"}).status_code == 422
+    for cursor in ("not-a-cursor", "W10", "WyJ4IiwgInkiXQ"):  # not base64 JSON; []; ["x", "y"] (no time)
+        bad_cursor = live.get(EVENTS, params={"cursor": cursor})
+        assert bad_cursor.status_code == 422 and "not a next_cursor" in bad_cursor.text, (cursor, bad_cursor.text)
     for malformed in ("not-an-event", "-" * 36, "0" * 36, "00000000-0000-0000-0000-00000000000G",
                       "ABCDEF00-0000-0000-0000-000000000000"):  # the API's EventId: lowercase 8-4-4-4-12
         bad_id = live.get(f"{EVENTS}/{malformed}")
@@ -376,3 +408,30 @@ def test_the_cluster_page_shows_the_timeline_filters_it_and_redraws_on_a_node_ev
     alone = EventsPane(writer.timeline, writer.bus, VIEWER, cluster=NAME)  # embeddable: a notebook shows it alone
     alone.state.source = "kubernetes"  # the sandbox's HyperPod clock runs ahead: its events sort first
     assert alone.state.view is not None and any(e.reason == "Probe" for e in alone.state.view.events)
+
+
+def test_the_pane_pages_older_and_back_to_the_newest(seeded: tuple[SeededServer, Services]) -> None:
+    server, writer = seeded
+    sagemaker = aws(server, "sagemaker")
+    listed = read(server.live, source="hyperpod", limit=500, refresh="true")["events"]
+    for _ in range(LIMIT + 1 - len(listed)):  # more HyperPod events than one page of the pane
+        sagemaker.update_cluster(ClusterName=NAME, NodeProvisioningMode="Continuous")
+    pane = EventsPane(writer.timeline, writer.bus, VIEWER, cluster=NAME)
+    pane.state.source = "hyperpod"
+    newest = pane.state.view
+    assert newest is not None and newest.truncated and newest.next_cursor, pane.state.message
+    assert len(newest.events) == LIMIT and not pane.older_button.disabled and pane.newest_button.disabled
+    pane.older_button.clicks += 1  # a bus event may redraw meanwhile from its own thread: wait for the page
+    shown = {e.event_id for e in newest.events}
+    older = wait_until(lambda: (v := pane.state.view) is not None and v.events and v.events[0].event_id not in shown
+                       and v, 60, "the older page")
+    assert pane.state.cursor == newest.next_cursor
+    assert not {e.event_id for e in older.events} & shown, "no event shown twice"
+    assert older.events[0].time <= newest.events[-1].time and not pane.newest_button.disabled
+    pane.newest_button.clicks += 1
+    wait_until(lambda: (v := pane.state.view) is not None and [e.event_id for e in v.events] == [
+        e.event_id for e in newest.events], 60, "the newest page again")
+    assert pane.state.cursor == "" and pane.newest_button.disabled
+    pane.older_button.clicks += 1
+    pane.state.severity = "warning"  # a filter change starts at the newest again
+    assert pane.state.cursor == "" and pane.newest_button.disabled

@@ -19,6 +19,7 @@ import pytest
 from kubernetes import client as k8s
 from pydantic import ValidationError
 
+from sandbox.aws.hyperpod_karpenter import SCALING_SECONDS
 from services.auth import Principal, Role
 from services.clusters.models import ClusterRecord, Ownership
 from services.components.families import HEALTH_AGENT, HYPERPOD_RBAC, NVIDIA_PLUGIN
@@ -46,7 +47,7 @@ THEIRS = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"nam
              "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "Exists"}]}}}}
 
 
-SLOW = 100.0  # AutoScaling is Creating and Deleting for 600 simulated seconds: 6 real seconds here, enough to see
+SLOW = 100.0  # AutoScaling is Creating and Deleting for SCALING_SECONDS (600 simulated): 6 real seconds here
 
 
 @pytest.fixture(scope="module")
@@ -271,18 +272,28 @@ def test_a_failed_enable_names_hyperpods_reason_and_a_disable_waits_out_deleting
     injected = world.product.live.post("/api/v1/sandbox/faults", {"kind": "autoscaling_failed", "target": {
         "cluster": world.name, "message": reason}})
     assert injected.status_code == 201, injected.text
-    statuses: list[str] = []
+    mark = world.ledger.mark()
 
     def ended() -> Any:
         observed = feature.observe(target)
-        statuses.append((world.describe().get("AutoScaling") or {}).get("Status", ""))
         if observed.failed:
             return observed
         if feature.diff(observed):
             feature.apply(target, observed)
         return None
     failed = wait_until(ended, 120, "the enable to end")
-    assert "Creating" in statuses and statuses[-1] == "Failed", statuses
+    assert world.describe()["AutoScaling"]["Status"] == "Failed"
+    enabled = [e for e in world.ledger.writes(mark) if e.get("kind") == "aws"]
+    assert [f"{e['service']}:{e['operation']}" for e in enabled] == [
+        "iam:CreateRole", "iam:PutRolePolicy", "sagemaker:UpdateCluster"], "one enable, then a wait through "\
+        "Creating without sending it again"
+    assert enabled[-1]["request"]["AutoScaling"]["Mode"] == "Enable"
+    history = world.product.client("sagemaker").list_cluster_events(  # HyperPod's times: the simulated clock
+        ClusterName=world.name, SortOrder="Descending", MaxResults=100)["Events"]
+    failure = next(e["EventTime"] for e in history if e["Description"] == f"Autoscaling failed: {reason}")
+    asked = next(e["EventTime"] for e in history if e["Description"] == "Cluster update requested."
+                 and e["EventTime"] <= failure)
+    assert (failure - asked).total_seconds() >= SCALING_SECONDS, "it failed after a whole Creating period"
     assert reason in failed.failed and reason in failed.detail and not failed.healthy and not failed.settled
     mark = world.ledger.mark()
     with pytest.raises(Permanent, match="the account's limit of NodePools"):
@@ -290,12 +301,10 @@ def test_a_failed_enable_names_hyperpods_reason_and_a_disable_waits_out_deleting
     world.ledger.assert_no_writes(since=mark)
 
     mark = world.ledger.mark()
-    waited: list[str] = []
 
     def gone() -> bool:
         left = feature.leftover(target)
         if "autoscaling" in left.going:
-            waited.append(world.describe()["AutoScaling"]["Status"])
             before = world.ledger.mark()
             feature.delete(target, left)
             world.ledger.assert_no_writes(since=before)  # the role waits while HyperPod is Deleting
@@ -303,7 +312,10 @@ def test_a_failed_enable_names_hyperpods_reason_and_a_disable_waits_out_deleting
             feature.delete(target, left)
         return left.gone
     wait_until(gone, 120, "managed Karpenter gone")
-    assert "Deleting" in waited, waited
-    writes = [f"{e['service']}:{e['operation']}" for e in world.ledger.writes(mark) if e.get("kind") == "aws"]
+    made = [e for e in world.ledger.writes(mark) if e.get("kind") == "aws"]
+    writes = [f"{e['service']}:{e['operation']}" for e in made]
     assert writes == ["sagemaker:UpdateCluster", "iam:DeleteRolePolicy", "iam:DeleteRole"], writes
+    # the sandbox's clock runs SLOW times wall time, so the ledger's stamps say how much simulated time passed;
+    # half the Deleting period is the bound (a role deleted without waiting follows its UpdateCluster at once)
+    assert (made[1]["time"] - made[0]["time"]) * SLOW >= SCALING_SECONDS / 2, "the role waited out Deleting"
     assert world.describe()["AutoScaling"] == {"Mode": "Disable", "Status": "InService"}

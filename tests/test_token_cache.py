@@ -6,6 +6,7 @@ and only synchronous memory-only routes may run on the loop."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
 import threading
@@ -162,3 +163,46 @@ def test_a_token_revoked_by_the_cli_is_refused_on_its_next_request(live: LiveSer
     assert out.returncode == 0, out.stderr
     assert live.get("/api/v1/status", token).status_code == 401
 
+
+
+class SteppedClock(FakeClock):
+    """A FakeClock whose readings each run the next of ``steps`` first: how a test puts a revocation between two
+    lines of a sign-in, where a concurrent request's could land. It never advances: every answer stays fresh."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: list[Callable[[], None]] = []
+
+    def now(self) -> float:
+        if self.steps:
+            self.steps.pop(0)()
+        return super().now()
+
+
+@pytest.mark.parametrize("reading", [1, 2, 3])
+def test_a_sign_in_under_way_during_a_revocation_never_revives_the_revoked_token(tmp_path: Path, reading: int) -> None:
+    """While one token signs in, another sign-in of the token being revoked runs; the revocation lands at its
+    ``reading``-th clock reading. Neither in-flight sign-in may leave memory answering the revoked token."""
+    clock = SteppedClock()
+    server = TokenStore(Database(tmp_path / "state.db"), clock)
+    other = server.create(TokenCreate(name="other", role=Role.VIEWER), "test")
+    victim = server.create(TokenCreate(name="victim", role=Role.VIEWER), "test")
+    revoked: list[str] = []
+
+    def victim_signs_in() -> None:
+        with contextlib.suppress(Unauthorized):  # the revocation came before its row was read
+            server.authenticate(victim.token)
+
+    def revoke() -> None:
+        server.revoke(victim.id, SYSTEM)
+        revoked.append(victim.id)
+
+    clock.steps = [victim_signs_in, *([lambda: None] * (reading - 1)), revoke]
+    assert server.authenticate(other.token).name == "other"
+    while clock.steps:  # the script outlasted the sign-ins: the rest runs now
+        clock.steps.pop(0)()
+    assert revoked == [victim.id]
+    assert server.cached(victim.token) is None, "the revoked token is not answered from memory"
+    with pytest.raises(Unauthorized):
+        server.authenticate(victim.token)
+    assert server.authenticate(other.token).name == "other"

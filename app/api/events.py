@@ -37,7 +37,7 @@ ROUTES: list[Route] = [
                       "the health agent's findings) and the Warnings about its pods (FailedScheduling, "
                       "FailedMount, BackOff, Evicted), newest first. Narrow with since, node (name or instance id), "
                       "group, severity (warning or error), source, kind (node or pod: every pod event) and "
-                      "namespace; when more match, ask again with until=next_until. A part that cannot be read is "
+                      "namespace; when more match, ask again with cursor=next_cursor. A part that cannot be read is "
                       "named in errors and the rest is still answered. A HyperPod event's event_id gives its details "
                       "through clusters_events_get."),
     Route("GET", "/api/v1/clusters/{cluster}/events/{event_id}", "clusters_events_get",

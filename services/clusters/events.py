@@ -10,7 +10,9 @@ The Kubernetes part is the events informer's memory (Events whose ``involvedObje
 read makes no Kubernetes call). Of a pod's events only the Warnings (FailedScheduling, FailedMount, BackOff,
 Evicted, ...) are in the timeline unless ``kind=pod`` asks for all of them; a pod event's node is the pod's
 (the pods informer) or the kubelet's that reported it. The answer is capped at ``limit``; when more match,
-``next_until`` says where the next, older page starts.
+``next_cursor`` (opaque) says where the next, older page starts: the last shown event's time and its tie-breaker
+(HyperPod's EventId or the Kubernetes Event's uid), so events sharing one timestamp (Kubernetes' are whole
+seconds) are each shown once and paging always moves on.
 
 A part that cannot be read (ListClusterEvents needs ``NodeProvisioningMode=Continuous``; access denied; the
 event list not yet arrived) is named in ``errors`` and the other part is still answered. This module only
@@ -19,7 +21,10 @@ reads: it never changes AWS or Kubernetes.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,8 +90,8 @@ class ClusterEventsQuery(RequestModel):
     namespace: str | None = Field(None, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
                                   description="only events of pods in this namespace (node and HyperPod events "
                                               "have none: they are left out)")
-    until: AwareDatetime | None = Field(None, description="only events at or before this time: the previous "
-                                                          "answer's next_until, for the next (older) page")
+    cursor: str | None = Field(None, max_length=512, description="the previous answer's next_cursor: the next, "
+                                                                 "older page (the other filters unchanged)")
     limit: int = Field(100, ge=1, le=500, description="at most this many events (the newest)")
     refresh: bool = Field(False, description="ask HyperPod again instead of the short-lived cache")
 
@@ -113,9 +118,9 @@ class ClusterEventsView(ResponseModel):
     cluster: str
     events: list[ClusterEvent]
     truncated: bool = Field(False, description="more events match than were returned: narrow with since, node, "
-                                               "group, kind, namespace or severity, or page on with next_until")
-    next_until: str | None = Field(None, description="more events match: ask again with until=<this> for the older "
-                                                     "ones (events at exactly this time may be shown again)")
+                                               "group, kind, namespace or severity, or page on with next_cursor")
+    next_cursor: str | None = Field(None, description="more events match: ask again with cursor=<this> (an opaque "
+                                                      "token) for the older ones; each event is shown once")
     errors: list[str] = Field(default_factory=list, description="parts that could not be read, and why; the other "
                                                                 "part is still answered")
     hyperpod_age_seconds: float | None = Field(None, description="age of HyperPod's answer in the cache")
@@ -126,6 +131,25 @@ class ClusterEventDetail(ResponseModel):
     event: ClusterEvent
     details: dict[str, Any] = Field(default_factory=dict, description="HyperPod's EventDetails.EventMetadata "
                                                                       "(per resource type, as AWS answers it)")
+
+
+Key = tuple[str, str]  # an event's place in the timeline: (its time as _iso writes it, source:id), newest largest
+
+
+def encode_cursor(key: Key) -> str:
+    return base64.urlsafe_b64encode(json.dumps(list(key)).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> Key:
+    """The (time, tie-breaker) a ``next_cursor`` names; Invalid when it is not one this server wrote."""
+    try:
+        time, tie = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if isinstance(time, str) and isinstance(tie, str) and _parse(time) is not None:
+            return time, tie
+    except (ValueError, TypeError, binascii.Error):
+        pass
+    raise Invalid(f"cursor {cursor[:40]!r} is not a next_cursor of this timeline: pass the previous answer's "
+                  "next_cursor unchanged, or leave it out for the newest events")
 
 
 def _iso(value: Any) -> str:
@@ -170,23 +194,25 @@ class ClusterTimeline:
                     wait: float = FIRST_SYNC_SECONDS) -> ClusterEventsView:
         """The cluster's HyperPod events and Kubernetes node and pod events, merged newest first and filtered."""
         query = query or ClusterEventsQuery()
+        before = decode_cursor(query.cursor) if query.cursor else None
         record = self.registry.get(name)
         view = ClusterEventsView(cluster=name, events=[])
         # HyperPod's part needs the nodes only to name an instance's node: it takes what the informer holds
         nodes, groups = self._nodes(record, 0.0 if query.source == EventSource.HYPERPOD else wait, view.errors)
         instance_id, node_name = self._resolve_node(query.node, nodes)
-        events: list[ClusterEvent] = []
+        events: list[tuple[Key, ClusterEvent]] = []
         more = False
         if query.source in (None, EventSource.HYPERPOD) and query.kind is None and query.namespace is None:
-            more = self._hyperpod(record, query, instance_id, nodes, view, events)
+            more = self._hyperpod(record, query, before, instance_id, nodes, view, events)
         if query.source in (None, EventSource.KUBERNETES):
             group_nodes = self._group_nodes(record, query.group, nodes, view.errors) if query.group else None
             scope = _Scope(node_name, group_nodes, groups, {n: i for i, n in nodes.items()})
-            more = self._kubernetes(record, query, scope, wait, view, events) or more
-        events.sort(key=lambda e: e.time, reverse=True)
-        view.events = events[:query.limit]
+            self._kubernetes(record, query, before, scope, wait, view, events)
+        events.sort(key=lambda e: e[0], reverse=True)
+        shown = events[:query.limit]
+        view.events = [e for _, e in shown]
         view.truncated = more or len(events) > query.limit
-        view.next_until = view.events[-1].time if view.truncated and view.events else None
+        view.next_cursor = encode_cursor(shown[-1][0]) if view.truncated and shown else None
         return view
 
     @verb(Role.VIEWER)
@@ -213,8 +239,9 @@ class ClusterTimeline:
 
     # ----- HyperPod ----------------------------------------------------------------------------------
 
-    def _hyperpod(self, record: ClusterRecord, query: ClusterEventsQuery, instance_id: str | None,
-                  nodes: dict[str, str], view: ClusterEventsView, out: list[ClusterEvent]) -> bool:
+    def _hyperpod(self, record: ClusterRecord, query: ClusterEventsQuery, before: Key | None,
+                  instance_id: str | None, nodes: dict[str, str], view: ClusterEventsView,
+                  out: list[tuple[Key, ClusterEvent]]) -> bool:
         if not record.hyperpod_name:
             view.errors.append(f"HyperPod: {record.name} has no HyperPod cluster registered")
             return False
@@ -225,12 +252,16 @@ class ClusterTimeline:
             params["NodeId"] = instance_id
         if query.since is not None:
             params["EventTimeAfter"] = query.since
-        if query.until is not None:  # at or before: EventTimeBefore is strict
-            params["EventTimeBefore"] = query.until + dt.timedelta(milliseconds=1)
-        wanted = _at_least(query.severity, lambda e: HYPERPOD_LEVELS.get(str(e.get("EventLevel")), Severity.INFO))
+        if before is not None:  # the cursor's millisecond too (EventTimeBefore is strict); its ties are cut below
+            params["EventTimeBefore"] = (_parse(before[0]) or EPOCH) + dt.timedelta(milliseconds=1)
+        level = _at_least(query.severity, lambda e: HYPERPOD_LEVELS.get(str(e.get("EventLevel")), Severity.INFO))
+
+        def wanted(event: dict[str, Any]) -> bool:
+            return level(event) and (before is None or _hyperpod_key(event) < before)
+
         key = ("sagemaker", "list_cluster_events", record.region, record.hyperpod_name, query.group or "",
-               instance_id or "", query.since.isoformat() if query.since else "",
-               query.until.isoformat() if query.until else "", str(query.severity or ""), str(query.limit))
+               instance_id or "", query.since.isoformat() if query.since else "", query.cursor or "",
+               str(query.severity or ""), str(query.limit))
 
         def load() -> tuple[list[dict[str, Any]], bool]:
             client = self.aws.client("sagemaker", record.region)
@@ -248,23 +279,23 @@ class ClusterTimeline:
             view.errors.append(f"HyperPod: {exc.message}")
             return False
         view.hyperpod_age_seconds = round(age, 3)
-        out += [_hyperpod_event(e, nodes) for e in found]
+        out += [(_hyperpod_key(e), _hyperpod_event(e, nodes)) for e in found]
         return bool(more)
 
     # ----- Kubernetes --------------------------------------------------------------------------------
 
-    def _kubernetes(self, record: ClusterRecord, query: ClusterEventsQuery, scope: _Scope, wait: float,
-                    view: ClusterEventsView, out: list[ClusterEvent]) -> bool:
+    def _kubernetes(self, record: ClusterRecord, query: ClusterEventsQuery, before: Key | None, scope: _Scope,
+                    wait: float, view: ClusterEventsView, out: list[tuple[Key, ClusterEvent]]) -> None:
         try:
             informer = self.informers.get(record.name, "events")
         except NotFound as exc:
             view.errors.append(f"Kubernetes: {exc.message}")
-            return False
+            return
         if query.refresh:
             informer.resync(wait)
         if not informer.wait_synced(wait):
             view.errors.append(f"Kubernetes: the event list has not arrived ({informer.error or 'still listing'})")
-            return False
+            return
         view.kubernetes_age_seconds = informer.age()
         wanted = _at_least(query.severity, lambda e: Severity.WARNING if e.get("type") == "Warning" else Severity.INFO)
         pods: dict[tuple[str, str], str] | None = None
@@ -272,13 +303,16 @@ class ClusterTimeline:
             about = event.get("involvedObject") or {}
             if not wanted(event) or not self._kind_wanted(query, event, about):
                 continue
-            when = _parse(event.get("lastTimestamp")) or _parse((event.get("metadata") or {}).get("creationTimestamp"))
+            meta = event.get("metadata") or {}
+            when = _parse(event.get("lastTimestamp")) or _parse(meta.get("creationTimestamp"))
+            place = (_iso(when or EPOCH), f"{EventSource.KUBERNETES.value}:"
+                     f"{meta.get('uid') or (str(meta.get('namespace') or '') + '/' + str(meta.get('name') or ''))}")
             if (query.since is not None and (when is None or when <= query.since)) or (
-                    query.until is not None and when is not None and when > query.until):
+                    before is not None and place >= before):
                 continue
             namespace = pod = None
             if about.get("kind") == "Pod":
-                namespace = str(about.get("namespace") or (event.get("metadata") or {}).get("namespace") or "")
+                namespace = str(about.get("namespace") or meta.get("namespace") or "")
                 pod = str(about.get("name") or "")
                 if pods is None:
                     pods = self._pod_nodes(record)
@@ -288,14 +322,13 @@ class ClusterTimeline:
             if (scope.node is not None and node != scope.node) or (scope.group_nodes is not None
                                                                    and node not in scope.group_nodes):
                 continue
-            out.append(ClusterEvent(
-                time=_iso(when or EPOCH), source=EventSource.KUBERNETES,
+            out.append((place, ClusterEvent(
+                time=place[0], source=EventSource.KUBERNETES,
                 severity=Severity.WARNING if event.get("type") == "Warning" else Severity.INFO,
                 resource=str(about.get("kind")), group=scope.groups.get(node or ""), node=node,
                 instance_id=scope.instances.get(node or ""), namespace=namespace, pod=pod,
                 reason=event.get("reason"), message=str(event.get("message") or ""),
-                count=int(event.get("count") or 1)))
-        return False
+                count=int(event.get("count") or 1))))
 
     @staticmethod
     def _kind_wanted(query: ClusterEventsQuery, event: dict[str, Any], about: dict[str, Any]) -> bool:
@@ -374,6 +407,10 @@ def _at_least(severity: Severity | None, of: Callable[[dict[str, Any]], Severity
     if severity is None:
         return lambda event: True
     return lambda event: RANK[of(event)] >= RANK[severity]
+
+
+def _hyperpod_key(event: dict[str, Any]) -> Key:
+    return _iso(event.get("EventTime")), f"{EventSource.HYPERPOD.value}:{event.get('EventId') or ''}"
 
 
 def _hyperpod_event(event: dict[str, Any], nodes: dict[str, str]) -> ClusterEvent:

@@ -55,15 +55,17 @@ def batches(ids: list[str], logical: list[str], size: int, size_with_logical: in
         yield [i for k, i in chunk if k == "id"], [i for k, i in chunk if k == "logical"]
 
 
-def cluster_nodes(aws: AwsClients, plan: NodePlan) -> list[dict[str, Any]]:
-    """Every launched node HyperPod lists in the cluster now (ListClusterNodes, paged)."""
+def cluster_nodes(aws: AwsClients, plan: NodePlan, *, logical: bool = False) -> list[dict[str, Any]]:
+    """Every launched node HyperPod lists in the cluster now (ListClusterNodes, paged); with ``logical`` the
+    nodes not launched yet too (``IncludeNodeLogicalIds``: summaries with a NodeLogicalId and no InstanceId)."""
     sagemaker = aws.client("sagemaker", plan.region)
     out: list[dict[str, Any]] = []
     token: str | None = None
     while True:
         page = sagemaker.list_cluster_nodes(ClusterName=plan.hyperpod_cluster, MaxResults=100,
+                                            **({"IncludeNodeLogicalIds": True} if logical else {}),
                                             **({"NextToken": token} if token else {}))
-        out += [n for n in page.get("ClusterNodeSummaries", []) if n.get("InstanceId")]
+        out += [n for n in page.get("ClusterNodeSummaries", []) if logical or n.get("InstanceId")]
         token = page.get("NextToken")
         if not token:
             return out
@@ -108,9 +110,14 @@ class BatchRequest(NodeStage):
             by_key = {(n.instance_id or n.name): n.name for n in plan.nodes}
             return {k for k in keys if (obj := cached.get(by_key.get(k, ""))) is not None and (
                 boot_id(obj) != before.get(by_key[k]) or labels(obj).get(HEALTH_LABEL) == "UnschedulablePendingReboot")}
-        listed = {n["InstanceId"]: n["InstanceStatus"]["Status"] for n in cluster_nodes(self.deps.aws, plan)}
-        ids = {n.instance_id for n in plan.nodes if n.instance_id}
-        return {k for k in keys if k in ids and listed.get(k, "ShuttingDown") == "ShuttingDown"}
+        named = {n.instance_id or n.name for n in plan.nodes}  # a node without an instance id: its NodeLogicalId
+        with_logical = any(not n.instance_id for n in plan.nodes)
+        listed: dict[str, str] = {}
+        for summary in cluster_nodes(self.deps.aws, plan, logical=with_logical):
+            for key in (summary.get("InstanceId"), summary.get("NodeLogicalId") if with_logical else None):
+                if key:
+                    listed[str(key)] = summary["InstanceStatus"]["Status"]
+        return {k for k in keys if k in named and listed.get(k, "ShuttingDown") == "ShuttingDown"}
 
     def act(self, ctx: StageContext[NodePlan]) -> None:
         plan = ctx.request
