@@ -71,6 +71,16 @@ def test_vllm_flags_are_not_abbreviated_but_sglang_ones_are() -> None:
         parse("python3 -m sglang.launch_server --model-path m/x --disable 1")
 
 
+def test_vllm_arities_follow_the_engine_switches_take_no_value_lists_take_several_only_bools_negate() -> None:
+    serve = parse("vllm serve m/x --cudagraph-capture-sizes 8 16 --async-scheduling -dp 2 --no-enforce-eager")
+    assert serve.flags == {"--cudagraph-capture-sizes": "8 16", "--async-scheduling": None,
+                           "--data-parallel-size": "2", "--enforce-eager": None}
+    with pytest.raises(Invalid, match="unexpected argument"):
+        parse("vllm serve m/x --enable-sleep-mode 1")  # a switch takes no value: argparse leaves 1 over
+    with pytest.raises(Invalid, match="has no flag --no-port"):
+        parse("vllm serve m/x --no-port")
+
+
 @pytest.mark.parametrize("command", [
     "vllm serve m/x --hf-token hf_abc", "vllm serve m/x --api-key k",
     "python3 -m sglang.launch_server --model-path m/x --api-key k"])

@@ -45,16 +45,23 @@ class FlagSpec:
     flags: frozenset[str]
     aliases: dict[str, str]
     allow_abbrev: bool
-    negatable: bool
+    negatable: frozenset[str]  # the flags argparse's BooleanOptionalAction also gives a --no- form
+    switches: frozenset[str]  # flags that take no value (store_true, and the negatable ones)
+    values: frozenset[str]  # flags that take one or more values (nargs="+")
 
 
 @functools.cache
 def flag_specs() -> dict[Engine, FlagSpec]:
     text = resources.files("services").joinpath("inference/engine_flags.yaml").read_text()
     data: dict[str, Any] = yaml.safe_load(text)
-    return {Engine(name): FlagSpec(flags=frozenset(spec["flags"]), aliases=dict(spec["aliases"]),
-                                   allow_abbrev=bool(spec["allow_abbrev"]), negatable=bool(spec["negatable"]))
-            for name, spec in data.items()}
+    specs: dict[Engine, FlagSpec] = {}
+    for name, spec in data.items():
+        negatable = frozenset(spec.get("negatable") or [])
+        specs[Engine(name)] = FlagSpec(flags=frozenset(spec["flags"]), aliases=dict(spec["aliases"]),
+                                       allow_abbrev=bool(spec["allow_abbrev"]), negatable=negatable,
+                                       switches=frozenset(spec.get("switches") or []) | negatable,
+                                       values=frozenset(spec.get("values") or []))
+    return specs
 
 
 @dataclass(frozen=True)
@@ -119,7 +126,7 @@ def canonical(engine: Engine, written: str) -> str:
         return written
     if written in spec.aliases:
         return spec.aliases[written]
-    if spec.negatable and written.startswith("--no-") and "--" + written[5:] in spec.flags:
+    if written.startswith("--no-") and "--" + written[5:] in spec.negatable:
         return "--" + written[5:]
     if spec.allow_abbrev and written.startswith("--"):
         matches = sorted(f for f in spec.flags | set(spec.aliases) if f.startswith(written))
@@ -136,7 +143,9 @@ def canonical(engine: Engine, written: str) -> str:
 
 
 def _options(engine: Engine, args: list[str]) -> tuple[dict[str, str | None], list[str]]:
-    """Flags (canonical name -> its value, None for a switch) and the positionals left over."""
+    """Flags (canonical name -> its value, None for a switch, the words joined by a space for a flag taking
+    several) and the positionals left over."""
+    spec = flag_specs()[engine]
     found: dict[str, str | None] = {}
     positionals: list[str] = []
     i = 0
@@ -154,13 +163,26 @@ def _options(engine: Engine, args: list[str]) -> tuple[dict[str, str | None], li
         if eq:
             found[name] = inline
             i += 1
-        elif i + 1 < len(args) and not args[i + 1].startswith("--") and not _short_flag(args[i + 1]):
+        elif name in spec.switches:
+            found[name] = None
+            i += 1
+        elif name in spec.values:
+            j = i + 1
+            while j < len(args) and not _option(args[j]):
+                j += 1
+            found[name] = " ".join(args[i + 1:j]) or None
+            i = j
+        elif i + 1 < len(args) and not _option(args[i + 1]):
             found[name] = args[i + 1]
             i += 2
         else:
             found[name] = None
             i += 1
     return found, positionals
+
+
+def _option(token: str) -> bool:
+    return token.startswith("--") or _short_flag(token)
 
 
 def _short_flag(token: str) -> bool:

@@ -11,6 +11,9 @@ from typing import Any
 
 from kubernetes import client
 
+from sandbox.kube import engine_cli
+from services.inference.command import IMAGES, flag_specs, parse
+from services.inference.models import Engine
 from tests.kube.serving_support import Served, chat, proxy_call, served, serving
 from tests.support import wait_until
 
@@ -174,3 +177,29 @@ def test_a_crash_looping_engine_never_becomes_ready(served: Served) -> None:
     assert "larger than the number of available GPUs (2" in _log(served, pod.metadata.name, previous=True)
     status, _, answer = chat(served.api, "bad:http", "hi")
     assert status == 503 and "no endpoints available" in answer["message"]
+
+
+def test_the_product_and_the_simulated_vllm_record_the_same_flags_aliases_and_no_forms() -> None:
+    product, simulated = flag_specs()[Engine.VLLM], engine_cli.spec("vllm")
+    recorded = simulated.value | simulated.switch | simulated.optional | simulated.values | simulated.negatable
+    assert sorted(recorded ^ product.flags) == []
+    assert simulated.aliases == product.aliases
+    assert simulated.negatable == product.negatable
+    assert {"--async-scheduling", "--cudagraph-capture-sizes", "--structured-outputs-config"} <= recorded
+
+
+def test_a_vllm_command_the_product_accepts_starts_the_simulated_engine(served: Served) -> None:
+    serve = parse("vllm serve Qwen/Qwen2.5-0.5B-Instruct --async-scheduling --no-enable-prefix-caching "
+                  "--cudagraph-capture-sizes 8 16 --max-model-len 4096 -dp 1 --kv-sharing-fast-prefill "
+                  "--enable-log-requests --structured-outputs-config '{}' --served-model-name q -tp 2")
+    container = _container("vllm", image=IMAGES[Engine.VLLM], command=serve.argv, gpus=serve.gpus_needed)
+    served.core.create_namespaced_pod("default", {"metadata": {"name": "v011"}, "spec": {
+        "restartPolicy": "Never", "containers": [container]}})
+
+    def settled() -> client.V1Pod | None:
+        pod = served.core.read_namespaced_pod("v011", "default")
+        return pod if _ready(pod) or pod.status.phase == "Failed" else None
+
+    pod = wait_until(settled, timeout=60, message="the vLLM 0.11 pod Ready or Failed")
+    assert _ready(pod), _log(served, "v011")
+    assert "tensor_parallel_size=2" in _log(served, "v011")
