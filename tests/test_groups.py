@@ -6,6 +6,7 @@ the sandbox's ledger recorded (every other group sent unchanged)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from kubernetes import client as k8s
 
 from services.groups.spec import group_spec
 from services.settings import Settings
+from tests.create_support import held_answers
 from tests.ledger import CallLedger
 from tests.node_support import kube
 from tests.sandbox_support import SeededServer, client, seeded_server
@@ -403,6 +405,60 @@ def test_an_eks_managed_node_group_is_listed_scaled_and_deleted(seeded: SeededSe
     assert view["status"] == "succeeded", brief(view)
     ledger.once("eks", "DeleteNodegroup", since=mark)
     assert "system" not in {g["name"] for g in live.get(BASE + "?refresh=true").json()}
+
+
+def test_an_eks_node_group_busy_with_another_update(seeded: SeededServer) -> None:
+    """Refused while UPDATING (as EKS would, nothing written); and a change accepted just before another
+    update began is sent once that one ends, not taken as done because the group came back ACTIVE."""
+    live, ledger = seeded.live, CallLedger(seeded.live)
+    eks = client(settings_of(seeded), "eks")
+    subnets = eks.describe_cluster(name=EKS)["cluster"]["resourcesVpcConfig"]["subnetIds"]
+    eks.create_nodegroup(clusterName=EKS, nodegroupName="busy", subnets=subnets, instanceTypes=["m5.large"],
+                         nodeRole="arn:aws:iam::123456789012:role/eks-node",
+                         scalingConfig={"minSize": 1, "maxSize": 2, "desiredSize": 1})
+
+    def status() -> str:
+        return str(eks.describe_nodegroup(clusterName=EKS, nodegroupName="busy")["nodegroup"]["status"])
+
+    # the sandbox's clock runs fast (an update lasts a few of its ms): an update the verb did not see in time
+    # goes through, and the next try starts another
+    for attempt in range(20):
+        wait_until(lambda: status() == "ACTIVE", 60, "the node group ACTIVE")
+        eks.update_nodegroup_config(clusterName=EKS, nodegroupName="busy", scalingConfig={"maxSize": 3 + attempt % 2})
+        mark = ledger.mark()
+        refused = request(live, "PATCH", BASE + "/busy", {"labels": {"try": str(attempt)}})
+        if refused.status_code == 202:
+            assert finished(live, refused)["status"] == "succeeded"
+            continue
+        assert refused.status_code == 409 and "is UPDATING" in refused.text, refused.text
+        assert refused.json()["error"]["details"]["status"] == "UPDATING", refused.text
+        ledger.assert_no_writes(mark)
+        break
+    else:
+        raise AssertionError("the verb never read the node group UPDATING in 20 tries")
+    wait_until(lambda: status() == "ACTIVE", 60, "the other update to end")
+
+    # the verb reads the group ACTIVE; its answer is held while another update starts, then let go
+    fault = live.post("/api/v1/sandbox/faults", {"kind": "hold_response", "count": 1, "target": {
+        "service": "eks", "operation": "DescribeNodegroup"}})
+    assert fault.status_code == 201, fault.text
+    fault_id = fault.json()["id"]
+    mark = ledger.mark()
+    with ThreadPoolExecutor(1) as pool:
+        reply = pool.submit(request, live, "PATCH", BASE + "/busy", {"labels": {"tier": "busy"}})
+        wait_until(lambda: held_answers(live, fault_id) == 1, 60, "the verb's DescribeNodegroup held")
+        eks.update_nodegroup_config(clusterName=EKS, nodegroupName="busy", scalingConfig={"maxSize": 5})
+        released = httpx2.delete(f"{live.url}/api/v1/sandbox/faults/{fault_id}", headers=live.headers(), timeout=30)
+        assert released.status_code == 200, released.text
+        view = finished(live, reply.result(60))
+    assert view["status"] == "succeeded", brief(view)
+    sent = ledger.succeeded("eks", "UpdateNodegroupConfig", since=mark)
+    ours = [c["request"] for c in sent if "labels" in c["request"]]
+    assert len(ours) == 1 and ours[0]["labels"]["addOrUpdateLabels"] == {"tier": "busy"}, ours
+    group = eks.describe_nodegroup(clusterName=EKS, nodegroupName="busy")["nodegroup"]
+    assert group["labels"] == {"tier": "busy"} and group["scalingConfig"]["maxSize"] == 5, group
+    eks.delete_nodegroup(clusterName=EKS, nodegroupName="busy")
+    wait_until(lambda: "busy" not in eks.list_nodegroups(clusterName=EKS)["nodegroups"], 60, "the node group gone")
 
 
 def test_automatic_patching_and_a_software_update(seeded: SeededServer) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import botocore.session
 
+from sandbox.aws.eks_nodegroups import node_config
 from services.groups.nodegroups import eks_taints, nodegroup_update
 from services.groups.spec import SPEC_MEMBERS, comparable, full_group_list, group_spec, patch_date, update_groups
 
@@ -144,5 +145,27 @@ def test_a_node_groups_update_carries_only_the_difference() -> None:
     assert nodegroup_update(group, {"desiredSize": 2}, {"a": "9", "c": "3"}, wanted) == {
         "scalingConfig": {"desiredSize": 2},
         "labels": {"addOrUpdateLabels": {"a": "9", "c": "3"}, "removeLabels": ["b"]},
-        # x changes effect: added (EKS replaces that key's taint), never also removed; y goes
-        "taints": {"addOrUpdateTaints": wanted, "removeTaints": [{"key": "y", "effect": "NO_EXECUTE"}]}}
+        # a taint is its key and effect: x with another effect is another taint (added, and the old one goes)
+        "taints": {"addOrUpdateTaints": wanted, "removeTaints": [{"key": "x", "value": "v", "effect": "NO_SCHEDULE"},
+                                                                 {"key": "y", "effect": "NO_EXECUTE"}]}}
+
+
+def test_a_node_groups_taint_diff_lands_as_the_sandbox_applies_it() -> None:
+    """The diff and the sandbox's UpdateNodegroupConfig agree: what is sent makes the group's taints the asked
+    set, whether a taint's value, its effect or its presence changes."""
+    group = {"taints": [{"key": "x", "value": "v", "effect": "NO_SCHEDULE"}, {"key": "y", "effect": "NO_EXECUTE"},
+                        {"key": "x", "effect": "NO_EXECUTE"}]}
+    for asked in ([{"key": "x", "value": "w", "effect": "NoSchedule"}, {"key": "x", "effect": "NoExecute"}],
+                  [{"key": "x", "value": "v", "effect": "PreferNoSchedule"}, {"key": "y", "effect": "NoExecute"}],
+                  [{"key": "x", "effect": "NoExecute"}, {"key": "z", "value": "1", "effect": "NoSchedule"}], []):
+        wanted = eks_taints(asked)
+        after = {"taints": [dict(t) for t in group["taints"]]}
+        params = nodegroup_update(group, None, None, wanted)
+        node_config(after, params)
+        assert sorted(map(str, after["taints"])) == sorted(map(str, wanted)), asked
+        assert nodegroup_update(after, None, None, wanted) == {}
+    same_value = nodegroup_update(group, None, None, eks_taints([{"key": "x", "value": "w", "effect": "NoSchedule"},
+                                                                 {"key": "x", "effect": "NoExecute"},
+                                                                 {"key": "y", "effect": "NoExecute"}]))
+    # a value changes: only added (it replaces the value of that key and effect), the key's other taint stays
+    assert same_value == {"taints": {"addOrUpdateTaints": [{"key": "x", "value": "w", "effect": "NO_SCHEDULE"}]}}

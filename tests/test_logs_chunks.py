@@ -1,11 +1,14 @@
 """Chunks of log lines: the places the live path computes from a block's first and last stamps agree with
 numbering every line, whatever the cut; a followed body's chunked framing is undone however the reads split
-it."""
+it, and a body cut short raises instead of passing a cut line on as whole."""
 
 from __future__ import annotations
 
 import io
 import random
+
+import pytest
+from urllib3.exceptions import ProtocolError
 
 from services.logs.chunks import MAX_LINE_BYTES, read_chunk
 from services.logs.cursor import Mark
@@ -86,14 +89,43 @@ class _Response:
         self._fp = type("Conn", (), {"fp": io.BufferedReader(_Trickle(data, seed), buffer_size=16)})()
 
 
-def test_chunked_framing_is_undone_however_reads_split_it() -> None:
-    body = _raw(STAMPS * 3)
-    pieces, pos, rng = [], 0, random.Random(7)
+def _framed(body: bytes, seed: int = 7) -> bytes:
+    pieces, pos, rng = [], 0, random.Random(seed)
     while pos < len(body):
         size = rng.randint(1, 40)
         pieces.append(b"%x;ext=1\r\n" % len(body[pos:pos + size]) + body[pos:pos + size] + b"\r\n")
         pos += size
-    framed = b"".join(pieces) + b"0\r\n\r\n"
+    return b"".join(pieces) + b"0\r\n\r\n"
+
+
+def test_chunked_framing_is_undone_however_reads_split_it() -> None:
+    body = _raw(STAMPS * 3)
+    framed = _framed(body)
     for seed in range(20):
         blocks = list(line_blocks(_Response(framed, seed)))
         assert b"".join(blocks) == body and all(block.endswith(b"\n") for block in blocks)
+
+
+def test_a_last_line_without_newline_is_whole_when_the_body_ends_cleanly() -> None:
+    body = _raw(STAMPS) + b"2026-01-01T00:00:04.000000000Z no newline"
+    assert b"".join(line_blocks(_Response(_framed(body), 1))) == body + b"\n"
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n" % len(data) + data + b"\r\n"
+
+
+@pytest.mark.parametrize("cut", ["mid-line", "between chunks", "in a size line", "in the last size line"])
+def test_a_body_cut_short_raises_after_its_whole_lines_only(cut: str) -> None:
+    body = _raw(STAMPS)
+    mid = body.rindex(b"line 8") + 3  # inside the last line
+    head = _chunk(body[:mid])
+    framed = head + _chunk(body[mid:]) + b"0\r\n\r\n"
+    framed = {"mid-line": head[:-4], "between chunks": head, "in a size line": framed[:len(head) + 1],
+              "in the last size line": framed[:-4]}[cut]
+    whole = body if cut == "in the last size line" else body[:body.rindex(b"\n", 0, mid) + 1]
+    for seed in range(10):
+        blocks: list[bytes] = []
+        with pytest.raises(ProtocolError):
+            blocks.extend(line_blocks(_Response(framed, seed)))
+        assert b"".join(blocks) == whole and all(block.endswith(b"\n") for block in blocks)

@@ -1,10 +1,14 @@
 """The live log stream of a job against the Kubernetes emulator, through the official client: order, exact
 resumption from a cursor (lines within one second included), tails, new pods joining, one Kubernetes
-stream per container however many read, and a bounded buffer for a reader that does not read."""
+stream per container however many read, a bounded buffer for a reader that does not read, and a followed
+body cut mid-line resumed with that line whole, once."""
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Iterator
+from contextlib import closing, suppress
 from pathlib import Path
 
 import pytest
@@ -13,7 +17,7 @@ from services.logs import LogView
 from services.logs.cursor import Line
 from services.logs.models import LogStreamQuery
 from tests.logs_support import BASE_TS, CLUSTER, VIEWER, LogWorld, log_world
-from tests.support import wait_until
+from tests.support import free_port, wait_until
 
 
 @pytest.fixture
@@ -191,3 +195,68 @@ def test_a_reader_that_reads_nothing_gets_a_dropped_count_and_bounded_memory(tmp
             assert resumed.take().lines == []
         finally:
             resumed.close()
+
+
+class _CuttingProxy:
+    """A TCP proxy in front of the emulator that, once armed, closes a followed log connection in the middle of
+    the next line containing ``marker`` (the kubelet's stream broken mid-chunk)."""
+
+    def __init__(self, upstream: str, marker: bytes) -> None:
+        host, port = upstream.rsplit("//", 1)[1].split(":")
+        self.upstream, self.marker, self.port = (host, int(port)), marker, free_port()
+        self.armed, self.cut = threading.Event(), threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._listener.close()
+
+    def _accept(self) -> None:
+        with suppress(OSError):
+            while True:
+                conn, _ = self._listener.accept()
+                up = socket.create_connection(self.upstream)
+                follow = threading.Event()
+                threading.Thread(target=self._pump, args=(conn, up, follow, True), daemon=True).start()
+                threading.Thread(target=self._pump, args=(up, conn, follow, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, follow: threading.Event, request: bool) -> None:
+        with closing(src), closing(dst), suppress(OSError):
+            while data := src.recv(65536):
+                if request and b"follow=true" in data:
+                    follow.set()
+                at = data.find(self.marker) if not request and follow.is_set() and self.armed.is_set() else -1
+                if at >= 0 and not self.cut.is_set():
+                    self.cut.set()
+                    dst.sendall(data[:at + 4])  # a few bytes of the line, then the connection ends
+                    for sock in (src, dst):  # (a close alone leaves the other pump's recv holding it open)
+                        sock.shutdown(socket.SHUT_RDWR)
+                    return
+                dst.sendall(data)
+
+
+def test_a_body_cut_mid_line_resumes_with_that_line_whole_and_once(world: LogWorld, tmp_path: Path) -> None:
+    proxy = _CuttingProxy(world.server.base_url, b"cut here")
+    try:
+        path = world.emulator.write_kubeconfig(CLUSTER, f"http://127.0.0.1:{proxy.port}", tmp_path / "proxied")
+        world.services.kube.register_kubeconfig(CLUSTER, path)
+        world.pod("train-worker-0", "train")
+        world.log("train-worker-0", "before", BASE_TS + 0.1)
+        view = _open(world)
+        try:
+            assert [line.text for line in _collect(view, 1)] == ["before"]
+            wait_until(view.caught_up.is_set, 30, "the catch-up to end")
+            proxy.armed.set()
+            world.log("train-worker-0", "cut here, a line with more after the cut", BASE_TS + 0.2)  # same second
+            wait_until(proxy.cut.is_set, 30, "the follow stream cut mid-line")
+            world.log("train-worker-0", "after", BASE_TS + 0.3)
+            got = _collect(view, 2)
+            wait_until(lambda: len([r for r in world.emulator.requests_for(CLUSTER, "GET")
+                                    if r.path.endswith("/log") and "follow=true" in r.query]) >= 2, 30,
+                       "the follower to resume")
+            got += view.take().lines
+            assert [line.text for line in got] == ["cut here, a line with more after the cut", "after"]
+        finally:
+            view.close()
+    finally:
+        proxy.close()

@@ -394,8 +394,9 @@ class InstanceGroups:
                            details={"field": "capacity_type", "current": capacity.value})
         taints = [t.model_dump() for t in request.taints] if request.taints is not None else None
         check_lengths(name, request.labels, taints)
-        if nodegroup["status"] not in ("ACTIVE", "UPDATING"):
-            raise Conflict(f"EKS node group {name} is {nodegroup['status']}: it changes once it is ACTIVE")
+        if nodegroup["status"] != "ACTIVE":  # as EKS's ResourceInUseException: one update at a time
+            raise Conflict(f"EKS node group {name} is {nodegroup['status']}: it changes once it is ACTIVE",
+                           details={"status": nodegroup["status"]})
         scaling = None
         if request.count is not None:
             current = nodegroup.get("scalingConfig") or {}

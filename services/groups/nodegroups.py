@@ -62,12 +62,13 @@ def nodegroup_update(group: dict[str, Any], scaling: dict[str, int] | None, labe
         return t["key"], t.get("value") or "", t["effect"]
 
     if taints is not None:
+        # a taint is its key and effect, as in Kubernetes (the API's docs say only "added or updated"):
+        # addOrUpdateTaints replaces the value of the same key and effect, so that one is not also removed
         current_taints = list(group.get("taints") or [])
-        have, want = {key(t) for t in current_taints}, {key(t) for t in taints}
+        have, wanted = {key(t) for t in current_taints}, {(t["key"], t["effect"]) for t in taints}
         add_taints = [t for t in taints if key(t) not in have]
-        added = {t["key"] for t in add_taints}  # an added key replaces that key's taint: it is not also removed
         remove_taints = [{"key": t["key"], **({"value": t["value"]} if t.get("value") else {}), "effect": t["effect"]}
-                         for t in current_taints if key(t) not in want and t["key"] not in added]
+                         for t in current_taints if (t["key"], t["effect"]) not in wanted]
         payload = {**({"addOrUpdateTaints": add_taints} if add_taints else {}),
                    **({"removeTaints": remove_taints} if remove_taints else {})}
         if payload:

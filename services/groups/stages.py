@@ -33,6 +33,7 @@ from services.groups.spec import comparable, find_group, full_group_list, group_
 from services.stages import Done, Observed, OperationKind, Stage, StageContext, Wait
 
 POLL_SECONDS = 15.0
+MAX_RESENDS = 3  # an EKS node group's change sent again after an ACTIVE without it, before the stage gives up
 ADD_KIND, UPDATE_KIND, DELETE_KIND, SOFTWARE_KIND = ("instance_group.add", "instance_group.update",
                                                      "instance_group.delete", "instance_group.software_update")
 _SOFTWARE_ACTIVE = ("Pending", "InProgress", "RollbackInProgress")
@@ -290,10 +291,16 @@ class NodegroupStage(_GroupStage):
             group = self._describe(change)
             if group is None:
                 raise Permanent(f"EKS node group {change.group} is gone")
-            params = nodegroup_update(group, change.scaling, change.nodegroup_labels, change.nodegroup_taints)
-            if params:  # (observed ABSENT on a difference; a crash after the call finds it made and only waits)
-                eks.update_nodegroup_config(clusterName=change.eks_cluster, nodegroupName=change.group, **params)
+            self._update(change, group)  # (observed ABSENT on a difference; a crash after it finds it made)
         self.deps.cache.invalidate(change.region, str(change.eks_cluster))
+
+    def _update(self, change: GroupChange, group: dict[str, Any]) -> bool:
+        """Send what still differs from the asked state; False when nothing does."""
+        params = nodegroup_update(group, change.scaling, change.nodegroup_labels, change.nodegroup_taints)
+        if params:
+            self._eks(change).update_nodegroup_config(clusterName=change.eks_cluster, nodegroupName=change.group,
+                                                      **params)
+        return bool(params)
 
     def poll(self, ctx: StageContext[GroupChange]) -> Done | Wait:
         change = ctx.request
@@ -306,6 +313,18 @@ class NodegroupStage(_GroupStage):
         if group is None:
             raise Permanent(f"EKS node group {change.group} disappeared")
         if group["status"] == "ACTIVE":
+            # ACTIVE may end another update than ours (observed UPDATING, not acted): done only with nothing left
+            # to send, else send the rest, a bounded number of times
+            resent = int(ctx.data.get("resent", 0))
+            if resent < MAX_RESENDS and self._update(change, group):
+                ctx.data["resent"] = resent + 1  # saved with the Wait
+                self.deps.cache.invalidate(change.region, str(change.eks_cluster))
+                return Wait(POLL_SECONDS, f"EKS node group {change.group}: the change sent again (it was not there "
+                                          "once the group was ACTIVE)")
+            if resent >= MAX_RESENDS and nodegroup_update(group, change.scaling, change.nodegroup_labels,
+                                                          change.nodegroup_taints):
+                raise Permanent(f"EKS node group {change.group} is ACTIVE without the change after it was sent "
+                                f"{MAX_RESENDS + 1} times (something else changes it back)")
             return Done(f"EKS node group {change.group} ACTIVE at {group['scalingConfig'].get('desiredSize')} nodes")
         issues = "; ".join(str(i.get("message")) for i in (group.get("health") or {}).get("issues") or [])
         return Wait(POLL_SECONDS, f"EKS node group {change.group} is {group['status']}"

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from kubernetes import client as k8s
 from kubernetes.watch.watch import iter_resp_lines
+from urllib3.exceptions import ProtocolError
 
 from services.errors import Invalid, NotFound, ServiceError
 from services.kube import KubeClients
@@ -151,7 +152,11 @@ class Follower:
 
 
 def line_blocks(resp: Any) -> Iterator[bytes]:
-    """The response as blocks of whole lines, one per read (what arrived together is handed on together)."""
+    """The response as blocks of whole lines, one per read (what arrived together is handed on together).
+
+    A last line without its newline is handed on (newline added) only when the body ended cleanly, as the
+    API server ends a log whose last write had none; a body cut short raises from :func:`_body` before it, so
+    the follower resumes from its last whole line instead of taking a cut one for complete."""
     rest = b""
     for data in _body(resp):
         if rest:
@@ -171,7 +176,8 @@ def _body(resp: Any) -> Iterator[bytes]:
     (often a line or a few), and urllib3's ``stream`` hands each chunk on by itself after several reads and
     calls of its own: with a busy job that per-chunk cost is most of the work. So the chunked framing is
     undone here over the connection's buffered reader: one read takes whatever has arrived, however many
-    chunks that is, and the framing costs a ``find`` per chunk.
+    chunks that is, and the framing costs a ``find`` per chunk. A connection that closes before the last
+    (zero-size) chunk raises urllib3's ``ProtocolError``, as urllib3's own reader does.
     """
     raw = getattr(getattr(resp, "_fp", None), "fp", None)
     if not getattr(resp, "chunked", False) or raw is None:
@@ -210,6 +216,7 @@ def _body(resp: Any) -> Iterator[bytes]:
             yield b"".join(out)
         if last:
             return
+    raise ProtocolError("Response ended prematurely")
 
 
 class JobStream:
