@@ -26,7 +26,7 @@ import yaml
 from tornado import iostream
 from tornado.web import RequestHandler
 
-from . import backends, deletion, discovery, disruption, proxy, tables
+from . import deletion, discovery, disruption, proxy, tables
 from .cluster import Cluster, WriteOptions
 from .errors import ApiError, bad_request, gone, method_not_allowed, not_found
 from .logs import LogLine
@@ -412,19 +412,8 @@ class KubeHandler(RequestHandler):
                                      "uid": obj["metadata"].get("uid", "")}})
 
     async def _proxy(self, cluster: Cluster, rt: ResourceType, namespace: str, name: str, rest: list[str]) -> None:
-        """Relay the request to the pod behind ``services/{name}/proxy`` or ``pods/{name}/proxy`` (:mod:`.proxy`)."""
         self._defer = False  # nothing in the cluster changes: the answer is the backend's
-        resolve = proxy.pod_target if rt.key == POD_KEY else proxy.service_target
-        target = resolve(cluster, namespace, name)
-        path = "/" + "/".join(rest) + ("/" if rest and self._kube_path.endswith("/") else "")
-        request = backends.Request(self.request.method or "GET", path, self.request.query,
-                                   {k: v for k, v in self.request.headers.get_all()}, self.request.body or b"")
-        response = await asyncio.get_running_loop().run_in_executor(None, proxy.forward, cluster, target, request)
-        self.set_status(response.status)
-        self.clear_header("Content-Type")
-        for key, value in response.headers:
-            self.add_header(key, value)
-        self.finish(response.body)
+        await proxy.relay(self, cluster, rt.key == POD_KEY, namespace, name, rest, self._kube_path)
 
     # --- streams ----------------------------------------------------------------------------------------
 

@@ -19,7 +19,8 @@ from collections import Counter
 from decimal import Decimal
 from typing import Any
 
-from . import deletion, processes, volumes
+from . import deletion, probes, processes, volumes
+from . import operator_support as ops
 from .cluster import Cluster, WriteOptions
 from .errors import ApiError
 from .resources import POD_KEY
@@ -183,9 +184,11 @@ def run_pod(cluster: Cluster, loc: Loc) -> None:
     phase = status.get("phase", "Pending")
     if phase == "Pending" and (missing := volumes.missing_config_maps(cluster, pod)):
         volumes.mount_failed(cluster, pod, missing)  # started once the ConfigMap exists (.controllers)
+    elif phase == "Pending" and (refused := _config_errors(cluster, pod)):
+        _refuse(cluster, pod, refused)  # started once they resolve
     elif phase == "Pending":
         _write_status(cluster, pod, _running(cluster, pod, node), KUBELET)
-    elif phase == "Running" and processes.run(cluster, pod):
+    elif phase == "Running" and processes.run(cluster, pod, probes.run):
         return  # its simulated programs end it
     elif phase == "Running" and cluster.downloads.simulates(cluster, loc, pod):
         return  # a model download runs as its simulated `hf download` and ends the pod itself (.downloader)
@@ -211,19 +214,65 @@ def _running(cluster: Cluster, pod: Obj, node: Obj) -> dict[str, Any]:
             "containerID": f"containerd://{ident}", "ready": not probed,
             "started": not (probed and container.get("startupProbe")), "restartCount": 0,
             "state": {"running": {"startedAt": now}}})
-    unready = [str(c["name"]) for c in containers if not c["ready"]]
     conditions = [_condition(pod, ctype, "True", now) for ctype in
                   ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")]
-    if unready:
-        conditions = [_condition(pod, c["type"], "False", now, reason="ContainersNotReady",
-                                 message=f"containers with unready status: [{' '.join(unready)}]")
-                      if c["type"] in ("Ready", "ContainersReady") else c for c in conditions]
     status: dict[str, Any] = {
         "phase": "Running", "conditions": conditions, "hostIP": host_ip, "hostIPs": [{"ip": host_ip}],
         "podIP": pod_ip, "podIPs": [{"ip": pod_ip}], "startTime": now, "containerStatuses": containers}
+    status["conditions"] = processes.ready_conditions(status, now)
     if "qosClass" in (pod.get("status") or {}):
         status["qosClass"] = pod["status"]["qosClass"]
     return status
+
+
+def _config_error(cluster: Cluster, namespace: str, container: dict[str, Any]) -> str:
+    """Why the kubelet cannot build the container's environment: a ``secretKeyRef`` (not ``optional``) to a
+    Secret or key that does not exist ("" when it can)."""
+    for item in container.get("env") or []:
+        ref = (item.get("valueFrom") or {}).get("secretKeyRef")
+        if not isinstance(ref, dict) or ref.get("optional"):
+            continue
+        name, key = str(ref.get("name", "")), str(ref.get("key", ""))
+        secret = cluster.store.get(("", "secrets"), (namespace, name))
+        if secret is None:
+            return f'secret "{name}" not found'
+        if key not in {**(secret.get("data") or {}), **(secret.get("stringData") or {})}:
+            return f"couldn't find key {key} in Secret {namespace}/{name}"
+    return ""
+
+
+def _config_errors(cluster: Cluster, pod: Obj) -> dict[str, str]:
+    namespace = pod["metadata"]["namespace"]
+    errors = {str(c.get("name")): _config_error(cluster, namespace, c)
+              for c in (pod.get("spec") or {}).get("containers") or []}
+    return {name: why for name, why in errors.items() if why}
+
+
+def _refuse(cluster: Cluster, pod: Obj, refused: dict[str, str]) -> None:
+    """The pod whose containers the kubelet cannot create yet: it stays ``Pending``, each refused container
+    waiting in ``CreateContainerConfigError`` (a ``Failed`` warning names why), the others ``ContainerCreating``;
+    it starts once every reference resolves (a Secret written wakes it, :mod:`.controllers`)."""
+    now = cluster.now_iso()
+    status = dict(pod.get("status") or {})
+    containers = []
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        name = str(container.get("name"))
+        image = str(container.get("image"))
+        waiting = {"reason": "CreateContainerConfigError", "message": refused[name]} if name in refused \
+            else {"reason": "ContainerCreating"}
+        containers.append({"name": name, "image": image, "imageID": "", "ready": False, "started": False,
+                           "restartCount": 0, "state": {"waiting": waiting}})
+    if status.get("containerStatuses") == containers:
+        return  # unchanged: no write, no event, no loop
+    for why in refused.values():
+        ops.event(cluster, pod, "Failed", f"Error: {why}", "kubelet", "Warning")
+    status["containerStatuses"] = containers
+    conditions = [_condition(pod, "PodReadyToStartContainers", "True", now),
+                  _condition(pod, "Initialized", "True", now), _condition(pod, "Ready", "False", now),
+                  _condition(pod, "ContainersReady", "False", now),
+                  *(c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled")]
+    status["conditions"] = processes.ready_conditions({**status, "conditions": conditions}, now)
+    _write_status(cluster, pod, status, KUBELET)
 
 
 def _succeeded(cluster: Cluster, pod: Obj) -> dict[str, Any]:
