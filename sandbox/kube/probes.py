@@ -96,7 +96,8 @@ def run(proc: processes.Process) -> None:
             proc.kill(f"{kind} probe failed")
             return
         if kind == "startup" and not why:
-            started = True
+            started = True  # the startup probe is done for this run
+            del due["startup"]
             for other in due:
                 due[other] = max(due[other], proc.now())
             ready = "readiness" not in probes

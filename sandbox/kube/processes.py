@@ -13,6 +13,9 @@ exited 0, else ``Failed``, or — for ``restartPolicy: Always``, or ``OnFailure`
 in-place restart: ``lastState.terminated``, ``restartCount`` + 1, the log rotated to ``previous``, a
 ``CrashLoopBackOff`` wait (10 s, doubling to 300 s) and a new process.
 
+Beside each run the kubelet's prober (:mod:`.probes`, handed to :func:`run`) probes the container; a failed
+startup or liveness probe kills the run (:meth:`Process.kill`: exit 137, then a restart as above).
+
 A process is killed when its pod is deleted (nothing more is written: the pod is gone) or its node goes
 away or stops being Ready (exit 137, ``reason: Error``; the pod ends ``Failed`` with reason ``NodeLost``,
 since the node cannot run it any more). Containers no program claims keep the kubelet's plain behaviour.
@@ -165,8 +168,12 @@ class Process:
             raise Killed(KILLED_EXIT, f"node {node_name} is not ready")
 
     def kill(self, reason: str) -> None:
-        """The kubelet kills this run (SIGKILL: exit 137); the container then restarts as its policy says."""
-        self.kill_reason = reason
+        """The kubelet kills this run (SIGKILL: exit 137); the container then restarts as its policy says. A run
+        that already ended is left alone."""
+        with _lock:
+            if self.ended.is_set():
+                return
+            self.kill_reason = reason
         self.wake.set()
 
     def stop(self) -> None:
@@ -315,8 +322,9 @@ def _supervise(proc: Process, fn: Program) -> None:
             for line in traceback.format_exception_only(exc):
                 proc.log(line.rstrip("\n"))
             code, reason = 1, "crashed"
-        proc.ended.set()  # its prober stops with it
-        proc.kill_reason = ""  # the kill is done: the back-off sleeps undisturbed
+        with _lock:
+            proc.ended.set()  # its prober stops with it (and can kill it no more)
+            proc.kill_reason = ""  # the kill is done: the back-off sleeps undisturbed
         proc.wake.clear()
         for port in proc.ports:  # the process is gone: nothing listens on its ports any more
             backends.close(proc.cluster, proc.namespace, proc.pod, proc.uid, port)

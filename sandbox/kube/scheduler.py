@@ -5,7 +5,8 @@ Ready node with the fewest pods, counting the requests of the pods already bound
 nowhere gets ``PodScheduled=False``, reason ``Unschedulable``, with the scheduler's ``0/N nodes are
 available: ...`` message (:mod:`.scheduling` decides), and is retried whenever nodes or capacity change.
 :func:`run_pod` is the kubelet: a bound pod starts (``Running``, every container ready, pod and host IP) once
-the ConfigMaps its volumes mount exist (until then a ``FailedMount`` warning);
+the ConfigMaps its volumes mount exist (until then a ``FailedMount`` warning) and the Secrets and keys its
+containers' ``secretKeyRef`` name exist (until then ``CreateContainerConfigError``);
 a container a simulated program claims (:mod:`.processes`) then runs that program, which ends it with its
 exit code; any other Job pod completes (``Succeeded``, exit code 0) as soon as it started. Pods of a
 deleted node are deleted (the pod garbage collector).

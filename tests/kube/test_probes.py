@@ -86,6 +86,11 @@ def test_a_load_outlasting_the_startup_probe_is_killed_and_restarted_and_one_siz
     assert "Starting to load model" in served.core.read_namespaced_pod_log("short", "default", previous=True)
     sized = _status(served, "sized").container_statuses[0]
     assert sized.restart_count == 0 and sized.ready and sized.started
+    ready_since = next(c for c in _status(served, "sized").conditions if c.type == "Ready").last_transition_time
+    mark = served.cluster.clock()  # ready it stays: the startup probe is not sent again once it passed
+    wait_until(lambda: served.cluster.clock() > mark + 300, timeout=60, message="5 simulated minutes")
+    again = [(c.status, c.last_transition_time) for c in _status(served, "sized").conditions if c.type == "Ready"]
+    assert again == [("True", ready_since)]
     assert not any(reason == "Killing" for reason, _, _ in _events(served, "sized"))
 
 
