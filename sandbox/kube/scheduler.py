@@ -243,34 +243,41 @@ def _config_error(cluster: Cluster, namespace: str, container: dict[str, Any]) -
 
 
 def _config_errors(cluster: Cluster, pod: Obj) -> dict[str, str]:
-    namespace = pod["metadata"]["namespace"]
+    namespace, spec = pod["metadata"]["namespace"], pod.get("spec") or {}
     errors = {str(c.get("name")): _config_error(cluster, namespace, c)
-              for c in (pod.get("spec") or {}).get("containers") or []}
+              for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]}
     return {name: why for name, why in errors.items() if why}
 
 
 def _refuse(cluster: Cluster, pod: Obj, refused: dict[str, str]) -> None:
     """The pod whose containers the kubelet cannot create yet: it stays ``Pending``, each refused container
-    waiting in ``CreateContainerConfigError`` (a ``Failed`` warning names why), the others ``ContainerCreating``;
-    it starts once every reference resolves (a Secret written wakes it, :mod:`.controllers`)."""
+    (init containers too) waiting in ``CreateContainerConfigError`` (a ``Failed`` warning names why), the others
+    ``ContainerCreating`` (``PodInitializing`` behind a refused init container); it starts once every reference
+    resolves (a Secret written wakes it, :mod:`.controllers`)."""
     now = cluster.now_iso()
-    status = dict(pod.get("status") or {})
-    containers = []
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        name = str(container.get("name"))
-        image = str(container.get("image"))
-        waiting = {"reason": "CreateContainerConfigError", "message": refused[name]} if name in refused \
-            else {"reason": "ContainerCreating"}
-        containers.append({"name": name, "image": image, "imageID": "", "ready": False, "started": False,
-                           "restartCount": 0, "state": {"waiting": waiting}})
-    if status.get("containerStatuses") == containers:
+    spec, status = pod.get("spec") or {}, dict(pod.get("status") or {})
+    blocked = [str(c.get("name")) for c in spec.get("initContainers") or [] if str(c.get("name")) in refused]
+
+    def statuses(containers: list[dict[str, Any]], other: str) -> list[dict[str, Any]]:
+        return [{"name": str(c.get("name")), "image": str(c.get("image")), "imageID": "", "ready": False,
+                 "started": False, "restartCount": 0, "state": {"waiting": {
+                     "reason": "CreateContainerConfigError", "message": refused[str(c.get("name"))]}
+                     if str(c.get("name")) in refused else {"reason": other}}} for c in containers]
+
+    inits = statuses(spec.get("initContainers") or [], "PodInitializing")
+    containers = statuses(spec.get("containers") or [], "PodInitializing" if blocked else "ContainerCreating")
+    if status.get("containerStatuses") == containers and (status.get("initContainerStatuses") or []) == inits:
         return  # unchanged: no write, no event, no loop
     for why in refused.values():
         ops.event(cluster, pod, "Failed", f"Error: {why}", "kubelet", "Warning")
     status["containerStatuses"] = containers
-    conditions = [_condition(pod, "PodReadyToStartContainers", "True", now),
-                  _condition(pod, "Initialized", "True", now), _condition(pod, "Ready", "False", now),
-                  _condition(pod, "ContainersReady", "False", now),
+    if inits:
+        status["initContainerStatuses"] = inits
+    initialized = _condition(pod, "Initialized", "False", now, reason="ContainersNotInitialized",
+                             message=f"containers with incomplete status: [{' '.join(blocked)}]") if blocked \
+        else _condition(pod, "Initialized", "True", now)
+    conditions = [_condition(pod, "PodReadyToStartContainers", "True", now), initialized,
+                  _condition(pod, "Ready", "False", now), _condition(pod, "ContainersReady", "False", now),
                   *(c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled")]
     status["conditions"] = processes.ready_conditions({**status, "conditions": conditions}, now)
     _write_status(cluster, pod, status, KUBELET)

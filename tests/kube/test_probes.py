@@ -146,10 +146,16 @@ def test_a_secret_key_ref_to_a_missing_secret_or_key_keeps_the_container_from_be
     _pod(served, "no-secret", plain("later", "token"))
     _pod(served, "no-key", plain("hf", "other"))
     _pod(served, "optional", plain("absent", "token", optional=True))
+    served.core.create_namespaced_pod("default", {"metadata": {"name": "init"}, "spec": {
+        "initContainers": [{**plain("hf", "gone"), "name": "fetch"}], "containers": [plain("hf", "token")]}})
     gated = _engine(load=10, env=({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "x"}}},))
     _pod(served, "engine", {**gated, "command": ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"]})
     expected = {"no-secret": 'secret "later" not found', "no-key": "couldn't find key other in Secret default/hf",
                 "engine": "couldn't find key x in Secret default/hf"}
+    init = wait_until(lambda: _status(served, "init").init_container_statuses, timeout=60, message="init refused")
+    assert (init[0].state.waiting.reason, init[0].state.waiting.message) == (
+        "CreateContainerConfigError", "couldn't find key gone in Secret default/hf")
+    assert _status(served, "init").container_statuses[0].state.waiting.reason == "PodInitializing"
 
     def waiting(name: str) -> Any:
         statuses = _status(served, name).container_statuses or []
