@@ -13,6 +13,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .cluster import Cluster
 
@@ -24,11 +25,11 @@ class Request:
     method: str
     path: str
     query: str = ""
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: list[tuple[str, str]] = field(default_factory=list)  # in order, a repeated header repeated
     body: bytes = b""
 
     def header(self, name: str, default: str = "") -> str:
-        return next((v for k, v in self.headers.items() if k.lower() == name.lower()), default)
+        return next((v for k, v in self.headers if k.lower() == name.lower()), default)
 
 
 @dataclass
@@ -63,3 +64,11 @@ def dial(cluster: Cluster, namespace: str, pod: str, uid: str, port: int) -> Han
     with _lock:
         found = _servers.get(cluster, {}).get((namespace, pod, port))
     return found[1] if found is not None and found[0] == uid else None
+
+
+def named_port(container: dict[str, Any], value: Any) -> int | None:
+    """The port a probe or a Service's ``targetPort`` names in ``container``: a number as is, a name through the
+    container's named ``containerPort`` (None where it declares no such name)."""
+    if str(value).isdigit():
+        return int(value)
+    return next((int(p["containerPort"]) for p in container.get("ports") or [] if p.get("name") == value), None)

@@ -186,8 +186,8 @@ class Controllers:
             elif event.key in (volumes.PVC_KEY, volumes.PV_KEY, volumes.SC_KEY, volumes.CSI_KEY):
                 work.claims = True
                 work.schedule |= event.key == volumes.PVC_KEY  # a bound claim lets its pods schedule
-            elif event.key == volumes.CONFIGMAP_KEY and event.type != "DELETED":
-                # a bound pod waiting to mount it starts now
+            elif event.key in (volumes.CONFIGMAP_KEY, ("", "secrets")) and event.type != "DELETED":
+                # a bound pod waiting to mount it (or for a Secret its env names) starts now
                 work.pods |= {p for p, pod in self.cluster.store.items(POD_KEY, loc[0])
                               if (pod.get("spec") or {}).get("nodeName")
                               and (pod.get("status") or {}).get("phase", "Pending") == "Pending"}

@@ -9,6 +9,10 @@ count is ``max_tokens`` (``max_completion_tokens``; default 16) or the prompt's 
 names the pod that served it: the ``x-sandbox-pod`` header and ``system_fingerprint``. A request for another
 model answers 404 in the engine's error shape. Time to first token and latency are simulated from the token
 counts (no request waits).
+
+With an API key (``--api-key``; for vLLM also ``VLLM_API_KEY`` in the environment) a request without
+``Authorization: Bearer <key>`` answers 401 ``{"error": "Unauthorized"}`` as the engines' middleware does:
+vLLM guards the paths under ``/v1``, SGLang every path but ``/health*`` and ``/metrics*``; ``OPTIONS`` passes.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ class EngineServer:
     pod: str
     metrics_enabled: bool = True
     max_model_len: int = 4096
+    api_key: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
     _lock: threading.Lock = field(default_factory=threading.Lock)
     running: int = 0
@@ -72,6 +77,8 @@ class EngineServer:
     latency: _Histogram = field(default_factory=lambda: _Histogram(LATENCY_BUCKETS))
 
     def __call__(self, request: Request) -> Response:
+        if self._refused(request):
+            return self._json(401, {"error": "Unauthorized"})
         route = (request.method, request.path.rstrip("/") or "/")
         if route in (("GET", "/health"), ("HEAD", "/health")):
             return self._answer(200, b"", "text/plain")
@@ -89,6 +96,15 @@ class EngineServer:
                                         "/v1/completions"):
             return self._json(405, {"detail": "Method Not Allowed"})
         return self._json(404, {"detail": "Not Found"})
+
+    def _refused(self, request: Request) -> bool:
+        if not self.api_key or request.method == "OPTIONS":
+            return False
+        if self.engine == "vllm":
+            guarded = request.path.startswith("/v1")
+        else:
+            guarded = not request.path.startswith(("/health", "/metrics"))
+        return guarded and request.header("Authorization") != f"Bearer {self.api_key}"
 
     # --- responses --------------------------------------------------------------------------------------
 

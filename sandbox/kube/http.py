@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections import deque
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -26,10 +24,9 @@ import yaml
 from tornado import iostream
 from tornado.web import RequestHandler
 
-from . import backends, deletion, discovery, disruption, proxy, tables
+from . import deletion, discovery, disruption, log_stream, proxy, tables
 from .cluster import Cluster, WriteOptions
 from .errors import ApiError, bad_request, gone, method_not_allowed, not_found
-from .logs import LogLine
 from .patch import PATCH_TYPES
 from .resources import POD_KEY, ResourceType
 from .selectors import object_matcher
@@ -412,19 +409,8 @@ class KubeHandler(RequestHandler):
                                      "uid": obj["metadata"].get("uid", "")}})
 
     async def _proxy(self, cluster: Cluster, rt: ResourceType, namespace: str, name: str, rest: list[str]) -> None:
-        """Relay the request to the pod behind ``services/{name}/proxy`` or ``pods/{name}/proxy`` (:mod:`.proxy`)."""
         self._defer = False  # nothing in the cluster changes: the answer is the backend's
-        resolve = proxy.pod_target if rt.key == POD_KEY else proxy.service_target
-        target = resolve(cluster, namespace, name)
-        path = "/" + "/".join(rest) + ("/" if rest and self._kube_path.endswith("/") else "")
-        request = backends.Request(self.request.method or "GET", path, self.request.query,
-                                   {k: v for k, v in self.request.headers.get_all()}, self.request.body or b"")
-        response = await asyncio.get_running_loop().run_in_executor(None, proxy.forward, cluster, target, request)
-        self.set_status(response.status)
-        self.clear_header("Content-Type")
-        for key, value in response.headers:
-            self.add_header(key, value)
-        self.finish(response.body)
+        await proxy.relay(self, cluster, rt.key == POD_KEY, namespace, name, rest, self._kube_path)
 
     # --- streams ----------------------------------------------------------------------------------------
 
@@ -552,82 +538,7 @@ class KubeHandler(RequestHandler):
         await self.flush()
 
     async def _logs(self, cluster: Cluster, rt: ResourceType, namespace: str | None, name: str) -> None:
-        pod = cluster.get(rt, namespace, name)
-        containers = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
-        init = [c.get("name") for c in (pod.get("spec") or {}).get("initContainers") or []]
-        container = self._arg("container")
-        if not container:
-            if len(containers) != 1:
-                raise bad_request(f"a container name must be specified for pod {name}, choose one of: "
-                                  f"[{' '.join(str(c) for c in containers)}]")
-            container = str(containers[0])
-        elif container not in containers + init:
-            raise bad_request(f"container {container} is not valid for pod {name}")
-        key = (pod["metadata"]["namespace"], name, container)
-        since: float | None = None
-        if self._arg("sinceSeconds").isdigit():
-            since = cluster.clock() - int(self._arg("sinceSeconds"))
-        elif self._arg("sinceTime"):
-            since = _since_time(self._arg("sinceTime"))
-        tail_arg = self._arg("tailLines")
-        tail = int(tail_arg) if tail_arg.lstrip("-").isdigit() and int(tail_arg) >= 0 else None
-        timestamps = self._bool("timestamps")
-        previous = self._bool("previous")
-        limit = int(self._arg("limitBytes")) if self._arg("limitBytes").isdigit() else None
-        if not self._bool("follow") or previous:
-            lines = cluster.logs.read(key, previous=previous, tail=tail, since=since)
-            text = "".join(line.render(timestamps) for line in lines)
-            self.set_header("Content-Type", "text/plain")
-            self.finish(text[:limit] if limit is not None else text)
-            return
-        loop = asyncio.get_running_loop()
-        queued: deque[LogLine | None] = deque()
-        woken = asyncio.Event()
-        waking = [False]  # a wake-up is on its way: lines written meanwhile need none of their own
-
-        def on_line(line: LogLine | None) -> None:  # the writer's thread, under the log's lock
-            queued.append(line)
-            if not waking[0]:
-                waking[0] = True
-                loop.call_soon_threadsafe(woken.set)
-
-        lines, following = cluster.logs.read_and_follow(key, on_line, tail=tail, since=since)
-        try:
-            await self._start_stream("text/plain")
-            for line in lines:
-                self.write(line.render(timestamps))
-            await self.flush()
-            closed = asyncio.ensure_future(self._closed.wait())
-            ended = False
-            while following and not ended:
-                getter = asyncio.ensure_future(woken.wait())
-                done, _ = await asyncio.wait({getter, closed}, return_when=asyncio.FIRST_COMPLETED)
-                if closed in done:
-                    getter.cancel()
-                    break
-                woken.clear()
-                waking[0] = False  # before draining: a line written from here on wakes the loop again
-                while queued:  # what is queued goes out in one flush
-                    item = queued.popleft()
-                    if item is None:
-                        ended = True
-                        break
-                    self.write(item.render(timestamps))
-                await self.flush()
-            closed.cancel()
-            if not self._finished:
-                self.finish()
-        finally:
-            cluster.logs.unfollow(key, on_line)
-
-
-def _since_time(value: str) -> float:
-    """``sinceTime`` as the API server takes it: RFC 3339, honoured to the second (a fraction is dropped)."""
-    try:
-        stamp = datetime.strptime(value[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
-    except ValueError:
-        raise bad_request(f"sinceTime {value!r} is not an RFC 3339 time") from None
-    return stamp.timestamp()
+        await log_stream.serve(self, cluster, rt, namespace, name)
 
 
 def _in_scope(cluster: Cluster, rt: ResourceType, namespace: str | None) -> list[dict[str, Any]]:

@@ -5,15 +5,14 @@ engine's CLI parses them and the pod is held to the engine's contract (:func:`.e
 refusal is the engine's error in the container log and a non-zero exit (2 for argparse, 1 otherwise), so a
 Deployment's pod crash-loops and never becomes Ready. Otherwise the engine logs its start, "loads" the model
 (``SANDBOX_LOAD_SECONDS`` simulated seconds from the container env, default 60), then listens on its port
-(:class:`.engine_server.EngineServer`, reached through the apiserver's proxy) and the kubelet probes it
-(:mod:`.probes`) until the pod is deleted.
+(:class:`.engine_server.EngineServer`, reached through the apiserver's proxy) until it is killed; the kubelet
+probes it meanwhile (:mod:`.probes`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import probes
 from .engine_cli import EngineError, Invocation, check_pod, engine_argv, parse
 from .engine_server import EngineServer
 from .processes import Process, program
@@ -85,11 +84,13 @@ def serve(proc: Process) -> int:
             proc.log(line)
         return exc.exit_code
     proc.sleep(_load_seconds(proc))
+    api_key = inv.get("--api-key") or (proc.env.get("VLLM_API_KEY", "") if engine == "vllm" else "")
     server = EngineServer(engine, inv.model, inv.served_name, proc.pod,
                           metrics_enabled=engine == "vllm" or bool(inv.args.get("--enable-metrics")),
-                          max_model_len=int(inv.get("--max-model-len") or inv.get("--context-length") or 4096))
+                          max_model_len=int(inv.get("--max-model-len") or inv.get("--context-length") or 4096),
+                          api_key=api_key)
     proc.listen(inv.port, server)
     for line in _loaded(inv):
         proc.log(line)
-    probes.serve(proc)
+    proc.sleep(float("inf"))  # serves until killed
     return 0

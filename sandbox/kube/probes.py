@@ -1,15 +1,19 @@
-"""The kubelet's readiness and startup probes, for containers a simulated program runs.
+"""The kubelet's prober: startup, readiness and liveness probes of the containers a simulated program runs.
 
-A container without probes is ready as soon as it runs (the kubelet's plain behaviour, :mod:`.scheduler`). A
-program container with a ``readinessProbe`` or ``startupProbe`` starts not ready (``started: false`` under a
-startup probe) and the pod's ``Ready``/``ContainersReady`` conditions ``False`` (``ContainersNotReady``); a
-program that serves HTTP runs :func:`serve`, the kubelet's prober for it: every ``periodSeconds`` (simulated
-time, after ``initialDelaySeconds``) the probe is sent to what the pod listens on (:mod:`.backends`); the
-startup probe first, until it passes once, then the readiness probe. An ``httpGet`` passes on a status from 200
-to 399, a ``tcpSocket`` when something listens on the port; nothing listening fails. Readiness goes True on
-``successThreshold`` consecutive passes and back to False on ``failureThreshold`` consecutive failures.
-``exec`` and ``grpc`` probes are not run (they pass); a failed startup probe does not restart the container,
-and liveness probes are not simulated.
+Beside each run of a program container (:mod:`.processes`) the kubelet runs its probes, each every
+``periodSeconds`` (simulated time, default 10) from ``initialDelaySeconds`` after the container started; the
+readiness and liveness probes wait until the startup probe has passed once. A probe is sent to what the pod
+listens on (:mod:`.backends`): an ``httpGet`` passes on a status from 200 to 399, a ``tcpSocket`` when something
+listens on the port; nothing listening fails as the kubelet's dial does. ``exec`` and ``grpc`` probes pass
+while the program runs (no command runs in a simulated container). Every failure is an ``Unhealthy`` warning
+on the pod (``Startup probe failed: ...``, counted when it repeats).
+
+A container with a ``readinessProbe`` or ``startupProbe`` starts not ready (``started: false`` under a startup
+probe); it is ``started`` once its startup probe passes and ready on ``successThreshold`` consecutive readiness
+passes (at once without a readiness probe), unready again on ``failureThreshold`` consecutive failures. A
+startup probe failing ``failureThreshold`` times in a row (default 3), or a liveness probe doing so, gets the
+container killed (a ``Killing`` event: ``Container c failed startup probe, will be restarted``): exit 137,
+then a restart as the pod's ``restartPolicy`` says (``restartCount`` + 1, ``lastState.terminated``).
 """
 
 from __future__ import annotations
@@ -18,38 +22,37 @@ from datetime import datetime
 from typing import Any
 
 from . import backends, processes
+from . import operator_support as ops
 from .resources import POD_KEY
 
 DEFAULT_PERIOD = 10.0
+KINDS = (("startup", "startupProbe"), ("readiness", "readinessProbe"), ("liveness", "livenessProbe"))
 
 
-def _port(container: dict[str, Any], value: Any) -> int | None:
-    if str(value).isdigit():
-        return int(value)
-    return next((int(p["containerPort"]) for p in container.get("ports") or [] if p.get("name") == value), None)
-
-
-def passes(proc: processes.Process, probe: dict[str, Any]) -> bool:
-    """One probe, sent to the pod as the kubelet sends it."""
+def failure(proc: processes.Process, probe: dict[str, Any]) -> str:
+    """Send one probe to the pod as the kubelet sends it: "" when it passes, else the kubelet's failure text."""
     action = probe.get("httpGet") or probe.get("tcpSocket")
     if action is None:
-        return True  # exec and grpc probes are not simulated
-    port = _port(proc.spec, action.get("port"))
+        return ""  # exec and grpc probes: pass while the program runs
+    port = backends.named_port(proc.spec, action.get("port"))
+    ip = (proc.pod_obj.get("status") or {}).get("podIP", "")
+    address = f"{ip}:{port if port is not None else action.get('port')}"
     handler = None if port is None else backends.dial(proc.cluster, proc.namespace, proc.pod, proc.uid, port)
-    if handler is None:
-        return False
-    if "httpGet" not in probe:
-        return True
+    refused = f"dial tcp {address}: connect: connection refused"
     path, _, query = str(action.get("path") or "/").partition("?")
-    response = handler(backends.Request("GET", path, query, {"User-Agent": "kube-probe/1.31"}))
-    return 200 <= response.status < 400
+    if handler is None:
+        return f'Get "http://{address}{action.get("path") or "/"}": {refused}' if "httpGet" in probe else refused
+    if "httpGet" not in probe:
+        return ""
+    response = handler(backends.Request("GET", path, query, [("User-Agent", "kube-probe/1.31")]))
+    return "" if 200 <= response.status < 400 else f"HTTP probe failed with statuscode: {response.status}"
 
 
 def _set(proc: processes.Process, *, ready: bool, started: bool) -> None:
     cluster = proc.cluster
     with cluster.store.lock:
         pod = cluster.store.get(POD_KEY, (proc.namespace, proc.pod))
-        if pod is None or pod["metadata"].get("uid") != proc.uid:
+        if pod is None or pod["metadata"].get("uid") != proc.uid or proc.ended.is_set():
             return
         status = dict(pod.get("status") or {})
         containers = [{**c, "ready": ready, "started": started} if c.get("name") == proc.container else c
@@ -57,54 +60,55 @@ def _set(proc: processes.Process, *, ready: bool, started: bool) -> None:
         if containers == status.get("containerStatuses"):
             return
         status["containerStatuses"] = containers
-        all_ready = all(c.get("ready") for c in containers)
-        now = cluster.now_iso()
-        conditions = []
-        for cond in status.get("conditions") or []:
-            if cond.get("type") in ("Ready", "ContainersReady"):
-                value = "True" if all_ready else "False"
-                if cond.get("status") != value:
-                    cond = {k: v for k, v in cond.items() if k not in ("reason", "message")}
-                    cond.update(status=value, lastTransitionTime=now)
-                    if not all_ready:
-                        cond["reason"] = "ContainersNotReady"
-                        cond["message"] = f"containers with unready status: [{proc.container}]"
-            conditions.append(cond)
-        status["conditions"] = conditions
+        status["conditions"] = processes.ready_conditions(status, cluster.now_iso())
         processes.write_status(cluster, pod, status)
 
 
-def serve(proc: processes.Process) -> None:
-    """Probe the container for as long as its process runs (returns only by :class:`.Killed`)."""
-    startup, readiness = proc.spec.get("startupProbe"), proc.spec.get("readinessProbe")
-    started = startup is None
-    ready = False
-    passed = failed = 0
-    first = startup or readiness or {}
-    proc.sleep(max(float(first.get("initialDelaySeconds") or 0) - _age(proc), 0.0))
+def run(proc: processes.Process) -> None:
+    """Probe one run of the container until it ends (returns, or :class:`.Killed`), killing it where its
+    startup or liveness probe fails ``failureThreshold`` times in a row."""
+    probes = {kind: proc.spec[field] for kind, field in KINDS if proc.spec.get(field)}
+    if not probes:
+        return
+    began = proc.now() - _age(proc)
+    due = {kind: began + float(probe.get("initialDelaySeconds") or 0) for kind, probe in probes.items()}
+    started, ready = "startup" not in probes, False
+    passed = dict.fromkeys(probes, 0)
+    failed = dict.fromkeys(probes, 0)
     while True:
-        if not started:
-            assert startup is not None
-            started = passes(proc, startup)
-            if started:
-                _set(proc, ready=readiness is None, started=True)
-                ready = readiness is None
-            period = float(startup.get("periodSeconds") or DEFAULT_PERIOD)
-        elif readiness is not None:
-            if passes(proc, readiness):
-                passed, failed = passed + 1, 0
-                if not ready and passed >= int(readiness.get("successThreshold") or 1):
-                    ready = True
-                    _set(proc, ready=True, started=True)
-            else:
-                passed, failed = 0, failed + 1
-                if ready and failed >= int(readiness.get("failureThreshold") or 3):
-                    ready = False
-                    _set(proc, ready=False, started=True)
-            period = float(readiness.get("periodSeconds") or DEFAULT_PERIOD)
+        kind, at = min(((k, t) for k, t in due.items() if started or k == "startup"), key=lambda kt: kt[1])
+        proc.sleep(at - proc.now())
+        if proc.ended.is_set():
+            return
+        probe = probes[kind]
+        due[kind] = max(at, proc.now()) + float(probe.get("periodSeconds") or DEFAULT_PERIOD)
+        why = failure(proc, probe)
+        if why:
+            passed[kind], failed[kind] = 0, failed[kind] + 1
+            ops.event(proc.cluster, proc.pod_obj, "Unhealthy", f"{kind.capitalize()} probe failed: {why}", "kubelet",
+                      "Warning")
         else:
-            period = DEFAULT_PERIOD
-        proc.sleep(period)
+            passed[kind], failed[kind] = passed[kind] + 1, 0
+        threshold = int(probe.get("failureThreshold") or 3)
+        if kind in ("startup", "liveness") and failed[kind] >= threshold:
+            ops.event(proc.cluster, proc.pod_obj, "Killing",
+                      f"Container {proc.container} failed {kind} probe, will be restarted", "kubelet")
+            proc.kill(f"{kind} probe failed")
+            return
+        if kind == "startup" and not why:
+            started = True  # the startup probe is done for this run
+            del due["startup"]
+            for other in due:
+                due[other] = max(due[other], proc.now())
+            ready = "readiness" not in probes
+            _set(proc, ready=ready, started=True)
+        elif kind == "readiness":
+            if not ready and passed[kind] >= int(probe.get("successThreshold") or 1):
+                ready = True
+                _set(proc, ready=True, started=True)
+            elif ready and failed[kind] >= threshold:
+                ready = False
+                _set(proc, ready=False, started=True)
 
 
 def _age(proc: processes.Process) -> float:

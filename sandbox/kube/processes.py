@@ -13,6 +13,9 @@ exited 0, else ``Failed``, or — for ``restartPolicy: Always``, or ``OnFailure`
 in-place restart: ``lastState.terminated``, ``restartCount`` + 1, the log rotated to ``previous``, a
 ``CrashLoopBackOff`` wait (10 s, doubling to 300 s) and a new process.
 
+Beside each run the kubelet's prober (:mod:`.probes`, handed to :func:`run`) probes the container; a failed
+startup or liveness probe kills the run (:meth:`Process.kill`: exit 137, then a restart as above).
+
 A process is killed when its pod is deleted (nothing more is written: the pod is gone) or its node goes
 away or stops being Ready (exit 137, ``reason: Error``; the pod ends ``Failed`` with reason ``NodeLost``,
 since the node cannot run it any more). Containers no program claims keep the kubelet's plain behaviour.
@@ -20,6 +23,7 @@ since the node cannot run it any more). Containers no program claims keep the ku
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import logging
@@ -73,6 +77,10 @@ class Process:
     killed: threading.Event = field(default_factory=threading.Event)
     started_at: str = ""
     ports: set[int] = field(default_factory=set)
+    prober: Callable[[Process], None] | None = None  # the kubelet's prober, run beside each run (.probes)
+    ended: threading.Event = field(default_factory=threading.Event)  # this run is over: its prober stops
+    kill_reason: str = ""  # why the kubelet kills this run (a failed liveness or startup probe)
+    wake: threading.Event = field(default_factory=threading.Event)  # a sleeping run wakes to be killed
 
     @property
     def argv(self) -> list[str]:
@@ -81,7 +89,7 @@ class Process:
     @property
     def env(self) -> dict[str, str]:
         """The container's environment (literal values; ``fieldRef`` to the pod's name, namespace, uid and
-        node; other sources are not simulated)."""
+        node; ``secretKeyRef`` to a Secret's key; other sources are not simulated)."""
         meta, spec = self.pod_obj["metadata"], self.pod_obj.get("spec") or {}
         fields = {"metadata.name": meta["name"], "metadata.namespace": meta.get("namespace", ""),
                   "metadata.uid": meta.get("uid", ""), "spec.nodeName": spec.get("nodeName", ""),
@@ -91,11 +99,22 @@ class Process:
         for item in self.spec.get("env") or []:
             if "value" in item:
                 env[item["name"]] = str(item["value"])
+            elif secret_ref := (item.get("valueFrom") or {}).get("secretKeyRef"):
+                value = self._secret_value(str(secret_ref.get("name", "")), str(secret_ref.get("key", "")))
+                if value is not None:
+                    env[item["name"]] = value
             else:
                 ref = ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "")
                 if ref in fields:
                     env[item["name"]] = fields[ref]
         return env
+
+    def _secret_value(self, name: str, key: str) -> str | None:
+        secret = self.cluster.store.get(("", "secrets"), (self.namespace, name)) or {}
+        if key in (secret.get("stringData") or {}):
+            return str(secret["stringData"][key])
+        encoded = (secret.get("data") or {}).get(key)
+        return None if encoded is None else base64.b64decode(str(encoded)).decode(errors="replace")
 
     def now(self) -> float:
         return self.cluster.clock()
@@ -135,9 +154,11 @@ class Process:
         self.cluster.logs.append((self.namespace, self.pod, self.container), text, self.now())
 
     def check(self) -> None:
-        """Raise :class:`Killed` when the pod is gone or its node cannot run it any more."""
+        """Raise :class:`Killed` when the pod is gone, its node cannot run it any more, or the kubelet kills it."""
         if self.killed.is_set():
             raise Killed(None, "pod deleted")
+        if self.kill_reason:
+            raise Killed(KILLED_EXIT, self.kill_reason)
         pod = self.cluster.store.get(POD_KEY, (self.namespace, self.pod))
         if pod is None or pod["metadata"].get("uid") != self.uid or pod["metadata"].get("deletionTimestamp"):
             raise Killed(None, "pod deleted")
@@ -146,8 +167,22 @@ class Process:
         if node is None or not is_ready(node):
             raise Killed(KILLED_EXIT, f"node {node_name} is not ready")
 
+    def kill(self, reason: str) -> None:
+        """The kubelet kills this run (SIGKILL: exit 137); the container then restarts as its policy says. A run
+        that already ended is left alone."""
+        with _lock:
+            if self.ended.is_set():
+                return
+            self.kill_reason = reason
+        self.wake.set()
+
+    def stop(self) -> None:
+        """Its pod is gone: the run ends at once, reporting nothing."""
+        self.killed.set()
+        self.wake.set()
+
     def sleep(self, seconds: float) -> None:
-        """Wait ``seconds`` of the cluster's time; :class:`Killed` when killed meanwhile."""
+        """Wait ``seconds`` of the cluster's time (``inf``: until killed); :class:`Killed` when killed meanwhile."""
         target = self.now() + max(seconds, 0.0)
         pace = _pace(self.cluster)
         while True:
@@ -155,7 +190,7 @@ class Process:
             remaining = target - self.now()
             if remaining <= 0:
                 return
-            self.killed.wait(pace.wait(remaining))
+            self.wake.wait(pace.wait(remaining))
 
 
 Program = Callable[[Process], int]
@@ -175,7 +210,7 @@ def program(matcher: Matcher) -> Callable[[Program], Program]:
 
 def probed(pod: Obj, container: dict[str, Any]) -> bool:
     """Whether the container is ready only once its probes pass: a program runs it and it has a readiness or
-    startup probe (:mod:`.probes`); other containers are ready as they run."""
+    startup probe (the kubelet's prober runs them, :mod:`.probes`); other containers are ready as they run."""
     return bool(container.get("readinessProbe") or container.get("startupProbe")) and find(pod, container) is not None
 
 
@@ -235,10 +270,10 @@ def program_containers(pod: Obj) -> list[tuple[dict[str, Any], Program]]:
     return [(c, fn) for c in (pod.get("spec") or {}).get("containers") or [] if (fn := find(pod, c)) is not None]
 
 
-def run(cluster: Cluster, pod: Obj) -> bool:
+def run(cluster: Cluster, pod: Obj, prober: Callable[[Process], None] | None = None) -> bool:
     """The kubelet's hook for a started (``Running``) pod: start a process for each program container whose
-    status says running and that has none yet. True when the pod runs any program (its end is then the
-    programs' to decide)."""
+    status says running and that has none yet, with ``prober`` running beside each run of it. True when the
+    pod runs any program (its end is then the programs' to decide)."""
     claimed = program_containers(pod)
     if not claimed:
         return False
@@ -251,7 +286,7 @@ def run(cluster: Cluster, pod: Obj) -> bool:
         key = (meta["namespace"], meta["name"], str(container.get("name")))
         proc = Process(cluster, key[0], key[1], meta["uid"], key[2], container, pod,
                        int(status.get("restartCount") or 0),
-                       started_at=str((status["state"]["running"] or {}).get("startedAt", "")))
+                       started_at=str((status["state"]["running"] or {}).get("startedAt", "")), prober=prober)
         with _lock:
             table = _running.setdefault(cluster, {})
             current = table.get(key)
@@ -267,18 +302,21 @@ def pod_gone(cluster: Cluster, loc: Loc, uid: str | None = None) -> None:
     with _lock:
         table = _running.get(cluster, {})
         for key in [k for k, p in table.items() if k[:2] == loc and (uid is None or p.uid != uid)]:
-            table.pop(key).killed.set()
+            table.pop(key).stop()
 
 
 def stop_cluster(cluster: Cluster) -> None:
     """The cluster's control loops stop (the emulator closes or deletes it): kill every process in it."""
     with _lock:
         for proc in _running.pop(cluster, {}).values():
-            proc.killed.set()
+            proc.stop()
 
 
 def _supervise(proc: Process, fn: Program) -> None:
     while True:
+        if proc.prober is not None:
+            threading.Thread(target=_probe, args=(proc, proc.prober), name=f"probe-{proc.pod}-{proc.container}",
+                             daemon=True).start()
         try:
             code: int | None = fn(proc)
             reason = ""
@@ -289,6 +327,10 @@ def _supervise(proc: Process, fn: Program) -> None:
             for line in traceback.format_exception_only(exc):
                 proc.log(line.rstrip("\n"))
             code, reason = 1, "crashed"
+        with _lock:
+            proc.ended.set()  # its prober stops with it (and can kill it no more)
+            proc.kill_reason = ""  # the kill is done: the back-off sleeps undisturbed
+        proc.wake.clear()
         for port in proc.ports:  # the process is gone: nothing listens on its ports any more
             backends.close(proc.cluster, proc.namespace, proc.pod, proc.uid, port)
         if code is None:
@@ -298,6 +340,16 @@ def _supervise(proc: Process, fn: Program) -> None:
         if nxt is None:
             return
         proc = nxt
+
+
+def _probe(proc: Process, prober: Callable[[Process], None]) -> None:
+    """Run the kubelet's prober for one run of a container, until that run ends."""
+    try:
+        prober(proc)
+    except Killed:
+        return
+    except Exception:  # a prober bug must not take the kubelet down
+        log.exception("prober of %s/%s failed", proc.pod, proc.container)
 
 
 def _forget(proc: Process) -> None:
@@ -342,7 +394,9 @@ def _exited(proc: Process, code: int, *, node_lost: bool) -> Process | None:
                     c = {**c, "ready": False, "started": False, "state": {"terminated": terminated}}
             containers.append(c)
         status["containerStatuses"] = containers
-        if not restart:
+        if restart:
+            status["conditions"] = ready_conditions(status, now)
+        else:
             _settle_phase(pod, status, now, node_lost)
         write_status(cluster, pod, status)
     if not restart:
@@ -409,18 +463,11 @@ def _restarted(proc: Process) -> Process | None:
              "state": {"running": {"startedAt": now}},
              "containerID": f"containerd://{_digest(proc.uid, proc.container, restarts)}"}
             if c.get("name") == proc.container else c for c in status.get("containerStatuses") or []]
-        all_ready = all(c.get("ready") for c in status["containerStatuses"])
-        status["conditions"] = [{**c, "status": "True", "reason": None, "message": None, "lastTransitionTime": now}
-                                if all_ready and c.get("type") in ("Ready", "ContainersReady")
-                                and c.get("status") != "True" else c for c in status.get("conditions") or []]
-        for c in status["conditions"]:
-            for attr in ("reason", "message"):
-                if attr in c and c[attr] is None:
-                    c.pop(attr)
+        status["conditions"] = ready_conditions(status, now)
         write_status(cluster, pod, status)
         fresh = cluster.store.get(POD_KEY, (proc.namespace, proc.pod)) or pod
     nxt = Process(cluster, proc.namespace, proc.pod, proc.uid, proc.container, proc.spec, fresh, restarts,
-                  killed=proc.killed, started_at=now)
+                  killed=proc.killed, started_at=now, prober=proc.prober)
     with _lock:
         table = _running.setdefault(cluster, {})
         key = (proc.namespace, proc.pod, proc.container)
@@ -428,6 +475,26 @@ def _restarted(proc: Process) -> Process | None:
             return None
         table[key] = nxt
     return nxt
+
+
+def ready_conditions(status: dict[str, Any], now: str) -> list[dict[str, Any]]:
+    """The pod's ``Ready`` and ``ContainersReady`` conditions as the kubelet derives them from its container
+    statuses: True when every container is ready, else False (``ContainersNotReady``, naming the unready ones);
+    the transition time moves only when the status does."""
+    containers = status.get("containerStatuses") or []
+    unready = [str(c.get("name")) for c in containers if not c.get("ready")]
+    out = []
+    for cond in status.get("conditions") or []:
+        if cond.get("type") in ("Ready", "ContainersReady"):
+            value = "False" if unready else "True"
+            since = cond.get("lastTransitionTime") if cond.get("status") == value else now
+            cond = {k: v for k, v in cond.items() if k not in ("reason", "message")}
+            cond.update(status=value, lastTransitionTime=since or now)
+            if unready:
+                cond.update(reason="ContainersNotReady",
+                            message=f"containers with unready status: [{' '.join(unready)}]")
+        out.append(cond)
+    return out
 
 
 def write_status(cluster: Cluster, pod: Obj, status: dict[str, Any]) -> None:

@@ -14,9 +14,12 @@ simulated servers speak no TLS.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from dataclasses import dataclass
 from typing import Any
+
+from tornado.web import RequestHandler
 
 from . import backends
 from .cluster import Cluster
@@ -84,14 +87,6 @@ def _ready(pod: Obj) -> bool:
         c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
-def _container_port(pod: Obj, name: str) -> int | None:
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        for port in container.get("ports") or []:
-            if port.get("name") == name:
-                return int(port["containerPort"])
-    return None
-
-
 def service_target(cluster: Cluster, namespace: str, ident: str) -> Target:
     _, name, port = split_scheme_name_port(ident)
     service = cluster.store.get(("", "services"), (namespace, name))
@@ -112,7 +107,8 @@ def service_target(cluster: Cluster, namespace: str, ident: str) -> Target:
             if not _ready(pod) or not labels_match(reqs, pod["metadata"].get("labels")):
                 continue
             target = str(service_port.get("targetPort", service_port.get("port")))
-            number = int(target) if target.isdigit() else _container_port(pod, target)
+            number = next((n for c in (pod.get("spec") or {}).get("containers") or []
+                           if (n := backends.named_port(c, target)) is not None), None)
             if number is not None:
                 endpoints.append(Target(pod, number))
     if not endpoints:
@@ -139,7 +135,25 @@ def forward(cluster: Cluster, target: Target, request: backends.Request) -> back
     handler = backends.dial(cluster, meta["namespace"], meta["name"], meta.get("uid", ""), target.port)
     if handler is None or not (target.pod.get("status") or {}).get("podIP"):
         raise unavailable(f"error trying to reach service: dial tcp {target.address}: connect: connection refused")
-    headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP | {"authorization"}}
+    headers = [(k, v) for k, v in request.headers if k.lower() not in HOP_BY_HOP | {"authorization"}]
     response = handler(backends.Request(request.method, request.path, request.query, headers, request.body))
     response.headers = [(k, v) for k, v in response.headers if k.lower() not in HOP_BY_HOP | {"content-length"}]
     return response
+
+
+async def relay(handler: RequestHandler, cluster: Cluster, to_pod: bool, namespace: str, name: str, rest: list[str],
+                kube_path: str) -> None:
+    """Answer ``handler``'s request to ``services/{name}/proxy/{rest}`` (``pods/`` when ``to_pod``) with the
+    backend's answer. The backend runs off the event loop; repeated request headers (several ``Cookie`` or
+    ``Accept`` lines) are forwarded as they came."""
+    target = (pod_target if to_pod else service_target)(cluster, namespace, name)
+    path = "/" + "/".join(rest) + ("/" if rest and kube_path.endswith("/") else "")
+    incoming = handler.request
+    request = backends.Request(incoming.method or "GET", path, incoming.query, list(incoming.headers.get_all()),
+                               incoming.body or b"")
+    response = await asyncio.get_running_loop().run_in_executor(None, forward, cluster, target, request)
+    handler.set_status(response.status)
+    handler.clear_header("Content-Type")
+    for key, value in response.headers:
+        handler.add_header(key, value)
+    handler.finish(response.body)

@@ -5,7 +5,8 @@ Ready node with the fewest pods, counting the requests of the pods already bound
 nowhere gets ``PodScheduled=False``, reason ``Unschedulable``, with the scheduler's ``0/N nodes are
 available: ...`` message (:mod:`.scheduling` decides), and is retried whenever nodes or capacity change.
 :func:`run_pod` is the kubelet: a bound pod starts (``Running``, every container ready, pod and host IP) once
-the ConfigMaps its volumes mount exist (until then a ``FailedMount`` warning);
+the ConfigMaps its volumes mount exist (until then a ``FailedMount`` warning) and the Secrets and keys its
+containers' ``secretKeyRef`` name exist (until then ``CreateContainerConfigError``);
 a container a simulated program claims (:mod:`.processes`) then runs that program, which ends it with its
 exit code; any other Job pod completes (``Succeeded``, exit code 0) as soon as it started. Pods of a
 deleted node are deleted (the pod garbage collector).
@@ -19,7 +20,8 @@ from collections import Counter
 from decimal import Decimal
 from typing import Any
 
-from . import deletion, processes, volumes
+from . import deletion, probes, processes, volumes
+from . import operator_support as ops
 from .cluster import Cluster, WriteOptions
 from .errors import ApiError
 from .resources import POD_KEY
@@ -183,9 +185,11 @@ def run_pod(cluster: Cluster, loc: Loc) -> None:
     phase = status.get("phase", "Pending")
     if phase == "Pending" and (missing := volumes.missing_config_maps(cluster, pod)):
         volumes.mount_failed(cluster, pod, missing)  # started once the ConfigMap exists (.controllers)
+    elif phase == "Pending" and (refused := _config_errors(cluster, pod)):
+        _refuse(cluster, pod, refused)  # started once they resolve
     elif phase == "Pending":
         _write_status(cluster, pod, _running(cluster, pod, node), KUBELET)
-    elif phase == "Running" and processes.run(cluster, pod):
+    elif phase == "Running" and processes.run(cluster, pod, probes.run):
         return  # its simulated programs end it
     elif phase == "Running" and cluster.downloads.simulates(cluster, loc, pod):
         return  # a model download runs as its simulated `hf download` and ends the pod itself (.downloader)
@@ -211,19 +215,72 @@ def _running(cluster: Cluster, pod: Obj, node: Obj) -> dict[str, Any]:
             "containerID": f"containerd://{ident}", "ready": not probed,
             "started": not (probed and container.get("startupProbe")), "restartCount": 0,
             "state": {"running": {"startedAt": now}}})
-    unready = [str(c["name"]) for c in containers if not c["ready"]]
     conditions = [_condition(pod, ctype, "True", now) for ctype in
                   ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")]
-    if unready:
-        conditions = [_condition(pod, c["type"], "False", now, reason="ContainersNotReady",
-                                 message=f"containers with unready status: [{' '.join(unready)}]")
-                      if c["type"] in ("Ready", "ContainersReady") else c for c in conditions]
     status: dict[str, Any] = {
         "phase": "Running", "conditions": conditions, "hostIP": host_ip, "hostIPs": [{"ip": host_ip}],
         "podIP": pod_ip, "podIPs": [{"ip": pod_ip}], "startTime": now, "containerStatuses": containers}
+    status["conditions"] = processes.ready_conditions(status, now)
     if "qosClass" in (pod.get("status") or {}):
         status["qosClass"] = pod["status"]["qosClass"]
     return status
+
+
+def _config_error(cluster: Cluster, namespace: str, container: dict[str, Any]) -> str:
+    """Why the kubelet cannot build the container's environment: a ``secretKeyRef`` (not ``optional``) to a
+    Secret or key that does not exist ("" when it can)."""
+    for item in container.get("env") or []:
+        ref = (item.get("valueFrom") or {}).get("secretKeyRef")
+        if not isinstance(ref, dict) or ref.get("optional"):
+            continue
+        name, key = str(ref.get("name", "")), str(ref.get("key", ""))
+        secret = cluster.store.get(("", "secrets"), (namespace, name))
+        if secret is None:
+            return f'secret "{name}" not found'
+        if key not in {**(secret.get("data") or {}), **(secret.get("stringData") or {})}:
+            return f"couldn't find key {key} in Secret {namespace}/{name}"
+    return ""
+
+
+def _config_errors(cluster: Cluster, pod: Obj) -> dict[str, str]:
+    namespace, spec = pod["metadata"]["namespace"], pod.get("spec") or {}
+    errors = {str(c.get("name")): _config_error(cluster, namespace, c)
+              for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]}
+    return {name: why for name, why in errors.items() if why}
+
+
+def _refuse(cluster: Cluster, pod: Obj, refused: dict[str, str]) -> None:
+    """The pod whose containers the kubelet cannot create yet: it stays ``Pending``, each refused container
+    (init containers too) waiting in ``CreateContainerConfigError`` (a ``Failed`` warning names why), the others
+    ``ContainerCreating`` (``PodInitializing`` behind a refused init container); it starts once every reference
+    resolves (a Secret written wakes it, :mod:`.controllers`)."""
+    now = cluster.now_iso()
+    spec, status = pod.get("spec") or {}, dict(pod.get("status") or {})
+    blocked = [str(c.get("name")) for c in spec.get("initContainers") or [] if str(c.get("name")) in refused]
+
+    def statuses(containers: list[dict[str, Any]], other: str) -> list[dict[str, Any]]:
+        return [{"name": str(c.get("name")), "image": str(c.get("image")), "imageID": "", "ready": False,
+                 "started": False, "restartCount": 0, "state": {"waiting": {
+                     "reason": "CreateContainerConfigError", "message": refused[str(c.get("name"))]}
+                     if str(c.get("name")) in refused else {"reason": other}}} for c in containers]
+
+    inits = statuses(spec.get("initContainers") or [], "PodInitializing")
+    containers = statuses(spec.get("containers") or [], "PodInitializing" if blocked else "ContainerCreating")
+    if status.get("containerStatuses") == containers and (status.get("initContainerStatuses") or []) == inits:
+        return  # unchanged: no write, no event, no loop
+    for why in refused.values():
+        ops.event(cluster, pod, "Failed", f"Error: {why}", "kubelet", "Warning")
+    status["containerStatuses"] = containers
+    if inits:
+        status["initContainerStatuses"] = inits
+    initialized = _condition(pod, "Initialized", "False", now, reason="ContainersNotInitialized",
+                             message=f"containers with incomplete status: [{' '.join(blocked)}]") if blocked \
+        else _condition(pod, "Initialized", "True", now)
+    conditions = [_condition(pod, "PodReadyToStartContainers", "True", now), initialized,
+                  _condition(pod, "Ready", "False", now), _condition(pod, "ContainersReady", "False", now),
+                  *(c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled")]
+    status["conditions"] = processes.ready_conditions({**status, "conditions": conditions}, now)
+    _write_status(cluster, pod, status, KUBELET)
 
 
 def _succeeded(cluster: Cluster, pod: Obj) -> dict[str, Any]:

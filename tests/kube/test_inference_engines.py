@@ -141,9 +141,6 @@ BROKEN: dict[str, tuple[dict[str, Any], int, str]] = {
                     "the Hugging Face token must come from a Secret"),
     "gated-no-token": (_container("e", command=["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"]), 1,
                        "401 Client Error"),
-    "missing-secret-key": (_container("e", command=["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"],
-                                      env=[{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
-                                          "name": "hf", "key": "other"}}}]), 1, "Cannot access gated repo"),
     "s3-unmounted": (_container("e", command=["vllm", "serve", "/s3/models/qwen"],
                                 mounts=[{"name": "scratch", "mountPath": "/data"}]), 1,
                      "Invalid repository ID or local directory specified: '/s3/models/qwen'"),

@@ -144,3 +144,20 @@ def test_dot_dot_segments_never_leave_the_proxy(served: Served) -> None:
     status, _, text = proxy_call(served.api, "GET", "/api/v1/namespaces/default/services/web:api/proxy/a/./b/../c")
     assert status == 200 and json.loads(text)["path"] == "/a/c"
     client.CoreV1Api(served.api).delete_namespaced_config_map("c1", "default")
+
+
+def test_repeated_request_headers_reach_the_backend_as_sent(served: Served) -> None:
+    seen: list[backends.Request] = []
+    _listen(served, _pod(served, "web-a"), 8000, seen)
+    url = urlparse(served.api.configuration.host)
+    conn = http.client.HTTPConnection(url.hostname or "", url.port)
+    conn.putrequest("GET", f"{url.path}/api/v1/namespaces/default/pods/web-a/proxy/page")
+    conn.putheader("Authorization", served.api.configuration.api_key["BearerToken"])
+    for header, value in (("Cookie", "a=1"), ("Accept", "text/html"), ("Cookie", "b=2"), ("Accept", "*/*")):
+        conn.putheader(header, value)
+    conn.endheaders()
+    assert conn.getresponse().status == 200
+    conn.close()
+    forwarded = seen[-1].headers  # each line, in order per name (as Go's http.Header keeps them)
+    assert [v for k, v in forwarded if k.lower() == "cookie"] == ["a=1", "b=2"]
+    assert [v for k, v in forwarded if k.lower() == "accept"] == ["text/html", "*/*"]
