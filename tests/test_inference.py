@@ -3,8 +3,10 @@ nodes (one GPU each) with the cluster's shared-s3 volume, where the sandbox's si
 run the pods' commands: previews for both engines pass the API server's dry run; bad input is refused before any
 operation or Kubernetes write; through REST a deployment is made, listed, answers a test through the service
 proxy with its pod's name, rolls out a new command and is deleted, with a planted token in no record, response
-or log; an engine that cannot start fails the deploy naming its pod and last log line; and an agent follows
-``skills/deploy-model.md`` through a real MCP client for an SGLang deployment of a model on shared storage."""
+or log; an engine that cannot start fails the deploy naming its pod and last log line; an agent follows
+``skills/deploy-model.md`` through a real MCP client for an SGLang deployment of a model on shared storage; and,
+once the load balancer controller feature is on, an external deployment gets one internal NLB (its DNS name the
+deployment's address) that its delete removes with its target groups and security group."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from services.operations import OperationQuery
 from tests.jobs_support import CLUSTER, JobWorld, cli, job_world
 from tests.ledger import CallLedger
 from tests.mcp_support import bridge, call, follow
+from tests.node_support import aws
 from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
@@ -280,3 +283,89 @@ def test_the_pane_previews_deploys_tests_and_deletes(world: JobWorld, tmp_path: 
         gone = services.engine.list(OperationQuery(kind="inference.delete", limit=1))[0]
         wait_until(lambda: services.engine.run_until_idle(gone.id).status == "succeeded", 60, "the pane's delete")
         assert token not in pane.table.value.to_csv() + pane.state.message + pane.state.preview
+
+
+def _scale_controller(world: JobWorld, replicas: int) -> None:
+    """The load balancer controller's Deployment at ``replicas``, waited on until it has that many available
+    (at 0 it reconciles nothing: a Service waits for its load balancer, a finalizer holds a deleted one)."""
+    apps = k8s.AppsV1Api(world.api)
+    apps.patch_namespaced_deployment("aws-load-balancer-controller", "kube-system", {"spec": {"replicas": replicas}})
+    wait_until(lambda: int(apps.read_namespaced_deployment("aws-load-balancer-controller", "kube-system").status
+                           .available_replicas or 0) == replicas, 60, f"the controller at {replicas} replicas")
+
+
+def _stage_waits(world: JobWorld, op_id: str, name: str, says: str) -> None:
+    def waiting() -> bool:
+        stage = world.stage(op_id, name)
+        return stage["status"] == "running" and says in (stage["message"] or "")
+    wait_until(waiting, 120, f"operation {op_id}'s stage {name} waiting: {says}")
+
+
+def test_an_external_deployment_gets_an_internal_nlb_that_its_delete_removes(world: JobWorld) -> None:
+    """Last in the module: the controller it turns on stays for the module's world. The deploy waits for the
+    load balancer's DNS name and the delete for the controller's finalizer: each is seen waiting while the
+    controller is scaled to zero, and finishing once it is back."""
+    lbc = httpx2.patch(world.live.url + f"/api/v1/clusters/{CLUSTER}/features",
+                       json={"load_balancer_controller": True}, headers=world.live.headers(), timeout=70)
+    assert lbc.status_code == 202, lbc.text
+    assert world.finished(lbc.json()["operation"]["id"], timeout=300)["status"] == "succeeded"
+    _scale_controller(world, 0)
+    started = world.live.post(BASE, body(name="ext-chat", command=VLLM + " --served-model-name chat",
+                                         service={"exposure": "external"}))
+    assert started.status_code == 202, started.text
+    _stage_waits(world, started.json()["operation"]["id"], "load_balancer",
+                 "waiting for the AWS Load Balancer Controller")
+    _scale_controller(world, 1)
+    op = finished(world, started.json()["operation"]["id"])
+    assert op["status"] == "succeeded", op
+    assert [s["name"] for s in op["stages"]] == ["namespace", "apply", "rollout", "load_balancer"]
+    waited = world.stage(op["id"], "load_balancer")
+    address = waited["result"]["address"]
+    assert address and waited["message"] == f"ext-chat: load balancer {address}", waited
+
+    elb, ec2 = aws(world.server, "elbv2"), aws(world.server, "ec2")
+    arns = [b["LoadBalancerArn"] for b in elb.describe_load_balancers()["LoadBalancers"]]
+    tags = {d["ResourceArn"]: {t["Key"]: t["Value"] for t in d["Tags"]}
+            for d in (elb.describe_tags(ResourceArns=arns)["TagDescriptions"] if arns else [])}
+    ours = [b for b in elb.describe_load_balancers()["LoadBalancers"]
+            if tags[b["LoadBalancerArn"]].get("service.k8s.aws/stack") == f"{NS}/ext-chat"]
+    assert len(ours) == 1, ours
+    (nlb,) = ours
+    assert (nlb["Type"], nlb["Scheme"], nlb["DNSName"]) == ("network", "internal", address)
+    eks = aws(world.server, "sagemaker").describe_cluster(ClusterName=CLUSTER)["Orchestrator"]["Eks"]["ClusterArn"]
+    assert tags[nlb["LoadBalancerArn"]] == {"elbv2.k8s.aws/cluster": eks.rsplit("/", 1)[1],
+                                            "service.k8s.aws/stack": f"{NS}/ext-chat",
+                                            "service.k8s.aws/resource": "LoadBalancer"}
+    groups = [g["TargetGroupArn"] for g in elb.describe_target_groups(
+        LoadBalancerArn=nlb["LoadBalancerArn"])["TargetGroups"]]
+    assert len(groups) == 1
+    security_groups = list(nlb["SecurityGroups"])
+    (group,) = ec2.describe_security_groups(GroupIds=security_groups)["SecurityGroups"]
+    cidr = ec2.describe_vpcs(VpcIds=[nlb["VpcId"]])["Vpcs"][0]["CidrBlock"]
+    assert {(r["FromPort"], c["CidrIp"]) for r in group["IpPermissions"] for c in r["IpRanges"]} == {(8000, cidr)}
+
+    row = world.live.get(f"{BASE}/ext-chat").json()
+    assert row["service"]["type"] == "LoadBalancer" and row["service"]["scheme"] == "internal", row
+    assert row["service"]["address"] == address, row
+    listed = world.live.get(BASE).json()["deployments"]
+    assert next(r for r in listed if r["name"] == "ext-chat")["service"]["address"] == address
+    answer = world.live.post(f"{BASE}/ext-chat/test", {"prompt": "hello"})
+    assert answer.status_code == 200 and answer.json()["status"] == 200, answer.text
+    assert answer.json()["path"] == f"/api/v1/namespaces/{NS}/services/ext-chat:8000/proxy/v1/chat/completions"
+
+    _scale_controller(world, 0)
+    gone = httpx2.delete(world.live.url + f"{BASE}/ext-chat", headers=world.live.headers(), timeout=30)
+    assert gone.status_code == 202, gone.text
+    _stage_waits(world, gone.json()["operation"]["id"], "delete", "finalizers: service.k8s.aws/resources")
+    _scale_controller(world, 1)
+    assert finished(world, gone.json()["operation"]["id"])["status"] == "succeeded"
+    apps, core = k8s.AppsV1Api(world.api), k8s.CoreV1Api(world.api)
+    for read in (apps.read_namespaced_deployment, core.read_namespaced_service):
+        with pytest.raises(ApiException) as absent:
+            read("ext-chat", NS)
+        assert absent.value.status == 404
+    # the delete waited for the Service, so the controller's finalizer has run: nothing of it is left in AWS
+    assert nlb["LoadBalancerArn"] not in {b["LoadBalancerArn"] for b in elb.describe_load_balancers()["LoadBalancers"]}
+    assert not set(groups) & {g["TargetGroupArn"] for g in elb.describe_target_groups()["TargetGroups"]}
+    left = ec2.describe_security_groups(Filters=[{"Name": "group-id", "Values": security_groups}])["SecurityGroups"]
+    assert left == [], left

@@ -43,7 +43,14 @@ from services.inference.models import (
     Preview,
     ServiceView,
 )
-from services.inference.stages import ApplyStage, DeleteStage, InferenceDeps, NamespaceStage, RolloutStage
+from services.inference.stages import (
+    ApplyStage,
+    DeleteStage,
+    InferenceDeps,
+    LoadBalancerStage,
+    NamespaceStage,
+    RolloutStage,
+)
 from services.informers import Informers
 from services.kube import KubeClients
 from services.operations import Engine, OperationKind, OperationView
@@ -86,9 +93,11 @@ class Inference:
     def kinds(self) -> list[OperationKind[Any]]:
         d = self.deps
         return [
-            OperationKind(DEPLOY_KIND, DeploymentPlan, (NamespaceStage(d), ApplyStage(d), RolloutStage(d)),
+            OperationKind(DEPLOY_KIND, DeploymentPlan,
+                          (NamespaceStage(d), ApplyStage(d), RolloutStage(d), LoadBalancerStage(d)),
                           target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
-                          description="deploy a model with vLLM or SGLang as a Deployment and Service"),
+                          description="deploy a model with vLLM or SGLang as a Deployment and Service",
+                          plan=_deploy_stages),
             OperationKind(UPDATE_KIND, DeploymentPlan, (ApplyStage(d), RolloutStage(d)),
                           target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
                           description="rolling update of a self-managed inference deployment"),
@@ -209,7 +218,8 @@ class Inference:
     @verb(Role.OPERATOR)
     def deploy(self, principal: Principal, cluster: str, request: DeploymentRequest,
                idempotency_key: str | None = None) -> tuple[OperationView, bool]:
-        """Deploy a model (prechecked, dry-run; then ``inference.deploy``: namespace → apply → rollout)."""
+        """Deploy a model (prechecked, dry-run; then ``inference.deploy``: namespace → apply → rollout, and
+        load_balancer for an external Service: done once its NLB's DNS name is in the Service)."""
         def same(stored: dict[str, Any]) -> bool:
             return stored.get("cluster") == cluster and stored.get("name") == request.name
         replay = self._engine.replayed(DEPLOY_KIND, principal, idempotency_key, same)
@@ -364,6 +374,12 @@ class Inference:
                           {"api": request.api, "max_tokens": request.max_tokens, "via": request.via},
                           f"status {result.status}")
         return result
+
+
+def _deploy_stages(plan: DeploymentPlan) -> list[str]:
+    """An external deployment also waits for its load balancer's DNS name."""
+    stages = ["namespace", "apply", "rollout"]
+    return [*stages, "load_balancer"] if plan.exposure is Exposure.EXTERNAL else stages
 
 
 def _service_view(svc: Mapping[str, Any]) -> ServiceView:

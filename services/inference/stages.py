@@ -1,14 +1,17 @@
-"""The operations of self-managed inference: ``inference.deploy`` (namespace → apply → rollout),
-``inference.update`` (apply → rollout) and ``inference.delete`` (delete).
+"""The operations of self-managed inference: ``inference.deploy`` (namespace → apply → rollout, then
+load_balancer for an external Service), ``inference.update`` (apply → rollout) and ``inference.delete`` (delete).
 
 ``apply`` sends the stored Deployment and Service with server-side apply under the product's field manager (the
 same request twice changes nothing), then gives the Hugging Face token's Secret to the Deployment as its owner
 so the garbage collector deletes it with the Deployment. ``rollout`` waits until the Deployment is available
 with every replica updated, and fails naming the pods that cannot start and why (their waiting or terminated
 reason and their last log line: an engine that rejected a flag, an image that does not pull); a pod the
-scheduler cannot place is reported while the stage waits (the stage's deadline ends it). ``delete`` removes
-the Service and the Deployment (only the uid it was asked about; the pods and the token's Secret go by owner
-references) and waits until the Deployment is gone.
+scheduler cannot place is reported while the stage waits (the stage's deadline ends it). ``load_balancer``
+waits until the AWS Load Balancer Controller wrote the NLB's DNS name into the Service's
+``status.loadBalancer`` (an external deployment is not reachable before). ``delete`` removes the Service and
+the Deployment (only the uid it was asked about; the pods and the token's Secret go by owner references) and
+waits until the Deployment is gone and the Service too (the controller's finalizer deletes its load balancer,
+target groups and security group first).
 """
 
 from __future__ import annotations
@@ -195,8 +198,38 @@ class RolloutStage(InferenceStage):
         return {"available": ctx.data.get("available", 0)}
 
 
+class LoadBalancerStage(InferenceStage):
+    """An external Service's load balancer: wait until the controller answers its DNS name in the Service."""
+
+    name = "load_balancer"
+    expected_seconds = 180.0  # an NLB is provisioning for a few minutes before its name is published
+    deadline = 1800.0
+
+    def observe(self, ctx: StageContext[DeploymentPlan]) -> Observed:
+        return Observed.IN_PROGRESS
+
+    def poll(self, ctx: StageContext[DeploymentPlan]) -> Done | Wait:
+        plan = ctx.request
+        try:
+            svc = _core(self.deps, plan.cluster).read_namespaced_service(plan.name, plan.namespace)
+        except NotFound:
+            raise Permanent(f"the Service {plan.namespace}/{plan.name} was deleted before its load balancer "
+                            "was made") from None
+        ingress = (svc.status.load_balancer.ingress if svc.status and svc.status.load_balancer else None) or []
+        address = next((i.hostname or i.ip for i in ingress if i.hostname or i.ip), None)
+        if address:
+            ctx.data["address"] = address
+            return Done(f"{plan.name}: load balancer {address}")
+        return Wait(POLL, f"{plan.name}: waiting for the AWS Load Balancer Controller to make the Service's load "
+                          "balancer and publish its DNS name (not reachable from outside the cluster before)")
+
+    def result(self, ctx: StageContext[DeploymentPlan]) -> dict[str, Any]:
+        return {"address": ctx.data.get("address")}
+
+
 class DeleteStage(Stage[DeploymentRef]):
-    """Delete the Service and the Deployment it was asked about (its uid), then wait until both are gone."""
+    """Delete the Service and the Deployment it was asked about (its uid), then wait until both are gone (a
+    load-balanced Service stays until the controller's finalizer deleted its load balancer)."""
 
     name = "delete"
     expected_seconds = 30.0
@@ -206,10 +239,10 @@ class DeleteStage(Stage[DeploymentRef]):
 
     def observe(self, ctx: StageContext[DeploymentRef]) -> Observed:
         ref = ctx.request
+        if ctx.data.get("deleted"):  # sent: the poll waits for the Deployment and the Service to go
+            return Observed.IN_PROGRESS
         dep = read_deployment(self.deps, ref.cluster, ref.namespace, ref.name)
-        if dep is None or str(dep.metadata.uid) != ref.uid:
-            return Observed.DONE
-        return Observed.IN_PROGRESS if ctx.data.get("deleted") else Observed.ABSENT
+        return Observed.DONE if dep is None or str(dep.metadata.uid) != ref.uid else Observed.ABSENT
 
     def act(self, ctx: StageContext[DeploymentRef]) -> None:
         ref = ctx.request
@@ -224,9 +257,17 @@ class DeleteStage(Stage[DeploymentRef]):
     def poll(self, ctx: StageContext[DeploymentRef]) -> Done | Wait:
         ref = ctx.request
         dep = read_deployment(self.deps, ref.cluster, ref.namespace, ref.name)
-        if dep is None or str(dep.metadata.uid) != ref.uid:
+        if dep is not None and str(dep.metadata.uid) == ref.uid:
+            return Wait(2.0, f"waiting for the Deployment {ref.namespace}/{ref.name} to go")
+        try:
+            svc: Any = _core(self.deps, ref.cluster).read_namespaced_service(ref.name, ref.namespace)
+        except NotFound:
             return Done(f"{ref.namespace}/{ref.name} deleted")
-        return Wait(2.0, f"waiting for the Deployment {ref.namespace}/{ref.name} to go")
+        if svc.metadata.deletion_timestamp is None:  # not the one we deleted: another made since
+            return Done(f"{ref.namespace}/{ref.name} deleted")
+        return Wait(2.0, f"waiting for the Service {ref.namespace}/{ref.name} to go (its finalizers: "
+                         f"{', '.join(svc.metadata.finalizers or []) or 'none'}; the load balancer controller "
+                         "deletes the load balancer first)")
 
     def result(self, ctx: StageContext[DeploymentRef]) -> dict[str, Any]:
         return {"deleted": f"{ctx.request.namespace}/{ctx.request.name}"}
