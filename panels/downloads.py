@@ -19,6 +19,7 @@ import param
 from pydantic import SecretStr, ValidationError
 
 from panels.live import LiveRefresh
+from panels.scoped import ClusterScoped
 from panels.tables import ReadOnlyTable
 from services.auth import Principal, Role
 from services.clusters import Clusters
@@ -38,50 +39,20 @@ def downloads_frame(downloads: list[DownloadView]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-class DownloadsState(param.Parameterized):
-    cluster = param.String(default="", doc="the cluster whose downloads are shown")
-    clusters = param.List(default=[], item_type=str)
+class DownloadsState(ClusterScoped):
+    items_param = "downloads"
+
     downloads = param.List(default=[], item_type=DownloadView)
     model = param.String(default="", doc="Hugging Face model id, org/name")
     revision = param.String(default="", doc="branch, tag or commit (empty: main)")
     namespace = param.String(default=DEFAULT_NAMESPACE)
     selected = param.String(default="", doc="the download chosen in the table")
-    message = param.String(default="")
-    busy = param.Boolean(default=False)
 
     def __init__(self, downloads: Downloads, clusters: Clusters, principal: Principal,
                  current_principal: Callable[[], Principal] | None = None, **params: Any) -> None:
-        super().__init__(**params)
+        super().__init__(clusters, principal, current_principal,
+                         lambda who, cluster: list(downloads.list_downloads(who, cluster).downloads), **params)
         self.service = downloads
-        self.clusters_service = clusters
-        self.principal = principal
-        self._current_principal = current_principal or (lambda: principal)
-
-    def current(self) -> Principal:
-        """Who acts now (a dashboard session's role may have changed since the pane was made)."""
-        return self._current_principal()
-
-    def fetch(self) -> tuple[list[str], str, list[DownloadView], str]:
-        """Ask the verbs; assigns nothing, so it may run in a worker thread."""
-        names = [c.name for c in self.clusters_service.list_clusters(self.principal, wait=0)]
-        cluster = self.cluster if self.cluster in names else (names[0] if names else "")
-        if not cluster:
-            return names, "", [], ""
-        try:
-            return names, cluster, self.service.list_downloads(self.principal, cluster).downloads, ""
-        except ServiceError as exc:
-            return names, cluster, [], f"{exc.code}: {exc.message}"
-
-    def apply(self, read: tuple[list[str], str, list[DownloadView], str]) -> None:
-        self.clusters, self.cluster, self.downloads, error = read
-        if error:
-            self.message = error
-
-    def reload(self) -> None:
-        self.apply(self.fetch())
-
-    async def refresh(self) -> None:
-        self.apply(await asyncio.get_running_loop().run_in_executor(None, self.fetch))
 
     def start(self, principal: Principal, cluster: str, token: str) -> str:
         """Submit the download (blocking: the precheck reads the cluster); answers the message to show."""

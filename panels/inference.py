@@ -21,6 +21,7 @@ import yaml
 from pydantic import SecretStr, ValidationError
 
 from panels.live import LiveRefresh
+from panels.scoped import ClusterScoped
 from panels.tables import ReadOnlyTable
 from services.auth import Principal, Role
 from services.clusters import Clusters
@@ -57,9 +58,9 @@ def _invalid(exc: ValidationError) -> str:
     return "invalid: " + "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
 
 
-class InferenceState(param.Parameterized):
-    cluster = param.String(default="", doc="the cluster whose deployments are shown")
-    clusters = param.List(default=[], item_type=str)
+class InferenceState(ClusterScoped):
+    items_param = "deployments"
+
     deployments = param.List(default=[], item_type=DeploymentView)
     deployment = param.String(default="", doc="the new deployment's name")
     command = param.String(default="", doc="the serve command, e.g. vllm serve Qwen/Qwen2.5-0.5B-Instruct")
@@ -71,41 +72,12 @@ class InferenceState(param.Parameterized):
     prompt = param.String(default="Say hello in one short sentence.")
     preview = param.String(default="", doc="the previewed manifests as YAML")
     answer = param.String(default="", doc="the last test answer")
-    message = param.String(default="")
-    busy = param.Boolean(default=False)
 
     def __init__(self, inference: Inference, clusters: Clusters, principal: Principal,
                  current_principal: Callable[[], Principal] | None = None, **params: Any) -> None:
-        super().__init__(**params)
+        super().__init__(clusters, principal, current_principal,
+                         lambda who, cluster: list(inference.list_deployments(who, cluster).deployments), **params)
         self.service = inference
-        self.clusters_service = clusters
-        self.principal = principal
-        self._current_principal = current_principal or (lambda: principal)
-
-    def current(self) -> Principal:
-        return self._current_principal()
-
-    def fetch(self) -> tuple[list[str], str, list[DeploymentView], str]:
-        """Ask the verbs; assigns nothing, so it may run in a worker thread."""
-        names = [c.name for c in self.clusters_service.list_clusters(self.principal, wait=0)]
-        cluster = self.cluster if self.cluster in names else (names[0] if names else "")
-        if not cluster:
-            return names, "", [], ""
-        try:
-            return names, cluster, self.service.list_deployments(self.principal, cluster).deployments, ""
-        except ServiceError as exc:
-            return names, cluster, [], f"{exc.code}: {exc.message}"
-
-    def apply(self, read: tuple[list[str], str, list[DeploymentView], str]) -> None:
-        self.clusters, self.cluster, self.deployments, error = read
-        if error:
-            self.message = error
-
-    def reload(self) -> None:
-        self.apply(self.fetch())
-
-    async def refresh(self) -> None:
-        self.apply(await asyncio.get_running_loop().run_in_executor(None, self.fetch))
 
     def request(self, token: str) -> DeploymentRequest:
         return DeploymentRequest(name=self.deployment, command=self.command, gpus=self.gpus, replicas=self.replicas,

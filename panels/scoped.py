@@ -1,0 +1,62 @@
+"""The state a pane keeps for one noun's objects in the cluster the user picked (downloads, inference
+deployments): the registered clusters, the chosen one, its objects as the noun's list verb answers them, and
+the message to show. Reading assigns nothing (it may run in a worker thread); ``apply`` assigns on the pane's
+loop. A subclass names the parameter its objects go to (``items_param``) and how they are listed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import param
+
+from services.auth import Principal
+from services.clusters import Clusters
+from services.errors import ServiceError
+
+Read = tuple[list[str], str, list[Any], str]
+
+
+class ClusterScoped(param.Parameterized):
+    items_param: ClassVar[str]
+
+    cluster = param.String(default="", doc="the cluster whose objects are shown")
+    clusters = param.List(default=[], item_type=str)
+    message = param.String(default="")
+    busy = param.Boolean(default=False)
+
+    def __init__(self, clusters: Clusters, principal: Principal, current_principal: Callable[[], Principal] | None,
+                 lister: Callable[[Principal, str], list[Any]], **params: Any) -> None:
+        super().__init__(**params)
+        self.clusters_service = clusters
+        self.principal = principal
+        self._current_principal = current_principal or (lambda: principal)
+        self._lister = lister
+
+    def current(self) -> Principal:
+        """Who acts now (a dashboard session's role may have changed since the pane was made)."""
+        return self._current_principal()
+
+    def fetch(self) -> Read:
+        """Ask the verbs; assigns nothing, so it may run in a worker thread."""
+        names = [c.name for c in self.clusters_service.list_clusters(self.principal, wait=0)]
+        cluster = self.cluster if self.cluster in names else (names[0] if names else "")
+        if not cluster:
+            return names, "", [], ""
+        try:
+            return names, cluster, self._lister(self.principal, cluster), ""
+        except ServiceError as exc:
+            return names, cluster, [], f"{exc.code}: {exc.message}"
+
+    def apply(self, read: Read) -> None:
+        self.clusters, self.cluster, items, error = read
+        setattr(self, self.items_param, items)
+        if error:
+            self.message = error
+
+    def reload(self) -> None:
+        self.apply(self.fetch())
+
+    async def refresh(self) -> None:
+        self.apply(await asyncio.get_running_loop().run_in_executor(None, self.fetch))
