@@ -105,7 +105,8 @@ def finished(world: JobWorld, op_id: str) -> dict[str, Any]:
 def test_deploy_list_test_and_delete_with_the_token_nowhere(world: JobWorld) -> None:
     token = "hf_" + secrets.token_urlsafe(24)
     seen: list[str] = []
-    started = world.live.post(BASE, body(command=VLLM + " --served-model-name chat", hf_token=token, replicas=1))
+    started = world.live.post(BASE, body(command=VLLM + " --served-model-name chat", hf_token=token, replicas=1,
+                                         instance_type="ml.g5.8xlarge", model_size_gb=40))
     seen.append(started.text)
     assert started.status_code == 202, started.text
     op = finished(world, started.json()["operation"]["id"])
@@ -154,12 +155,31 @@ def test_deploy_list_test_and_delete_with_the_token_nowhere(world: JobWorld) -> 
     missing = world.live.post(f"{BASE}/nope/test", {})
     assert missing.status_code == 404
 
+    def pods() -> set[str]:
+        return {p.metadata.uid for p in core.list_namespaced_pod(NS, label_selector="instantstart.io/inference=chat")
+                .items if p.metadata.deletion_timestamp is None}
+    before = pods()
+    for replicas in (2, 1):  # replicas only: the scale subresource, no new ReplicaSet, no engine restarted
+        scaled = httpx2.patch(world.live.url + f"{BASE}/chat", json={"replicas": replicas},
+                              headers=world.live.headers(), timeout=30)
+        assert scaled.status_code == 202, scaled.text
+        assert finished(world, scaled.json()["operation"]["id"])["status"] == "succeeded"
+        now = apps.read_namespaced_deployment("chat", NS)
+        assert now.spec.replicas == replicas and now.spec.template == dep.spec.template
+        assert len(apps.list_namespaced_replica_set(NS, label_selector="instantstart.io/inference=chat").items) == 1
+        assert before < pods() if replicas == 2 else len(pods()) == 1
     rolled = httpx2.patch(world.live.url + f"{BASE}/chat", json={"command": VLLM + " --served-model-name chat "
-                          "--enforce-eager"}, headers=world.live.headers(), timeout=30)
+                          "--enforce-eager", "image": "vllm/vllm-openai:v0.11.1"}, headers=world.live.headers(),
+                          timeout=30)
     assert rolled.status_code == 202, rolled.text
     assert finished(world, rolled.json()["operation"]["id"])["status"] == "succeeded"
-    template = apps.read_namespaced_deployment("chat", NS).spec.template.spec.containers[0]
+    pod_spec = apps.read_namespaced_deployment("chat", NS).spec.template.spec
+    template = pod_spec.containers[0]
     assert template.command[-1] == "--enforce-eager" and template.env == container.env
+    assert template.image == "vllm/vllm-openai:v0.11.1"
+    assert pod_spec.node_selector == dep.spec.template.spec.node_selector == {
+        "node.kubernetes.io/instance-type": "ml.g5.8xlarge"}
+    assert template.resources == container.resources and template.startup_probe == container.startup_probe
     sets = k8s.AppsV1Api(world.api).list_namespaced_replica_set(NS, label_selector="instantstart.io/inference=chat")
     assert len(sets.items) == 2  # the rolling update made a new ReplicaSet
     port_change = httpx2.patch(world.live.url + f"{BASE}/chat", json={"command": VLLM + " --port 9000"},

@@ -49,7 +49,7 @@ from services.kube import KubeClients
 from services.operations import Engine, OperationKind, OperationView
 from services.secrets import SecretRef, stash
 from services.training.downloads.manifest import ensure_namespace, shared_storage
-from services.training.manifests import SHARED_MOUNT, InstanceFacts
+from services.training.manifests import EFA, INSTANCE_TYPE_LABEL, SHARED_MOUNT, InstanceFacts
 from services.verbs import verb
 
 __all__ = ["DELETE_KIND", "DEPLOY_KIND", "UPDATE_KIND", "Inference", "inference_target"]
@@ -142,7 +142,8 @@ class Inference:
         model_gb = request.model_size_gb or manifest.estimated_gb(serve.model)
         objects = [manifest.deployment(name=request.name, namespace=request.namespace, serve=serve, gpus=request.gpus,
                                        replicas=request.replicas, efa=request.efa, instance_type=request.instance_type,
-                                       image=request.image, model_gb=model_gb, token=token, shared_storage=storage),
+                                       image=request.image, model_gb=model_gb, token=token, shared_storage=storage,
+                                       model_size_gb=request.model_size_gb),
                    manifest.service(name=request.name, namespace=request.namespace, serve=serve, spec=request.service)]
         plan = DeploymentPlan(cluster=cluster, name=request.name, namespace=request.namespace, engine=serve.engine,
                               model=serve.model, api_model=serve.api_model, gpus=request.gpus,
@@ -240,28 +241,58 @@ class Inference:
         place), prechecked like a deploy; the Service stays as it is, so the port cannot change."""
         if update.command is None and update.image is None and update.replicas is None:
             raise Invalid("nothing to change: give command, image or replicas")
-        dep = self._find(cluster, name)
-        meta, spec = _meta(dep), dep.get("spec") or {}
+        def same(stored: dict[str, Any]) -> bool:
+            return stored.get("cluster") == cluster and stored.get("name") == name
+        replay = self._engine.replayed(UPDATE_KIND, principal, idempotency_key, same)
+        if replay is not None:
+            return replay, False
+        meta = _meta(self._find(cluster, name))
         namespace = str(meta.get("namespace"))
-        container = (spec.get("containers") or [{}])[0]
-        gpus = int((meta.get("annotations") or {}).get(manifest.GPUS_ANNOTATION) or 1)
-        request = DeploymentRequest(name=name, command=update.command or shlex.join(container.get("command") or []),
-                                    gpus=gpus, namespace=namespace, image=update.image or container.get("image"),
-                                    replicas=max(update.replicas if update.replicas is not None
-                                                 else int(spec.get("replicas") or 0), 1))
-        live = self._service(cluster, namespace, name) or {}
+        svc = self._service(cluster, namespace, name) or {}
+        exposure = Exposure.EXTERNAL if (svc.get("spec") or {}).get("type") == "LoadBalancer" else Exposure.CLUSTER
+        if update.command is None and update.image is None and update.replicas is not None:
+            return self._engine.submit(UPDATE_KIND, self._scale_plan(principal, cluster, meta, exposure,
+                                                                     update.replicas), principal, idempotency_key)
+        live: Any = k8s.AppsV1Api(self.kube.api_client(cluster)).read_namespaced_deployment(name, namespace)
+        pod, notes = live.spec.template.spec, dict(live.metadata.annotations or {})
+        container = next(c for c in pod.containers if c.name == manifest.CONTAINER)
+        limits = (container.resources.limits if container.resources else None) or {}
+        given_gb = notes.get(manifest.MODEL_GB_ANNOTATION)
+        request = DeploymentRequest(
+            name=name, command=update.command or shlex.join(container.command or []),
+            gpus=int(notes.get(manifest.GPUS_ANNOTATION) or 1), namespace=namespace,
+            image=update.image or container.image, replicas=max(update.replicas if update.replicas is not None
+                                                                else int(live.spec.replicas or 0), 1),
+            instance_type=notes.get(manifest.INSTANCE_TYPE_ANNOTATION)
+            or (pod.node_selector or {}).get(INSTANCE_TYPE_LABEL),
+            efa=int(notes.get(manifest.EFA_ANNOTATION) or limits.get(EFA) or 0),
+            model_size_gb=float(given_gb) if given_gb else None)
         serve = parse(request.command)
-        ports = [int(p.get("targetPort") or 0) for p in (live.get("spec") or {}).get("ports") or []]
+        ports = [int(p.get("targetPort") or 0) for p in (svc.get("spec") or {}).get("ports") or []]
         if ports and serve.port not in ports:
             raise Invalid(f"the Service of {name} sends traffic to port {ports[0]}; the new command listens on "
                           f"{serve.port}: keep the port, or delete and deploy again", details={"port": ports[0]})
-        ref = self._token_ref(cluster, namespace, name)
-        plan, _, _ = self._plan(principal, cluster, request, ref)
+        plan, _, _ = self._plan(principal, cluster, request, _live_token(cluster, namespace, container))
         if update.replicas is not None:
             plan.manifests[0]["spec"]["replicas"] = plan.replicas = update.replicas
         plan.manifests, plan.update = plan.manifests[:1], True  # the Deployment only
         self._dry_run(plan)
         return self._engine.submit(UPDATE_KIND, plan, principal, idempotency_key)
+
+    def _scale_plan(self, principal: Principal, cluster: str, meta: Mapping[str, Any], exposure: Exposure,
+                    replicas: int) -> DeploymentPlan:
+        """Replicas only: the scale subresource changes ``spec.replicas`` and nothing of the pod template, so no
+        new ReplicaSet and no engine restarts."""
+        name, namespace = str(meta.get("name")), str(meta.get("namespace"))
+        labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+        scale = {"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": name, "namespace": namespace},
+                 "spec": {"replicas": replicas}}
+        return DeploymentPlan(cluster=cluster, name=name, namespace=namespace, engine=labels[manifest.ENGINE_LABEL],
+                              model=str(notes.get(manifest.MODEL_ANNOTATION) or ""),
+                              api_model=str(notes.get(manifest.API_MODEL_ANNOTATION) or ""),
+                              gpus=int(notes.get(manifest.GPUS_ANNOTATION) or 1), replicas=replicas,
+                              exposure=exposure, manifests=[scale], update=True, scale=True,
+                              requested_by=principal.name)
 
     def _token_ref(self, cluster: str, namespace: str, name: str) -> SecretRef | None:
         """The deployment's token Secret, when it was deployed with one (the update keeps using it)."""
@@ -364,6 +395,15 @@ class Inference:
                           {"api": request.api, "max_tokens": request.max_tokens, "via": request.via},
                           f"status {result.status}")
         return result
+
+
+def _live_token(cluster: str, namespace: str, container: Any) -> SecretRef | None:
+    """The token Secret the live container reads ``HF_TOKEN`` from (an update keeps it)."""
+    for env in container.env or []:
+        source = env.value_from.secret_key_ref if env.name == "HF_TOKEN" and env.value_from else None
+        if source is not None:
+            return SecretRef(cluster=cluster, namespace=namespace, name=source.name, key=source.key)
+    return None
 
 
 def _service_view(svc: Mapping[str, Any]) -> ServiceView:

@@ -140,6 +140,12 @@ class ApplyStage(InferenceStage):
 
     def act(self, ctx: StageContext[DeploymentPlan]) -> None:
         plan = ctx.request
+        if plan.scale:  # replicas only: the pod template (and so every running engine) stays as it is
+            scaled: Any = _apps(self.deps, plan.cluster).patch_namespaced_deployment_scale(
+                plan.name, plan.namespace, {"spec": {"replicas": plan.replicas}})
+            ctx.data["applied"] = True
+            ctx.data["generation"] = int(scaled.metadata.generation or 0)
+            return
         applied: Any = _apps(self.deps, plan.cluster).patch_namespaced_deployment(
             plan.name, plan.namespace, plan.manifests[0], field_manager=FIELD_MANAGER, force=True,
             _content_type=APPLY)
