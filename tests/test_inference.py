@@ -119,9 +119,12 @@ def test_deploy_list_test_and_delete_with_the_token_nowhere(world: JobWorld) -> 
     assert dep.metadata.labels["app.kubernetes.io/managed-by"] == "instantstart"
     container = dep.spec.template.spec.containers[0]
     hf = next(e for e in container.env if e.name == "HF_TOKEN")
-    assert hf.value is None and hf.value_from.secret_key_ref.name == "chat-hf-token"
-    secret = core.read_namespaced_secret("chat-hf-token", NS)
+    token_secret = hf.value_from.secret_key_ref.name
+    assert hf.value is None and token_secret.startswith("chat-hf-token-")
+    secret = core.read_namespaced_secret(token_secret, NS)
     assert [o.kind for o in secret.metadata.owner_references] == ["Deployment"]
+    assert secret.metadata.labels == {"app.kubernetes.io/managed-by": "instantstart",
+                                      "instantstart.io/inference": "chat"}
     assert core.read_namespaced_service("chat", NS).spec.type == "ClusterIP"
 
     def listed() -> dict[str, Any] | None:
@@ -197,13 +200,7 @@ def test_deploy_list_test_and_delete_with_the_token_nowhere(world: JobWorld) -> 
         core.read_namespaced_service("chat", NS)
     assert no_service.value.status == 404
 
-    def secret_gone() -> bool:  # the garbage collector deletes what the Deployment owned
-        try:
-            core.read_namespaced_secret("chat-hf-token", NS)
-        except ApiException as exc:
-            return exc.status == 404
-        return False
-    wait_until(secret_gone, 30, "the token's Secret to go with its Deployment")
+    assert token_secrets(world, "chat") == []  # the delete stage deleted it
 
     seen.append(world.live.get("/api/v1/operations?kind=inference.deploy").text)
     seen.append(world.live.get("/api/v1/audit?limit=500").text)
@@ -214,6 +211,64 @@ def test_deploy_list_test_and_delete_with_the_token_nowhere(world: JobWorld) -> 
     encoded = base64.b64encode(token.encode()).decode()
     for text in seen:
         assert token not in text and encoded not in text
+
+
+def token_secrets(world: JobWorld, name: str) -> list[str]:
+    found = k8s.CoreV1Api(world.api).list_namespaced_secret(NS, label_selector=f"instantstart.io/inference={name}")
+    return sorted(s.metadata.name for s in found.items)
+
+
+def secret_writes(ledger: CallLedger, since: int) -> list[tuple[str, str]]:
+    return [(e["verb"], e["name"]) for e in ledger.writes(since, service="kubernetes")
+            if e.get("resource") == "secrets" and e["status"] < 400]
+
+
+def test_each_deploy_request_has_its_own_token_secret(world: JobWorld) -> None:
+    """A deploy refused while another runs deletes only its own Secret; a later deploy's apply deletes the older
+    one; the delete deletes the rest, an unowned one too. Three replicas on two one-GPU nodes: the rollout
+    keeps waiting."""
+    ledger = CallLedger(world.live)
+    apps = k8s.AppsV1Api(world.api)
+
+    def deploy(token: str) -> httpx2.Response:
+        return world.live.post(BASE, body(name="held", hf_token=token, replicas=3))
+
+    def applied(secret: str) -> bool:
+        reads = apps.read_namespaced_deployment("held", NS).spec.template.spec.containers[0].env
+        owned = k8s.CoreV1Api(world.api).read_namespaced_secret(secret, NS).metadata.owner_references
+        return bool(owned) and any(e.value_from and e.value_from.secret_key_ref.name == secret for e in reads)
+
+    def cancel(op_id: str) -> None:
+        assert world.live.post(f"/api/v1/operations/{op_id}/cancel", {}).status_code == 200
+        assert finished(world, op_id)["status"] == "cancelled"
+
+    first = deploy("hf_" + secrets.token_urlsafe(24))
+    assert first.status_code == 202, first.text
+    (one,) = token_secrets(world, "held")
+    wait_until(lambda: applied(one), 60, "the first deploy to apply its Deployment")
+    mark = ledger.mark()
+    loser = deploy("hf_" + secrets.token_urlsafe(24))
+    assert loser.status_code == 409, loser.text
+    made = secret_writes(ledger, mark)
+    assert [verb for verb, _ in made] == ["create", "delete"] and made[1][1].startswith("held-hf-token-"), made
+    assert made[1][1] != one  # a create's ledger entry names no object: the loser deleted the one it made
+    assert token_secrets(world, "held") == [one] and applied(one)
+    cancel(first.json()["operation"]["id"])
+    assert token_secrets(world, "held") == [one]  # the Deployment reads it: a cancel keeps it
+
+    again = deploy("hf_" + secrets.token_urlsafe(24))
+    assert again.status_code == 202, again.text
+    two = next(n for n in token_secrets(world, "held") if n != one)
+    wait_until(lambda: token_secrets(world, "held") == [two], 60, "the apply to delete the older token Secret")
+    assert applied(two)
+    cancel(again.json()["operation"]["id"])
+    orphan = "held-hf-token-crashd"  # what a crash between a deploy's Secret and its operation leaves: no owner
+    k8s.CoreV1Api(world.api).create_namespaced_secret(NS, {"metadata": {"name": orphan, "labels": {
+        "app.kubernetes.io/managed-by": "instantstart", "instantstart.io/inference": "held"}}})
+    mark = ledger.mark()
+    gone = httpx2.delete(world.live.url + f"{BASE}/held", headers=world.live.headers(), timeout=30)
+    assert finished(world, gone.json()["operation"]["id"])["status"] == "succeeded"
+    assert ("delete", orphan) in secret_writes(ledger, mark) and token_secrets(world, "held") == []
 
 
 def test_an_engine_that_cannot_start_fails_the_deploy_naming_its_pod_and_last_line(world: JobWorld) -> None:

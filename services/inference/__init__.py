@@ -8,12 +8,12 @@ AWS Load Balancer Controller for an external Service — before any operation ro
 operation on ``cluster/<c>/inference/<name>`` (so it conflicts with a cluster delete). Reads answer from watch
 caches (Deployments, Services, pods): no API call per list. ``test_deployment`` sends one capped
 OpenAI-compatible request through the Kubernetes API's service proxy, only to deployments this product made.
-The Hugging Face token goes into a Kubernetes Secret the Deployment owns; no record, response or log holds it.
+The Hugging Face token goes into a Secret of its own per deploy request (``tokens.py``), which the Deployment
+then owns; no record, response or log holds it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import shlex
 from collections.abc import Mapping
 from typing import Any
@@ -27,7 +27,7 @@ from services.clusters.pipeline import cluster_target
 from services.clusters.registry import ClusterRegistry
 from services.clusters.storage_stage import APPLY
 from services.errors import Conflict, Invalid, NotFound, Transient
-from services.inference import checks, manifest, testcall
+from services.inference import checks, manifest, testcall, tokens
 from services.inference.command import IMAGES, ServeCommand, parse
 from services.inference.models import (
     DeploymentList,
@@ -47,7 +47,7 @@ from services.inference.stages import ApplyStage, DeleteStage, InferenceDeps, Na
 from services.informers import Informers
 from services.kube import KubeClients
 from services.operations import Engine, OperationKind, OperationView
-from services.secrets import SecretRef, stash
+from services.secrets import SecretRef
 from services.training.downloads.manifest import ensure_namespace, shared_storage
 from services.training.manifests import EFA, INSTANCE_TYPE_LABEL, SHARED_MOUNT, InstanceFacts
 from services.verbs import verb
@@ -57,7 +57,6 @@ DEPLOY_KIND = "inference.deploy"
 UPDATE_KIND = "inference.update"
 DELETE_KIND = "inference.delete"
 SYNC_SECONDS = 20.0
-TOKEN_KEY = "token"
 LBC = ("kube-system", "aws-load-balancer-controller")
 
 
@@ -88,7 +87,8 @@ class Inference:
         return [
             OperationKind(DEPLOY_KIND, DeploymentPlan, (NamespaceStage(d), ApplyStage(d), RolloutStage(d)),
                           target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
-                          description="deploy a model with vLLM or SGLang as a Deployment and Service"),
+                          description="deploy a model with vLLM or SGLang as a Deployment and Service",
+                          on_cancel=self._cancelled),
             OperationKind(UPDATE_KIND, DeploymentPlan, (ApplyStage(d), RolloutStage(d)),
                           target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
                           description="rolling update of a self-managed inference deployment"),
@@ -198,8 +198,7 @@ class Inference:
     @verb(Role.OPERATOR)
     def preview_deployment(self, principal: Principal, cluster: str, request: DeploymentRequest) -> Preview:
         """What a deploy would create (every precheck, then the API server's dry run); nothing is created."""
-        ref = SecretRef(cluster=cluster, namespace=request.namespace, name=f"{request.name}-hf-token", key=TOKEN_KEY) \
-            if request.hf_token is not None else None
+        ref = tokens.new_ref(cluster, request.namespace, request.name) if request.hf_token is not None else None
         plan, serve, warnings = self._plan(principal, cluster, request, ref)
         self._dry_run(plan)
         return Preview(engine=serve.engine, model=serve.model, api_model=serve.api_model, port=serve.port,
@@ -217,22 +216,34 @@ class Inference:
         if replay is not None:
             return replay, False
         token = request.hf_token.get_secret_value() if request.hf_token is not None else ""
-        ref = SecretRef(cluster=cluster, namespace=request.namespace, name=f"{request.name}-hf-token",
-                        key=TOKEN_KEY) if token else None
+        ref = tokens.new_ref(cluster, request.namespace, request.name) if token else None
         plan, _, _ = self._plan(principal, cluster, request, ref)
         self._dry_run(plan)
-        made = False
-        if token:
+        if ref is not None:  # this request's own Secret: a refused request deletes only it
             ensure_namespace(self.kube, cluster, request.namespace)
-            made = self._token_ref(cluster, request.namespace, request.name) is None
-            stash(self.kube, cluster, request.namespace, f"{request.name}-hf-token", {TOKEN_KEY: token})
+            tokens.create(self.kube, ref, request.name, token)
         try:
             return self._engine.submit(DEPLOY_KIND, plan, principal, idempotency_key)
         except BaseException:
-            if made and ref is not None:  # refused after all (a 409 on the target): the token does not stay behind
-                with contextlib.suppress(NotFound):
-                    k8s.CoreV1Api(self.kube.api_client(cluster)).delete_namespaced_secret(ref.name, ref.namespace)
+            if ref is not None:
+                tokens.delete(self.kube, ref)
             raise
+
+    def _cancelled(self, plan: DeploymentPlan) -> None:
+        """A cancelled (or failed, then cancelled) deploy deletes the token Secret it made, unless the
+        Deployment already reads it."""
+        if plan.token is None:
+            return
+        try:
+            live: Any = k8s.AppsV1Api(self.kube.api_client(plan.cluster)).read_namespaced_deployment(
+                plan.name, plan.namespace)
+        except NotFound:
+            live = None
+        container = next((c for c in live.spec.template.spec.containers if c.name == manifest.CONTAINER),
+                         None) if live is not None else None
+        used = _live_token(plan.cluster, plan.namespace, container) if container is not None else None
+        if used is None or used.name != plan.token.name:
+            tokens.delete(self.kube, plan.token)
 
     @verb(Role.OPERATOR)
     def update_deployment(self, principal: Principal, cluster: str, name: str, update: DeploymentUpdate,
@@ -293,15 +304,6 @@ class Inference:
                               gpus=int(notes.get(manifest.GPUS_ANNOTATION) or 1), replicas=replicas,
                               exposure=exposure, manifests=[scale], update=True, scale=True,
                               requested_by=principal.name)
-
-    def _token_ref(self, cluster: str, namespace: str, name: str) -> SecretRef | None:
-        """The deployment's token Secret, when it was deployed with one (the update keeps using it)."""
-        secret = f"{name}-hf-token"
-        try:
-            k8s.CoreV1Api(self.kube.api_client(cluster)).read_namespaced_secret(secret, namespace)
-        except NotFound:
-            return None
-        return SecretRef(cluster=cluster, namespace=namespace, name=secret, key=TOKEN_KEY)
 
     @verb(Role.OPERATOR)
     def delete_deployment(self, principal: Principal, cluster: str, name: str,

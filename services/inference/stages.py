@@ -2,13 +2,14 @@
 ``inference.update`` (apply → rollout) and ``inference.delete`` (delete).
 
 ``apply`` sends the stored Deployment and Service with server-side apply under the product's field manager (the
-same request twice changes nothing), then gives the Hugging Face token's Secret to the Deployment as its owner
-so the garbage collector deletes it with the Deployment. ``rollout`` waits until the Deployment is available
+same request twice changes nothing), or, for a replicas-only update, the Deployment's scale subresource; then
+gives the request's Hugging Face token Secret to the Deployment as its owner and deletes the older token Secrets
+of the name (``tokens.py``). ``rollout`` waits until the Deployment is available
 with every replica updated, and fails naming the pods that cannot start and why (their waiting or terminated
 reason and their last log line: an engine that rejected a flag, an image that does not pull); a pod the
 scheduler cannot place is reported while the stage waits (the stage's deadline ends it). ``delete`` removes
-the Service and the Deployment (only the uid it was asked about; the pods and the token's Secret go by owner
-references) and waits until the Deployment is gone.
+the Service, the Deployment (only the uid it was asked about; the pods go by owner references) and the token
+Secrets labelled for the name, and waits until the Deployment is gone.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from kubernetes import client as k8s
 from services.clusters.create_base import FIELD_MANAGER
 from services.clusters.storage_stage import APPLY
 from services.errors import NotFound, Permanent, ServiceError
+from services.inference import tokens
 from services.inference.manifest import CONTAINER, INFERENCE_LABEL
 from services.inference.models import DeploymentPlan, DeploymentRef
 from services.kube import KubeClients
@@ -155,9 +157,14 @@ class ApplyStage(InferenceStage):
         if plan.token is not None:
             owner = {"apiVersion": "apps/v1", "kind": "Deployment", "name": plan.name,
                      "uid": str(applied.metadata.uid), "blockOwnerDeletion": False}
-            with contextlib.suppress(NotFound):
-                _core(self.deps, plan.cluster).patch_namespaced_secret(
+            try:
+                current = _core(self.deps, plan.cluster).patch_namespaced_secret(
                     plan.token.name, plan.namespace, {"metadata": {"ownerReferences": [owner]}})
+            except NotFound:
+                raise Permanent(f"the token Secret {plan.namespace}/{plan.token.name} is gone: deploy again with "
+                                "the token") from None
+            ctx.data["tokens_deleted"] = tokens.delete_older(self.deps.kube, plan.cluster, plan.namespace,
+                                                             plan.name, current)
         ctx.data["applied"] = True
         ctx.data["generation"] = int(applied.metadata.generation or 0)
 
@@ -225,6 +232,7 @@ class DeleteStage(Stage[DeploymentRef]):
             _apps(self.deps, ref.cluster).delete_namespaced_deployment(
                 ref.name, ref.namespace, propagation_policy="Background",
                 body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=ref.uid)))
+        tokens.delete_all(self.deps.kube, ref.cluster, ref.namespace, ref.name)  # owned or left by a crash
         ctx.data["deleted"] = True
 
     def poll(self, ctx: StageContext[DeploymentRef]) -> Done | Wait:
