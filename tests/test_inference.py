@@ -3,7 +3,8 @@ nodes (one GPU each) with the cluster's shared-s3 volume, where the sandbox's si
 run the pods' commands: previews for both engines pass the API server's dry run; bad input is refused before any
 operation or Kubernetes write; through REST a deployment is made, listed, answers a test through the service
 proxy with its pod's name, rolls out a new command and is deleted, with a planted token in no record, response
-or log; an engine that cannot start fails the deploy naming its pod and last log line; and an agent follows
+or log; an engine that cannot start fails the deploy naming its pod and last log line, and an update to a command that
+works then rolls out past the old pod's crash loop; and an agent follows
 ``skills/deploy-model.md`` through a real MCP client for an SGLang deployment of a model on shared storage."""
 
 from __future__ import annotations
@@ -271,13 +272,17 @@ def test_each_deploy_request_has_its_own_token_secret(world: JobWorld) -> None:
     assert ("delete", orphan) in secret_writes(ledger, mark) and token_secrets(world, "held") == []
 
 
-def test_an_engine_that_cannot_start_fails_the_deploy_naming_its_pod_and_last_line(world: JobWorld) -> None:
+def test_an_engine_that_cannot_start_fails_the_deploy_naming_its_pod_and_an_update_fixes_it(world: JobWorld) -> None:
     started = world.live.post(BASE, body(name="gated", command="vllm serve meta-llama/Llama-3.1-8B"))
     assert started.status_code == 202, started.text
     op = finished(world, started.json()["operation"]["id"])
     assert op["status"] == "failed", op
     said = op["error"]["message"]
     assert said.startswith("gated cannot start: gated-") and "Please log in." in said, said
+    fixed = httpx2.patch(world.live.url + f"{BASE}/gated", json={"command": VLLM}, headers=world.live.headers(),
+                         timeout=30)  # the old ReplicaSet's pod still crash-loops: only the new one's count
+    assert fixed.status_code == 202, fixed.text
+    assert finished(world, fixed.json()["operation"]["id"])["status"] == "succeeded"
     gone = httpx2.delete(world.live.url + f"{BASE}/gated", headers=world.live.headers(), timeout=30)
     assert finished(world, gone.json()["operation"]["id"])["status"] == "succeeded"
 

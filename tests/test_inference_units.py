@@ -1,15 +1,18 @@
 """Units of self-managed inference: the serve-command parser (both engines, every launcher form, unknown flags
 with a suggestion, secrets refused), the renderer (labels, GPUs as given, probes sized for loading, the token by
-reference, both Service shapes) and the exposure / parallelism prechecks."""
+reference, both Service shapes), the exposure / parallelism prechecks and which container states fail a
+rollout."""
 
 from __future__ import annotations
 
 import pytest
+from kubernetes import client as k8s
 
 from services.errors import Conflict, Invalid
 from services.inference import checks, manifest
 from services.inference.command import IMAGES, parse
 from services.inference.models import Engine, Exposure, ServiceSpec
+from services.inference.stages import container_trouble
 from services.secrets import SecretRef
 from services.training.manifests import InstanceFacts
 
@@ -176,3 +179,21 @@ def test_the_gpu_count_must_fit_a_node_type() -> None:
         checks.pick_instance_types(facts, 8, None)
     with pytest.raises(Conflict, match="has 1 GPUs"):
         checks.pick_instance_types(facts, 2, "ml.g5.2xlarge")
+
+
+def _status(*, ready: bool, waiting: str | None = None, last_exit: int | None = None) -> k8s.V1ContainerStatus:
+    state = k8s.V1ContainerState(waiting=k8s.V1ContainerStateWaiting(reason=waiting) if waiting else None,
+                                 running=None if waiting else k8s.V1ContainerStateRunning())
+    last = k8s.V1ContainerState(terminated=k8s.V1ContainerStateTerminated(exit_code=last_exit, reason="OOMKilled")) \
+        if last_exit is not None else k8s.V1ContainerState()
+    return k8s.V1ContainerStatus(name="engine", image="i", image_id="", ready=ready, restart_count=1, state=state,
+                                 last_state=last)
+
+
+def test_a_past_exit_counts_only_while_the_container_struggles_now() -> None:
+    assert container_trouble(_status(ready=True, last_exit=137)) == ("", "")  # OOM-killed once, ready now
+    assert container_trouble(_status(ready=False, last_exit=137))[0] == "exited 137 (OOMKilled)"
+    assert container_trouble(_status(ready=False, waiting="CrashLoopBackOff", last_exit=1))[0] == "CrashLoopBackOff"
+    restarting = _status(ready=False, waiting="ContainerCreating", last_exit=1)
+    assert container_trouble(restarting)[0] == "exited 1 (OOMKilled)"
+    assert container_trouble(_status(ready=False)) == ("", "")

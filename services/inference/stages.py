@@ -31,6 +31,8 @@ from services.stages import Done, Observed, Stage, StageContext, Wait
 from services.training.downloads.manifest import ensure_job_namespace, ensure_namespace
 
 POLL = 5.0
+HASH_LABEL = "pod-template-hash"
+REVISION = "deployment.kubernetes.io/revision"
 #: waiting reasons that never resolve by themselves
 _STUCK = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CrashLoopBackOff", "CreateContainerConfigError",
           "CreateContainerError"}
@@ -57,15 +59,20 @@ def read_deployment(deps: InferenceDeps, cluster: str, namespace: str, name: str
 
 
 def pod_troubles(deps: InferenceDeps, cluster: str, namespace: str, name: str) -> tuple[list[str], list[str]]:
-    """(pods that cannot start, with why and their last log line; pods the scheduler cannot place, with why)."""
+    """(pods that cannot start, with why and their last log line; pods the scheduler cannot place, with why), of
+    the Deployment's current ReplicaSet only: an old one's crash-looping pods are what an update replaces."""
     core = _core(deps, cluster)
-    pods: list[Any] = core.list_namespaced_pod(namespace, label_selector=f"{INFERENCE_LABEL}={name}").items
+    template_hash = _current_hash(deps, cluster, namespace, name)
+    if template_hash is None:  # the controller has not made the new ReplicaSet yet
+        return [], []
+    selector = f"{INFERENCE_LABEL}={name},{HASH_LABEL}={template_hash}"
+    pods: list[Any] = core.list_namespaced_pod(namespace, label_selector=selector).items
     failing: list[str] = []
     waiting: list[str] = []
     for pod in pods:
         status = pod.status
         for cs in (status.container_statuses or []) if status else []:
-            reason, said = _container_trouble(cs)
+            reason, said = container_trouble(cs)
             if reason:
                 line = _last_line(core, pod)
                 failing.append(f"{pod.metadata.name}: {reason}" + (f" ({said})" if said else "")
@@ -77,11 +84,31 @@ def pod_troubles(deps: InferenceDeps, cluster: str, namespace: str, name: str) -
     return failing, waiting
 
 
-def _container_trouble(cs: Any) -> tuple[str, str]:
+def _current_hash(deps: InferenceDeps, cluster: str, namespace: str, name: str) -> str | None:
+    """The ``pod-template-hash`` of the ReplicaSet whose revision is the Deployment's (once the controller has
+    seen the Deployment's latest generation)."""
+    dep = read_deployment(deps, cluster, namespace, name)
+    if dep is None or dep.status is None \
+            or int(dep.status.observed_generation or 0) < int(dep.metadata.generation or 0):
+        return None
+    revision = (dep.metadata.annotations or {}).get(REVISION)
+    sets: list[Any] = _apps(deps, cluster).list_namespaced_replica_set(
+        namespace, label_selector=f"{INFERENCE_LABEL}={name}").items
+    for rs in sets:
+        owned = any(o.uid == dep.metadata.uid for o in rs.metadata.owner_references or [])
+        if owned and revision is not None and (rs.metadata.annotations or {}).get(REVISION) == revision:
+            return str((rs.metadata.labels or {}).get(HASH_LABEL) or "") or None
+    return None
+
+
+def container_trouble(cs: Any) -> tuple[str, str]:
+    """Why a container cannot start: a waiting reason that never resolves, a non-zero exit now, or a past
+    non-zero exit while it is waiting or not ready now (one OOM kill long ago on a ready container is not)."""
     state, last = cs.state, cs.last_state
     if state is not None and state.waiting is not None and state.waiting.reason in _STUCK:
         return str(state.waiting.reason), str(state.waiting.message or "")
-    for term in (state.terminated if state else None, last.terminated if last else None):
+    struggling = (state is not None and state.waiting is not None) or not cs.ready
+    for term in (state.terminated if state else None, last.terminated if last and struggling else None):
         if term is not None and (term.exit_code or 0) != 0:
             return f"exited {term.exit_code} ({term.reason or 'Error'})", str(term.message or "")
     return "", ""
