@@ -197,3 +197,21 @@ def test_a_past_exit_counts_only_while_the_container_struggles_now() -> None:
     restarting = _status(ready=False, waiting="ContainerCreating", last_exit=1)
     assert container_trouble(restarting)[0] == "exited 1 (OOMKilled)"
     assert container_trouble(_status(ready=False)) == ("", "")
+
+
+PLANTED = "hf_" + "Zq8rT2" * 6
+
+
+@pytest.mark.parametrize(("command", "said"), [
+    (f"HF_TOKEN={PLANTED} vllm serve m/x", "environment assignment (HF_TOKEN=…)"),
+    (f"vllm serve m/x {PLANTED}", "unexpected argument"),
+    (f"{PLANTED} serve m/x", "unknown serve command"),
+    (f"vllm serve m/x --port {PLANTED}", "needs a whole number"),
+    (f"vllm serve m/x --{PLANTED}", "has no flag"),
+    (f"vllm serve m/x --hf-token={PLANTED}", "secret"),
+])
+def test_a_refusal_never_repeats_a_token(command: str, said: str) -> None:
+    with pytest.raises(Invalid) as refused:
+        parse(command)
+    assert said in refused.value.message, refused.value.message
+    assert PLANTED not in refused.value.message + repr(refused.value.details)
