@@ -172,11 +172,13 @@ def test_deploy_list_test_and_delete_with_the_token_nowhere(world: JobWorld) -> 
         assert now.spec.replicas == replicas and now.spec.template == dep.spec.template
         assert len(apps.list_namespaced_replica_set(NS, label_selector="instantstart.io/inference=chat").items) == 1
         assert before < pods() if replicas == 2 else len(pods()) == 1
-    rolled = httpx2.patch(world.live.url + f"{BASE}/chat", json={"command": VLLM + " --served-model-name chat "
-                          "--enforce-eager", "image": "vllm/vllm-openai:v0.11.1"}, headers=world.live.headers(),
-                          timeout=30)
+    change = {"command": VLLM + " --served-model-name chat --enforce-eager", "image": "vllm/vllm-openai:v0.11.1"}
+    keyed = {**world.live.headers(), "Idempotency-Key": "roll-chat"}
+    rolled = httpx2.patch(world.live.url + f"{BASE}/chat", json=change, headers=keyed, timeout=30)
     assert rolled.status_code == 202, rolled.text
     assert finished(world, rolled.json()["operation"]["id"])["status"] == "succeeded"
+    again = httpx2.patch(world.live.url + f"{BASE}/chat", json=change, headers=keyed, timeout=30)
+    assert again.status_code == 202 and again.json()["operation"]["id"] == rolled.json()["operation"]["id"]
     pod_spec = apps.read_namespaced_deployment("chat", NS).spec.template.spec
     template = pod_spec.containers[0]
     assert template.command[-1] == "--enforce-eager" and template.env == container.env
@@ -190,10 +192,13 @@ def test_deploy_list_test_and_delete_with_the_token_nowhere(world: JobWorld) -> 
                                headers=world.live.headers(), timeout=30)
     assert port_change.status_code == 422 and "port" in port_change.text
 
-    gone = httpx2.delete(world.live.url + f"{BASE}/chat", headers=world.live.headers(), timeout=30)
+    keyed = {**world.live.headers(), "Idempotency-Key": "delete-chat"}
+    gone = httpx2.delete(world.live.url + f"{BASE}/chat", headers=keyed, timeout=30)
     assert gone.status_code == 202, gone.text
     deleted = finished(world, gone.json()["operation"]["id"])
     assert deleted["status"] == "succeeded", deleted
+    replayed = httpx2.delete(world.live.url + f"{BASE}/chat", headers=keyed, timeout=30)
+    assert replayed.status_code == 202 and replayed.json()["operation"]["id"] == deleted["id"], replayed.text
     with pytest.raises(ApiException) as absent:
         apps.read_namespaced_deployment("chat", NS)
     assert absent.value.status == 404

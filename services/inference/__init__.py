@@ -309,6 +309,11 @@ class Inference:
     def delete_deployment(self, principal: Principal, cluster: str, name: str,
                           idempotency_key: str | None = None) -> tuple[OperationView, bool]:
         """Delete the deployment and its Service (``inference.delete``); only ours, only the uid seen now."""
+        def same(stored: dict[str, Any]) -> bool:
+            return stored.get("cluster") == cluster and stored.get("name") == name
+        replay = self._engine.replayed(DELETE_KIND, principal, idempotency_key, same)
+        if replay is not None:  # before the lookup: after the delete the deployment is gone, the answer is not
+            return replay, False
         dep = self._find(cluster, name)
         meta = _meta(dep)
         ref = DeploymentRef(cluster=cluster, name=name, namespace=str(meta.get("namespace")), uid=str(meta.get("uid")),
