@@ -224,3 +224,14 @@ def test_a_refusal_never_repeats_a_token(command: str, said: str) -> None:
         parse(command)
     assert said in refused.value.message, refused.value.message
     assert PLANTED not in refused.value.message + repr(refused.value.details)
+
+
+def test_the_deploy_time_decisions_are_recorded_on_the_deployment_not_its_pods() -> None:
+    dep = manifest.deployment(name="chat", namespace="ns", serve=parse("vllm serve m/x"), gpus=1, replicas=1, efa=2,
+                              instance_type="ml.p5.48xlarge", image=None, model_gb=40.0, token=None,
+                              shared_storage=False, model_size_gb=40.0)
+    assert {manifest.EFA_ANNOTATION: "2", manifest.INSTANCE_TYPE_ANNOTATION: "ml.p5.48xlarge",
+            manifest.MODEL_GB_ANNOTATION: "40.0"}.items() <= dep["metadata"]["annotations"].items()
+    assert manifest.EFA_ANNOTATION not in dep["spec"]["template"]["metadata"]["annotations"]
+    estimated = render(parse("vllm serve m/x"))
+    assert manifest.MODEL_GB_ANNOTATION not in estimated["metadata"]["annotations"]  # type: ignore[index]
