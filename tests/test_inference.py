@@ -3,10 +3,11 @@ nodes (one GPU each) with the cluster's shared-s3 volume, where the sandbox's si
 run the pods' commands: previews for both engines pass the API server's dry run; bad input is refused before any
 operation or Kubernetes write; through REST a deployment is made, listed, answers a test through the service
 proxy with its pod's name, rolls out a new command and is deleted, with a planted token in no record, response
-or log; an engine that cannot start fails the deploy naming its pod and last log line; an agent follows
-``skills/deploy-model.md`` through a real MCP client for an SGLang deployment of a model on shared storage; and,
-once the load balancer controller feature is on, an external deployment gets one internal NLB (its DNS name the
-deployment's address) that its delete removes with its target groups and security group."""
+or log; an engine that cannot start fails the deploy naming its pod and last log line, and an update to a command
+that works then rolls out past the old pod's crash loop; an agent follows ``skills/deploy-model.md`` through a real
+MCP client for an SGLang deployment of a model on shared storage; and, once the load balancer controller feature
+is on, an external deployment gets one internal NLB (its DNS name the deployment's address) that its delete
+removes with its target groups and security group."""
 
 from __future__ import annotations
 
@@ -108,7 +109,8 @@ def finished(world: JobWorld, op_id: str) -> dict[str, Any]:
 def test_deploy_list_test_and_delete_with_the_token_nowhere(world: JobWorld) -> None:
     token = "hf_" + secrets.token_urlsafe(24)
     seen: list[str] = []
-    started = world.live.post(BASE, body(command=VLLM + " --served-model-name chat", hf_token=token, replicas=1))
+    started = world.live.post(BASE, body(command=VLLM + " --served-model-name chat", hf_token=token, replicas=1,
+                                         instance_type="ml.g5.8xlarge", model_size_gb=40))
     seen.append(started.text)
     assert started.status_code == 202, started.text
     op = finished(world, started.json()["operation"]["id"])
@@ -121,9 +123,12 @@ def test_deploy_list_test_and_delete_with_the_token_nowhere(world: JobWorld) -> 
     assert dep.metadata.labels["app.kubernetes.io/managed-by"] == "instantstart"
     container = dep.spec.template.spec.containers[0]
     hf = next(e for e in container.env if e.name == "HF_TOKEN")
-    assert hf.value is None and hf.value_from.secret_key_ref.name == "chat-hf-token"
-    secret = core.read_namespaced_secret("chat-hf-token", NS)
+    token_secret = hf.value_from.secret_key_ref.name
+    assert hf.value is None and token_secret.startswith("chat-hf-token-")
+    secret = core.read_namespaced_secret(token_secret, NS)
     assert [o.kind for o in secret.metadata.owner_references] == ["Deployment"]
+    assert secret.metadata.labels == {"app.kubernetes.io/managed-by": "instantstart",
+                                      "instantstart.io/inference": "chat"}
     assert core.read_namespaced_service("chat", NS).spec.type == "ClusterIP"
 
     def listed() -> dict[str, Any] | None:
@@ -157,22 +162,46 @@ def test_deploy_list_test_and_delete_with_the_token_nowhere(world: JobWorld) -> 
     missing = world.live.post(f"{BASE}/nope/test", {})
     assert missing.status_code == 404
 
-    rolled = httpx2.patch(world.live.url + f"{BASE}/chat", json={"command": VLLM + " --served-model-name chat "
-                          "--enforce-eager"}, headers=world.live.headers(), timeout=30)
+    def pods() -> set[str]:
+        return {p.metadata.uid for p in core.list_namespaced_pod(NS, label_selector="instantstart.io/inference=chat")
+                .items if p.metadata.deletion_timestamp is None}
+    before = pods()
+    for replicas in (2, 1):  # replicas only: the scale subresource, no new ReplicaSet, no engine restarted
+        scaled = httpx2.patch(world.live.url + f"{BASE}/chat", json={"replicas": replicas},
+                              headers=world.live.headers(), timeout=30)
+        assert scaled.status_code == 202, scaled.text
+        assert finished(world, scaled.json()["operation"]["id"])["status"] == "succeeded"
+        now = apps.read_namespaced_deployment("chat", NS)
+        assert now.spec.replicas == replicas and now.spec.template == dep.spec.template
+        assert len(apps.list_namespaced_replica_set(NS, label_selector="instantstart.io/inference=chat").items) == 1
+        assert before < pods() if replicas == 2 else len(pods()) == 1
+    change = {"command": VLLM + " --served-model-name chat --enforce-eager", "image": "vllm/vllm-openai:v0.11.1"}
+    keyed = {**world.live.headers(), "Idempotency-Key": "roll-chat"}
+    rolled = httpx2.patch(world.live.url + f"{BASE}/chat", json=change, headers=keyed, timeout=30)
     assert rolled.status_code == 202, rolled.text
     assert finished(world, rolled.json()["operation"]["id"])["status"] == "succeeded"
-    template = apps.read_namespaced_deployment("chat", NS).spec.template.spec.containers[0]
+    again = httpx2.patch(world.live.url + f"{BASE}/chat", json=change, headers=keyed, timeout=30)
+    assert again.status_code == 202 and again.json()["operation"]["id"] == rolled.json()["operation"]["id"]
+    pod_spec = apps.read_namespaced_deployment("chat", NS).spec.template.spec
+    template = pod_spec.containers[0]
     assert template.command[-1] == "--enforce-eager" and template.env == container.env
+    assert template.image == "vllm/vllm-openai:v0.11.1"
+    assert pod_spec.node_selector == dep.spec.template.spec.node_selector == {
+        "node.kubernetes.io/instance-type": "ml.g5.8xlarge"}
+    assert template.resources == container.resources and template.startup_probe == container.startup_probe
     sets = k8s.AppsV1Api(world.api).list_namespaced_replica_set(NS, label_selector="instantstart.io/inference=chat")
     assert len(sets.items) == 2  # the rolling update made a new ReplicaSet
     port_change = httpx2.patch(world.live.url + f"{BASE}/chat", json={"command": VLLM + " --port 9000"},
                                headers=world.live.headers(), timeout=30)
     assert port_change.status_code == 422 and "port" in port_change.text
 
-    gone = httpx2.delete(world.live.url + f"{BASE}/chat", headers=world.live.headers(), timeout=30)
+    keyed = {**world.live.headers(), "Idempotency-Key": "delete-chat"}
+    gone = httpx2.delete(world.live.url + f"{BASE}/chat", headers=keyed, timeout=30)
     assert gone.status_code == 202, gone.text
     deleted = finished(world, gone.json()["operation"]["id"])
     assert deleted["status"] == "succeeded", deleted
+    replayed = httpx2.delete(world.live.url + f"{BASE}/chat", headers=keyed, timeout=30)
+    assert replayed.status_code == 202 and replayed.json()["operation"]["id"] == deleted["id"], replayed.text
     with pytest.raises(ApiException) as absent:
         apps.read_namespaced_deployment("chat", NS)
     assert absent.value.status == 404
@@ -180,13 +209,7 @@ def test_deploy_list_test_and_delete_with_the_token_nowhere(world: JobWorld) -> 
         core.read_namespaced_service("chat", NS)
     assert no_service.value.status == 404
 
-    def secret_gone() -> bool:  # the garbage collector deletes what the Deployment owned
-        try:
-            core.read_namespaced_secret("chat-hf-token", NS)
-        except ApiException as exc:
-            return exc.status == 404
-        return False
-    wait_until(secret_gone, 30, "the token's Secret to go with its Deployment")
+    assert token_secrets(world, "chat") == []  # the delete stage deleted it
 
     seen.append(world.live.get("/api/v1/operations?kind=inference.deploy").text)
     seen.append(world.live.get("/api/v1/audit?limit=500").text)
@@ -199,13 +222,75 @@ def test_deploy_list_test_and_delete_with_the_token_nowhere(world: JobWorld) -> 
         assert token not in text and encoded not in text
 
 
-def test_an_engine_that_cannot_start_fails_the_deploy_naming_its_pod_and_last_line(world: JobWorld) -> None:
+def token_secrets(world: JobWorld, name: str) -> list[str]:
+    found = k8s.CoreV1Api(world.api).list_namespaced_secret(NS, label_selector=f"instantstart.io/inference={name}")
+    return sorted(s.metadata.name for s in found.items)
+
+
+def secret_writes(ledger: CallLedger, since: int) -> list[tuple[str, str]]:
+    return [(e["verb"], e["name"]) for e in ledger.writes(since, service="kubernetes")
+            if e.get("resource") == "secrets" and e["status"] < 400]
+
+
+def test_each_deploy_request_has_its_own_token_secret(world: JobWorld) -> None:
+    """A deploy refused while another runs deletes only its own Secret; a later deploy's apply deletes the older
+    one; the delete deletes the rest, an unowned one too. Three replicas on two one-GPU nodes: the rollout
+    keeps waiting."""
+    ledger = CallLedger(world.live)
+    apps = k8s.AppsV1Api(world.api)
+
+    def deploy(token: str) -> httpx2.Response:
+        return world.live.post(BASE, body(name="held", hf_token=token, replicas=3))
+
+    def applied(secret: str) -> bool:
+        reads = apps.read_namespaced_deployment("held", NS).spec.template.spec.containers[0].env
+        owned = k8s.CoreV1Api(world.api).read_namespaced_secret(secret, NS).metadata.owner_references
+        return bool(owned) and any(e.value_from and e.value_from.secret_key_ref.name == secret for e in reads)
+
+    def cancel(op_id: str) -> None:
+        assert world.live.post(f"/api/v1/operations/{op_id}/cancel", {}).status_code == 200
+        assert finished(world, op_id)["status"] == "cancelled"
+
+    first = deploy("hf_" + secrets.token_urlsafe(24))
+    assert first.status_code == 202, first.text
+    (one,) = token_secrets(world, "held")
+    wait_until(lambda: applied(one), 60, "the first deploy to apply its Deployment")
+    mark = ledger.mark()
+    loser = deploy("hf_" + secrets.token_urlsafe(24))
+    assert loser.status_code == 409, loser.text
+    made = secret_writes(ledger, mark)
+    assert [verb for verb, _ in made] == ["create", "delete"] and made[1][1].startswith("held-hf-token-"), made
+    assert made[1][1] != one  # a create's ledger entry names no object: the loser deleted the one it made
+    assert token_secrets(world, "held") == [one] and applied(one)
+    cancel(first.json()["operation"]["id"])
+    assert token_secrets(world, "held") == [one]  # the Deployment reads it: a cancel keeps it
+
+    again = deploy("hf_" + secrets.token_urlsafe(24))
+    assert again.status_code == 202, again.text
+    two = next(n for n in token_secrets(world, "held") if n != one)
+    wait_until(lambda: token_secrets(world, "held") == [two], 60, "the apply to delete the older token Secret")
+    assert applied(two)
+    cancel(again.json()["operation"]["id"])
+    orphan = "held-hf-token-crashd"  # what a crash between a deploy's Secret and its operation leaves: no owner
+    k8s.CoreV1Api(world.api).create_namespaced_secret(NS, {"metadata": {"name": orphan, "labels": {
+        "app.kubernetes.io/managed-by": "instantstart", "instantstart.io/inference": "held"}}})
+    mark = ledger.mark()
+    gone = httpx2.delete(world.live.url + f"{BASE}/held", headers=world.live.headers(), timeout=30)
+    assert finished(world, gone.json()["operation"]["id"])["status"] == "succeeded"
+    assert ("delete", orphan) in secret_writes(ledger, mark) and token_secrets(world, "held") == []
+
+
+def test_an_engine_that_cannot_start_fails_the_deploy_naming_its_pod_and_an_update_fixes_it(world: JobWorld) -> None:
     started = world.live.post(BASE, body(name="gated", command="vllm serve meta-llama/Llama-3.1-8B"))
     assert started.status_code == 202, started.text
     op = finished(world, started.json()["operation"]["id"])
     assert op["status"] == "failed", op
     said = op["error"]["message"]
     assert said.startswith("gated cannot start: gated-") and "Please log in." in said, said
+    fixed = httpx2.patch(world.live.url + f"{BASE}/gated", json={"command": VLLM}, headers=world.live.headers(),
+                         timeout=30)  # the old ReplicaSet's pod still crash-loops: only the new one's count
+    assert fixed.status_code == 202, fixed.text
+    assert finished(world, fixed.json()["operation"]["id"])["status"] == "succeeded"
     gone = httpx2.delete(world.live.url + f"{BASE}/gated", headers=world.live.headers(), timeout=30)
     assert finished(world, gone.json()["operation"]["id"])["status"] == "succeeded"
 

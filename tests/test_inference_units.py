@@ -1,15 +1,18 @@
 """Units of self-managed inference: the serve-command parser (both engines, every launcher form, unknown flags
 with a suggestion, secrets refused), the renderer (labels, GPUs as given, probes sized for loading, the token by
-reference, both Service shapes) and the exposure / parallelism prechecks."""
+reference, both Service shapes), the exposure / parallelism prechecks and which container states fail a
+rollout."""
 
 from __future__ import annotations
 
 import pytest
+from kubernetes import client as k8s
 
 from services.errors import Conflict, Invalid
 from services.inference import checks, manifest
 from services.inference.command import IMAGES, parse
 from services.inference.models import Engine, Exposure, ServiceSpec
+from services.inference.stages import container_trouble
 from services.secrets import SecretRef
 from services.training.manifests import InstanceFacts
 
@@ -164,6 +167,10 @@ def test_the_service_shapes() -> None:
     (ServiceSpec(exposure=Exposure.EXTERNAL, internet_facing=True, source_ranges=["0.0.0.0/0"]), "whole internet"),
     (ServiceSpec(exposure=Exposure.EXTERNAL, source_ranges=["::/0"]), "whole internet"),
     (ServiceSpec(exposure=Exposure.EXTERNAL, source_ranges=["10.0.0.0/33"]), "not a CIDR"),
+    (ServiceSpec(exposure=Exposure.EXTERNAL, internet_facing=True, source_ranges=["0.0.0.0/1", "128.0.0.0/1"]),
+     r"more than a /8 of the IPv4"),
+    (ServiceSpec(exposure=Exposure.EXTERNAL, source_ranges=["10.0.0.0/8", "11.0.0.0/24"]), r"more than a /8"),
+    (ServiceSpec(exposure=Exposure.EXTERNAL, source_ranges=["2000::/4"]), r"more than a /32 of the IPv6"),
     (ServiceSpec(internet_facing=True), "'external' only"),
 ])
 def test_exposure_rules(spec: ServiceSpec, match: str) -> None:
@@ -174,6 +181,11 @@ def test_exposure_rules(spec: ServiceSpec, match: str) -> None:
 def test_the_whole_internet_only_when_confirmed() -> None:
     checks.check_service(ServiceSpec(exposure=Exposure.EXTERNAL, internet_facing=True, source_ranges=["0.0.0.0/0"],
                                      confirm_open_to_world=True))
+    checks.check_service(ServiceSpec(exposure=Exposure.EXTERNAL, internet_facing=True,
+                                     source_ranges=["0.0.0.0/1", "128.0.0.0/1"], confirm_open_to_world=True))
+    # a /8 in all (overlaps counted once) needs no confirmation
+    checks.check_service(ServiceSpec(exposure=Exposure.EXTERNAL, internet_facing=True,
+                                     source_ranges=["10.0.0.0/8", "10.1.0.0/16", "2001:db8::/32"]))
 
 
 def test_the_gpu_count_must_fit_a_node_type() -> None:
@@ -186,3 +198,50 @@ def test_the_gpu_count_must_fit_a_node_type() -> None:
         checks.pick_instance_types(facts, 8, None)
     with pytest.raises(Conflict, match="has 1 GPUs"):
         checks.pick_instance_types(facts, 2, "ml.g5.2xlarge")
+
+
+def _status(*, ready: bool, waiting: str | None = None, last_exit: int | None = None) -> k8s.V1ContainerStatus:
+    state = k8s.V1ContainerState(waiting=k8s.V1ContainerStateWaiting(reason=waiting) if waiting else None,
+                                 running=None if waiting else k8s.V1ContainerStateRunning())
+    last = k8s.V1ContainerState(terminated=k8s.V1ContainerStateTerminated(exit_code=last_exit, reason="OOMKilled")) \
+        if last_exit is not None else k8s.V1ContainerState()
+    return k8s.V1ContainerStatus(name="engine", image="i", image_id="", ready=ready, restart_count=1, state=state,
+                                 last_state=last)
+
+
+def test_a_past_exit_counts_only_while_the_container_struggles_now() -> None:
+    assert container_trouble(_status(ready=True, last_exit=137)) == ("", "")  # OOM-killed once, ready now
+    assert container_trouble(_status(ready=False, last_exit=137))[0] == "exited 137 (OOMKilled)"
+    assert container_trouble(_status(ready=False, waiting="CrashLoopBackOff", last_exit=1))[0] == "CrashLoopBackOff"
+    restarting = _status(ready=False, waiting="ContainerCreating", last_exit=1)
+    assert container_trouble(restarting)[0] == "exited 1 (OOMKilled)"
+    assert container_trouble(_status(ready=False)) == ("", "")
+
+
+PLANTED = "hf_" + "Zq8rT2" * 6
+
+
+@pytest.mark.parametrize(("command", "said"), [
+    (f"HF_TOKEN={PLANTED} vllm serve m/x", "environment assignment (HF_TOKEN=…)"),
+    (f"vllm serve m/x {PLANTED}", "unexpected argument"),
+    (f"{PLANTED} serve m/x", "unknown serve command"),
+    (f"vllm serve m/x --port {PLANTED}", "needs a whole number"),
+    (f"vllm serve m/x --{PLANTED}", "has no flag"),
+    (f"vllm serve m/x --hf-token={PLANTED}", "secret"),
+])
+def test_a_refusal_never_repeats_a_token(command: str, said: str) -> None:
+    with pytest.raises(Invalid) as refused:
+        parse(command)
+    assert said in refused.value.message, refused.value.message
+    assert PLANTED not in refused.value.message + repr(refused.value.details)
+
+
+def test_the_deploy_time_decisions_are_recorded_on_the_deployment_not_its_pods() -> None:
+    dep = manifest.deployment(name="chat", namespace="ns", serve=parse("vllm serve m/x"), gpus=1, replicas=1, efa=2,
+                              instance_type="ml.p5.48xlarge", image=None, model_gb=40.0, token=None,
+                              shared_storage=False, model_size_gb=40.0)
+    assert {manifest.EFA_ANNOTATION: "2", manifest.INSTANCE_TYPE_ANNOTATION: "ml.p5.48xlarge",
+            manifest.MODEL_GB_ANNOTATION: "40.0"}.items() <= dep["metadata"]["annotations"].items()
+    assert manifest.EFA_ANNOTATION not in dep["spec"]["template"]["metadata"]["annotations"]
+    estimated = render(parse("vllm serve m/x"))
+    assert manifest.MODEL_GB_ANNOTATION not in estimated["metadata"]["annotations"]  # type: ignore[index]

@@ -8,12 +8,12 @@ AWS Load Balancer Controller for an external Service — before any operation ro
 operation on ``cluster/<c>/inference/<name>`` (so it conflicts with a cluster delete). Reads answer from watch
 caches (Deployments, Services, pods): no API call per list. ``test_deployment`` sends one capped
 OpenAI-compatible request through the Kubernetes API's service proxy, only to deployments this product made.
-The Hugging Face token goes into a Kubernetes Secret the Deployment owns; no record, response or log holds it.
+The Hugging Face token goes into a Secret of its own per deploy request (``tokens.py``), which the Deployment
+then owns; no record, response or log holds it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import shlex
 from collections.abc import Mapping
 from typing import Any
@@ -27,7 +27,7 @@ from services.clusters.pipeline import cluster_target
 from services.clusters.registry import ClusterRegistry
 from services.clusters.storage_stage import APPLY
 from services.errors import Conflict, Invalid, NotFound, Transient
-from services.inference import checks, manifest, testcall
+from services.inference import checks, manifest, testcall, tokens
 from services.inference.command import IMAGES, ServeCommand, parse
 from services.inference.models import (
     DeploymentList,
@@ -54,9 +54,9 @@ from services.inference.stages import (
 from services.informers import Informers
 from services.kube import KubeClients
 from services.operations import Engine, OperationKind, OperationView
-from services.secrets import SecretRef, stash
+from services.secrets import SecretRef
 from services.training.downloads.manifest import ensure_namespace, shared_storage
-from services.training.manifests import SHARED_MOUNT, InstanceFacts
+from services.training.manifests import EFA, INSTANCE_TYPE_LABEL, SHARED_MOUNT, InstanceFacts
 from services.verbs import verb
 
 __all__ = ["DELETE_KIND", "DEPLOY_KIND", "UPDATE_KIND", "Inference", "inference_target"]
@@ -64,7 +64,6 @@ DEPLOY_KIND = "inference.deploy"
 UPDATE_KIND = "inference.update"
 DELETE_KIND = "inference.delete"
 SYNC_SECONDS = 20.0
-TOKEN_KEY = "token"
 LBC = ("kube-system", "aws-load-balancer-controller")
 
 
@@ -97,7 +96,7 @@ class Inference:
                           (NamespaceStage(d), ApplyStage(d), RolloutStage(d), LoadBalancerStage(d)),
                           target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
                           description="deploy a model with vLLM or SGLang as a Deployment and Service",
-                          plan=_deploy_stages),
+                          plan=_deploy_stages, on_cancel=self._cancelled),
             OperationKind(UPDATE_KIND, DeploymentPlan, (ApplyStage(d), RolloutStage(d)),
                           target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
                           description="rolling update of a self-managed inference deployment"),
@@ -151,7 +150,8 @@ class Inference:
         model_gb = request.model_size_gb or manifest.estimated_gb(serve.model)
         objects = [manifest.deployment(name=request.name, namespace=request.namespace, serve=serve, gpus=request.gpus,
                                        replicas=request.replicas, efa=request.efa, instance_type=request.instance_type,
-                                       image=request.image, model_gb=model_gb, token=token, shared_storage=storage),
+                                       image=request.image, model_gb=model_gb, token=token, shared_storage=storage,
+                                       model_size_gb=request.model_size_gb),
                    manifest.service(name=request.name, namespace=request.namespace, serve=serve, spec=request.service)]
         plan = DeploymentPlan(cluster=cluster, name=request.name, namespace=request.namespace, engine=serve.engine,
                               model=serve.model, api_model=serve.api_model, gpus=request.gpus,
@@ -206,8 +206,7 @@ class Inference:
     @verb(Role.OPERATOR)
     def preview_deployment(self, principal: Principal, cluster: str, request: DeploymentRequest) -> Preview:
         """What a deploy would create (every precheck, then the API server's dry run); nothing is created."""
-        ref = SecretRef(cluster=cluster, namespace=request.namespace, name=f"{request.name}-hf-token", key=TOKEN_KEY) \
-            if request.hf_token is not None else None
+        ref = tokens.new_ref(cluster, request.namespace, request.name) if request.hf_token is not None else None
         plan, serve, warnings = self._plan(principal, cluster, request, ref)
         self._dry_run(plan)
         return Preview(engine=serve.engine, model=serve.model, api_model=serve.api_model, port=serve.port,
@@ -226,22 +225,34 @@ class Inference:
         if replay is not None:
             return replay, False
         token = request.hf_token.get_secret_value() if request.hf_token is not None else ""
-        ref = SecretRef(cluster=cluster, namespace=request.namespace, name=f"{request.name}-hf-token",
-                        key=TOKEN_KEY) if token else None
+        ref = tokens.new_ref(cluster, request.namespace, request.name) if token else None
         plan, _, _ = self._plan(principal, cluster, request, ref)
         self._dry_run(plan)
-        made = False
-        if token:
+        if ref is not None:  # this request's own Secret: a refused request deletes only it
             ensure_namespace(self.kube, cluster, request.namespace)
-            made = self._token_ref(cluster, request.namespace, request.name) is None
-            stash(self.kube, cluster, request.namespace, f"{request.name}-hf-token", {TOKEN_KEY: token})
+            tokens.create(self.kube, ref, request.name, token)
         try:
             return self._engine.submit(DEPLOY_KIND, plan, principal, idempotency_key)
         except BaseException:
-            if made and ref is not None:  # refused after all (a 409 on the target): the token does not stay behind
-                with contextlib.suppress(NotFound):
-                    k8s.CoreV1Api(self.kube.api_client(cluster)).delete_namespaced_secret(ref.name, ref.namespace)
+            if ref is not None:
+                tokens.delete(self.kube, ref)
             raise
+
+    def _cancelled(self, plan: DeploymentPlan) -> None:
+        """A cancelled (or failed, then cancelled) deploy deletes the token Secret it made, unless the
+        Deployment already reads it."""
+        if plan.token is None:
+            return
+        try:
+            live: Any = k8s.AppsV1Api(self.kube.api_client(plan.cluster)).read_namespaced_deployment(
+                plan.name, plan.namespace)
+        except NotFound:
+            live = None
+        container = next((c for c in live.spec.template.spec.containers if c.name == manifest.CONTAINER),
+                         None) if live is not None else None
+        used = _live_token(plan.cluster, plan.namespace, container) if container is not None else None
+        if used is None or used.name != plan.token.name:
+            tokens.delete(self.kube, plan.token)
 
     @verb(Role.OPERATOR)
     def update_deployment(self, principal: Principal, cluster: str, name: str, update: DeploymentUpdate,
@@ -250,42 +261,68 @@ class Inference:
         place), prechecked like a deploy; the Service stays as it is, so the port cannot change."""
         if update.command is None and update.image is None and update.replicas is None:
             raise Invalid("nothing to change: give command, image or replicas")
-        dep = self._find(cluster, name)
-        meta, spec = _meta(dep), dep.get("spec") or {}
+        def same(stored: dict[str, Any]) -> bool:
+            return stored.get("cluster") == cluster and stored.get("name") == name
+        replay = self._engine.replayed(UPDATE_KIND, principal, idempotency_key, same)
+        if replay is not None:
+            return replay, False
+        meta = _meta(self._find(cluster, name))
         namespace = str(meta.get("namespace"))
-        container = (spec.get("containers") or [{}])[0]
-        gpus = int((meta.get("annotations") or {}).get(manifest.GPUS_ANNOTATION) or 1)
-        request = DeploymentRequest(name=name, command=update.command or shlex.join(container.get("command") or []),
-                                    gpus=gpus, namespace=namespace, image=update.image or container.get("image"),
-                                    replicas=max(update.replicas if update.replicas is not None
-                                                 else int(spec.get("replicas") or 0), 1))
-        live = self._service(cluster, namespace, name) or {}
+        svc = self._service(cluster, namespace, name) or {}
+        exposure = Exposure.EXTERNAL if (svc.get("spec") or {}).get("type") == "LoadBalancer" else Exposure.CLUSTER
+        if update.command is None and update.image is None and update.replicas is not None:
+            return self._engine.submit(UPDATE_KIND, self._scale_plan(principal, cluster, meta, exposure,
+                                                                     update.replicas), principal, idempotency_key)
+        live: Any = k8s.AppsV1Api(self.kube.api_client(cluster)).read_namespaced_deployment(name, namespace)
+        pod, notes = live.spec.template.spec, dict(live.metadata.annotations or {})
+        container = next(c for c in pod.containers if c.name == manifest.CONTAINER)
+        limits = (container.resources.limits if container.resources else None) or {}
+        given_gb = notes.get(manifest.MODEL_GB_ANNOTATION)
+        request = DeploymentRequest(
+            name=name, command=update.command or shlex.join(container.command or []),
+            gpus=int(notes.get(manifest.GPUS_ANNOTATION) or 1), namespace=namespace,
+            image=update.image or container.image, replicas=max(update.replicas if update.replicas is not None
+                                                                else int(live.spec.replicas or 0), 1),
+            instance_type=notes.get(manifest.INSTANCE_TYPE_ANNOTATION)
+            or (pod.node_selector or {}).get(INSTANCE_TYPE_LABEL),
+            efa=int(notes.get(manifest.EFA_ANNOTATION) or limits.get(EFA) or 0),
+            model_size_gb=float(given_gb) if given_gb else None)
         serve = parse(request.command)
-        ports = [int(p.get("targetPort") or 0) for p in (live.get("spec") or {}).get("ports") or []]
+        ports = [int(p.get("targetPort") or 0) for p in (svc.get("spec") or {}).get("ports") or []]
         if ports and serve.port not in ports:
             raise Invalid(f"the Service of {name} sends traffic to port {ports[0]}; the new command listens on "
                           f"{serve.port}: keep the port, or delete and deploy again", details={"port": ports[0]})
-        ref = self._token_ref(cluster, namespace, name)
-        plan, _, _ = self._plan(principal, cluster, request, ref)
+        plan, _, _ = self._plan(principal, cluster, request, _live_token(cluster, namespace, container))
         if update.replicas is not None:
             plan.manifests[0]["spec"]["replicas"] = plan.replicas = update.replicas
         plan.manifests, plan.update = plan.manifests[:1], True  # the Deployment only
         self._dry_run(plan)
         return self._engine.submit(UPDATE_KIND, plan, principal, idempotency_key)
 
-    def _token_ref(self, cluster: str, namespace: str, name: str) -> SecretRef | None:
-        """The deployment's token Secret, when it was deployed with one (the update keeps using it)."""
-        secret = f"{name}-hf-token"
-        try:
-            k8s.CoreV1Api(self.kube.api_client(cluster)).read_namespaced_secret(secret, namespace)
-        except NotFound:
-            return None
-        return SecretRef(cluster=cluster, namespace=namespace, name=secret, key=TOKEN_KEY)
+    def _scale_plan(self, principal: Principal, cluster: str, meta: Mapping[str, Any], exposure: Exposure,
+                    replicas: int) -> DeploymentPlan:
+        """Replicas only: the scale subresource changes ``spec.replicas`` and nothing of the pod template, so no
+        new ReplicaSet and no engine restarts."""
+        name, namespace = str(meta.get("name")), str(meta.get("namespace"))
+        labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+        scale = {"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": name, "namespace": namespace},
+                 "spec": {"replicas": replicas}}
+        return DeploymentPlan(cluster=cluster, name=name, namespace=namespace, engine=labels[manifest.ENGINE_LABEL],
+                              model=str(notes.get(manifest.MODEL_ANNOTATION) or ""),
+                              api_model=str(notes.get(manifest.API_MODEL_ANNOTATION) or ""),
+                              gpus=int(notes.get(manifest.GPUS_ANNOTATION) or 1), replicas=replicas,
+                              exposure=exposure, manifests=[scale], update=True, scale=True,
+                              requested_by=principal.name)
 
     @verb(Role.OPERATOR)
     def delete_deployment(self, principal: Principal, cluster: str, name: str,
                           idempotency_key: str | None = None) -> tuple[OperationView, bool]:
         """Delete the deployment and its Service (``inference.delete``); only ours, only the uid seen now."""
+        def same(stored: dict[str, Any]) -> bool:
+            return stored.get("cluster") == cluster and stored.get("name") == name
+        replay = self._engine.replayed(DELETE_KIND, principal, idempotency_key, same)
+        if replay is not None:  # before the lookup: after the delete the deployment is gone, the answer is not
+            return replay, False
         dep = self._find(cluster, name)
         meta = _meta(dep)
         ref = DeploymentRef(cluster=cluster, name=name, namespace=str(meta.get("namespace")), uid=str(meta.get("uid")),
@@ -380,6 +417,15 @@ def _deploy_stages(plan: DeploymentPlan) -> list[str]:
     """An external deployment also waits for its load balancer's DNS name."""
     stages = ["namespace", "apply", "rollout"]
     return [*stages, "load_balancer"] if plan.exposure is Exposure.EXTERNAL else stages
+
+
+def _live_token(cluster: str, namespace: str, container: Any) -> SecretRef | None:
+    """The token Secret the live container reads ``HF_TOKEN`` from (an update keeps it)."""
+    for env in container.env or []:
+        source = env.value_from.secret_key_ref if env.name == "HF_TOKEN" and env.value_from else None
+        if source is not None:
+            return SecretRef(cluster=cluster, namespace=namespace, name=source.name, key=source.key)
+    return None
 
 
 def _service_view(svc: Mapping[str, Any]) -> ServiceView:

@@ -14,6 +14,8 @@ from services.inference.models import Exposure, ServiceSpec
 from services.training.manifests import MANAGED_BY, InstanceFacts
 
 OPEN = {"0.0.0.0/0", "::/0"}
+#: the widest prefix per IP version that source ranges may add up to without the user's confirmation
+BROADEST = {4: 8, 6: 32}
 
 
 def check_parallel(serve: ServeCommand, gpus: int) -> None:
@@ -27,8 +29,9 @@ def check_parallel(serve: ServeCommand, gpus: int) -> None:
 
 
 def check_service(spec: ServiceSpec) -> None:
-    """Exposure rules: the source ranges are CIDRs; internet-facing needs them; the whole internet only when the
-    user confirmed it; cluster-internal takes none of the load balancer's settings."""
+    """Exposure rules: the source ranges are CIDRs; internet-facing needs them; the whole internet (or ranges
+    covering more than a /8 of IPv4 or a /32 of IPv6 in total) only when the user confirmed it; cluster-internal
+    takes none of the load balancer's settings."""
     if spec.exposure is Exposure.CLUSTER:
         if spec.internet_facing or spec.source_ranges:
             raise Invalid("internet_facing and source_ranges apply to exposure 'external' only")
@@ -43,10 +46,20 @@ def check_service(spec: ServiceSpec) -> None:
     if spec.internet_facing and not ranges:
         raise Invalid("an internet-facing load balancer needs source_ranges: the CIDRs allowed to reach it",
                       details={"field": "service.source_ranges"})
+    if spec.confirm_open_to_world:
+        return
     opened = sorted(OPEN & set(ranges))
-    if opened and not spec.confirm_open_to_world:
+    if opened:
         raise Invalid(f"source_ranges {opened} open the endpoint to the whole internet: ask the user, and set "
                       "service.confirm_open_to_world only if they agree", details={"field": "service.source_ranges"})
+    nets = [ipaddress.ip_network(r) for r in ranges]
+    v4 = ipaddress.collapse_addresses(n for n in nets if isinstance(n, ipaddress.IPv4Network))
+    v6 = ipaddress.collapse_addresses(n for n in nets if isinstance(n, ipaddress.IPv6Network))
+    for version, bits, collapsed in ((4, 32, list(v4)), (6, 128, list(v6))):
+        if sum(n.num_addresses for n in collapsed) > 2 ** (bits - BROADEST[version]):
+            raise Invalid(f"source_ranges add up to more than a /{BROADEST[version]} of the IPv{version} internet: "
+                          "ask the user, and set service.confirm_open_to_world only if they agree",
+                          details={"field": "service.source_ranges"})
 
 
 def pick_instance_types(facts: Mapping[str, InstanceFacts], gpus: int, wanted: str | None) -> list[str]:

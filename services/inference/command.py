@@ -10,13 +10,16 @@ it: the model, the listening port, the tensor- and pipeline-parallel sizes and t
 
 Flags that would put a secret on the command line (``--hf-token``, ``--api-key``) are refused: a Deployment's
 args are readable by anyone who can read the Deployment; the Hugging Face token goes through the request's
-``hf_token`` into a Kubernetes Secret instead.
+``hf_token`` into a Kubernetes Secret instead. So is a leading ``NAME=value`` (a shell's environment
+assignment, e.g. ``HF_TOKEN=hf_… vllm serve …``). A refusal never repeats a value that could be a secret:
+a Hugging Face token anywhere in what it quotes is shown as ``hf_…``.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
+import re
 import shlex
 from dataclasses import dataclass, field
 from importlib import resources
@@ -36,6 +39,8 @@ SECRET_FLAGS = {"--hf-token": "hf_token (kept in a Kubernetes Secret, given to t
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 MAX_COMMAND = 4000
 
+_TOKEN = re.compile(r"hf_[A-Za-z0-9]{20,}")
+_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=")
 _VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 _SGLANG_MODULE = "sglang.launch_server"
 
@@ -48,6 +53,11 @@ class FlagSpec:
     negatable: frozenset[str]  # the flags argparse's BooleanOptionalAction also gives a --no- form
     switches: frozenset[str]  # flags that take no value (store_true, and the negatable ones)
     values: frozenset[str]  # flags that take one or more values (nargs="+")
+
+
+def shown(text: str) -> str:
+    """``text`` as a refusal may quote it: Hugging Face tokens replaced by ``hf_…``."""
+    return _TOKEN.sub("hf_…", text)
 
 
 @functools.cache
@@ -96,6 +106,12 @@ def _split(command: str) -> list[str]:
         raise Invalid(f"the serve command does not parse as a shell command line: {exc}") from None
     if not argv:
         raise Invalid("the serve command is empty; e.g. 'vllm serve Qwen/Qwen2.5-0.5B-Instruct'")
+    assignment = _ASSIGNMENT.match(argv[0])
+    if assignment is not None:  # its value is not repeated: it is often the token
+        raise Invalid(f"the serve command starts with an environment assignment ({assignment.group(1)}=…): the "
+                      "product sets the engine's environment; give the Hugging Face token as hf_token (kept in a "
+                      "Kubernetes Secret) and start the command with the engine",
+                      details={"variable": assignment.group(1)})
     return argv
 
 
@@ -114,7 +130,7 @@ def _engine(argv: list[str]) -> tuple[Engine, list[str], str | None]:
             return Engine.VLLM, argv[3:], None
         if argv[2] == _SGLANG_MODULE:
             return Engine.SGLANG, argv[3:], None
-    raise Invalid(f"unknown serve command {' '.join(argv[:3])!r}: use 'vllm serve MODEL …', 'python3 -m "
+    raise Invalid(f"unknown serve command {shown(' '.join(argv[:3]))!r}: use 'vllm serve MODEL …', 'python3 -m "
                   f"{_VLLM_MODULE} --model MODEL …' or 'python3 -m {_SGLANG_MODULE} --model-path MODEL …'")
 
 
@@ -134,12 +150,13 @@ def canonical(engine: Engine, written: str) -> str:
         if len(resolved) == 1:
             return resolved.pop()
         if len(resolved) > 1:
-            raise Invalid(f"{written} is ambiguous for {engine.value}: it could be {', '.join(sorted(resolved))}",
-                          details={"flag": written, "candidates": sorted(resolved)})
+            raise Invalid(f"{shown(written)} is ambiguous for {engine.value}: it could be "
+                          f"{', '.join(sorted(resolved))}", details={"flag": shown(written),
+                                                                      "candidates": sorted(resolved)})
     close = difflib.get_close_matches(written, sorted(spec.flags | set(spec.aliases)), n=3, cutoff=0.6)
     hint = f"; did you mean {' or '.join(close)}?" if close else ""
-    raise Invalid(f"{engine.value} has no flag {written}{hint}",
-                  details={"flag": written, "engine": engine.value, "suggestions": close})
+    raise Invalid(f"{engine.value} has no flag {shown(written)}{hint}",
+                  details={"flag": shown(written), "engine": engine.value, "suggestions": close})
 
 
 def _options(engine: Engine, args: list[str]) -> tuple[dict[str, str | None], list[str]]:
@@ -158,8 +175,8 @@ def _options(engine: Engine, args: list[str]) -> tuple[dict[str, str | None], li
         written, eq, inline = token.partition("=")
         name = canonical(engine, written)
         if name in SECRET_FLAGS:
-            raise Invalid(f"{written} would put a secret on the command line; use {SECRET_FLAGS[name]}",
-                          details={"flag": written})
+            raise Invalid(f"{shown(written)} would put a secret on the command line; use {SECRET_FLAGS[name]}",
+                          details={"flag": shown(written)})
         if eq:
             found[name] = inline
             i += 1
@@ -196,7 +213,7 @@ def _int(flags: dict[str, str | None], name: str, default: int, low: int = 1, hi
     try:
         number = int(str(value))
     except ValueError:
-        raise Invalid(f"{name} needs a whole number, got {value!r}", details={"flag": name}) from None
+        raise Invalid(f"{name} needs a whole number, got {shown(str(value))!r}", details={"flag": name}) from None
     if not low <= number <= high:
         raise Invalid(f"{name} must be between {low} and {high}, got {number}", details={"flag": name})
     return number
@@ -209,8 +226,9 @@ def parse(command: str) -> ServeCommand:
     engine, rest, model = _engine(argv)
     flags, positionals = _options(engine, rest)
     if positionals:
-        raise Invalid(f"unexpected argument(s) {positionals} in the {engine.value} command",
-                      details={"arguments": positionals})
+        quoted = [shown(p) for p in positionals]
+        raise Invalid(f"unexpected argument(s) {quoted} in the {engine.value} command",
+                      details={"arguments": quoted})
     model_flag = "--model" if engine is Engine.VLLM else "--model-path"
     if model is None:
         model = flags.get(model_flag)

@@ -28,6 +28,10 @@ ENGINE_LABEL = "instantstart.io/engine"
 MODEL_ANNOTATION = "instantstart.io/model"
 API_MODEL_ANNOTATION = "instantstart.io/api-model"
 GPUS_ANNOTATION = "instantstart.io/gpus"
+#: the deploy-time decisions an update renders the Deployment again with (on the Deployment, not its pods)
+INSTANCE_TYPE_ANNOTATION = "instantstart.io/instance-type"
+EFA_ANNOTATION = "instantstart.io/efa"
+MODEL_GB_ANNOTATION = "instantstart.io/model-size-gb"
 CONTAINER = "engine"
 PORT_NAME = "http"
 PROBE_PERIOD = 10
@@ -59,7 +63,8 @@ def startup_failures(model_gb: float) -> int:
 
 def deployment(*, name: str, namespace: str, serve: ServeCommand, gpus: int, replicas: int, efa: int,
                instance_type: str | None, image: str | None, model_gb: float, token: SecretRef | None,
-               shared_storage: bool) -> dict[str, Any]:
+               shared_storage: bool, model_size_gb: float | None = None) -> dict[str, Any]:
+    """``model_size_gb``: the size the user gave (recorded; an estimate is not, so it follows a new model)."""
     meta = {"labels": {**labels(name), ENGINE_LABEL: serve.engine.value},
             "annotations": {MODEL_ANNOTATION: serve.model, API_MODEL_ANNOTATION: serve.api_model,
                             GPUS_ANNOTATION: str(gpus)}}
@@ -85,8 +90,11 @@ def deployment(*, name: str, namespace: str, serve: ServeCommand, gpus: int, rep
                                 "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]}
     if instance_type:
         pod_spec["nodeSelector"] = {INSTANCE_TYPE_LABEL: instance_type}
+    decided = {EFA_ANNOTATION: str(efa), **({INSTANCE_TYPE_ANNOTATION: instance_type} if instance_type else {}),
+               **({MODEL_GB_ANNOTATION: str(model_size_gb)} if model_size_gb is not None else {})}
     return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": name, "namespace": namespace, **meta},
+            "metadata": {"name": name, "namespace": namespace, "labels": meta["labels"],
+                         "annotations": {**meta["annotations"], **decided}},
             "spec": {"replicas": replicas, "selector": {"matchLabels": labels(name)},
                      "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
                      "template": {"metadata": meta, "spec": pod_spec}}}

@@ -103,6 +103,7 @@ class DeploymentPlan(RequestModel):
     manifests: list[dict[str, Any]] = Field(..., description="the Deployment and Service, applied server-side")
     token: SecretRef | None = Field(None, description="where the Hugging Face token is kept (never its value)")
     update: bool = False
+    scale: bool = Field(False, description="replicas only: the Deployment's scale subresource, its pods untouched")
     requested_by: str
 
 

@@ -2,16 +2,17 @@
 load_balancer for an external Service), ``inference.update`` (apply → rollout) and ``inference.delete`` (delete).
 
 ``apply`` sends the stored Deployment and Service with server-side apply under the product's field manager (the
-same request twice changes nothing), then gives the Hugging Face token's Secret to the Deployment as its owner
-so the garbage collector deletes it with the Deployment. ``rollout`` waits until the Deployment is available
+same request twice changes nothing), or, for a replicas-only update, the Deployment's scale subresource; then
+gives the request's Hugging Face token Secret to the Deployment as its owner and deletes the older token Secrets
+of the name (``tokens.py``). ``rollout`` waits until the Deployment is available
 with every replica updated, and fails naming the pods that cannot start and why (their waiting or terminated
 reason and their last log line: an engine that rejected a flag, an image that does not pull); a pod the
 scheduler cannot place is reported while the stage waits (the stage's deadline ends it). ``load_balancer``
 waits until the AWS Load Balancer Controller wrote the NLB's DNS name into the Service's
-``status.loadBalancer`` (an external deployment is not reachable before). ``delete`` removes the Service and
-the Deployment (only the uid it was asked about; the pods and the token's Secret go by owner references) and
-waits until the Deployment is gone and the Service too (the controller's finalizer deletes its load balancer,
-target groups and security group first).
+``status.loadBalancer`` (an external deployment is not reachable before). ``delete`` removes the Service, the
+Deployment (only the uid it was asked about; the pods go by owner references) and the token Secrets labelled
+for the name, and waits until the Deployment is gone and the Service too (the controller's finalizer deletes
+its load balancer, target groups and security group first).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from kubernetes import client as k8s
 from services.clusters.create_base import FIELD_MANAGER
 from services.clusters.storage_stage import APPLY
 from services.errors import NotFound, Permanent, ServiceError
+from services.inference import tokens
 from services.inference.manifest import CONTAINER, INFERENCE_LABEL
 from services.inference.models import DeploymentPlan, DeploymentRef
 from services.kube import KubeClients
@@ -32,6 +34,8 @@ from services.stages import Done, Observed, Stage, StageContext, Wait
 from services.training.downloads.manifest import ensure_job_namespace, ensure_namespace
 
 POLL = 5.0
+HASH_LABEL = "pod-template-hash"
+REVISION = "deployment.kubernetes.io/revision"
 #: waiting reasons that never resolve by themselves
 _STUCK = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CrashLoopBackOff", "CreateContainerConfigError",
           "CreateContainerError"}
@@ -58,15 +62,20 @@ def read_deployment(deps: InferenceDeps, cluster: str, namespace: str, name: str
 
 
 def pod_troubles(deps: InferenceDeps, cluster: str, namespace: str, name: str) -> tuple[list[str], list[str]]:
-    """(pods that cannot start, with why and their last log line; pods the scheduler cannot place, with why)."""
+    """(pods that cannot start, with why and their last log line; pods the scheduler cannot place, with why), of
+    the Deployment's current ReplicaSet only: an old one's crash-looping pods are what an update replaces."""
     core = _core(deps, cluster)
-    pods: list[Any] = core.list_namespaced_pod(namespace, label_selector=f"{INFERENCE_LABEL}={name}").items
+    template_hash = _current_hash(deps, cluster, namespace, name)
+    if template_hash is None:  # the controller has not made the new ReplicaSet yet
+        return [], []
+    selector = f"{INFERENCE_LABEL}={name},{HASH_LABEL}={template_hash}"
+    pods: list[Any] = core.list_namespaced_pod(namespace, label_selector=selector).items
     failing: list[str] = []
     waiting: list[str] = []
     for pod in pods:
         status = pod.status
         for cs in (status.container_statuses or []) if status else []:
-            reason, said = _container_trouble(cs)
+            reason, said = container_trouble(cs)
             if reason:
                 line = _last_line(core, pod)
                 failing.append(f"{pod.metadata.name}: {reason}" + (f" ({said})" if said else "")
@@ -78,11 +87,31 @@ def pod_troubles(deps: InferenceDeps, cluster: str, namespace: str, name: str) -
     return failing, waiting
 
 
-def _container_trouble(cs: Any) -> tuple[str, str]:
+def _current_hash(deps: InferenceDeps, cluster: str, namespace: str, name: str) -> str | None:
+    """The ``pod-template-hash`` of the ReplicaSet whose revision is the Deployment's (once the controller has
+    seen the Deployment's latest generation)."""
+    dep = read_deployment(deps, cluster, namespace, name)
+    if dep is None or dep.status is None \
+            or int(dep.status.observed_generation or 0) < int(dep.metadata.generation or 0):
+        return None
+    revision = (dep.metadata.annotations or {}).get(REVISION)
+    sets: list[Any] = _apps(deps, cluster).list_namespaced_replica_set(
+        namespace, label_selector=f"{INFERENCE_LABEL}={name}").items
+    for rs in sets:
+        owned = any(o.uid == dep.metadata.uid for o in rs.metadata.owner_references or [])
+        if owned and revision is not None and (rs.metadata.annotations or {}).get(REVISION) == revision:
+            return str((rs.metadata.labels or {}).get(HASH_LABEL) or "") or None
+    return None
+
+
+def container_trouble(cs: Any) -> tuple[str, str]:
+    """Why a container cannot start: a waiting reason that never resolves, a non-zero exit now, or a past
+    non-zero exit while it is waiting or not ready now (one OOM kill long ago on a ready container is not)."""
     state, last = cs.state, cs.last_state
     if state is not None and state.waiting is not None and state.waiting.reason in _STUCK:
         return str(state.waiting.reason), str(state.waiting.message or "")
-    for term in (state.terminated if state else None, last.terminated if last else None):
+    struggling = (state is not None and state.waiting is not None) or not cs.ready
+    for term in (state.terminated if state else None, last.terminated if last and struggling else None):
         if term is not None and (term.exit_code or 0) != 0:
             return f"exited {term.exit_code} ({term.reason or 'Error'})", str(term.message or "")
     return "", ""
@@ -143,6 +172,12 @@ class ApplyStage(InferenceStage):
 
     def act(self, ctx: StageContext[DeploymentPlan]) -> None:
         plan = ctx.request
+        if plan.scale:  # replicas only: the pod template (and so every running engine) stays as it is
+            scaled: Any = _apps(self.deps, plan.cluster).patch_namespaced_deployment_scale(
+                plan.name, plan.namespace, {"spec": {"replicas": plan.replicas}})
+            ctx.data["applied"] = True
+            ctx.data["generation"] = int(scaled.metadata.generation or 0)
+            return
         applied: Any = _apps(self.deps, plan.cluster).patch_namespaced_deployment(
             plan.name, plan.namespace, plan.manifests[0], field_manager=FIELD_MANAGER, force=True,
             _content_type=APPLY)
@@ -152,9 +187,14 @@ class ApplyStage(InferenceStage):
         if plan.token is not None:
             owner = {"apiVersion": "apps/v1", "kind": "Deployment", "name": plan.name,
                      "uid": str(applied.metadata.uid), "blockOwnerDeletion": False}
-            with contextlib.suppress(NotFound):
-                _core(self.deps, plan.cluster).patch_namespaced_secret(
+            try:
+                current = _core(self.deps, plan.cluster).patch_namespaced_secret(
                     plan.token.name, plan.namespace, {"metadata": {"ownerReferences": [owner]}})
+            except NotFound:
+                raise Permanent(f"the token Secret {plan.namespace}/{plan.token.name} is gone: deploy again with "
+                                "the token") from None
+            ctx.data["tokens_deleted"] = tokens.delete_older(self.deps.kube, plan.cluster, plan.namespace,
+                                                             plan.name, current)
         ctx.data["applied"] = True
         ctx.data["generation"] = int(applied.metadata.generation or 0)
 
@@ -252,6 +292,7 @@ class DeleteStage(Stage[DeploymentRef]):
             _apps(self.deps, ref.cluster).delete_namespaced_deployment(
                 ref.name, ref.namespace, propagation_policy="Background",
                 body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=ref.uid)))
+        tokens.delete_all(self.deps.kube, ref.cluster, ref.namespace, ref.name)  # owned or left by a crash
         ctx.data["deleted"] = True
 
     def poll(self, ctx: StageContext[DeploymentRef]) -> Done | Wait:
