@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+import urllib3
 
 from services.errors import Forbidden
 from services.inference import egress, testcall
@@ -110,19 +111,20 @@ def test_the_service_proxy_path_checks_every_part() -> None:
 # ----- the load-balancer test call: resolved once, sent to the checked address, capped, no redirects ---------
 
 
-def _own_address() -> str:
-    """This machine's address on its default route (not loopback), or skip."""
-    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        probe.connect(("10.255.255.255", 1))
-        address = str(probe.getsockname()[0])
-    except OSError:
-        pytest.skip("no network interface besides loopback")
-    finally:
-        probe.close()
-    if address.startswith("127."):
-        pytest.skip("no network interface besides loopback")
-    return address
+CHECKED = "203.0.113.7"  # a public (documentation) address the guard lets through; nothing is sent to it
+
+
+class Dialled:
+    """urllib3's connection pool, made for the address the guard checked but connected to the local test engine:
+    tests send traffic only to 127.0.0.1."""
+
+    def __init__(self, engine_port: int) -> None:
+        self.engine_port = engine_port
+        self.addresses: list[tuple[str, int]] = []
+
+    def __call__(self, address: str, port: int, **options: Any) -> urllib3.HTTPConnectionPool:
+        self.addresses.append((address, port))
+        return urllib3.HTTPConnectionPool("127.0.0.1", self.engine_port, **options)
 
 
 class _Engine(BaseHTTPRequestHandler):
@@ -150,35 +152,32 @@ class _Engine(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def engine_at() -> Iterator[tuple[str, int]]:
-    address = _own_address()
-    server = ThreadingHTTPServer((address, 0), _Engine)
+def engine() -> Iterator[Dialled]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     _Engine.seen = []
-    yield address, int(server.server_address[1])
+    yield Dialled(int(server.server_address[1]))
     server.shutdown()
     server.server_close()
 
 
-def test_the_load_balancer_call_goes_to_the_checked_address_with_the_name_as_host(
-        engine_at: tuple[str, int]) -> None:
-    address, port = engine_at
-    resolve = _answers(address)
+def test_the_load_balancer_call_goes_to_the_checked_address_with_the_name_as_host(engine: Dialled) -> None:
+    resolve = _answers(CHECKED)
     name = "k8s-chat-0123.elb.us-west-2.amazonaws.com"
-    result = testcall.call_load_balancer(name, port, "chat", EndpointTest(prompt="hi"), resolve=resolve)
-    assert resolve.calls == [name]
+    result = testcall.call_load_balancer(name, 8000, "chat", EndpointTest(prompt="hi"), resolve=resolve,
+                                         connect=engine)
+    assert resolve.calls == [name] and engine.addresses == [(CHECKED, 8000)]
     assert result.status == 200 and result.truncated and len(json.dumps(result.answer)) <= 70_000
-    assert result.headers["x-served-by"] == "pod-a" and result.path == f"http://{name}:{port}/v1/chat/completions"
+    assert result.headers["x-served-by"] == "pod-a" and result.path == f"http://{name}:8000/v1/chat/completions"
     path, host, body = _Engine.seen[0]
-    assert (path, host) == ("/v1/chat/completions", f"{name}:{port}")
+    assert (path, host) == ("/v1/chat/completions", f"{name}:8000")
     assert json.loads(body)["messages"] == [{"role": "user", "content": "hi"}]
 
 
-def test_a_redirect_is_answered_not_followed(engine_at: tuple[str, int]) -> None:
-    address, port = engine_at
-    result = testcall.call_load_balancer("lb.example.com", port, "chat", EndpointTest(api="completion"),
-                                         resolve=_answers(address))
+def test_a_redirect_is_answered_not_followed(engine: Dialled) -> None:
+    result = testcall.call_load_balancer("lb.example.com", 8000, "chat", EndpointTest(api="completion"),
+                                         resolve=_answers(CHECKED), connect=engine)
     assert result.status == 302 and len(_Engine.seen) == 1
 
 

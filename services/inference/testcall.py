@@ -17,6 +17,7 @@ import copy
 import json
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,14 +85,17 @@ def _result(status: int, content: bytes, headers: Any, elapsed: int, path: str) 
 
 
 def call_load_balancer(host: str, port: int, model: str, request: EndpointTest,
-                       resolve: egress.Resolver = socket.getaddrinfo) -> EndpointTestResult:
-    """The request at the load balancer ``host``: resolved and checked once, then sent to that address."""
+                       resolve: egress.Resolver = socket.getaddrinfo,
+                       connect: Callable[..., urllib3.HTTPConnectionPool] = urllib3.HTTPConnectionPool,
+                       ) -> EndpointTestResult:
+    """The request at the load balancer ``host``: resolved and checked once, then sent to that address
+    (``connect`` makes the connection pool to it: urllib3's)."""
     path, body = payload(request, model)
     clean = "/" + egress.check_path(path)
     address = egress.check_host(host, port, resolve)
-    pool = urllib3.HTTPConnectionPool(address, port, timeout=urllib3.Timeout(connect=5.0, read=TIMEOUT),
-                                      retries=urllib3.Retry(total=0, redirect=0, raise_on_redirect=False,
-                                                            raise_on_status=False), maxsize=1)
+    pool = connect(address, port, timeout=urllib3.Timeout(connect=5.0, read=TIMEOUT),
+                   retries=urllib3.Retry(total=0, redirect=0, raise_on_redirect=False, raise_on_status=False),
+                   maxsize=1)
     try:
         started = time.monotonic()
         raw = pool.urlopen("POST", clean, body=json.dumps(body).encode(), redirect=False, preload_content=False,
