@@ -185,3 +185,19 @@ def test_a_load_balancer_name_resolving_to_metadata_is_never_dialled() -> None:
     with pytest.raises(Forbidden):
         testcall.call_load_balancer("evil.example.com", 80, "chat", EndpointTest(),
                                     resolve=_answers("10.0.0.8", "169.254.169.254"))
+
+
+@pytest.mark.parametrize("name", ["k8s-ns-chat-0123abcd.elb.us-west-2.amazonaws.com",
+                                  "my-alb-1.us-west-2.elb.amazonaws.com", "x-1.elb.cn-north-1.amazonaws.com.cn",
+                                  "K8S-A.ELB.US-GOV-WEST-1.AMAZONAWS.COM."])
+def test_a_load_balancer_is_tested_by_an_elastic_load_balancing_name(name: str) -> None:
+    assert egress.check_load_balancer_name(name) == name.lower().rstrip(".")
+
+
+@pytest.mark.parametrize("written", ["10.0.0.8", "169.254.169.254", "[::1]", "evil.example.com",
+                                     "x.elb.us-west-2.amazonaws.com.evil.com", "x.elb.us-west-2.amazonaws.com@evil",
+                                     "x.elb.amazonaws.com", "x.elb.us-west-2.amazonaws.com:80"])
+def test_an_address_anyone_may_write_into_the_service_status_is_never_dialled(written: str) -> None:
+    """Whoever may update a Service may write its status.loadBalancer: only an ELB name is followed."""
+    with pytest.raises(Forbidden):
+        egress.check_load_balancer_name(written)

@@ -27,7 +27,7 @@ from services.clusters.pipeline import cluster_target
 from services.clusters.registry import ClusterRegistry
 from services.clusters.storage_stage import APPLY
 from services.errors import Conflict, Invalid, NotFound, Transient
-from services.inference import checks, manifest, testcall, tokens
+from services.inference import checks, egress, manifest, testcall, tokens
 from services.inference.command import IMAGES, ServeCommand, parse
 from services.inference.models import (
     DeploymentList,
@@ -403,7 +403,7 @@ class Inference:
             if address is None:
                 raise Conflict(f"{name} has no load balancer address (exposure 'cluster', or AWS has not made it "
                                "yet): test it with via 'service_proxy'")
-            result = testcall.call_load_balancer(address, port, model, request)
+            result = testcall.call_load_balancer(egress.check_load_balancer_name(address), port, model, request)
         else:
             target = testcall.Target(namespace=namespace, service=name, port=port, model=model)
             result = testcall.call(self.kube.api_client(cluster), target, request)

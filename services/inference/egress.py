@@ -35,6 +35,8 @@ _NUMERIC_V4 = re.compile(r"^[0-9a-fA-FxX.]+$")
 _DNS_NAME = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]"
                        r"([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?$")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_REGION = r"[a-z]{2}(-[a-z]+)+-\d"
+_ELB_NAME = re.compile(rf"^[a-z0-9-]+\.(elb\.{_REGION}\.amazonaws\.com|{_REGION}\.elb\.amazonaws\.com)(\.cn)?$")
 
 Resolver = Callable[..., list[tuple[Any, ...]]]
 
@@ -86,7 +88,7 @@ def literal_address(host: str) -> IPAddress | None:
             return ipaddress.IPv6Address(text)
         except ValueError:
             raise Forbidden(f"refusing host {host!r}: not a valid IPv6 address") from None
-    if _NUMERIC_V4.match(text) and not re.search(r"[g-wyzG-WYZ]", text):
+    if _NUMERIC_V4.match(text):
         try:
             return ipaddress.IPv4Address(socket.inet_aton(text.rstrip(".")))
         except OSError:
@@ -116,6 +118,18 @@ def check_host(host: str, port: int, resolve: Resolver = socket.getaddrinfo) -> 
     for address in addresses:
         check_ip(address)
     return str(addresses[0])
+
+
+def check_load_balancer_name(host: str) -> str:
+    """``host`` when it is a name AWS gives an Elastic Load Balancer (NLBs ``<name>-<id>.elb.<region>.amazonaws.com``,
+    ALBs and classic ones ``<name>-<id>.<region>.elb.amazonaws.com``, ``.com.cn`` in China): the Service's status
+    is writable by anyone who may update Services, so a test call never follows another name or an address
+    written there."""
+    name = host.strip().rstrip(".").lower()
+    if not (_DNS_NAME.match(name) and _ELB_NAME.match(name)):
+        raise Forbidden(f"refusing load balancer {host!r}: not an Elastic Load Balancing name "
+                        "(…elb.<region>.amazonaws.com): test it with via 'service_proxy'")
+    return name
 
 
 def check_path(path: str) -> str:
