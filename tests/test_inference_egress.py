@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 import urllib3
 
-from services.errors import Forbidden
+from services.errors import Forbidden, Transient
 from services.inference import egress, testcall
 from services.inference.models import EndpointTest
 
@@ -201,3 +202,41 @@ def test_an_address_anyone_may_write_into_the_service_status_is_never_dialled(wr
     """Whoever may update a Service may write its status.loadBalancer: only an ELB name is followed."""
     with pytest.raises(Forbidden):
         egress.check_load_balancer_name(written)
+
+
+class _Trickle(BaseHTTPRequestHandler):
+    """An engine that announces an answer, then sends it a byte at a time, slower than any deadline."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "600")
+        self.end_headers()
+        try:
+            for _ in range(600):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(0.05)  # the trickle itself, not a wait for the test
+        except OSError:  # the caller cut the answer
+            return
+
+    def log_message(self, *_: Any) -> None:
+        return None
+
+
+def test_an_answer_that_trickles_past_the_deadline_is_cut() -> None:
+    """The socket timeout is per read: an engine sending a byte now and then would hold the worker thread
+    forever; the whole answer must come within the call's time."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Trickle)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(Transient, match="still answering after 1 s"):
+            testcall.call_load_balancer("lb-1.elb.us-west-2.amazonaws.com", 8000, "chat", EndpointTest(),
+                                        resolve=_answers(CHECKED), connect=Dialled(int(server.server_address[1])),
+                                        timeout=1.0)
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -53,6 +53,7 @@ from services.inference.stages import (
 )
 from services.informers import Informers
 from services.kube import KubeClients
+from services.limits import Slots
 from services.operations import Engine, OperationKind, OperationView
 from services.secrets import SecretRef
 from services.training.downloads.manifest import ensure_namespace, shared_storage
@@ -65,6 +66,7 @@ UPDATE_KIND = "inference.update"
 DELETE_KIND = "inference.delete"
 SYNC_SECONDS = 20.0
 LBC = ("kube-system", "aws-load-balancer-controller")
+TEST_CALLS_PER_PRINCIPAL = 2
 
 
 def inference_target(cluster: str, name: str) -> str:
@@ -88,6 +90,8 @@ class Inference:
         self.audit = audit
         self._engine = engine
         self.deps = InferenceDeps(kube=kube)
+        # a test call holds a REST worker thread for up to a minute: a few at a time per principal
+        self._test_calls = Slots("inference test calls", TEST_CALLS_PER_PRINCIPAL)
 
     def kinds(self) -> list[OperationKind[Any]]:
         d = self.deps
@@ -398,15 +402,20 @@ class Inference:
             raise Conflict(f"the deployment {name} has no Service of ours to test through")
         port = int(str(((svc.get("spec") or {}).get("ports") or [{}])[0].get("port") or 0))
         model = str((meta.get("annotations") or {}).get(manifest.API_MODEL_ANNOTATION) or "")
-        if request.via == "load_balancer":
-            address = _service_view(svc).address
-            if address is None:
-                raise Conflict(f"{name} has no load balancer address (exposure 'cluster', or AWS has not made it "
-                               "yet): test it with via 'service_proxy'")
-            result = testcall.call_load_balancer(egress.check_load_balancer_name(address), port, model, request)
-        else:
-            target = testcall.Target(namespace=namespace, service=name, port=port, model=model)
-            result = testcall.call(self.kube.api_client(cluster), target, request)
+        address = _service_view(svc).address
+        if request.via == "load_balancer" and address is None:
+            raise Conflict(f"{name} has no load balancer address (exposure 'cluster', or AWS has not made it "
+                           "yet): test it with via 'service_proxy'")
+        self._test_calls.acquire(principal)
+        try:
+            if request.via == "load_balancer" and address is not None:
+                result = testcall.call_load_balancer(egress.check_load_balancer_name(address), port, model,
+                                                     request)
+            else:
+                target = testcall.Target(namespace=namespace, service=name, port=port, model=model)
+                result = testcall.call(self.kube.api_client(cluster), target, request)
+        finally:
+            self._test_calls.release(principal)
         self.audit.record(principal, "inference.test", inference_target(cluster, name),
                           {"api": request.api, "max_tokens": request.max_tokens, "via": request.via},
                           f"status {result.status}")

@@ -13,9 +13,11 @@ followed (a 3xx is returned as is). Paths are checked by :mod:`services.inferenc
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -84,16 +86,44 @@ def _result(status: int, content: bytes, headers: Any, elapsed: int, path: str) 
                       headers=dict(sorted(kept.items())[:HEADERS_KEPT]), path=path)
 
 
+def read_within(raw: Any, started: float, what: str, timeout: float) -> bytes:
+    """At most :data:`ANSWER_CAP` + 1 bytes of the answer ``raw`` (urllib3's, not preloaded), read until ``timeout``
+    seconds after the call ``started``: a read still blocked then is cut (the socket's reading half shut), so an
+    engine that trickles its answer cannot hold the worker thread longer (a socket timeout is per read)."""
+    cut = threading.Event()
+
+    def stop() -> None:
+        cut.set()
+        with contextlib.suppress(ValueError, RuntimeError, OSError):
+            raw.shutdown()
+
+    timer = threading.Timer(max(0.0, started + timeout - time.monotonic()), stop)
+    timer.daemon = True
+    timer.start()
+    try:
+        content = bytes(raw.read(ANSWER_CAP + 1))
+    except urllib3.exceptions.HTTPError:
+        if not cut.is_set():
+            raise
+        content = b""
+    finally:
+        timer.cancel()
+        raw.release_conn()
+    if cut.is_set():
+        raise Transient(f"the test call to {what} was still answering after {timeout:.0f} s: cut", delay=5.0)
+    return content
+
+
 def call_load_balancer(host: str, port: int, model: str, request: EndpointTest,
                        resolve: egress.Resolver = socket.getaddrinfo,
                        connect: Callable[..., urllib3.HTTPConnectionPool] = urllib3.HTTPConnectionPool,
-                       ) -> EndpointTestResult:
+                       timeout: float = TIMEOUT) -> EndpointTestResult:
     """The request at the load balancer ``host``: resolved and checked once, then sent to that address
-    (``connect`` makes the connection pool to it: urllib3's)."""
+    (``connect`` makes the connection pool to it: urllib3's), the whole answer within ``timeout`` seconds."""
     path, body = payload(request, model)
     clean = "/" + egress.check_path(path)
     address = egress.check_host(host, port, resolve)
-    pool = connect(address, port, timeout=urllib3.Timeout(connect=5.0, read=TIMEOUT),
+    pool = connect(address, port, timeout=urllib3.Timeout(connect=5.0, read=timeout),
                    retries=urllib3.Retry(total=0, redirect=0, raise_on_redirect=False, raise_on_status=False),
                    maxsize=1)
     try:
@@ -101,10 +131,7 @@ def call_load_balancer(host: str, port: int, model: str, request: EndpointTest,
         raw = pool.urlopen("POST", clean, body=json.dumps(body).encode(), redirect=False, preload_content=False,
                            headers={"Host": host if port == 80 else f"{host}:{port}",
                                     "Content-Type": "application/json", "Accept": "application/json"})
-        try:
-            content = raw.read(ANSWER_CAP + 1)
-        finally:
-            raw.release_conn()
+        content = read_within(raw, started, host, timeout)
         elapsed = int((time.monotonic() - started) * 1000)
     except urllib3.exceptions.HTTPError as exc:
         raise Transient(f"the test call to {host} failed: {type(exc).__name__}: {exc}", delay=5.0) from exc
@@ -124,10 +151,7 @@ def call(api: k8s.ApiClient, target: Target, request: EndpointTest) -> EndpointT
         started = time.monotonic()
         response = client.call_api(method, url, header_params=headers, body=data, _request_timeout=TIMEOUT)
         raw: Any = response.response
-        try:
-            content = raw.read(ANSWER_CAP + 1)
-        finally:
-            raw.release_conn()
+        content = read_within(raw, started, target.service, TIMEOUT)
         elapsed = int((time.monotonic() - started) * 1000)
     except urllib3.exceptions.HTTPError as exc:
         raise Transient(f"the test call to {target.service} failed: {type(exc).__name__}: {exc}", delay=5.0) from exc
