@@ -57,6 +57,27 @@ def spec(engine: str) -> Spec:
                 **{k: frozenset(data[k] or []) for k in ("value", "switch", "optional", "values", "negatable")})
 
 
+HUMAN_INT_FLAGS = frozenset({"--max-model-len"})  # vLLM parses these with its human_readable_int
+_HUMAN = re.compile(r"(\d+(?:\.\d+)?)([kmgtKMGT])")
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def human_int(value: str) -> int | None:
+    """vLLM's ``human_readable_int``: ``4096``, ``32k`` (x 1,000, decimals allowed), ``32K`` (x 1,024, whole
+    numbers only); None for anything else."""
+    text = value.strip()
+    if text.isdigit():
+        return int(text)
+    match = _HUMAN.fullmatch(text)
+    if match is None:
+        return None
+    number, suffix = match.groups()
+    if suffix in _DECIMAL:
+        return int(float(number) * _DECIMAL[suffix])
+    return int(number) * _BINARY[suffix] if number.isdigit() else None
+
+
 class EngineError(Exception):
     """The engine refuses to start: ``lines`` go to its log, ``exit_code`` is the process's."""
 
@@ -163,6 +184,8 @@ def parse(engine: str, usage: str, argv: list[str]) -> Invocation:
                 raise fail(f"argument {name}: expected one argument")
             if flag in s.int_flags and not value.lstrip("-").isdigit():
                 raise fail(f"argument {name}: invalid int value: {value!r}")
+            if flag in HUMAN_INT_FLAGS and human_int(value) is None:
+                raise fail(f"argument {name}: invalid human_readable_int value: {value!r}")
             inv.args[flag] = value
         elif flag in s.values:
             taken = [attached] if eq else []

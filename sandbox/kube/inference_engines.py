@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .engine_cli import EngineError, Invocation, check_pod, engine_argv, parse
+from .engine_cli import EngineError, Invocation, check_pod, engine_argv, human_int, parse
 from .engine_server import EngineServer
 from .processes import Process, program
 from .store import Obj
@@ -87,7 +87,8 @@ def serve(proc: Process) -> int:
     api_key = inv.get("--api-key") or (proc.env.get("VLLM_API_KEY", "") if engine == "vllm" else "")
     server = EngineServer(engine, inv.model, inv.served_name, proc.pod,
                           metrics_enabled=engine == "vllm" or bool(inv.args.get("--enable-metrics")),
-                          max_model_len=int(inv.get("--max-model-len") or inv.get("--context-length") or 4096),
+                          max_model_len=human_int(inv.get("--max-model-len") or inv.get("--context-length") or "")
+                          or 4096,
                           api_key=api_key)
     proc.listen(inv.port, server)
     for line in _loaded(inv):

@@ -9,6 +9,7 @@ import json
 import re
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from sandbox.kube import engine_cli
@@ -187,7 +188,7 @@ def test_the_product_and_the_simulated_vllm_record_the_same_flags_aliases_and_no
 
 def test_a_vllm_command_the_product_accepts_starts_the_simulated_engine(served: Served) -> None:
     serve = parse("vllm serve Qwen/Qwen2.5-0.5B-Instruct --async-scheduling --no-enable-prefix-caching "
-                  "--cudagraph-capture-sizes 8 16 --max-model-len 4096 -dp 1 --kv-sharing-fast-prefill "
+                  "--cudagraph-capture-sizes 8 16 --max-model-len 32k -dp 1 --kv-sharing-fast-prefill "
                   "--enable-log-requests --structured-outputs-config '{}' --served-model-name q -tp 2")
     container = _container("vllm", image=IMAGES[Engine.VLLM], command=serve.argv, gpus=serve.gpus_needed)
     served.core.create_namespaced_pod("default", {"metadata": {"name": "v011"}, "spec": {
@@ -200,3 +201,9 @@ def test_a_vllm_command_the_product_accepts_starts_the_simulated_engine(served: 
     pod = wait_until(settled, timeout=60, message="the vLLM 0.11 pod Ready or Failed")
     assert _ready(pod), _log(served, "v011")
     assert "tensor_parallel_size=2" in _log(served, "v011")
+
+
+@pytest.mark.parametrize(("value", "expected"), [("4096", 4096), ("32k", 32_000), ("25.6k", 25_600), ("32K", 32_768),
+                                                 ("1M", 2**20), ("1.5K", None), ("32x", None), ("", None)])
+def test_max_model_len_reads_as_vllms_human_readable_int(value: str, expected: int | None) -> None:
+    assert engine_cli.human_int(value) == expected
