@@ -245,3 +245,15 @@ def test_the_deploy_time_decisions_are_recorded_on_the_deployment_not_its_pods()
     assert manifest.EFA_ANNOTATION not in dep["spec"]["template"]["metadata"]["annotations"]
     estimated = render(parse("vllm serve m/x"))
     assert manifest.MODEL_GB_ANNOTATION not in estimated["metadata"]["annotations"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("command", ["vllm serve --enforce-eager org/m", "vllm serve org/m --enforce-eager",
+                                     "vllm serve --max-model-len 32k org/m --port 8001"])
+def test_vllm_serves_the_model_named_before_or_after_its_options(command: str) -> None:
+    """`vllm serve`'s model is argparse's optional positional: it may follow options."""
+    assert parse(command).model == "org/m"
+
+
+def test_a_second_positional_is_still_refused() -> None:
+    with pytest.raises(Invalid, match="unexpected argument"):
+        parse("vllm serve --enforce-eager org/m extra")

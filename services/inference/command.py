@@ -225,6 +225,8 @@ def parse(command: str) -> ServeCommand:
     argv = _split(command)
     engine, rest, model = _engine(argv)
     flags, positionals = _options(engine, rest)
+    if model is None and positionals and argv[1:2] == ["serve"]:  # `vllm serve [options] MODEL`: argparse's
+        model, positionals = positionals[0], positionals[1:]      # optional model_tag may follow options
     if positionals:
         quoted = [shown(p) for p in positionals]
         raise Invalid(f"unexpected argument(s) {quoted} in the {engine.value} command",
