@@ -20,8 +20,11 @@ Elsewhere a LoadBalancer Service stays pending with no ingress. The controller's
 * ``status.loadBalancer.ingress[0].hostname`` = the load balancer's DNS name.
 
 A failed AWS call is a ``Warning`` event ``FailedDeployModel`` (or ``FailedCleanupModel``) on the Service, retried
-on the Service's next change. Not modelled: the shared backend security group and target registration
-(TargetGroupBindings), the load balancer's attributes and the other ``aws-load-balancer-*`` annotations, the
+on the Service's next change; an IPv6 source range on a load balancer that is not dual-stack is a
+``FailedBuildModel`` ("unsupported v6 cidr … when lb is not dualstack", as the controller answers) and nothing is
+made (dual-stack load balancers themselves are not modelled). Not modelled: the shared backend security group
+and target registration (TargetGroupBindings), the load balancer's attributes and the other
+``aws-load-balancer-*`` annotations, the
 controller's mutating webhook (a Service with no ``loadBalancerClass`` is treated as the webhook would have
 classed it ``service.k8s.aws/nlb``).
 """
@@ -48,6 +51,7 @@ FINALIZER = "service.k8s.aws/resources"
 NLB_CLASS = "service.k8s.aws/nlb"
 SCHEME = "service.beta.kubernetes.io/aws-load-balancer-scheme"
 SOURCE_RANGES = "service.beta.kubernetes.io/load-balancer-source-ranges"
+IP_ADDRESS_TYPE = "service.beta.kubernetes.io/aws-load-balancer-ip-address-type"
 CLUSTER_TAG = "elbv2.k8s.aws/cluster"
 STACK_TAG = "service.k8s.aws/stack"
 RESOURCE_TAG = "service.k8s.aws/resource"
@@ -91,6 +95,11 @@ def reconcile(cluster: Cluster, loc: Loc) -> None:
         svc = _set_finalizers(cluster, svc, [*(meta.get("finalizers") or ()), FINALIZER])
         if svc is None:
             return
+    unsupported = unsupported_ranges(svc)
+    if unsupported:
+        operator_support.event(cluster, svc, "FailedBuildModel", f"Failed build model due to unsupported v6 cidr "
+                               f"{unsupported[0]} when lb is not dualstack", COMPONENT, "Warning")
+        return
     try:
         dns = aws.deploy(svc)
     except Exception as exc:
@@ -154,6 +163,12 @@ def source_ranges(svc: Obj) -> list[str]:
     ranges = list((svc.get("spec") or {}).get("loadBalancerSourceRanges") or ())
     annotation = (svc["metadata"].get("annotations") or {}).get(SOURCE_RANGES, "")
     return ranges or [r.strip() for r in annotation.split(",") if r.strip()]
+
+
+def unsupported_ranges(svc: Obj) -> list[str]:
+    """IPv6 source ranges of a load balancer that is not dual-stack: the controller builds no model for them."""
+    dualstack = (svc["metadata"].get("annotations") or {}).get(IP_ADDRESS_TYPE) == "dualstack"
+    return [] if dualstack else [cidr for cidr in source_ranges(svc) if ":" in cidr]
 
 
 def scheme(svc: Obj) -> str:

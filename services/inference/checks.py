@@ -13,9 +13,9 @@ from services.inference.manifest import INFERENCE_LABEL
 from services.inference.models import Exposure, ServiceSpec
 from services.training.manifests import MANAGED_BY, InstanceFacts
 
-OPEN = {"0.0.0.0/0", "::/0"}
-#: the widest prefix per IP version that source ranges may add up to without the user's confirmation
-BROADEST = {4: 8, 6: 32}
+OPEN = {"0.0.0.0/0"}
+#: the widest prefix source ranges may add up to without the user's confirmation (they are IPv4 only)
+BROADEST = 8
 
 
 def check_parallel(serve: ServeCommand, gpus: int) -> None:
@@ -29,9 +29,9 @@ def check_parallel(serve: ServeCommand, gpus: int) -> None:
 
 
 def check_service(spec: ServiceSpec) -> None:
-    """Exposure rules: the source ranges are CIDRs; internet-facing needs them; the whole internet (or ranges
-    covering more than a /8 of IPv4 or a /32 of IPv6 in total) only when the user confirmed it; cluster-internal
-    takes none of the load balancer's settings."""
+    """Exposure rules: the source ranges are IPv4 CIDRs (the load balancer is not dual-stack); internet-facing
+    needs them; the whole internet (or ranges covering more than a /8 in total) only when the user confirmed it;
+    cluster-internal takes none of the load balancer's settings."""
     if spec.exposure is Exposure.CLUSTER:
         if spec.internet_facing or spec.source_ranges:
             raise Invalid("internet_facing and source_ranges apply to exposure 'external' only")
@@ -39,10 +39,15 @@ def check_service(spec: ServiceSpec) -> None:
     ranges: list[str] = []
     for text in spec.source_ranges:
         try:
-            ranges.append(str(ipaddress.ip_network(text, strict=False)))
+            net = ipaddress.ip_network(text, strict=False)
         except ValueError:
             raise Invalid(f"source_ranges: {text!r} is not a CIDR such as 203.0.113.0/24",
                           details={"field": "service.source_ranges"}) from None
+        if net.version == 6:  # the load balancer is IPv4 only; the controller refuses a v6 range for it
+            raise Invalid(f"source_ranges: {text!r} is IPv6, and the load balancer is IPv4 only (the AWS Load "
+                          "Balancer Controller refuses a v6 CIDR for a load balancer that is not dual-stack)",
+                          details={"field": "service.source_ranges"})
+        ranges.append(str(net))
     if spec.internet_facing and not ranges:
         raise Invalid("an internet-facing load balancer needs source_ranges: the CIDRs allowed to reach it",
                       details={"field": "service.source_ranges"})
@@ -52,14 +57,10 @@ def check_service(spec: ServiceSpec) -> None:
     if opened:
         raise Invalid(f"source_ranges {opened} open the endpoint to the whole internet: ask the user, and set "
                       "service.confirm_open_to_world only if they agree", details={"field": "service.source_ranges"})
-    nets = [ipaddress.ip_network(r) for r in ranges]
-    v4 = ipaddress.collapse_addresses(n for n in nets if isinstance(n, ipaddress.IPv4Network))
-    v6 = ipaddress.collapse_addresses(n for n in nets if isinstance(n, ipaddress.IPv6Network))
-    for version, bits, collapsed in ((4, 32, list(v4)), (6, 128, list(v6))):
-        if sum(n.num_addresses for n in collapsed) > 2 ** (bits - BROADEST[version]):
-            raise Invalid(f"source_ranges add up to more than a /{BROADEST[version]} of the IPv{version} internet: "
-                          "ask the user, and set service.confirm_open_to_world only if they agree",
-                          details={"field": "service.source_ranges"})
+    collapsed = ipaddress.collapse_addresses(ipaddress.IPv4Network(r) for r in ranges)
+    if sum(n.num_addresses for n in collapsed) > 2 ** (32 - BROADEST):
+        raise Invalid(f"source_ranges add up to more than a /{BROADEST} of the IPv4 internet: ask the user, and set "
+                      "service.confirm_open_to_world only if they agree", details={"field": "service.source_ranges"})
 
 
 def pick_instance_types(facts: Mapping[str, InstanceFacts], gpus: int, wanted: str | None) -> list[str]:

@@ -38,12 +38,12 @@ class ServiceSpec(RequestModel):
     internet_facing: bool = Field(False, description="external only: an internet-facing NLB instead of an internal "
                                   "one; needs source_ranges")
     source_ranges: list[str] = Field(default_factory=list, max_length=20,
-                                     description="external only: the CIDRs allowed to reach the load balancer "
-                                     "(loadBalancerSourceRanges), e.g. ['203.0.113.0/24']; required when "
+                                     description="external only: the IPv4 CIDRs allowed to reach the load "
+                                     "balancer (loadBalancerSourceRanges), e.g. ['203.0.113.0/24']; required when "
                                      "internet_facing")
     confirm_open_to_world: bool = Field(False, description="set true only when the user explicitly agreed to "
-                                        "open the endpoint to the whole internet (0.0.0.0/0 or ::/0 in "
-                                        "source_ranges); refused otherwise")
+                                        "open the endpoint to the whole internet (0.0.0.0/0 in source_ranges, or "
+                                        "ranges adding up to more than a /8); refused otherwise")
     port: int | None = Field(None, ge=1, le=65535, description="the Service's port (default: the engine's port)")
 
 

@@ -141,3 +141,16 @@ def test_a_changed_scheme_replaces_the_load_balancer(world: AwsWorld, aws: Clien
     schemes = {b["DNSName"]: b["Scheme"] for b in elb.describe_load_balancers()["LoadBalancers"]}
     assert first not in schemes and schemes[second] == "internet-facing"
 
+
+    # an IPv6 source range on a load balancer that is not dual-stack: the controller builds nothing, and says why
+    count = len(elb.describe_load_balancers()["LoadBalancers"])
+    core.create_namespaced_service("default", _service("six", [80], ranges=["2001:db8::/32"]))
+
+    def refused() -> str | None:
+        world.advance(1)
+        events = [e for e in core.list_namespaced_event("default").items if e.involved_object.name == "six"]
+        return next((str(e.message) for e in events if e.reason == "FailedBuildModel"), None)
+    message = wait_until(refused, 60, "the controller's FailedBuildModel event")
+    assert message == "Failed build model due to unsupported v6 cidr 2001:db8::/32 when lb is not dualstack"
+    assert not _ingress(core.read_namespaced_service("six", "default"))
+    assert len(elb.describe_load_balancers()["LoadBalancers"]) == count
