@@ -30,7 +30,7 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 ALLOWED_PATHS = frozenset({"v1/chat/completions", "v1/completions", "v1/models", "health"})
 _BLOCKED = [ipaddress.ip_network(n) for n in (
     "0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4",
-    "::/128", "::1/128", "fe80::/10", "fd00:ec2::/32", "ff00::/8")]
+    "::/128", "::1/128", "fe80::/10", "fd00:ec2::/32", "ff00::/8", "64:ff9b:1::/48")]
 _NUMERIC_V4 = re.compile(r"^[0-9a-fA-FxX.]+$")
 _DNS_NAME = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]"
                        r"([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?$")
@@ -39,11 +39,15 @@ _REGION = r"[a-z]{2}(-[a-z]+)+-\d"
 _ELB_NAME = re.compile(rf"^[a-z0-9-]+\.(elb\.{_REGION}\.amazonaws\.com|{_REGION}\.elb\.amazonaws\.com)(\.cn)?$")
 
 Resolver = Callable[..., list[tuple[Any, ...]]]
+_WELL_KNOWN_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")
 
 
 def _embedded_v4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 form carries: mapped (::ffff:a.b.c.d), compatible (::a.b.c.d), NAT64
-    (64:ff9b::a.b.c.d), 6to4 (2002:AABB:CCDD::) or Teredo."""
+    """The IPv4 address an IPv6 form carries: mapped (::ffff:a.b.c.d), translated (::ffff:0:a.b.c.d), compatible
+    (::a.b.c.d), NAT64 (64:ff9b::a.b.c.d), 6to4 (2002:AABB:CCDD::) or Teredo. (The local-use NAT64 prefix
+    64:ff9b:1::/48 is blocked whole: where it embeds an address depends on the prefix length its operator chose,
+    RFC 6052, so no reading of it can be trusted.)"""
     if ip.ipv4_mapped is not None:
         return ip.ipv4_mapped
     if ip.sixtofour is not None:
@@ -51,9 +55,8 @@ def _embedded_v4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
     if ip.teredo is not None:
         return ip.teredo[1]
     packed = ip.packed
-    if packed[:12] == bytes(12) and ip not in ipaddress.ip_network("::/127"):
-        return ipaddress.IPv4Address(packed[12:])
-    if ip in ipaddress.ip_network("64:ff9b::/96") or ip in ipaddress.ip_network("64:ff9b:1::/48"):
+    if ip in _TRANSLATED or ip in _WELL_KNOWN_NAT64 or (packed[:12] == bytes(12) and
+                                                      ip not in ipaddress.ip_network("::/127")):
         return ipaddress.IPv4Address(packed[12:])
     return None
 
