@@ -291,8 +291,17 @@ def test_an_engine_that_cannot_start_fails_the_deploy_naming_its_pod_and_an_upda
                          timeout=30)  # the old ReplicaSet's pod still crash-loops: only the new one's count
     assert fixed.status_code == 202, fixed.text
     assert finished(world, fixed.json()["operation"]["id"])["status"] == "succeeded"
+    # someone replaced the Service with one of their own: the delete leaves it alone
+    core = k8s.CoreV1Api(world.api)
+    core.delete_namespaced_service("gated", NS)
+    wait_until(lambda: "gated" not in [s.metadata.name for s in core.list_namespaced_service(NS).items], 60,
+               "our Service gone")
+    core.create_namespaced_service(NS, {"metadata": {"name": "gated"}, "spec": {
+        "selector": {"app": "theirs"}, "ports": [{"port": 80}]}})
     gone = httpx2.delete(world.live.url + f"{BASE}/gated", headers=world.live.headers(), timeout=30)
     assert finished(world, gone.json()["operation"]["id"])["status"] == "succeeded"
+    assert core.read_namespaced_service("gated", NS).spec.selector == {"app": "theirs"}
+    core.delete_namespaced_service("gated", NS)
 
 
 def test_an_agent_deploys_tests_and_deletes_an_sglang_model_from_shared_storage(world: JobWorld) -> None:

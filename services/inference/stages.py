@@ -26,7 +26,7 @@ from kubernetes import client as k8s
 from services.clusters.create_base import FIELD_MANAGER
 from services.clusters.storage_stage import APPLY
 from services.errors import NotFound, Permanent, ServiceError
-from services.inference import tokens
+from services.inference import checks, tokens
 from services.inference.manifest import CONTAINER, INFERENCE_LABEL
 from services.inference.models import DeploymentPlan, DeploymentRef
 from services.kube import KubeClients
@@ -173,10 +173,9 @@ class ApplyStage(InferenceStage):
     def act(self, ctx: StageContext[DeploymentPlan]) -> None:
         plan = ctx.request
         if plan.scale:  # replicas only: the pod template (and so every running engine) stays as it is
-            scaled: Any = _apps(self.deps, plan.cluster).patch_namespaced_deployment_scale(
+            _apps(self.deps, plan.cluster).patch_namespaced_deployment_scale(
                 plan.name, plan.namespace, {"spec": {"replicas": plan.replicas}})
             ctx.data["applied"] = True
-            ctx.data["generation"] = int(scaled.metadata.generation or 0)
             return
         applied: Any = _apps(self.deps, plan.cluster).patch_namespaced_deployment(
             plan.name, plan.namespace, plan.manifests[0], field_manager=FIELD_MANAGER, force=True,
@@ -196,7 +195,6 @@ class ApplyStage(InferenceStage):
             ctx.data["tokens_deleted"] = tokens.delete_older(self.deps.kube, plan.cluster, plan.namespace,
                                                              plan.name, current)
         ctx.data["applied"] = True
-        ctx.data["generation"] = int(applied.metadata.generation or 0)
 
     def result(self, ctx: StageContext[DeploymentPlan]) -> dict[str, Any]:
         return {"deployment": f"{ctx.request.namespace}/{ctx.request.name}", "service": ctx.request.exposure.value}
@@ -286,8 +284,12 @@ class DeleteStage(Stage[DeploymentRef]):
 
     def act(self, ctx: StageContext[DeploymentRef]) -> None:
         ref = ctx.request
-        with contextlib.suppress(NotFound):
-            _core(self.deps, ref.cluster).delete_namespaced_service(ref.name, ref.namespace)
+        with contextlib.suppress(NotFound):  # ours only (by its labels), and only the one just read (its uid)
+            core = _core(self.deps, ref.cluster)
+            svc: Any = core.read_namespaced_service(ref.name, ref.namespace)
+            if checks.ours(core.api_client.sanitize_for_serialization(svc), ref.name):
+                core.delete_namespaced_service(ref.name, ref.namespace, body=k8s.V1DeleteOptions(
+                    preconditions=k8s.V1Preconditions(uid=svc.metadata.uid)))
         with contextlib.suppress(NotFound):
             _apps(self.deps, ref.cluster).delete_namespaced_deployment(
                 ref.name, ref.namespace, propagation_policy="Background",
