@@ -19,9 +19,9 @@ The query subset: ``[sum|avg|max|min] ( [rate|increase] ( METRIC[{label="value",
 name with optional equality matchers, over the series of every pod of the target (each with the target labels
 Prometheus adds under the product's scrape config: the pod's labels, sanitized, plus ``namespace`` and
 ``pod``), optionally the per-second rate (or increase) since the previous poll, aggregated (``sum`` when no
-aggregation is named). Anything else makes the ScaledObject ``Ready=False``. Not modelled: other trigger types, ``Value``/``Utilization`` metric
-types, cooldown and HPA stabilization windows (a poll scales at once), ``fallback``, ``advanced`` HPA settings,
-pausing annotations, ScaledJobs.
+aggregation is named). Anything else makes the ScaledObject ``Ready=False``. Not modelled: other trigger types,
+``Value``/``Utilization`` metric types, cooldown and HPA stabilization windows (a poll scales at once),
+``fallback``, ``advanced`` HPA settings, pausing annotations, ScaledJobs.
 """
 
 from __future__ import annotations
