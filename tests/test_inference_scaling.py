@@ -5,7 +5,8 @@ shipped KEDA CRD, installing nothing; through REST the first set installs KEDA a
 registry and a second identical set writes nothing, a manual replicas change is refused, traffic through the
 service proxy scales the deployment up (the sandbox's KEDA on the engines' request counter) and back down to the
 minimum once it stops, and a removal deletes the ScaledObject and its HPA; an agent follows
-``skills/deploy-model.md`` through a real MCP client to set a queue-depth trigger, read it and remove it."""
+``skills/deploy-model.md`` through a real MCP client to set a queue-depth trigger, read it and remove it; the
+pane's autoscaling section does the same."""
 
 from __future__ import annotations
 
@@ -16,12 +17,16 @@ from typing import Any
 import anyio
 import httpx2
 import jsonschema
+import panel as pn
 import pytest
 import yaml
 from kubernetes import client as k8s
 
+from panels.inference import InferencePane
+from services.auth import Principal, Role
 from services.inference.scaledobject import render
 from services.inference.scaling_models import ScalingRequest
+from services.operations import OperationQuery
 from tests.jobs_support import CLUSTER, JobWorld, job_world
 from tests.ledger import CallLedger
 from tests.mcp_support import bridge, call, follow
@@ -120,8 +125,8 @@ def test_traffic_scales_up_and_back_down_once_it_stops(world: JobWorld) -> None:
     op = world.finished(started.json()["operation"]["id"], timeout=180)
     assert op["status"] == "succeeded", op
     assert [s["name"] for s in op["stages"]] == ["components", "scaled_object", "ready"]
-    crds = [e for e in ledger.writes(since=mark, service="kubernetes") if e.get("resource") ==
-            "customresourcedefinitions"]
+    crds = [e for e in ledger.writes(since=mark, service="kubernetes")
+            if e.get("resource") == "customresourcedefinitions.apiextensions.k8s.io"]
     assert sorted(e["name"] for e in crds) == ["scaledobjects.keda.sh", "triggerauthentications.keda.sh"], crds
     apps = k8s.AppsV1Api(world.api)
     assert apps.read_namespaced_deployment("keda-operator", "keda").metadata.labels[
@@ -189,3 +194,34 @@ def test_an_agent_sets_reads_and_removes_a_queue_depth_trigger(world: JobWorld) 
     assert seen["view"]["ready"] is True, seen["view"]
     assert seen["removed"]["status"] == "succeeded"
     assert set(used) <= playbook, f"tools outside the playbook: {set(used) - playbook}"
+
+
+def test_the_pane_sets_shows_and_removes_autoscaling(world: JobWorld, tmp_path: Path) -> None:
+    operator = Principal("pane-operator", Role.OPERATOR, "t-op", "api")
+    viewer = Principal("pane-viewer", Role.VIEWER, "t-view", "api")
+    with world.server.imported(tmp_path / "product", CLUSTER, operator) as services:
+        scaling = services.inference_scaling
+        watching = InferencePane(services.inference, services.clusters, services.bus, viewer, scaling=scaling)
+        assert watching.scaling is not None and watching.scaling.set_button.disabled
+        pane = InferencePane(services.inference, services.clusters, services.bus, operator, scaling=scaling)
+        pn.panel(pane).get_root()  # renders alone, as in a notebook
+        assert pane.scaling is not None
+        pane.scaling.show_button.clicks += 1
+        assert pane.scaling.state.status == "Select a deployment in the table first."
+        wait_until(lambda: pane.state.reload() or not pane.table.value.empty, 60, "the table to list chat")
+        pane._on_selection(type("E", (), {"new": [0]})())
+        panel = pane.scaling
+        panel.state.max_replicas, panel.state.queue_depth = 2, 6
+        panel.set_button.clicks += 1
+        assert panel.state.status.startswith("autoscaling chat"), panel.state.status
+        op = services.engine.list(OperationQuery(kind="inference.scaling.set", limit=1))[0]
+        wait_until(lambda: services.engine.run_until_idle(op.id).status == "succeeded", 120, "the pane's set")
+        panel.show_button.clicks += 1
+        assert "KEDA 1-2 replicas, Ready" in panel.state.status, panel.state.status
+        assert "sum(vllm:num_requests_waiting" in panel.state.status and "keda v2.17.1" in panel.state.status
+        panel.remove_button.clicks += 1
+        assert panel.state.status.startswith("removing the autoscaling of chat"), panel.state.status
+        gone = services.engine.list(OperationQuery(kind="inference.scaling.remove", limit=1))[0]
+        wait_until(lambda: services.engine.run_until_idle(gone.id).status == "succeeded", 60, "the pane's remove")
+        panel.show_button.clicks += 1
+        assert "not autoscaled" in panel.state.status, panel.state.status
