@@ -1,12 +1,12 @@
 """KEDA autoscaling of a self-managed vLLM deployment against a real server in sandbox mode (one seeded cluster of
 two one-GPU nodes, one deployment for the module): bad requests are refused before any operation or Kubernetes
-write; a preview renders both triggers with the engine's real metric names and a ScaledObject valid under the
-shipped KEDA CRD, installing nothing; through REST the first set installs KEDA and Prometheus from the component
-registry and a second identical set writes nothing, a manual replicas change is refused, traffic through the
-service proxy scales the deployment up (the sandbox's KEDA on the engines' request counter) and back down to the
-minimum once it stops, and a removal deletes the ScaledObject and its HPA; an agent follows
-``skills/deploy-model.md`` through a real MCP client to set a queue-depth trigger, read it and remove it; the
-pane's autoscaling section does the same."""
+write, and so is a set where someone else's KEDA runs; a preview renders both triggers with the engine's real
+metric names and a ScaledObject valid under the shipped KEDA CRD, installing nothing; through REST the first set
+installs KEDA and Prometheus from the component registry and a second identical set writes nothing, a manual
+replicas change is refused, traffic through the service proxy scales the deployment up (the sandbox's KEDA on
+the engines' request counter) and back down to the minimum once it stops, and a removal deletes the ScaledObject
+and its HPA; an agent follows ``skills/deploy-model.md`` through a real MCP client to set a queue-depth trigger,
+read it and remove it; the pane's autoscaling section does the same."""
 
 from __future__ import annotations
 
@@ -78,6 +78,22 @@ def test_bad_requests_are_refused_before_any_operation_or_write(world: JobWorld)
     assert not_scaled.status_code == 404 and "not autoscaled" in not_scaled.text, not_scaled.text
     ledger.assert_no_writes(since=mark, service="kubernetes")
     assert world.live.get("/api/v1/operations?kind=inference.scaling.set").json() == []
+
+
+def test_a_keda_someone_else_installed_is_refused_before_any_write(world: JobWorld) -> None:
+    apps, core = k8s.AppsV1Api(world.api), k8s.CoreV1Api(world.api)
+    core.create_namespace({"metadata": {"name": "keda"}})
+    labels = {"app": "keda-operator"}
+    apps.create_namespaced_deployment("keda", {"metadata": {"name": "keda-operator"}, "spec": {
+        "replicas": 0, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
+            "containers": [{"name": "keda-operator", "image": "ghcr.io/kedacore/keda:2.16.0"}]}}}})
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    refused = put(world, SCALING, RATE)
+    assert refused.status_code == 409 and "did not install" in refused.text, refused.text
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    apps.delete_namespaced_deployment("keda-operator", "keda")
+    wait_until(lambda: not apps.list_namespaced_deployment("keda").items, 60, "their keda-operator gone")
 
 
 def test_a_preview_renders_both_triggers_and_installs_nothing(world: JobWorld) -> None:

@@ -112,8 +112,9 @@ class InferenceScaling:
                            details={"deployment": "keda/keda-operator"})
 
     def _plan(self, principal: Principal, cluster: str, name: str,
-              request: ScalingRequest) -> tuple[ScalingPlan, Target, list[str]]:
-        """Every precheck, then the plan: request-only checks before the cluster is asked anything."""
+              request: ScalingRequest) -> tuple[ScalingPlan, list[str]]:
+        """Every precheck, then the plan and the components the operation would install: request-only checks
+        before the cluster is asked anything."""
         if request.request_rate is None and request.queue_depth is None:
             raise Invalid("give at least one trigger: request_rate (requests per second per replica) or "
                           "queue_depth (waiting requests per replica)",
@@ -132,13 +133,12 @@ class InferenceScaling:
                            "set autoscaling", details={"missing_flag": "--enable-metrics"})
         target = self._target(cluster)
         self._check_no_other_keda(target)
-        record = self.registry.get(cluster)
         obj = scaledobject.render(name=name, namespace=namespace, engine=engine, deployment_uid=str(meta.get("uid")),
                                   request=request)
-        plan = ScalingPlan(cluster=cluster, eks_cluster=record.eks_name, region=record.region,
+        plan = ScalingPlan(cluster=cluster, eks_cluster=target.eks_cluster, region=target.region,
                            account=target.account, name=name, namespace=namespace, scaled_object=obj,
                            requested_by=principal.name)
-        return plan, target, [c.name for c in ON_USE if c.observe(target).missing]
+        return plan, [c.name for c in ON_USE if c.observe(target).missing]
 
     def _dry_run(self, plan: ScalingPlan) -> bool:
         """The API server validates the ScaledObject against KEDA's CRD and stores nothing (a 422 names the
@@ -158,7 +158,7 @@ class InferenceScaling:
     def preview_scaling(self, principal: Principal, cluster: str, name: str,
                         request: ScalingRequest) -> ScalingPreview:
         """The ScaledObject a set would apply and the components it would install first; nothing is created."""
-        plan, _, install = self._plan(principal, cluster, name, request)
+        plan, install = self._plan(principal, cluster, name, request)
         warnings = []
         if not self._dry_run(plan):
             warnings.append("KEDA's CRDs are not installed yet: the API server checks the ScaledObject when the "
@@ -177,7 +177,7 @@ class InferenceScaling:
         replay = self._engine.replayed(SET_KIND, principal, idempotency_key, same)
         if replay is not None:
             return replay, False
-        plan, _, _ = self._plan(principal, cluster, name, request)
+        plan, _ = self._plan(principal, cluster, name, request)
         self._dry_run(plan)
         return self._engine.submit(SET_KIND, plan, principal, idempotency_key)
 
