@@ -108,7 +108,7 @@ class ScalingPanel(pn.viewable.Viewer):
 
     def _spawn(self, verb: Callable[[Principal, str, str], str]) -> None:
         if pn.state.served:
-            asyncio.get_running_loop().create_task(self.run(verb))
+            pn.state.execute(functools.partial(self.run, verb))
         else:
             self.state.status = self._call(verb)
 

@@ -141,6 +141,7 @@ def test_traffic_scales_up_and_back_down_once_it_stops(world: JobWorld) -> None:
     op = world.finished(started.json()["operation"]["id"], timeout=180)
     assert op["status"] == "succeeded", op
     assert [s["name"] for s in op["stages"]] == ["components", "scaled_object", "ready"]
+    assert world.stage(op["id"], "components")["result"]["installed"] == ["keda", "prometheus"]
     crds = [e for e in ledger.writes(since=mark, service="kubernetes")
             if e.get("resource") == "customresourcedefinitions.apiextensions.k8s.io"]
     assert sorted(e["name"] for e in crds) == ["scaledobjects.keda.sh", "triggerauthentications.keda.sh"], crds
@@ -153,7 +154,10 @@ def test_traffic_scales_up_and_back_down_once_it_stops(world: JobWorld) -> None:
     again_mark = ledger.mark()
     again = put(world, SCALING, RATE)
     assert again.status_code == 202, again.text
+    assert again.json()["operation"]["id"] != started.json()["operation"]["id"]  # a new operation, not a join
     assert world.finished(again.json()["operation"]["id"], timeout=180)["status"] == "succeeded"
+    components = world.stage(again.json()["operation"]["id"], "components")
+    assert components["result"]["installed"] == [] and "already installed" in components["message"], components
     ledger.assert_no_writes(since=again_mark, service="kubernetes")  # KEDA, Prometheus, the ScaledObject: as wanted
 
     manual = httpx2.patch(world.live.url + f"{BASE}/chat", json={"replicas": 2}, headers=world.live.headers(),

@@ -69,14 +69,23 @@ def triggers_of(obj: dict[str, Any]) -> list[TriggerView]:
             for t in (obj.get("spec") or {}).get("triggers") or []]
 
 
-def read(api: k8s.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
-    """The live ScaledObject of ``name`` when it is ours (None: none, or KEDA's CRDs are not installed)."""
+def live(api: k8s.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    """The ScaledObject called ``name``, whoever made it (None: none, or KEDA's CRDs are not installed)."""
     try:
         found: Any = k8s.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
     except NotFound:
         return None
-    obj = dict(found)
-    return obj if ((obj.get("metadata") or {}).get("labels") or {}).get(INFERENCE_LABEL) == name else None
+    return dict(found)
+
+
+def ours(obj: dict[str, Any], name: str) -> bool:
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(INFERENCE_LABEL) == name
+
+
+def read(api: k8s.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    """The live ScaledObject of ``name`` when it is ours (None: none, not ours, or no KEDA CRDs)."""
+    obj = live(api, namespace, name)
+    return obj if obj is not None and ours(obj, name) else None
 
 
 def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:

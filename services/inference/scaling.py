@@ -133,6 +133,11 @@ class InferenceScaling:
                            "set autoscaling", details={"missing_flag": "--enable-metrics"})
         target = self._target(cluster)
         self._check_no_other_keda(target)
+        theirs = scaledobject.live(self.kube.api_client(cluster), namespace, name)
+        if theirs is not None and not scaledobject.ours(theirs, name):
+            raise Conflict(f"a ScaledObject {namespace}/{name} that InstantStart did not make already exists: delete "
+                           "it first (two ScaledObjects cannot scale one Deployment)",
+                           details={"scaled_object": f"{namespace}/{name}"})
         obj = scaledobject.render(name=name, namespace=namespace, engine=engine, deployment_uid=str(meta.get("uid")),
                                   request=request)
         plan = ScalingPlan(cluster=cluster, eks_cluster=target.eks_cluster, region=target.region,
