@@ -6,10 +6,12 @@ installs KEDA and Prometheus from the component registry and a second identical 
 replicas change is refused, traffic through the service proxy scales the deployment up (the sandbox's KEDA on
 the engines' request counter) and back down to the minimum once it stops, and a removal deletes the ScaledObject
 and its HPA; an agent follows ``skills/deploy-model.md`` through a real MCP client to set a queue-depth trigger,
-read it and remove it; the pane's autoscaling section does the same."""
+read it and remove it; the pane's autoscaling section does the same; and the inference operator add-on with its
+bundled KEDA on is refused before any write."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from services.operations import OperationQuery
 from tests.jobs_support import CLUSTER, JobWorld, job_world
 from tests.ledger import CallLedger
 from tests.mcp_support import bridge, call, follow
+from tests.node_support import aws
 from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
@@ -245,3 +248,17 @@ def test_the_pane_sets_shows_and_removes_autoscaling(world: JobWorld, tmp_path: 
         wait_until(lambda: services.engine.run_until_idle(gone.id).status == "succeeded", 60, "the pane's remove")
         panel.show_button.clicks += 1
         assert "not autoscaled" in panel.state.status, panel.state.status
+
+
+def test_the_inference_operators_bundled_keda_is_refused_before_any_write(world: JobWorld) -> None:
+    """Last in the module: the add-on it installs stays for the module's world."""
+    eks = aws(world.server, "eks")
+    eks.create_addon(clusterName=CLUSTER, addonName="cert-manager")
+    eks.create_addon(clusterName=CLUSTER, addonName="amazon-sagemaker-hyperpod-inference",
+                     addonVersion="v1.3.0-eksbuild.1", configurationValues=json.dumps({"keda": {"enabled": True}}))
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    refused = put(world, SCALING, RATE)
+    assert refused.status_code == 409 and "bundled KEDA" in refused.text, refused.text
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    assert world.live.get(SCALING).json()["enabled"] is False
