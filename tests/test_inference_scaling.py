@@ -1,13 +1,13 @@
 """KEDA autoscaling of a self-managed vLLM deployment against a real server in sandbox mode (one seeded cluster of
 two one-GPU nodes, one deployment for the module): bad requests are refused before any operation or Kubernetes
-write, and so is a set where someone else's KEDA runs; a preview renders both triggers with the engine's real
-metric names and a ScaledObject valid under the shipped KEDA CRD, installing nothing; through REST the first set
-installs KEDA and Prometheus from the component registry and a second identical set writes nothing, a manual
-replicas change is refused, traffic through the service proxy scales the deployment up (the sandbox's KEDA on
-the engines' request counter) and back down to the minimum once it stops, and a removal deletes the ScaledObject
-and its HPA; an agent follows ``skills/deploy-model.md`` through a real MCP client to set a queue-depth trigger,
-read it and remove it; the pane's autoscaling section does the same; and the inference operator add-on with its
-bundled KEDA on is refused before any write."""
+write, and so are an SGLang deployment without metrics and a set where someone else's KEDA runs; a preview
+renders both triggers with the engine's real metric names and a ScaledObject valid under the shipped KEDA CRD,
+installing nothing; through REST the first set installs KEDA and Prometheus from the component registry and a
+second identical set writes nothing, a manual replicas change is refused, traffic through the service proxy
+scales the deployment up (the sandbox's KEDA on the engines' request counter) and back down to the minimum once
+it stops, and a removal deletes the ScaledObject and its HPA; an agent follows ``skills/deploy-model.md``
+through a real MCP client to set a queue-depth trigger, read it and remove it; the pane's autoscaling section
+does the same; and the inference operator add-on with its bundled KEDA on is refused before any write."""
 
 from __future__ import annotations
 
@@ -81,6 +81,24 @@ def test_bad_requests_are_refused_before_any_operation_or_write(world: JobWorld)
     assert not_scaled.status_code == 404 and "not autoscaled" in not_scaled.text, not_scaled.text
     ledger.assert_no_writes(since=mark, service="kubernetes")
     assert world.live.get("/api/v1/operations?kind=inference.scaling.set").json() == []
+
+
+def test_an_sglang_deployment_without_metrics_is_refused_before_any_write(world: JobWorld) -> None:
+    """A stopped SGLang deployment as a deploy without ``--enable-metrics`` leaves it (replicas 0: no engine)."""
+    labels = {"app.kubernetes.io/managed-by": "instantstart", "instantstart.io/inference": "quiet"}
+    command = ["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen2.5-0.5B-Instruct"]
+    k8s.AppsV1Api(world.api).create_namespaced_deployment(NS, {
+        "metadata": {"name": "quiet", "labels": {**labels, "instantstart.io/engine": "sglang"}},
+        "spec": {"replicas": 0, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels},
+                 "spec": {"containers": [{"name": "engine", "image": "lmsysorg/sglang:v0.5.4", "command": command}]}}}})
+    wait_until(lambda: "quiet" in {d["name"] for d in world.live.get(BASE).json()["deployments"]}, 60,
+               "the SGLang deployment listed")
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    refused = put(world, f"{BASE}/quiet/scaling", RATE)
+    assert refused.status_code == 409 and "--enable-metrics" in refused.text, refused.text
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    k8s.AppsV1Api(world.api).delete_namespaced_deployment("quiet", NS)
 
 
 def test_a_keda_someone_else_installed_is_refused_before_any_write(world: JobWorld) -> None:
