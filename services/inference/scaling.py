@@ -127,6 +127,9 @@ class InferenceScaling:
         namespace, engine = str(meta.get("namespace")), str((meta.get("labels") or {}).get(manifest.ENGINE_LABEL))
         containers = (((dep.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []
         command = next((c.get("command") or [] for c in containers if c.get("name") == manifest.CONTAINER), [])
+        if engine not in scaledobject.METRICS:
+            raise Conflict(f"{name} names no engine InstantStart knows ({manifest.ENGINE_LABEL}={engine}): deploy it "
+                           "again with inference_deploy", details={"engine": engine})
         if engine == "sglang" and "--enable-metrics" not in command:
             raise Conflict(f"{name} runs SGLang without --enable-metrics, so it exports no metrics to scale on: add "
                            f"the flag with inference_update (command: {shlex.join(command)} --enable-metrics), then "
