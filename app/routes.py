@@ -23,6 +23,7 @@ from app.api import (
     features,
     groups,
     inference,
+    inference_managed,
     jobs,
     logs,
     metrics,
@@ -54,6 +55,7 @@ class ErrorEnvelope(BaseModel):
 ROUTES: list[Route] = [*system.ROUTES, *operations.ROUTES, *audit.ROUTES, *tokens.ROUTES, *backups.ROUTES,
                        *clusters.ROUTES, *events.ROUTES, *groups.ROUTES, *features.ROUTES, *nodes.ROUTES,
                        *recipes.ROUTES, *jobs.ROUTES, *logs.ROUTES, *downloads.ROUTES, *inference.ROUTES,
+                       *inference_managed.ROUTES,
                        *mlflow.ROUTES,
                        *metrics.ROUTES]
 
