@@ -39,6 +39,7 @@ from services.inference.managed_models import (
     HuggingFaceSource,
 )
 from services.inference.managed_stages import ApplyStage, DeleteStage, ManagedDeps, NamespaceStage, ReadyStage
+from services.inference.manifest import API_MODEL_ANNOTATION
 from services.inference.models import EndpointTest, EndpointTestResult
 from services.informers import Informers
 from services.kube import KubeClients
@@ -259,7 +260,9 @@ class ManagedEndpoints:
                 worker["args"] = list(update.args)
             spec["worker"] = worker
         manifest = {"apiVersion": render.API_VERSION, "kind": kind.value,
-                    "metadata": {"name": name, "namespace": namespace, "labels": dict(_meta(live).get("labels") or {})},
+                    "metadata": {"name": name, "namespace": namespace, "labels": dict(_meta(live).get("labels") or {}),
+                                 "annotations": {k: v for k, v in (_meta(live).get("annotations") or {}).items()
+                                                 if k == API_MODEL_ANNOTATION}},
                     "spec": spec}
         render.check_schema(manifest)
         plan = EndpointPlan(cluster=cluster, name=name, namespace=namespace, kind=kind, manifest=manifest,
@@ -316,7 +319,7 @@ class ManagedEndpoints:
         port = int(str(((svc.get("spec") or {}).get("ports") or [{}])[0].get("port") or 0))
         spec = obj.get("spec") or {}
         model = str((spec.get("model") or {}).get("modelId") if kind is EndpointKind.JUMPSTART
-                    else spec.get("modelName") or name)
+                    else (meta.get("annotations") or {}).get(API_MODEL_ANNOTATION) or spec.get("modelName") or name)
         self._test_calls.acquire(principal)
         try:
             result = testcall.call(self.kube.api_client(cluster),

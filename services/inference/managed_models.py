@@ -88,6 +88,10 @@ class Worker(RequestModel):
     memory: str | None = Field(None, pattern=r"^\d+(Ki|Mi|Gi|Ti)?$", description="memory request, e.g. '30Gi'")
     mount_path: str = Field("/opt/ml/model", pattern=r"^/[A-Za-z0-9._/-]*$", description="where the weights are "
                             "mounted in the container")
+    api_model: str | None = Field(None, min_length=1, max_length=200, description="the model name requests must "
+                                  "carry, for inference_endpoints_test (the server's --served-model-name; default: "
+                                  "the value after --served-model-name in args, else args' first word when it is "
+                                  "not a flag, as vLLM's model path, else model_name)")
     env: dict[str, str] = Field(default_factory=dict, max_length=50, description="plain environment variables "
                                 "(never secrets: a Hugging Face token goes in source.hf_token)")
 

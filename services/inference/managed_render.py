@@ -20,7 +20,7 @@ from services.inference.managed_models import (
     JumpStartSource,
     S3Source,
 )
-from services.inference.manifest import labels
+from services.inference.manifest import API_MODEL_ANNOTATION, labels
 from services.secrets import SecretRef
 from services.training.manifests import INSTANCE_TYPE_LABEL
 from services.training.validate import crd_schema, errors_against, refuse_errors
@@ -73,12 +73,28 @@ def kind_of(request: EndpointRequest) -> EndpointKind:
 def render(request: EndpointRequest, token: SecretRef | None) -> dict[str, Any]:
     """The custom resource for ``request`` (``token``: the Secret holding its Hugging Face token)."""
     kind = kind_of(request)
-    meta = {"name": request.name, "namespace": request.namespace, "labels": labels(request.name)}
+    meta: dict[str, Any] = {"name": request.name, "namespace": request.namespace, "labels": labels(request.name)}
+    if kind is EndpointKind.CONFIG:
+        meta["annotations"] = {API_MODEL_ANNOTATION: api_model(request)}
     spec = _jumpstart(request) if kind is EndpointKind.JUMPSTART else _config(request, token)
     if request.autoscaling is not None:
         spec["autoScalingSpec"] = {"minReplicaCount": request.autoscaling.min_replicas,
                                    "maxReplicaCount": request.autoscaling.max_replicas}
     return {"apiVersion": API_VERSION, "kind": kind.value, "metadata": meta, "spec": spec}
+
+
+def api_model(request: EndpointRequest) -> str:
+    """The model name the server answers to (what a test request carries)."""
+    worker = request.worker
+    assert worker is not None
+    if worker.api_model:
+        return worker.api_model
+    args = list(worker.args)
+    if "--served-model-name" in args[:-1]:
+        return args[args.index("--served-model-name") + 1]
+    if args and not args[0].startswith("-"):
+        return args[0]
+    return request.model_name or request.name
 
 
 def _jumpstart(request: EndpointRequest) -> dict[str, Any]:

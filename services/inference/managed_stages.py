@@ -78,9 +78,13 @@ class ApplyStage(ManagedStage):
 
     def act(self, ctx: StageContext[EndpointPlan]) -> None:
         plan = ctx.request
-        applied: Any = _custom(self.deps, plan.cluster).patch_namespaced_custom_object(
+        _custom(self.deps, plan.cluster).patch_namespaced_custom_object(
             GROUP, VERSION, plan.namespace, PLURALS[plan.kind], plan.name, plan.manifest,
             field_manager=FIELD_MANAGER, force=True, _content_type=APPLY)
+        # the client does not decode an apply's answer for custom objects: read what the API server now holds
+        applied = read_endpoint(self.deps, plan.cluster, plan.kind, plan.namespace, plan.name)
+        if applied is None:
+            raise Permanent(f"the {plan.kind.value} {plan.namespace}/{plan.name} was deleted as it was applied")
         meta = applied["metadata"]
         if plan.token is not None:
             owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": plan.kind.value, "name": plan.name,
