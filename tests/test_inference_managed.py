@@ -6,21 +6,29 @@ only the CRD's schema forbids) is refused before any operation or Kubernetes wri
 endpoint deploys with its token only in a Secret the resource owns, answers a test through the operator's Service,
 has intelligent routing refused with the CRD's words and zero writes, scales through its autoscaling bounds (the
 operator's Deployment follows) and is deleted with everything the operator made; a JumpStart model deploys and
-serves; and an agent follows ``skills/deploy-model.md`` through a real MCP client."""
+serves; an agent follows ``skills/deploy-model.md`` through a real MCP client; and the inference pane's managed
+section previews, deploys, tests, rescales and deletes a JumpStart model."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx2
+import panel as pn
 import pytest
 import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from panels.inference import InferencePane
+from services.auth import Principal, Role
+from services.operations import OperationQuery
 from tests.jobs_support import CLUSTER, JobWorld, job_world
 from tests.ledger import CallLedger
 from tests.mcp_support import bridge, call, follow
@@ -251,3 +259,49 @@ def test_an_agent_deploys_tests_scales_and_deletes_a_managed_endpoint(operator: 
     audit = world.live.get("/api/v1/audit", params={"limit": 100}).json()
     actions = {e["action"] for e in (audit["items"] if isinstance(audit, dict) else audit)}
     assert {"managed.deploy", "managed.test", "managed.update", "managed.delete"} <= actions
+
+
+def test_the_pane_section_previews_deploys_tests_scales_and_deletes(operator: JobWorld, tmp_path: Path) -> None:
+    world = operator
+    who = Principal("pane-operator", Role.OPERATOR, "t-op", "api")
+    viewer = Principal("pane-viewer", Role.VIEWER, "t-view", "api")
+    with world.server.imported(tmp_path / "product", CLUSTER, who) as services:
+        watching = InferencePane(services.inference, services.clusters, services.bus, viewer,
+                                 managed=services.managed_inference)
+        assert watching.managed is not None and watching.managed.deploy_button.disabled
+        pane = InferencePane(services.inference, services.clusters, services.bus, who,
+                             managed=services.managed_inference)
+        pn.panel(pane).get_root()  # renders alone, as in a notebook
+        section = pane.managed
+        assert section is not None and section.state.cluster == CLUSTER
+        section.state.body = json.dumps({"name": "pane-ds", "source": {
+            "type": "jumpstart", "model_id": "deepseek-llm-r1-distill-qwen-1-5b"}, "instance_types": []})
+        asyncio.run(section._preview(None))
+        assert "exactly one instance type" in section.state.message, section.state.message
+        section.state.body = json.dumps({"name": "pane-ds", "source": {
+            "type": "jumpstart", "model_id": "deepseek-llm-r1-distill-qwen-1-5b"},
+            "instance_types": ["ml.g5.8xlarge"], "autoscaling": {"min_replicas": 1, "max_replicas": 2}})
+        asyncio.run(section._preview(None))
+        assert section.state.message.startswith("JumpStartModel accepted"), section.state.message
+        assert "kind: JumpStartModel" in section.state.preview
+        asyncio.run(section._deploy(None))
+        assert "deploying pane-ds" in section.state.message, section.state.message
+        op = services.engine.list(OperationQuery(kind="managed.deploy", limit=1))[0]
+        wait_until(lambda: services.engine.run_until_idle(op.id).status == "succeeded", 120, "the pane's deploy")
+        wait_until(lambda: section.state.reload() or (not section.table.value.empty and
+                                                      section.table.value.iloc[0]["state"] == "DeploymentComplete"),
+                   60, "the table to show the endpoint complete")
+        assert section.table.value.iloc[0]["autoscaling"] == "1-2"
+        section._on_selection(type("E", (), {"new": [0]})())
+        asyncio.run(section._test(None))
+        assert section.state.message.startswith("HTTP 200"), section.state.message
+        section.state.min_replicas = 2
+        asyncio.run(section._scale(None))
+        assert "scaling pane-ds to 2-2" in section.state.message, section.state.message
+        scaled = services.engine.list(OperationQuery(kind="managed.update", limit=1))[0]
+        wait_until(lambda: services.engine.run_until_idle(scaled.id).status == "succeeded", 120, "the pane's scale")
+        assert k8s.AppsV1Api(world.api).read_namespaced_deployment("pane-ds", NS).spec.replicas == 2
+        asyncio.run(section._delete(None))
+        assert "deleting pane-ds" in section.state.message, section.state.message
+        gone = services.engine.list(OperationQuery(kind="managed.delete", limit=1))[0]
+        wait_until(lambda: services.engine.run_until_idle(gone.id).status == "succeeded", 60, "the pane's delete")
