@@ -248,7 +248,7 @@ class ManagedEndpoints:
         if update.replicas is not None:
             spec["replicas"] = update.replicas
         if update.autoscaling is not None:
-            _check_bounds(update.autoscaling)
+            render.check_bounds(update.autoscaling)
             spec["autoScalingSpec"] = {**(spec.get("autoScalingSpec") or {}),
                                        "minReplicaCount": update.autoscaling.min_replicas,
                                        "maxReplicaCount": update.autoscaling.max_replicas}
@@ -266,7 +266,7 @@ class ManagedEndpoints:
                     "spec": spec}
         render.check_schema(manifest)
         plan = EndpointPlan(cluster=cluster, name=name, namespace=namespace, kind=kind, manifest=manifest,
-                            update=True, requested_by=principal.name)
+                            requested_by=principal.name)
         return self._engine.submit(UPDATE_KIND, plan, principal, idempotency_key)
 
     @verb(Role.OPERATOR)
@@ -338,12 +338,6 @@ def _token(request: EndpointRequest) -> str:
     return ""
 
 
-def _check_bounds(scaling: Autoscaling) -> None:
-    if scaling.min_replicas > scaling.max_replicas:
-        raise Invalid(f"autoscaling.min_replicas {scaling.min_replicas} is above max_replicas {scaling.max_replicas}",
-                      details={"field": "autoscaling"})
-
-
 def _check_routing(name: str, spec: Mapping[str, Any], update: EndpointUpdate) -> None:
     """The CRD on ``intelligentRoutingSpec``: adding it to a deployed endpoint is rejected, and ``enabled`` cannot
     change once set."""
@@ -391,7 +385,7 @@ def _view(cluster: str, kind: EndpointKind, obj: Mapping[str, Any]) -> EndpointV
                                 max_replicas=int(scaling.get("maxReplicaCount", 5)))
         if isinstance(scaling, dict) else None,
         routing=render.routing_of(dict(spec)), kv_cache=kv,
-        service=f"{meta.get('name')}:{port}" if status.get("state") else None,
+        service=f"{meta.get('name')}:{port}",
         conditions=[EndpointCondition(type=str(c.get("type")), status=str(c.get("status")), reason=c.get("reason"),
                                       message=c.get("message")) for c in status.get("conditions") or []],
         created=meta.get("creationTimestamp"))

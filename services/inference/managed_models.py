@@ -14,8 +14,6 @@ from services.inference.models import INFERENCE_NAMESPACE, NAME_PATTERN, NAMESPA
 from services.models import RequestModel, ResponseModel
 from services.secrets import SecretRef
 
-INSTANCE_PATTERN = r"^ml\.[a-z0-9]+\.[a-z0-9]+$"
-
 
 class EndpointKind(StrEnum):
     CONFIG = "InferenceEndpointConfig"
@@ -170,7 +168,6 @@ class EndpointPlan(RequestModel):
     kind: EndpointKind
     manifest: dict[str, Any] = Field(..., description="the custom resource, applied server-side")
     token: SecretRef | None = Field(None, description="where the Hugging Face token is kept (never its value)")
-    update: bool = False
     requested_by: str
 
 

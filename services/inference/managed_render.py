@@ -13,6 +13,7 @@ from typing import Any
 
 from services.errors import Invalid
 from services.inference.managed_models import (
+    Autoscaling,
     EndpointKind,
     EndpointRequest,
     FsxSource,
@@ -57,13 +58,18 @@ def check_request(request: EndpointRequest) -> None:
     if request.kv_cache is not None and request.kv_cache.l2_backend == "redis" and not request.kv_cache.l2_url:
         raise Invalid("an L2 cache on redis needs kv_cache.l2_url (e.g. redis://redis.<ns>.svc.cluster.local:6379)",
                       details={"field": "kv_cache.l2_url"})
-    if request.autoscaling is not None and request.autoscaling.min_replicas > request.autoscaling.max_replicas:
-        raise Invalid(f"autoscaling.min_replicas {request.autoscaling.min_replicas} is above max_replicas "
-                      f"{request.autoscaling.max_replicas}", details={"field": "autoscaling"})
+    if request.autoscaling is not None:
+        check_bounds(request.autoscaling)
     for value in request.instance_types:
         if not value.startswith("ml.") or len(value) > 40:
             raise Invalid(f"instance_types: {value!r} is not a HyperPod instance type such as ml.g5.8xlarge",
                           details={"field": "instance_types"})
+
+
+def check_bounds(scaling: Autoscaling) -> None:
+    if scaling.min_replicas > scaling.max_replicas:
+        raise Invalid(f"autoscaling.min_replicas {scaling.min_replicas} is above max_replicas {scaling.max_replicas}",
+                      details={"field": "autoscaling"})
 
 
 def kind_of(request: EndpointRequest) -> EndpointKind:
