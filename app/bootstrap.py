@@ -20,6 +20,7 @@ from services.events import EventBus
 from services.features import Features
 from services.groups import InstanceGroups
 from services.inference import Inference
+from services.inference.managed import ManagedEndpoints
 from services.inference.scaling import InferenceScaling
 from services.informers import Informers
 from services.kube import KubeClients
@@ -73,6 +74,7 @@ class Services:
     downloads: Downloads
     inference: Inference
     inference_scaling: InferenceScaling
+    managed_inference: ManagedEndpoints
     mlflow: MlflowTracking
     training_metrics: TrainingMetrics
     metrics_live: MetricsLive
@@ -149,8 +151,9 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     downloads = Downloads(registry, kube, engine, audit)
     inference = Inference(registry, informers, kube, engine, audit)
     inference_scaling = InferenceScaling(inference, registry, aws, kube, engine, audit)
+    managed_inference = ManagedEndpoints(registry, informers, kube, engine, audit)
     for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds(), *jobs.kinds(), *downloads.kinds(),
-                 *inference.kinds(), *mlflow.kinds()]:
+                 *inference.kinds(), *managed_inference.kinds(), *mlflow.kinds()]:
         engine.register(kind)
     for kind in inference_scaling.kinds():
         engine.register(kind)
@@ -168,6 +171,6 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         timeline=ClusterTimeline(registry, aws, clusters.cache, informers),
         features=features,
         nodes=nodes, groups=groups, recipes=recipes, jobs=jobs, logs=logs, downloads=downloads, inference=inference,
-        mlflow=mlflow, inference_scaling=inference_scaling,
+        mlflow=mlflow, inference_scaling=inference_scaling, managed_inference=managed_inference,
         training_metrics=training_metrics, metrics_live=MetricsLive(mlflow_reader, bus),
     )

@@ -20,6 +20,7 @@ import param
 import yaml
 from pydantic import SecretStr, ValidationError
 
+from panels.inference_managed import ManagedSection
 from panels.inference_scaling import ScalingPanel
 from panels.live import LiveRefresh
 from panels.scoped import ClusterScoped
@@ -29,6 +30,7 @@ from services.clusters import Clusters
 from services.errors import ServiceError
 from services.events import Event, EventBus
 from services.inference import DELETE_KIND, DEPLOY_KIND, UPDATE_KIND, Inference
+from services.inference.managed import ManagedEndpoints
 from services.inference.models import (
     INFERENCE_NAMESPACE,
     DeploymentRequest,
@@ -128,9 +130,12 @@ class InferenceState(ClusterScoped):
 class InferencePane(pn.viewable.Viewer):
     def __init__(self, inference: Inference, clusters: Clusters, bus: EventBus, principal: Principal,
                  current_principal: Callable[[], Principal] | None = None, scaling: InferenceScaling | None = None,
+                 managed: ManagedEndpoints | None = None,
                  **params: Any) -> None:
         super().__init__(**params)
         self.state = InferenceState(inference, clusters, principal, current_principal)
+        # the managed path's section (panels/inference_managed.py), following this pane's cluster picker
+        self.managed = ManagedSection(managed, clusters, bus, principal, current_principal) if managed else None
         s = self.state.param
         self.picker = pn.widgets.Select(label="Cluster", options=[], width=240, css_classes=["inference-cluster"])
         self.deployment = pn.widgets.TextInput.from_param(s.deployment, name="Name", placeholder="chat")
@@ -179,6 +184,8 @@ class InferencePane(pn.viewable.Viewer):
         if event.new and event.new != self.state.cluster:
             self.state.cluster = event.new
             self._refresh()
+        if self.managed is not None and event.new:
+            self.managed.follow(event.new)
 
     def _on_selection(self, event: param.parameterized.Event) -> None:
         rows = self.state.deployments
@@ -245,5 +252,6 @@ class InferencePane(pn.viewable.Viewer):
             pn.Row(self.prompt, self.test_button),
             pn.pane.Markdown(self.state.param.answer, css_classes=["inference-answer"]),
             *([self.scaling] if self.scaling is not None else []),
+            *([self.managed] if self.managed is not None else []),
             sizing_mode="stretch_width",
         )

@@ -138,6 +138,11 @@ KINDS: dict[str, Kind] = {
                                 slim_custom),
     "pytorchjobs": Kind("pytorchjobs", _custom("kubeflow.org", "v1", "pytorchjobs"), slim_custom),
     "rayjobs": Kind("rayjobs", _custom("ray.io", "v1", "rayjobs"), slim_custom),
+    # managed inference endpoints (services/inference/managed.py): likewise, once their CRD is listed
+    "inferenceendpointconfigs": Kind("inferenceendpointconfigs", _custom(
+        "inference.sagemaker.aws.amazon.com", "v1", "inferenceendpointconfigs"), slim_custom),
+    "jumpstartmodels": Kind("jumpstartmodels", _custom("inference.sagemaker.aws.amazon.com", "v1", "jumpstartmodels"),
+                            slim_custom),
 }
 
 
