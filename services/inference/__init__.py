@@ -29,6 +29,7 @@ from services.clusters.storage_stage import APPLY
 from services.errors import Conflict, Invalid, NotFound, Transient
 from services.inference import checks, egress, manifest, testcall, tokens
 from services.inference.command import IMAGES, ServeCommand, parse
+from services.inference.endpoint_metrics import EndpointScraper, ready_pods
 from services.inference.models import (
     DeploymentList,
     DeploymentPlan,
@@ -92,6 +93,7 @@ class Inference:
         self.deps = InferenceDeps(kube=kube)
         # a test call holds a REST worker thread for up to a minute: a few at a time per principal
         self._test_calls = Slots("inference test calls", TEST_CALLS_PER_PRINCIPAL)
+        self.scraper = EndpointScraper(kube)
 
     def kinds(self) -> list[OperationKind[Any]]:
         d = self.deps
@@ -346,10 +348,17 @@ class Inference:
 
     @verb(Role.VIEWER)
     def describe_deployment(self, principal: Principal, cluster: str, name: str) -> DeploymentView:
-        """One deployment: replicas ready/available/updated, its pods and nodes, its Service's address."""
+        """One deployment: replicas ready/available/updated, its pods and nodes, its Service's address, and its
+        engines' time to first token and tokens/s (their /metrics through the pod proxy, scraped at most every
+        few seconds)."""
         dep = self._find(cluster, name)
         services = {(_meta(s).get("namespace"), _meta(s).get("name")): s for s in self._items(cluster, "services")}
-        return self._view(cluster, dep, services, self._items(cluster, "pods"))
+        pods = self._items(cluster, "pods")
+        view = self._view(cluster, dep, services, pods)
+        if view.engine is None:
+            return view
+        metrics = self.scraper.read(cluster, view.namespace, name, view.engine, ready_pods(dep, pods))
+        return view.model_copy(update={"metrics": metrics})
 
     def _service(self, cluster: str, namespace: str, name: str) -> dict[str, Any] | None:
         return next((s for s in self._items(cluster, "services")
