@@ -355,9 +355,13 @@ class Inference:
         services = {(_meta(s).get("namespace"), _meta(s).get("name")): s for s in self._items(cluster, "services")}
         pods = self._items(cluster, "pods")
         view = self._view(cluster, dep, services, pods)
-        if view.engine is None:
+        svc = services.get((view.namespace, name))
+        ports = ((svc or {}).get("spec") or {}).get("ports") or [{}]
+        port = ports[0].get("targetPort")
+        if view.engine is None or not isinstance(port, int):
             return view
-        metrics = self.scraper.read(cluster, view.namespace, name, view.engine, ready_pods(dep, pods))
+        metrics = self.scraper.read(cluster, view.namespace, name, view.engine,
+                                    ready_pods(view.namespace, name, port, pods))
         return view.model_copy(update={"metrics": metrics})
 
     def _service(self, cluster: str, namespace: str, name: str) -> dict[str, Any] | None:

@@ -29,7 +29,7 @@ from kubernetes import client as k8s
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.errors import NotFound, ServiceError
-from services.inference.manifest import CONTAINER, INFERENCE_LABEL
+from services.inference.manifest import INFERENCE_LABEL
 from services.inference.obs_models import EndpointMetrics
 from services.kube import KubeClients
 
@@ -69,22 +69,14 @@ class PodTarget:
     port: int
 
 
-def ready_pods(deployment: Mapping[str, Any], pods: list[dict[str, Any]]) -> list[PodTarget]:
-    """The deployment's ready pods (from the pods cache: no API call), with the port its engine listens on."""
-    meta = deployment.get("metadata") or {}
-    namespace, name = meta.get("namespace"), meta.get("name")
-    template = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
-    container: Mapping[str, Any] = next((c for c in template.get("containers") or [] if c.get("name") == CONTAINER),
-                                        {})
-    port = int(((container.get("ports") or [{}])[0]).get("containerPort") or 0)
+def ready_pods(namespace: str, name: str, port: int, pods: list[dict[str, Any]]) -> list[PodTarget]:
+    """Deployment ``name``'s ready pods in the pods cache (no API call), its engine listening on ``port``."""
     out = []
     for pod in pods:
-        pmeta, status = pod.get("metadata") or {}, pod.get("status") or {}
-        if pmeta.get("namespace") != namespace or (pmeta.get("labels") or {}).get(INFERENCE_LABEL) != name \
-                or pmeta.get("deletionTimestamp") or not port:
-            continue
-        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []):
-            out.append(PodTarget(str(namespace), str(pmeta.get("name")), port))
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        if meta.get("namespace") == namespace and (meta.get("labels") or {}).get(INFERENCE_LABEL) == name \
+                and status.get("ready"):
+            out.append(PodTarget(namespace, str(meta.get("name")), port))
     return out
 
 
