@@ -145,7 +145,7 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
                 submit_stages=mlflow.job_stages(), delete_stages=[ArchiveLogsStage(logs)],
                 progress=training_metrics.progress)
     downloads = Downloads(registry, kube, engine, audit)
-    inference = Inference(registry, informers, kube, engine, audit)
+    inference = Inference(registry, informers, kube, engine, audit, logs)
     for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds(), *jobs.kinds(), *downloads.kinds(),
                  *inference.kinds(), *mlflow.kinds()]:
         engine.register(kind)

@@ -23,6 +23,7 @@ from app.api import (
     features,
     groups,
     inference,
+    inference_obs,
     jobs,
     logs,
     metrics,
@@ -56,6 +57,7 @@ ROUTES: list[Route] = [*system.ROUTES, *operations.ROUTES, *audit.ROUTES, *token
                        *recipes.ROUTES, *jobs.ROUTES, *logs.ROUTES, *downloads.ROUTES, *inference.ROUTES,
                        *mlflow.ROUTES,
                        *metrics.ROUTES]
+ROUTES += inference_obs.ROUTES
 
 PAGES: list[Page] = [*operations.PAGES, *clusters.PAGES, *groups.PAGES, *nodes.PAGES, *jobs.PAGES, *features.PAGES,
                      *downloads.PAGES, *inference.PAGES, *mlflow.PAGES, *metrics.PAGES, *audit.PAGES, *backups.PAGES]

@@ -20,6 +20,7 @@ import param
 import yaml
 from pydantic import SecretStr, ValidationError
 
+from panels.inference_obs import InferenceObs
 from panels.live import LiveRefresh
 from panels.scoped import ClusterScoped
 from panels.tables import ReadOnlyTable
@@ -161,6 +162,7 @@ class InferencePane(pn.viewable.Viewer):
         s.watch(self._on_deployments, "deployments")
         s.watch(self._on_clusters, ["clusters", "cluster"])
         self._ops = LiveRefresh(bus, "operation", self._on_operation)
+        self.obs = InferenceObs(inference, self.state.current, lambda: self.state.cluster, lambda: self.state.selected)
         self._refresh()
 
     def _on_deployments(self, event: param.parameterized.Event) -> None:
@@ -237,5 +239,6 @@ class InferencePane(pn.viewable.Viewer):
             pn.pane.Markdown("### Test console"),
             pn.Row(self.prompt, self.test_button),
             pn.pane.Markdown(self.state.param.answer, css_classes=["inference-answer"]),
+            self.obs,
             sizing_mode="stretch_width",
         )

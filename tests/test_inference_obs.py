@@ -1,22 +1,29 @@
 """Observability and hardening of self-managed inference against a real server in sandbox mode (one seeded world
 and one vLLM deployment for the module): the deployment's detail carries its engines' time to first token and
 tokens/s, read from their own ``/metrics`` through the Kubernetes API's pod proxy (what the sandbox's engine
-counted for the requests it answered), at most once per few seconds and for a bounded number of pods."""
+counted for the requests it answered), at most once per few seconds and for a bounded number of pods; the engine's
+log lines read through the logs noun (REST, MCP, the pane), reads only."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
+import panel as pn
 import pytest
 
+from panels.inference import InferencePane
+from services.auth import Principal, Role
 from services.aws import AwsClients
 from services.clock import Clock
 from services.inference.endpoint_metrics import FRESH_SECONDS, MAX_PODS, EndpointScraper, PodTarget
 from services.kube import KubeClients
 from tests.jobs_support import CLUSTER, JobWorld, job_world
 from tests.ledger import CallLedger
+from tests.mcp_support import bridge
 from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
@@ -100,3 +107,41 @@ def test_a_deployment_is_scraped_once_per_few_seconds_and_never_more_than_max_po
     wide = scraper.read(CLUSTER, NS, "wide", "vllm", many)
     assert len(metrics_reads(world, mark)) == MAX_PODS
     assert (wide.pods_ready, wide.pods_scraped) == (MAX_PODS + 4, 1) and "did not answer" in wide.note, wide
+
+
+def test_the_engine_logs_read_through_rest_mcp_and_the_pane(world: JobWorld, tmp_path: Path) -> None:
+    pod = world.core.list_namespaced_pod(NS, label_selector=f"instantstart.io/inference={NAME}").items[0].metadata.name
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    read = world.live.get(f"{BASE}/{NAME}/logs", params={"grep": "uvicorn running"})
+    assert read.status_code == 200, read.text
+    lines = [line for line in read.text.splitlines() if not line.startswith("#")]
+    assert len(lines) == 1 and f" {pod} " in lines[0] and "Uvicorn running on" in lines[0], read.text
+    logged = [(e["verb"], e["name"], e["subresource"]) for e in ledger.calls(service="kubernetes", since=mark)
+              if e["resource"] == "pods"]
+    assert ("list", "", "") in logged and ("get", pod, "log") in logged, logged
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    newer = world.live.get(f"{BASE}/{NAME}/logs", params={"cursor": read.headers["X-Log-Cursor"]})
+    assert newer.status_code == 200 and "Uvicorn running" not in newer.text, newer.text
+    assert world.live.get(f"{BASE}/nope/logs").status_code == 404
+    assert world.live.get(f"{BASE}/{NAME}/logs", params={"grep": "("}).status_code == 422
+
+    async def agent() -> str:
+        async with bridge(world.live.url, world.live.make_token("viewer"), "inference") as client:
+            result = await client.call_tool("inference_logs", {"cluster": CLUSTER, "name": NAME, "grep": "startup"})
+            assert not result.is_error, result
+            return "".join(getattr(c, "text", "") for c in result.content)
+    assert "Application startup complete" in anyio.run(agent)
+
+    operator = Principal("obs-operator", Role.OPERATOR, "t-obs-op", "api")
+    viewer = Principal("obs-viewer", Role.VIEWER, "t-obs-view", "api")  # reading metrics and logs needs no more
+    with world.server.imported(tmp_path / "product", CLUSTER, operator) as services:
+        pane = InferencePane(services.inference, services.clusters, services.bus, viewer)
+        pn.panel(pane).get_root()
+        wait_until(lambda: pane.state.reload() or not pane.table.value.empty, 60, "the pane's table")
+        pane._on_selection(type("E", (), {"new": [0]})())
+        pane.obs.state.grep = "uvicorn"
+        asyncio.run(pane.obs.refresh_logs())
+        assert "Uvicorn running on" in pane.obs.state.logs, pane.obs.state.logs
+        asyncio.run(pane.obs.refresh_metrics())
+        assert pane.obs.state.metrics.startswith(f"**{NAME}**: TTFT p50 "), pane.obs.state.metrics

@@ -44,6 +44,7 @@ from services.inference.models import (
     Preview,
     ServiceView,
 )
+from services.inference.obs_models import InferenceLogQuery
 from services.inference.stages import (
     ApplyStage,
     DeleteStage,
@@ -55,6 +56,8 @@ from services.inference.stages import (
 from services.informers import Informers
 from services.kube import KubeClients
 from services.limits import Slots
+from services.logs import JobLogs, LogText
+from services.logs.models import LogTextQuery
 from services.operations import Engine, OperationKind, OperationView
 from services.secrets import SecretRef
 from services.training.downloads.manifest import ensure_namespace, shared_storage
@@ -84,8 +87,9 @@ class Inference:
     noun = "inference"
 
     def __init__(self, registry: ClusterRegistry, informers: Informers, kube: KubeClients, engine: Engine,
-                 audit: AuditLog) -> None:
+                 audit: AuditLog, logs: JobLogs) -> None:
         self.registry = registry
+        self.logs = logs
         self.informers = informers
         self.kube = kube
         self.audit = audit
@@ -399,6 +403,14 @@ class Inference:
                           phase=(p.get("status") or {}).get("phase"),
                           restarts=int((p.get("status") or {}).get("restarts") or 0)) for p in mine],
             service=_service_view(svc) if svc is not None else None, created=meta.get("creationTimestamp"))
+
+    @verb(Role.VIEWER)
+    def read_logs(self, principal: Principal, cluster: str, name: str, query: InferenceLogQuery) -> LogText:
+        """The engine container's log lines of the deployment's pods (previous containers included: a crash
+        loop's last words), through the logs noun's text reader; ``cursor`` continues after a read."""
+        namespace = str(_meta(self._find(cluster, name)).get("namespace"))
+        select = LogTextQuery(namespace=namespace, container=manifest.CONTAINER, **query.model_dump())
+        return self.logs.read_labelled_text(cluster, manifest.INFERENCE_LABEL, name, select)
 
     # ----- test --------------------------------------------------------------------------------------------
 
