@@ -7,13 +7,16 @@ log lines read through the logs noun (REST, MCP, the pane), reads only."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import panel as pn
 import pytest
+from kubernetes import client as k8s
 
 from panels.inference import InferencePane
 from services.auth import Principal, Role
@@ -40,7 +43,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def world(folder: Path) -> Iterator[JobWorld]:
-    with job_world(folder, components=()) as made:
+    with job_world(folder, components=(), nodes=3) as made:  # obs, and a failing deploy with its fix
         started = made.live.post(BASE, {"name": NAME, "command": VLLM, "gpus": 1})
         assert started.status_code == 202, started.text
         assert made.finished(started.json()["operation"]["id"], timeout=180)["status"] == "succeeded"
@@ -145,3 +148,35 @@ def test_the_engine_logs_read_through_rest_mcp_and_the_pane(world: JobWorld, tmp
         assert "Uvicorn running on" in pane.obs.state.logs, pane.obs.state.logs
         asyncio.run(pane.obs.refresh_metrics())
         assert pane.obs.state.metrics.startswith(f"**{NAME}**: TTFT p50 "), pane.obs.state.metrics
+
+
+def test_a_failed_deploy_keeps_its_token_secret_so_the_fix_by_update_can_pull_the_gated_model(world: JobWorld) -> None:
+    """The rollout of a gated model fails (a bad --max-model-len value: the engine exits); the operation failed,
+    but the Deployment reads the request's token Secret, so it stays: the update that fixes the command keeps the
+    token and the gated model loads. The delete removes the Secret (and only then)."""
+    core = k8s.CoreV1Api(world.api)
+    gated = "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len "
+    started = world.live.post(BASE, {"name": "keeps", "command": gated + "32x", "gpus": 1,
+                                     "hf_token": "hf_" + secrets.token_urlsafe(24)})
+    assert started.status_code == 202, started.text
+    op = world.finished(started.json()["operation"]["id"], timeout=180)
+    assert op["status"] == "failed" and "32x" in op["error"]["message"], op
+
+    def reads() -> str:
+        env = k8s.AppsV1Api(world.api).read_namespaced_deployment("keeps", NS).spec.template.spec.containers[0].env
+        return str(next(e for e in env if e.name == "HF_TOKEN").value_from.secret_key_ref.name)
+    (kept,) = [s.metadata.name for s in core.list_namespaced_secret(
+        NS, label_selector="instantstart.io/inference=keeps").items]
+    assert reads() == kept
+
+    fixed = httpx2.patch(world.live.url + f"{BASE}/keeps", json={"command": gated + "4096"},
+                         headers=world.live.headers(), timeout=30)
+    assert fixed.status_code == 202, fixed.text
+    assert world.finished(fixed.json()["operation"]["id"], timeout=180)["status"] == "succeeded"
+    assert reads() == kept and core.read_namespaced_secret(kept, NS).metadata.owner_references
+
+    gone = httpx2.delete(world.live.url + f"{BASE}/keeps", headers=world.live.headers(), timeout=30)
+    assert gone.status_code == 202, gone.text
+    assert world.finished(gone.json()["operation"]["id"])["status"] == "succeeded"
+    wait_until(lambda: not core.list_namespaced_secret(NS, label_selector="instantstart.io/inference=keeps").items,
+               60, "the token Secret gone with its Deployment (owner reference)")

@@ -9,7 +9,9 @@ operation on ``cluster/<c>/inference/<name>`` (so it conflicts with a cluster de
 caches (Deployments, Services, pods): no API call per list. ``test_deployment`` sends one capped
 OpenAI-compatible request through the Kubernetes API's service proxy, only to deployments this product made.
 The Hugging Face token goes into a Secret of its own per deploy request (``tokens.py``), which the Deployment
-then owns; no record, response or log holds it.
+then owns; no record, response or log holds it. A failed deploy keeps it on purpose: a Deployment that reads it
+is fixed by an update (which keeps the live token: the user need not paste it again) and a failed stage is
+retried with the same plan; a cancel deletes it unless the Deployment reads it, the delete always.
 """
 
 from __future__ import annotations
