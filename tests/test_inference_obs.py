@@ -2,13 +2,15 @@
 and one vLLM deployment for the module): the deployment's detail carries its engines' time to first token and
 tokens/s, read from their own ``/metrics`` through the Kubernetes API's pod proxy (what the sandbox's engine
 counted for the requests it answered), at most once per few seconds and for a bounded number of pods; the engine's
-log lines read through the logs noun (REST, MCP, the pane), reads only."""
+log lines read through the logs noun (REST, MCP, the pane), reads only; the per-principal bound on concurrent
+test calls; and a failed deploy's token Secret, kept for the update that fixes it."""
 
 from __future__ import annotations
 
 import asyncio
 import secrets
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ import httpx2
 import panel as pn
 import pytest
 from kubernetes import client as k8s
+from prometheus_client.parser import text_string_to_metric_families
 
 from panels.inference import InferencePane
 from services.auth import Principal, Role
@@ -148,6 +151,43 @@ def test_the_engine_logs_read_through_rest_mcp_and_the_pane(world: JobWorld, tmp
         assert "Uvicorn running on" in pane.obs.state.logs, pane.obs.state.logs
         asyncio.run(pane.obs.refresh_metrics())
         assert pane.obs.state.metrics.startswith(f"**{NAME}**: TTFT p50 "), pane.obs.state.metrics
+
+
+def test_a_third_concurrent_test_call_of_one_principal_is_refused_while_two_are_in_flight(world: JobWorld) -> None:
+    """The sandbox engine holds its answers: two test calls of one operator are in flight (the engine counts them
+    running), a third of the same operator gets 429 before anything is sent, and once the answers go out the
+    slots are free again."""
+    pod = world.core.list_namespaced_pod(NS, label_selector=f"instantstart.io/inference={NAME}").items[0].metadata.name
+    operator = world.live.make_token("operator")
+
+    def engine(path: str) -> str:
+        return str(world.core.connect_post_namespaced_pod_proxy_with_path(f"{pod}:8000", NS, path))
+
+    def running() -> float:
+        text = str(world.core.connect_get_namespaced_pod_proxy_with_path(f"{pod}:8000", NS, "metrics"))
+        return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+                   if s.name == "vllm:num_requests_running")
+
+    def test_call() -> httpx2.Response:
+        return world.live.post(f"{BASE}/{NAME}/test", {"prompt": "held"}, token=operator)
+
+    engine("sandbox/hold")
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            held = [pool.submit(test_call) for _ in range(2)]
+            wait_until(lambda: running() == 2, 60, "two test calls held in the engine")
+            mark = CallLedger(world.live).mark()
+            third = test_call()
+            assert third.status_code == 429, third.text
+            assert third.json()["error"]["details"] == {"limit": 2, "open": 2}, third.text
+            assert not metrics_reads(world, mark) and not [
+                e for e in CallLedger(world.live).calls(service="kubernetes", since=mark)
+                if e.get("resource") == "services" and e.get("subresource") == "proxy"]  # nothing was sent
+            engine("sandbox/release")
+            assert [f.result().status_code for f in held] == [200, 200]
+    finally:
+        engine("sandbox/release")
+    assert test_call().status_code == 200
 
 
 def test_a_failed_deploy_keeps_its_token_secret_so_the_fix_by_update_can_pull_the_gated_model(world: JobWorld) -> None:
