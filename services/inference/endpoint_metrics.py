@@ -5,11 +5,12 @@ first token histogram (``vllm:time_to_first_token_seconds`` / ``sglang:time_to_f
 generated-token counter (``vllm:generation_tokens_total`` / ``sglang:generation_tokens_total``) and the finished
 requests (``vllm:request_success_total`` / ``sglang:num_requests_total``). The control plane needs no network
 path to the pods: it reads them through the Kubernetes API's pod proxy (``/api/v1/namespaces/{ns}/pods/
-{pod}:{port}/proxy/metrics``) with the official client, at most :data:`MAX_PODS` ready pods per scrape, each
-answer capped at :data:`MAX_BYTES`. A deployment is scraped at most once per :data:`FRESH_SECONDS` however many
-read it (a read in between answers the cached figures), and the figures compare the two latest scrapes: bucket
-and counter deltas per pod (a counter that went down is a restarted engine: its new value is the delta, as
-Prometheus' ``rate`` reads it), quantiles interpolated within buckets as ``histogram_quantile`` does.
+{pod}:{port}/proxy/metrics``) with the official client, at most :data:`MAX_PODS` ready pods per scrape (within
+:data:`BUDGET` seconds), each answer capped at :data:`MAX_BYTES`. A deployment is scraped at most once per
+:data:`FRESH_SECONDS` however many read it (a read in between answers the cached figures), and the figures
+compare the two latest scrapes: bucket and counter deltas per pod (a counter that went down is a restarted
+engine: its new value is the delta, as Prometheus' ``rate`` reads it), quantiles interpolated within buckets as
+``histogram_quantile`` does.
 
 It never writes anything, and a pod that does not answer is counted out, not an error of the read.
 """
@@ -37,7 +38,8 @@ MAX_PODS = 8
 MAX_BYTES = 2 * 1024 * 1024
 FRESH_SECONDS = 5.0
 KEPT = 256  # deployments whose scrapes are remembered (least recently read forgotten first)
-TIMEOUT = (3.0, 5.0)
+TIMEOUT = (3.0, 5.0)  # one pod's connect and read
+BUDGET = 10.0  # one scrape of all its pods: the pods not reached by then are counted out
 #: engine -> (TTFT histogram, generated tokens counter, finished requests counter), as the engines name them
 NAMES: Mapping[str, tuple[str, str, str]] = {
     "vllm": ("vllm:time_to_first_token_seconds", "vllm:generation_tokens", "vllm:request_success"),
@@ -150,6 +152,8 @@ def figures(latest: Scrape, previous: Scrape | None) -> EndpointMetrics:
         notes.insert(0, "no pod answered /metrics" if latest.ready else "no ready pod to read metrics from")
     elif not requests:
         notes.insert(0, "no requests finished in the window" if previous is not None else "no requests yet")
+    if latest.ready > MAX_PODS:
+        notes.append(f"only {MAX_PODS} of the {latest.ready} ready pods are read: the figures are theirs")
     if window is None and latest.pods:
         notes.append(f"tokens/s needs a second scrape: read again after {FRESH_SECONDS:.0f} s")
     return EndpointMetrics(
@@ -195,7 +199,11 @@ class EndpointScraper:
         failures: list[str] = []
         if pods:
             core = k8s.CoreV1Api(self.kube.api_client(cluster))
+            deadline = time.monotonic() + BUDGET
             for pod in pods:
+                if time.monotonic() >= deadline:
+                    failures.append(f"{pod.name}: not read (the scrape's {BUDGET:.0f} s were spent)")
+                    continue
                 try:
                     samples[pod.name] = parse(_fetch(core, pod), engine)
                 except (ServiceError, urllib3.exceptions.HTTPError, ValueError) as exc:
