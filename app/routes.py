@@ -24,6 +24,7 @@ from app.api import (
     groups,
     inference,
     inference_obs,
+    inference_scaling,
     jobs,
     logs,
     metrics,
@@ -55,9 +56,8 @@ class ErrorEnvelope(BaseModel):
 ROUTES: list[Route] = [*system.ROUTES, *operations.ROUTES, *audit.ROUTES, *tokens.ROUTES, *backups.ROUTES,
                        *clusters.ROUTES, *events.ROUTES, *groups.ROUTES, *features.ROUTES, *nodes.ROUTES,
                        *recipes.ROUTES, *jobs.ROUTES, *logs.ROUTES, *downloads.ROUTES, *inference.ROUTES,
-                       *mlflow.ROUTES,
+                       *mlflow.ROUTES, *inference_scaling.ROUTES, *inference_obs.ROUTES,
                        *metrics.ROUTES]
-ROUTES += inference_obs.ROUTES
 
 PAGES: list[Page] = [*operations.PAGES, *clusters.PAGES, *groups.PAGES, *nodes.PAGES, *jobs.PAGES, *features.PAGES,
                      *downloads.PAGES, *inference.PAGES, *mlflow.PAGES, *metrics.PAGES, *audit.PAGES, *backups.PAGES]

@@ -21,6 +21,7 @@ import yaml
 from pydantic import SecretStr, ValidationError
 
 from panels.inference_obs import InferenceObs
+from panels.inference_scaling import ScalingPanel
 from panels.live import LiveRefresh
 from panels.scoped import ClusterScoped
 from panels.tables import ReadOnlyTable
@@ -37,6 +38,7 @@ from services.inference.models import (
     Exposure,
     ServiceSpec,
 )
+from services.inference.scaling import InferenceScaling
 
 COLUMNS = ["name", "namespace", "engine", "model", "phase", "replicas", "gpus", "service", "message"]
 KINDS = {DEPLOY_KIND, UPDATE_KIND, DELETE_KIND}
@@ -126,7 +128,8 @@ class InferenceState(ClusterScoped):
 
 class InferencePane(pn.viewable.Viewer):
     def __init__(self, inference: Inference, clusters: Clusters, bus: EventBus, principal: Principal,
-                 current_principal: Callable[[], Principal] | None = None, **params: Any) -> None:
+                 current_principal: Callable[[], Principal] | None = None, scaling: InferenceScaling | None = None,
+                 **params: Any) -> None:
         super().__init__(**params)
         self.state = InferenceState(inference, clusters, principal, current_principal)
         s = self.state.param
@@ -141,6 +144,8 @@ class InferencePane(pn.viewable.Viewer):
         # the token lives only in this widget until it is sent; it is cleared right after
         self.token = pn.widgets.PasswordInput(label="Hugging Face token (gated models)", placeholder="hf_…")
         operator = principal.allows(Role.OPERATOR)
+        self.scaling = ScalingPanel(scaling, lambda: (self.state.current(), self.state.cluster, self.state.selected),
+                                    operator) if scaling is not None else None
         self.preview_button = pn.widgets.Button(label="Preview", disabled=not operator,
                                                 css_classes=["inference-preview"], loading=s.busy)
         self.deploy_button = pn.widgets.Button(label="Deploy", color="primary", disabled=not operator,
@@ -184,6 +189,8 @@ class InferencePane(pn.viewable.Viewer):
     def _on_operation(self, events: list[Event]) -> None:
         if any(e.data.get("kind") in KINDS for e in events):
             self._refresh()
+        if self.scaling is not None:
+            self.scaling.changed({str(e.data.get("kind")) for e in events})
 
     def _refresh(self) -> None:
         if not self._ops.spawn(self.state.refresh):
@@ -240,5 +247,6 @@ class InferencePane(pn.viewable.Viewer):
             pn.Row(self.prompt, self.test_button),
             pn.pane.Markdown(self.state.param.answer, css_classes=["inference-answer"]),
             self.obs,
+            *([self.scaling] if self.scaling is not None else []),
             sizing_mode="stretch_width",
         )
