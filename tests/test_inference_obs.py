@@ -113,6 +113,7 @@ def test_a_deployment_is_scraped_once_per_few_seconds_and_never_more_than_max_po
     wide = scraper.read(CLUSTER, NS, "wide", "vllm", many)
     assert len(metrics_reads(world, mark)) == MAX_PODS
     assert (wide.pods_ready, wide.pods_scraped) == (MAX_PODS + 4, 1) and "did not answer" in wide.note, wide
+    kube.forget(CLUSTER)
 
 
 def test_the_engine_logs_read_through_rest_mcp_and_the_pane(world: JobWorld, tmp_path: Path) -> None:
