@@ -149,7 +149,7 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
                 submit_stages=mlflow.job_stages(), delete_stages=[ArchiveLogsStage(logs)],
                 progress=training_metrics.progress)
     downloads = Downloads(registry, kube, engine, audit)
-    inference = Inference(registry, informers, kube, engine, audit)
+    inference = Inference(registry, informers, kube, engine, audit, logs)
     inference_scaling = InferenceScaling(inference, registry, aws, kube, engine, audit)
     managed_inference = ManagedEndpoints(registry, informers, kube, engine, audit)
     for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds(), *jobs.kinds(), *downloads.kinds(),

@@ -21,6 +21,7 @@ import yaml
 from pydantic import SecretStr, ValidationError
 
 from panels.inference_managed import ManagedSection
+from panels.inference_obs import InferenceObs
 from panels.inference_scaling import ScalingPanel
 from panels.live import LiveRefresh
 from panels.scoped import ClusterScoped
@@ -171,6 +172,7 @@ class InferencePane(pn.viewable.Viewer):
         s.watch(self._on_deployments, "deployments")
         s.watch(self._on_clusters, ["clusters", "cluster"])
         self._ops = LiveRefresh(bus, "operation", self._on_operation)
+        self.obs = InferenceObs(inference, self.state.current, lambda: self.state.cluster, lambda: self.state.selected)
         self._refresh()
 
     def _on_deployments(self, event: param.parameterized.Event) -> None:
@@ -251,6 +253,7 @@ class InferencePane(pn.viewable.Viewer):
             pn.pane.Markdown("### Test console"),
             pn.Row(self.prompt, self.test_button),
             pn.pane.Markdown(self.state.param.answer, css_classes=["inference-answer"]),
+            self.obs,
             *([self.scaling] if self.scaling is not None else []),
             *([self.managed] if self.managed is not None else []),
             sizing_mode="stretch_width",
