@@ -20,6 +20,7 @@ from services.events import EventBus
 from services.features import Features
 from services.groups import InstanceGroups
 from services.inference import Inference
+from services.inference.router import Routers
 from services.informers import Informers
 from services.kube import KubeClients
 from services.limits import Slots
@@ -71,6 +72,7 @@ class Services:
     logs: JobLogs
     downloads: Downloads
     inference: Inference
+    inference_routers: Routers
     mlflow: MlflowTracking
     training_metrics: TrainingMetrics
     metrics_live: MetricsLive
@@ -149,6 +151,9 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds(), *jobs.kinds(), *downloads.kinds(),
                  *inference.kinds(), *mlflow.kinds()]:
         engine.register(kind)
+    inference_routers = Routers(registry, informers, kube, engine, audit)
+    for kind in inference_routers.kinds():
+        engine.register(kind)
     tokens = TokenStore(db, clock)
     return Services(
         settings=settings, clock=clock, db=db, bus=bus, audit=audit, tokens=tokens,
@@ -164,5 +169,6 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         features=features,
         nodes=nodes, groups=groups, recipes=recipes, jobs=jobs, logs=logs, downloads=downloads, inference=inference,
         mlflow=mlflow,
+        inference_routers=inference_routers,
         training_metrics=training_metrics, metrics_live=MetricsLive(mlflow_reader, bus),
     )

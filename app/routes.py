@@ -23,6 +23,7 @@ from app.api import (
     features,
     groups,
     inference,
+    inference_router,
     jobs,
     logs,
     metrics,
@@ -55,6 +56,7 @@ ROUTES: list[Route] = [*system.ROUTES, *operations.ROUTES, *audit.ROUTES, *token
                        *clusters.ROUTES, *events.ROUTES, *groups.ROUTES, *features.ROUTES, *nodes.ROUTES,
                        *recipes.ROUTES, *jobs.ROUTES, *logs.ROUTES, *downloads.ROUTES, *inference.ROUTES,
                        *mlflow.ROUTES,
+                       *inference_router.ROUTES,
                        *metrics.ROUTES]
 
 PAGES: list[Page] = [*operations.PAGES, *clusters.PAGES, *groups.PAGES, *nodes.PAGES, *jobs.PAGES, *features.PAGES,

@@ -1,0 +1,118 @@
+"""Models of the SGLang router in front of a self-managed deployment: the request (policy and its knobs, with the
+ranges the router accepts), the stored plan and reference, and the view every face shows."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from services.inference.models import NAME_PATTERN, ServiceView
+from services.models import RequestModel, ResponseModel
+
+Policy = Literal["cache_aware", "round_robin", "random", "power_of_two"]
+
+
+class RouterKnobs(RequestModel):
+    """The routing policy and its knobs (the router's own defaults when not given)."""
+
+    policy: Policy = Field("cache_aware", description="'cache_aware': requests sharing a prefix go to the worker "
+                           "that served it (its KV cache holds it), unless load is too uneven; 'round_robin', "
+                           "'random', 'power_of_two' (the less loaded of two random workers)")
+    cache_threshold: float = Field(0.3, ge=0.0, le=1.0, description="cache_aware: the share of the request's "
+                                   "prefix a worker must already hold to be chosen for it (0.0-1.0); below it "
+                                   "the worker with the smallest cache tree is chosen")
+    balance_abs_threshold: int = Field(64, ge=0, le=100_000, description="cache_aware: load balancing takes "
+                                       "over when the busiest worker has this many more running requests than "
+                                       "the idlest ...")
+    balance_rel_threshold: float = Field(1.5, ge=1.0, le=1000.0, description="... and more than this many "
+                                         "times as many (both must hold)")
+    eviction_interval_secs: int = Field(120, ge=1, le=86_400, description="cache_aware: seconds between "
+                                        "evictions of the prefix tree down to max_tree_size")
+    max_tree_size: int = Field(2 ** 26, ge=1, le=2 ** 31, description="cache_aware: the prefix tree's size "
+                               "(characters per worker) kept at each eviction")
+
+
+class RouterRequest(RouterKnobs):
+    """An SGLang router in front of one self-managed deployment: it discovers the deployment's pods by label
+    selector and routes OpenAI-compatible requests to them."""
+
+    name: str = Field(..., pattern=NAME_PATTERN, description="the router's name: a DNS label of at most 40 "
+                      "characters, also its Service's, ServiceAccount's and Role's name")
+    deployment: str = Field(..., pattern=NAME_PATTERN, description="the inference deployment whose pods are the "
+                            "workers (inference_list); the router runs in its namespace")
+
+
+class RouterUpdate(RequestModel):
+    """New policy knobs: the router's Deployment rolls out with the new command (its prefix tree starts empty)."""
+
+    policy: Policy | None = None
+    cache_threshold: float | None = Field(None, ge=0.0, le=1.0)
+    balance_abs_threshold: int | None = Field(None, ge=0, le=100_000)
+    balance_rel_threshold: float | None = Field(None, ge=1.0, le=1000.0)
+    eviction_interval_secs: int | None = Field(None, ge=1, le=86_400)
+    max_tree_size: int | None = Field(None, ge=1, le=2 ** 31)
+
+
+class RouterPlan(RequestModel):
+    """What an ``inference.router.create``/``.update`` operation stores: the rendered objects, in apply order."""
+
+    cluster: str
+    name: str
+    namespace: str
+    deployment: str
+    knobs: RouterKnobs
+    manifests: list[dict[str, Any]] = Field(..., description="ServiceAccount, Role, RoleBinding, Deployment, "
+                                            "Service (an update: the Deployment only)")
+    requested_by: str
+
+
+class RouterRef(RequestModel):
+    """What an ``inference.router.delete`` operation stores."""
+
+    cluster: str
+    name: str
+    namespace: str
+    uid: str = Field(..., description="the router Deployment's uid when the delete was asked: only that one goes")
+    requested_by: str
+
+
+class RouterPreview(ResponseModel):
+    """What a router create would make, checked by the API server (dry run); nothing is created."""
+
+    command: list[str]
+    selector: str = Field(..., description="the label selector the router discovers its workers by")
+    worker_port: int
+    manifests: list[dict[str, Any]]
+
+
+class WorkerView(ResponseModel):
+    pod: str
+    ready: bool
+    requests: int | None = Field(None, description="requests the router sent it (sgl_router_processed_requests_"
+                                 "total), when its metrics were read")
+
+
+class RouterView(ResponseModel):
+    """One router as every face shows it."""
+
+    name: str
+    namespace: str
+    cluster: str
+    deployment: str
+    knobs: RouterKnobs | None = None
+    selector: str = ""
+    phase: Literal["Available", "Progressing", "Failed"] = "Progressing"
+    message: str = ""
+    workers: list[WorkerView] = Field(default_factory=list)
+    requests_total: int | None = Field(None, description="requests the router received (sgl_router_requests_"
+                                       "total, all routes), when its metrics were read")
+    cache_hits: int | None = None
+    cache_misses: int | None = None
+    metrics_error: str | None = Field(None, description="why the metrics could not be read, when they could not")
+    service: ServiceView | None = None
+
+
+class RouterList(ResponseModel):
+    cluster: str
+    routers: list[RouterView]
