@@ -53,6 +53,8 @@ UPDATE_KIND = "inference.router.update"
 DELETE_KIND = "inference.router.delete"
 SYNC_SECONDS = 20.0
 METRICS_TIMEOUT = 10.0
+#: the inference routes of sgl_router_requests_total (its health and readiness probes are counted there too)
+ROUTED = ("/v1/chat/completions", "/v1/completions", "/generate")
 _SAMPLE = re.compile(r'^(sgl_router_[a-z_]+)(?:\{([^}]*)\})?\s+([-+0-9.eEinfNa]+)$')
 _LABEL = re.compile(r'([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"')
 
@@ -172,13 +174,15 @@ class Routers:
                 raise Conflict(f"a {kind} {namespace}/{name} exists and is not this router's: choose another name",
                                details={"field": "name", "kind": kind})
 
-    def _worker_port(self, dep: Mapping[str, Any]) -> int:
-        containers = (((dep.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []
-        engine: dict[str, Any] = next((c for c in containers if c.get("name") == manifest.CONTAINER), {})
-        port = next((p.get("containerPort") for p in engine.get("ports") or [] if p.get("name") == manifest.PORT_NAME),
-                    None)
+    def _worker_port(self, cluster: str, dep: Mapping[str, Any]) -> int:
+        """The engine's port, from the live Deployment (the watch cache keeps no pod template)."""
+        name, namespace = str(_meta(dep).get("name")), str(_meta(dep).get("namespace"))
+        live: Any = k8s.AppsV1Api(self.kube.api_client(cluster)).read_namespaced_deployment(name, namespace)
+        engine = next((c for c in live.spec.template.spec.containers if c.name == manifest.CONTAINER), None)
+        port = next((p.container_port for p in (engine.ports or []) if p.name == manifest.PORT_NAME), None) \
+            if engine is not None else None
         if port is None:
-            raise Conflict(f"the deployment {_meta(dep).get('name')} declares no engine port to route to")
+            raise Conflict(f"the deployment {name} declares no engine port to route to")
         return int(port)
 
     def _plan(self, principal: Principal, cluster: str, name: str, deployment: str, knobs: RouterKnobs,
@@ -189,7 +193,7 @@ class Routers:
         if check_name:
             self._check_name(cluster, name, namespace)
         objects = rm.objects(name=name, namespace=namespace, deployment=deployment, knobs=knobs,
-                             worker_port=self._worker_port(worker))
+                             worker_port=self._worker_port(cluster, worker))
         return RouterPlan(cluster=cluster, name=name, namespace=namespace, deployment=deployment, knobs=knobs,
                           manifests=objects, requested_by=principal.name)
 
@@ -205,9 +209,10 @@ class Routers:
         plan = self._plan(principal, cluster, request.name, request.deployment, _knobs(request))
         self._dry_run(plan)
         container = plan.manifests[3]["spec"]["template"]["spec"]["containers"][0]
-        worker = self._worker_deployment(cluster, request.deployment)
-        return RouterPreview(command=container["command"], selector=rm.selector(request.deployment),
-                             worker_port=self._worker_port(worker), manifests=plan.manifests)
+        command = list(container["command"])
+        return RouterPreview(command=command, selector=rm.selector(request.deployment),
+                             worker_port=int(command[command.index("--service-discovery-port") + 1]),
+                             manifests=plan.manifests)
 
     @verb(Role.OPERATOR)
     def create_router(self, principal: Principal, cluster: str, request: RouterRequest,
@@ -271,10 +276,19 @@ class Routers:
 
     @verb(Role.VIEWER)
     def describe_router(self, principal: Principal, cluster: str, name: str) -> RouterView:
-        """One router: policy and knobs, its workers, and the request counts from its Prometheus metrics."""
+        """One router: policy and knobs, its workers (Ready or not), and the request counts from its Prometheus
+        metrics."""
         dep = self._find(cluster, name)
-        pods = self._items(cluster, "pods")
-        view = self._view(cluster, dep, pods, self._items(cluster, "services"))
+        view = self._view(cluster, dep, self._items(cluster, "pods"), self._items(cluster, "services"))
+        core = k8s.CoreV1Api(self.kube.api_client(cluster))
+        pods = [core.api_client.sanitize_for_serialization(p) for p in core.list_namespaced_pod(
+            view.namespace, label_selector=f"{rm.ROUTER_LABEL}={name}").items]  # the cache has no IPs, no readiness
+        if view.deployment:
+            pods += [core.api_client.sanitize_for_serialization(p) for p in core.list_namespaced_pod(
+                view.namespace, label_selector=rm.selector(view.deployment)).items]
+        ready = {str(_meta(p).get("name")): _ready(p) for p in pods}
+        for worker in view.workers:
+            worker.ready = ready.get(worker.pod, False)
         self._read_metrics(cluster, view, pods)
         return view
 
@@ -295,7 +309,7 @@ class Routers:
             phase, message = "Available", "routing"
         else:
             phase, message = "Progressing", "not ready (it is ready once it has found a worker)"
-        workers = [WorkerView(pod=str(_meta(p).get("name")), ready=_ready(p)) for p in pods
+        workers = [WorkerView(pod=str(_meta(p).get("name")), phase=(p.get("status") or {}).get("phase")) for p in pods
                    if _meta(p).get("namespace") == namespace
                    and (_labels(p)).get(manifest.INFERENCE_LABEL) == worker_of and worker_of]
         svc = next((s for s in services if _meta(s).get("namespace") == namespace and _meta(s).get("name") == name
@@ -331,7 +345,7 @@ class Routers:
                 host = re.sub(r"^https?://", "", labels.get("worker", "")).rsplit(":", 1)[0]
                 pod = by_ip.get(host, labels.get("worker", ""))
                 served[pod] = served.get(pod, 0) + int(value)
-            elif metric in totals:
+            elif metric in totals and (metric != "sgl_router_requests_total" or labels.get("route") in ROUTED):
                 totals[metric] += int(value)
         view.requests_total = totals["sgl_router_requests_total"]
         view.cache_hits, view.cache_misses = (totals["sgl_router_cache_hits_total"],

@@ -88,7 +88,9 @@ class RouterPreview(ResponseModel):
 
 class WorkerView(ResponseModel):
     pod: str
-    ready: bool
+    phase: str | None = None
+    ready: bool | None = Field(None, description="whether the pod is Ready (a worker the router sends to); "
+                               "inference_routers_get reads it, the list does not")
     requests: int | None = Field(None, description="requests the router sent it (sgl_router_processed_requests_"
                                  "total), when its metrics were read")
 
@@ -105,8 +107,9 @@ class RouterView(ResponseModel):
     phase: Literal["Available", "Progressing", "Failed"] = "Progressing"
     message: str = ""
     workers: list[WorkerView] = Field(default_factory=list)
-    requests_total: int | None = Field(None, description="requests the router received (sgl_router_requests_"
-                                       "total, all routes), when its metrics were read")
+    requests_total: int | None = Field(None, description="inference requests the router received (sgl_router_"
+                                       "requests_total of the completions and generate routes; not its probes), "
+                                       "when its metrics were read")
     cache_hits: int | None = None
     cache_misses: int | None = None
     metrics_error: str | None = Field(None, description="why the metrics could not be read, when they could not")
