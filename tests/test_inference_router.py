@@ -126,8 +126,9 @@ def test_cache_aware_routing_metrics_mcp_update_pane_and_delete(world: JobWorld,
     assert described["cache_hits"] >= 4 and described["knobs"]["policy"] == "cache_aware"
     assert described["requests_total"] >= 8
 
+    used: list[str] = []
+
     async def agent() -> dict[str, Any]:
-        used: list[str] = []
         async with bridge(world.live.url, world.live.admin_token, "inference,operations") as client:
             listed = await call(client, "inference_routers_list", {"cluster": CLUSTER}, used)
             assert [r["name"] for r in listed["routers"]] == ["qwen-router"]
@@ -139,6 +140,8 @@ def test_cache_aware_routing_metrics_mcp_update_pane_and_delete(world: JobWorld,
             return await follow(client, changed["operation"]["id"], used)
     updated = anyio.run(agent)
     assert updated["status"] == "succeeded", updated
+    playbook = set(yaml.safe_load((ROOT / "skills/deploy-model.md").read_text().split("---")[1])["tools"])
+    assert set(used) <= playbook, f"tools outside the playbook: {set(used) - playbook}"
     turns = [ask(world, "qwen-router", PREFIX + "what is a cluster?") for _ in range(3)]
     assert set(turns) == workers, turns  # round_robin: every worker in turn, whatever the prefix
 

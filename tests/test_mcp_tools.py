@@ -66,6 +66,8 @@ def test_only_routes_answering_an_operation_say_so(document: dict[str, Any]) -> 
          "clusters_import", "clusters_kubeconfig", "clusters_list", "clusters_options", "downloads_cancel",
          "downloads_get", "downloads_list", "downloads_start", "features_get", "features_update",
          "inference_delete", "inference_deploy", "inference_get", "inference_list", "inference_preview",
+         "inference_routers_create", "inference_routers_delete", "inference_routers_get", "inference_routers_list",
+         "inference_routers_preview", "inference_routers_test", "inference_routers_update",
          "inference_test", "inference_update", "instance_groups_add", "instance_groups_delete",
          "instance_groups_get", "instance_groups_list",
          "instance_groups_update", "instance_groups_update_software", "jobs_clone", "jobs_delete", "jobs_digest",
