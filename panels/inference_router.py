@@ -5,7 +5,7 @@ worker from the selected router's Prometheus metrics, and its delete. Redrawn fr
 ``inference.router.*`` kinds (topic ``operation``), no polling.
 
 The section holds no rules: it calls the router noun's verbs (``services/inference/router.py``), in a worker
-thread when served; the verbs check the role again.
+thread when served, and assigns their answers on the session's event loop; the verbs check the role again.
 """
 
 from __future__ import annotations
@@ -84,15 +84,26 @@ class RouterSection(pn.viewable.Viewer):
 
     # ----- blocking (a worker thread when served) ----------------------------------------------------------
 
-    def load(self) -> None:
+    def fetch(self) -> tuple[list[RouterView] | None, str]:
+        """(the cluster's routers, or None with why) — reads only, so it may run in a worker thread."""
         if not self.scope.cluster:
-            return
+            return [], ""
         try:
-            self.rows = list(self.routers.list_routers(self.scope.current(), self.scope.cluster).routers)
+            return list(self.routers.list_routers(self.scope.current(), self.scope.cluster).routers), ""
         except ServiceError as exc:
-            self.message.object = f"{exc.code}: {exc.message}"
+            return None, f"{exc.code}: {exc.message}"
+
+    def apply(self, fetched: tuple[list[RouterView] | None, str]) -> None:
+        """Assign what :meth:`fetch` read (on the session's event loop when served)."""
+        rows, error = fetched
+        if rows is None:
+            self.message.object = error
             return
-        self.table.value = routers_frame(self.rows)
+        self.rows = rows
+        self.table.value = routers_frame(rows)
+
+    def load(self) -> None:
+        self.apply(self.fetch())
 
     def create(self) -> str:
         deployment = self._selected()
@@ -139,7 +150,7 @@ class RouterSection(pn.viewable.Viewer):
             self.load()
 
     async def _reload(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self.load)
+        self.apply(await asyncio.get_running_loop().run_in_executor(None, self.fetch))
 
     async def _create(self, _event: Any) -> None:
         self.message.object = await asyncio.get_running_loop().run_in_executor(None, self.create)

@@ -197,3 +197,23 @@ def test_the_router_manifest_uses_only_known_flags() -> None:
     argv = objects[3]["spec"]["template"]["spec"]["containers"][0]["command"]
     assert {w for w in argv if w.startswith("--")} <= known
     assert sglang_router.parse(argv[3:])["--service-discovery-port"] == 8000
+
+
+def test_the_simulated_router_needs_the_rbac_grant_to_discover_workers(world: JobWorld) -> None:
+    """A router pod whose ServiceAccount may not list pods exits as the real one does, with the API server's 403."""
+    body = router_manifest.router_deployment(name="unbound", namespace=NS, deployment="qwen", knobs=RouterKnobs(),
+                                             worker_port=30000)
+    body["spec"]["template"]["spec"]["serviceAccountName"] = "default"
+    apps = k8s.AppsV1Api(world.api)
+    apps.create_namespaced_deployment(NS, body)
+    try:
+        def refused() -> str:
+            pods = world.core.list_namespaced_pod(NS, label_selector=f"{router_manifest.ROUTER_LABEL}=unbound").items
+            log = world.core.read_namespaced_pod_log(pods[0].metadata.name, NS, container="router", previous=True) \
+                if pods and pods[0].status.container_statuses and pods[0].status.container_statuses[0].restart_count \
+                else world.core.read_namespaced_pod_log(pods[0].metadata.name, NS, container="router")
+            return str(log) if "forbidden" in str(log) else ""
+        log = wait_until(refused, 60, "the router pod to be refused its pod list")
+        assert 'User "system:serviceaccount:hyperpod-ns-inference:default" cannot list resource "pods"' in log, log
+    finally:
+        apps.delete_namespaced_deployment("unbound", NS)
