@@ -24,7 +24,7 @@ from panels.inference import InferencePane
 from sandbox.kube import sglang_router
 from services.auth import Principal, Role
 from services.inference import router_manifest
-from services.inference.router_models import RouterKnobs
+from services.inference.router_models import RouterKnobs, router_flags
 from tests.jobs_support import CLUSTER, JobWorld, job_world
 from tests.ledger import CallLedger
 from tests.mcp_support import bridge, call, follow
@@ -190,8 +190,8 @@ def _absent(world: JobWorld) -> bool:
 
 
 def test_the_router_manifest_uses_only_known_flags() -> None:
-    known = set(router_manifest.flags()["switch"]) | set(router_manifest.flags()["value"]) \
-        | set(router_manifest.flags()["values"])
+    flags = router_flags()
+    known = set(flags["switch"]) | set(flags["value"]) | set(flags["values"])
     objects = router_manifest.objects(name="r", namespace="n", deployment="d",
                                       knobs=RouterKnobs(), worker_port=8000)
     argv = objects[3]["spec"]["template"]["spec"]["containers"][0]["command"]
@@ -208,10 +208,10 @@ def test_the_simulated_router_needs_the_rbac_grant_to_discover_workers(world: Jo
     apps.create_namespaced_deployment(NS, body)
     try:
         def refused() -> str:
-            pods = world.core.list_namespaced_pod(NS, label_selector=f"{router_manifest.ROUTER_LABEL}=unbound").items
-            log = world.core.read_namespaced_pod_log(pods[0].metadata.name, NS, container="router", previous=True) \
-                if pods and pods[0].status.container_statuses and pods[0].status.container_statuses[0].restart_count \
-                else world.core.read_namespaced_pod_log(pods[0].metadata.name, NS, container="router")
+            pods: list[Any] = world.core.list_namespaced_pod(
+                NS, label_selector=f"{router_manifest.ROUTER_LABEL}=unbound").items
+            restarted = bool(pods[0].status.container_statuses and pods[0].status.container_statuses[0].restart_count)
+            log = world.core.read_namespaced_pod_log(pods[0].metadata.name, NS, container="router", previous=restarted)
             return str(log) if "forbidden" in str(log) else ""
         log = wait_until(refused, 60, "the router pod to be refused its pod list")
         assert 'User "system:serviceaccount:hyperpod-ns-inference:default" cannot list resource "pods"' in log, log

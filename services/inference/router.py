@@ -170,7 +170,7 @@ class Routers:
                 found: Any = read(name, namespace)
             except NotFound:
                 continue
-            if (found.metadata.labels or {}).get(rm.ROUTER_LABEL) != name:
+            if (found.metadata.labels or {}) != {**(found.metadata.labels or {}), **rm.labels(name)}:
                 raise Conflict(f"a {kind} {namespace}/{name} exists and is not this router's: choose another name",
                                details={"field": "name", "kind": kind})
 

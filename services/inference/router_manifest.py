@@ -5,17 +5,14 @@ Kubernetes service discovery: it lists and watches the pods of its namespace tha
 label and sends requests to their engine port. For that its pod runs as a ServiceAccount of its own, bound by a
 Role to get/list/watch pods in that namespace only. It listens on all interfaces (the router's default is
 loopback, which no Service reaches) for requests on :data:`PORT` and for Prometheus on :data:`METRICS_PORT`; a
-ClusterIP Service of the router's name exposes both. Every flag used is in ``router_flags.yaml``.
+ClusterIP Service of the router's name exposes both. Every flag used is in ``router_flags.yaml`` (a test holds
+it so).
 """
 
 from __future__ import annotations
 
-import functools
 import json
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from services.clusters.storage_stage import MANAGED_LABEL
 from services.inference.command import IMAGES
@@ -31,14 +28,6 @@ CONTAINER = "router"
 PORT = 30000
 METRICS_PORT = 29000
 MODULE = "sglang_router.launch_router"
-FLAGS_FILE = Path(__file__).with_name("router_flags.yaml")
-
-
-@functools.cache
-def flags() -> dict[str, Any]:
-    """The router's CLI as data (``router_flags.yaml``)."""
-    loaded: dict[str, Any] = yaml.safe_load(FLAGS_FILE.read_text())
-    return loaded
 
 
 def labels(name: str) -> dict[str, str]:
@@ -60,8 +49,6 @@ def command(knobs: RouterKnobs, *, deployment: str, namespace: str, worker_port:
             "--service-discovery", "--selector", selector(deployment),
             "--service-discovery-port", str(worker_port), "--service-discovery-namespace", namespace,
             "--prometheus-host", "0.0.0.0", "--prometheus-port", str(METRICS_PORT)]
-    known = set(flags()["switch"]) | set(flags()["value"]) | set(flags()["values"])
-    assert all(word in known for word in argv[3:] if word.startswith("--")), "a flag not in router_flags.yaml"
     return argv
 
 

@@ -3,34 +3,54 @@ ranges the router accepts), the stored plan and reference, and the view every fa
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import Field
 
 from services.inference.models import NAME_PATTERN, ServiceView
 from services.models import RequestModel, ResponseModel
 
 Policy = Literal["cache_aware", "round_robin", "random", "power_of_two"]
+FLAGS_FILE = Path(__file__).with_name("router_flags.yaml")
+
+
+@functools.cache
+def router_flags() -> dict[str, Any]:
+    """The router's CLI as data (``router_flags.yaml``: its flags, choices and the defaults of its knobs)."""
+    loaded: dict[str, Any] = yaml.safe_load(FLAGS_FILE.read_text())
+    return loaded
+
+
+DEFAULTS: dict[str, Any] = router_flags()["defaults"]
 
 
 class RouterKnobs(RequestModel):
-    """The routing policy and its knobs (the router's own defaults when not given)."""
+    """The routing policy and its knobs (the pinned router's own defaults, from ``router_flags.yaml``, when not
+    given)."""
 
-    policy: Policy = Field("cache_aware", description="'cache_aware': requests sharing a prefix go to the worker "
-                           "that served it (its KV cache holds it), unless load is too uneven; 'round_robin', "
-                           "'random', 'power_of_two' (the less loaded of two random workers)")
-    cache_threshold: float = Field(0.3, ge=0.0, le=1.0, description="cache_aware: the share of the request's "
-                                   "prefix a worker must already hold to be chosen for it (0.0-1.0); below it "
-                                   "the worker with the smallest cache tree is chosen")
-    balance_abs_threshold: int = Field(64, ge=0, le=100_000, description="cache_aware: load balancing takes "
-                                       "over when the busiest worker has this many more running requests than "
-                                       "the idlest ...")
-    balance_rel_threshold: float = Field(1.5, ge=1.0, le=1000.0, description="... and more than this many "
-                                         "times as many (both must hold)")
-    eviction_interval_secs: int = Field(120, ge=1, le=86_400, description="cache_aware: seconds between "
-                                        "evictions of the prefix tree down to max_tree_size")
-    max_tree_size: int = Field(2 ** 26, ge=1, le=2 ** 31, description="cache_aware: the prefix tree's size "
-                               "(characters per worker) kept at each eviction")
+    policy: Policy = Field(
+        DEFAULTS["--policy"], description="'cache_aware': requests sharing a prefix go to the worker that served it "
+        "(its KV cache holds it), unless load is too uneven; 'round_robin', 'random', 'power_of_two' (the less "
+        "loaded of two random workers)")
+    cache_threshold: float = Field(
+        DEFAULTS["--cache-threshold"], ge=0.0, le=1.0, description="cache_aware: the share of the request's prefix "
+        "a worker must already hold to be chosen for it (0.0-1.0); below it the worker with the smallest cache tree "
+        "is chosen")
+    balance_abs_threshold: int = Field(
+        DEFAULTS["--balance-abs-threshold"], ge=0, le=100_000, description="cache_aware: load balancing takes over "
+        "when the busiest worker has this many more running requests than the idlest ...")
+    balance_rel_threshold: float = Field(
+        DEFAULTS["--balance-rel-threshold"], ge=1.0, le=1000.0, description="... and more than this many times as "
+        "many (both must hold)")
+    eviction_interval_secs: int = Field(
+        DEFAULTS["--eviction-interval-secs"], ge=1, le=86_400, description="cache_aware: seconds between evictions "
+        "of the prefix tree down to max_tree_size")
+    max_tree_size: int = Field(
+        DEFAULTS["--max-tree-size"], ge=1, le=2 ** 31, description="cache_aware: the prefix tree's size (characters "
+        "per worker) kept at each eviction")
 
 
 class RouterRequest(RouterKnobs):
