@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import panel as pn
 import pytest
 import yaml
 from kubernetes import client as k8s
@@ -151,6 +152,7 @@ def test_cache_aware_routing_metrics_mcp_update_pane_and_delete(world: JobWorld,
         pane = InferencePane(services.inference, services.clusters, services.bus, operator,
                              routers=services.inference_routers)
         assert pane.routers is not None
+        pn.panel(pane).get_root()  # renders alone, as in a notebook, with its router section
         wait_until(lambda: pane.routers.load() or not pane.routers.table.value.empty, 60, "the router listed")
         row = pane.routers.table.value.iloc[0]
         assert (row["name"], row["deployment"], row["policy"], row["workers"]) == \

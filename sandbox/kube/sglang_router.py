@@ -17,7 +17,8 @@ request texts it routed (the approximate radix tree of the real policy): the wor
 prefix wins when that prefix covers more than ``--cache-threshold`` of the text, otherwise the worker with the
 smallest tree; when the load is imbalanced (the busiest worker's running requests exceed the idlest's by more than
 ``--balance-abs-threshold`` and by a factor above ``--balance-rel-threshold``) the idlest worker is chosen
-instead. Each worker's tree is cut to ``--max-tree-size`` characters (oldest texts first). ``round_robin`` takes
+instead. Each worker's tree is cut to ``--max-tree-size`` characters (oldest texts first) at each insert, where the real
+router evicts every ``--eviction-interval-secs``. ``round_robin`` takes
 the workers in turn (sorted by pod name), ``random`` any, ``power_of_two`` the less loaded of two. The
 Prometheus page on ``--prometheus-port`` uses the router's metric names (``sgl_router_requests_total`` by route,
 ``sgl_router_processed_requests_total`` and ``sgl_router_policy_decisions_total`` by worker URL,
@@ -38,6 +39,7 @@ from typing import Any
 import yaml
 
 from . import backends, proxy
+from .errors import ApiError
 from .processes import Process, program
 from .resources import POD_KEY
 from .selectors import label_selector_from_match, labels_match, parse_label_selector
@@ -229,8 +231,8 @@ class Router:
     def _send(self, worker: tuple[str, Obj], request: backends.Request) -> backends.Response:
         try:
             return proxy.forward(self.cluster, proxy.Target(worker[1], self.worker_port), request)
-        except Exception as exc:  # the worker went away between discovery and the request
-            return self._error(502, f"Failed to send request to worker {worker[0]}: {exc}")
+        except ApiError as exc:  # the worker went away between discovery and the request
+            return self._error(502, f"Failed to send request to worker {worker[0]}: {exc.message}")
 
     def _error(self, status: int, message: str) -> backends.Response:
         return backends.Response(status, json.dumps({"error": {"message": message, "code": status}}).encode(),
