@@ -102,8 +102,12 @@ def test_cache_aware_routing_metrics_mcp_update_pane_and_delete(world: JobWorld,
     assert shown.json()["selector"] == "instantstart.io/inference=qwen" and shown.json()["worker_port"] == 30000
     assert [m["kind"] for m in shown.json()["manifests"]] == ["ServiceAccount", "Role", "RoleBinding", "Deployment",
                                                                "Service"]
-    started = world.live.post(BASE, {"name": "qwen-router", "deployment": "qwen", "cache_threshold": 0.5})
+    request, key = {"name": "qwen-router", "deployment": "qwen", "cache_threshold": 0.5}, {"Idempotency-Key": "r-1"}
+    started = world.live.post(BASE, request, headers=key)
     assert started.status_code == 202, started.text
+    again = world.live.post(BASE, request, headers=key)  # a retried request: the same operation, nothing new
+    assert again.json()["operation"]["id"] == started.json()["operation"]["id"], again.text
+    assert len(world.live.get("/api/v1/operations?kind=inference.router.create").json()) == 1
     op = world.finished(started.json()["operation"]["id"], timeout=180)
     assert op["status"] == "succeeded", op
     assert op["target"] == f"cluster/{CLUSTER}/inference-router/qwen-router"
