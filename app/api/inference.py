@@ -123,7 +123,8 @@ def _page(services: Services, principal: Principal) -> Any:
 
     return InferencePane(inference=services.inference, clusters=services.clusters, bus=services.bus,
                          principal=principal, current_principal=current_principal(services, principal),
-                         scaling=services.inference_scaling, managed=services.managed_inference)
+                         scaling=services.inference_scaling, managed=services.managed_inference,
+                         routers=services.inference_routers)
 
 
 PAGES: list[Page] = [Page("inference", "Inference", role_of(Inference.list_deployments), _page)]
