@@ -20,6 +20,7 @@ from services.events import EventBus
 from services.features import Features
 from services.groups import InstanceGroups
 from services.inference import Inference
+from services.inference.pool import Pools
 from services.informers import Informers
 from services.kube import KubeClients
 from services.limits import Slots
@@ -71,6 +72,7 @@ class Services:
     logs: JobLogs
     downloads: Downloads
     inference: Inference
+    pools: Pools
     mlflow: MlflowTracking
     training_metrics: TrainingMetrics
     metrics_live: MetricsLive
@@ -146,8 +148,9 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
                 progress=training_metrics.progress)
     downloads = Downloads(registry, kube, engine, audit)
     inference = Inference(registry, informers, kube, engine, audit)
+    pools = Pools(inference, engine)
     for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds(), *jobs.kinds(), *downloads.kinds(),
-                 *inference.kinds(), *mlflow.kinds()]:
+                 *inference.kinds(), *pools.kinds(), *mlflow.kinds()]:
         engine.register(kind)
     tokens = TokenStore(db, clock)
     return Services(
@@ -163,6 +166,6 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         timeline=ClusterTimeline(registry, aws, clusters.cache, informers),
         features=features,
         nodes=nodes, groups=groups, recipes=recipes, jobs=jobs, logs=logs, downloads=downloads, inference=inference,
-        mlflow=mlflow,
+        pools=pools, mlflow=mlflow,
         training_metrics=training_metrics, metrics_live=MetricsLive(mlflow_reader, bus),
     )

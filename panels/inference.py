@@ -20,6 +20,7 @@ import param
 import yaml
 from pydantic import SecretStr, ValidationError
 
+from panels.inference_pool import PoolBoard
 from panels.live import LiveRefresh
 from panels.scoped import ClusterScoped
 from panels.tables import ReadOnlyTable
@@ -36,6 +37,7 @@ from services.inference.models import (
     Exposure,
     ServiceSpec,
 )
+from services.inference.pool import Pools
 
 COLUMNS = ["name", "namespace", "engine", "model", "phase", "replicas", "gpus", "service", "message"]
 KINDS = {DEPLOY_KIND, UPDATE_KIND, DELETE_KIND}
@@ -125,9 +127,12 @@ class InferenceState(ClusterScoped):
 
 class InferencePane(pn.viewable.Viewer):
     def __init__(self, inference: Inference, clusters: Clusters, bus: EventBus, principal: Principal,
-                 current_principal: Callable[[], Principal] | None = None, **params: Any) -> None:
+                 current_principal: Callable[[], Principal] | None = None, pools: Pools | None = None,
+                 **params: Any) -> None:
         super().__init__(**params)
         self.state = InferenceState(inference, clusters, principal, current_principal)
+        self.pool_board = PoolBoard(pools, clusters, bus, principal, current_principal, follow=self.state) \
+            if pools is not None else None
         s = self.state.param
         self.picker = pn.widgets.Select(label="Cluster", options=[], width=240, css_classes=["inference-cluster"])
         self.deployment = pn.widgets.TextInput.from_param(s.deployment, name="Name", placeholder="chat")
@@ -237,5 +242,6 @@ class InferencePane(pn.viewable.Viewer):
             pn.pane.Markdown("### Test console"),
             pn.Row(self.prompt, self.test_button),
             pn.pane.Markdown(self.state.param.answer, css_classes=["inference-answer"]),
+            *([self.pool_board] if self.pool_board is not None else []),
             sizing_mode="stretch_width",
         )

@@ -57,8 +57,10 @@ def slim_node(obj: dict[str, Any]) -> dict[str, Any]:
 def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     restarts = sum(int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or [])
-    return {"metadata": _meta(obj), "spec": {"nodeName": spec.get("nodeName")},
-            "status": {"phase": status.get("phase"), "restarts": restarts}}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return {"metadata": {**_meta(obj), "uid": (obj.get("metadata") or {}).get("uid")},
+            "spec": {"nodeName": spec.get("nodeName")},
+            "status": {"phase": status.get("phase"), "restarts": restarts, "ready": ready}}
 
 
 def slim_event(obj: dict[str, Any]) -> dict[str, Any]:

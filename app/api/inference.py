@@ -119,7 +119,8 @@ def _page(services: Services, principal: Principal) -> Any:
     from panels.inference import InferencePane
 
     return InferencePane(inference=services.inference, clusters=services.clusters, bus=services.bus,
-                         principal=principal, current_principal=current_principal(services, principal))
+                         principal=principal, current_principal=current_principal(services, principal),
+                         pools=services.pools)
 
 
 PAGES: list[Page] = [Page("inference", "Inference", role_of(Inference.list_deployments), _page)]

@@ -119,8 +119,9 @@ class Inference:
         return informer.items()
 
     def _ours(self, cluster: str) -> list[dict[str, Any]]:
-        return [d for d in self._items(cluster, "deployments")
-                if checks.ours(d, str((_meta(d).get("labels") or {}).get(manifest.INFERENCE_LABEL, "")))]
+        return [d for d in self._items(cluster, "deployments")  # model pools are pool.py's
+                if checks.ours(d, str((_meta(d).get("labels") or {}).get(manifest.INFERENCE_LABEL, "")))
+                and manifest.POOL_LABEL not in (_meta(d).get("labels") or {})]
 
     def _find(self, cluster: str, name: str) -> dict[str, Any]:
         self.registry.get(cluster)
