@@ -4,19 +4,26 @@ business=unassigned and leaves business out of its selector; bad requests are re
 Kubernetes write; a pool of three deploys, a service claims one pod and answers from it, then is reassigned to the
 two others and answers only from them, while every pod keeps its uid, restart count and owner (the ReplicaSet made
 no replacement); a scale below the pods services hold is refused with zero writes, a scale to what they hold
-removes the unassigned pod; an agent reads and tests the pool through a real MCP client; the pool's delete takes
+removes the unassigned pod; the Inference pane's model-pool board shows a row per pod and releases, tests and
+assigns the selected pod; an agent reads and tests the pool through a real MCP client; the pool's delete takes
 its services' Services."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx2
+import panel as pn
 import pytest
 from kubernetes import client as k8s
 
+from panels.inference import InferencePane
+from panels.inference_pool import PoolBoard
+from services.auth import Principal, Role
 from tests.jobs_support import CLUSTER, JobWorld, job_world
 from tests.ledger import CallLedger
 from tests.mcp_support import bridge, call
@@ -113,6 +120,37 @@ def test_reassignment_moves_traffic_without_restarts_and_scale_in_keeps_held_pod
     wait_until(lambda: sorted(pods(world)) == others, 60, "the unassigned pod to go on scale-in")
     assert {n: identity(p) for n, p in pods(world).items()} == {n: identity(before[n]) for n in others}
     assert answered_by(world, "chat") <= set(others)
+
+
+def test_the_board_shows_pod_rows_and_releases_tests_and_assigns_the_selection(world: JobWorld, tmp_path: Path) -> None:
+    operator = Principal("board-operator", Role.OPERATOR, "t-op", "api")
+    viewer = Principal("board-viewer", Role.VIEWER, "t-view", "api")
+    with world.server.imported(tmp_path / "product", CLUSTER, operator) as services:
+        assert PoolBoard(services.pools, services.clusters, services.bus, viewer).assign_button.disabled
+        pane = InferencePane(services.inference, services.clusters, services.bus, operator, pools=services.pools)
+        pn.panel(pane).get_root()  # renders alone, as in a notebook
+        board = pane.pool_board
+        assert board is not None
+        wait_until(lambda: board.state.reload() or len(board.table.value) == 2, 60, "the board's two pod rows")
+        assert set(board.table.value["service"]) == {"chat"} and set(board.table.value["pool"]) == {"warm"}
+        board.state.service = "chat"
+        board._on_selection(type("E", (), {"new": [0]})())
+        (_, pod), = board.state.selected
+        asyncio.run(board._test(None))
+        assert board.state.message.startswith("HTTP 200") and " from " in board.state.message, board.state.message
+
+        def settle(what: str) -> None:
+            op_id = board.state.message.rsplit("(", 1)[-1].rstrip(")")
+            assert services.engine.run_until_idle(op_id).status == "succeeded", f"the board's {what}"
+            wait_until(lambda: board.state.reload() or pod in set(board.table.value.query(
+                "service == '(unassigned)'" if what == "release" else "service == 'chat'")["pod"]), 60, what)
+
+        asyncio.run(board._release(None))
+        assert board.state.message.startswith(f"release warm: {pod}"), board.state.message
+        settle("release")
+        asyncio.run(board._assign(None))
+        assert board.state.message.startswith(f"assign warm: {pod}"), board.state.message
+        settle("assign")
 
 
 def test_an_agent_reads_and_tests_the_pool_and_its_delete_takes_the_services(world: JobWorld) -> None:
