@@ -95,8 +95,9 @@ def test_reassignment_moves_traffic_without_restarts_and_scale_in_keeps_held_pod
         "status"] == "succeeded"
     assert answered_by(world, "chat") == {first}
     assert finished(world, world.live.post(f"{BASE}/warm/release", {"service": "chat"}))["status"] == "succeeded"
-    assert finished(world, world.live.post(f"{BASE}/warm/assign", {"service": "chat", "pods": others}))[
-        "status"] == "succeeded"
+    keyed = world.live.post(f"{BASE}/warm/assign", {"service": "chat", "pods": others},
+                            headers={"Idempotency-Key": "reassign-chat"})
+    assert finished(world, keyed)["status"] == "succeeded"
     assert answered_by(world, "chat", times=12) == set(others)
     after = pods(world)
     assert sorted(after) == sorted(before), "the ReplicaSet made a replacement for a relabelled pod"
@@ -113,6 +114,12 @@ def test_reassignment_moves_traffic_without_restarts_and_scale_in_keeps_held_pod
     assert refused.status_code == 409 and "chat: 2" in refused.text, refused.text
     busy = world.live.post(f"{BASE}/warm/assign", {"service": "code", "pods": [others[0]]})
     assert busy.status_code == 409 and "held by the service chat" in busy.text, busy.text
+    again = world.live.post(f"{BASE}/warm/assign", {"service": "chat", "pods": others},
+                            headers={"Idempotency-Key": "reassign-chat"})
+    assert again.status_code == 202 and again.json()["operation"]["id"] == keyed.json()["operation"]["id"]
+    taken = world.live.post(f"/api/v1/clusters/{CLUSTER}/inference/deployments", {"name": "warm", "command": VLLM,
+                                                                                   "gpus": 1})
+    assert taken.status_code == 409 and "model pool 'warm'" in taken.text, taken.text
     ledger.assert_no_writes(since=mark, service="kubernetes")
     assert world.live.get("/api/v1/operations?kind=inference.pool.scale").json() == []
 

@@ -136,6 +136,10 @@ class Pools:
                                           instance_type=request.instance_type, image=request.image,
                                           model_size_gb=request.model_size_gb)
         plan, serve, warnings = self.inference._plan(principal, cluster, as_deployment, token)
+        for other in self.inference._items(cluster, "deployments"):  # a deployment of ours there is not a pool
+            if _meta(other).get("name") == request.name and _meta(other).get("namespace") == request.namespace:
+                raise Conflict(f"an inference deployment {request.namespace}/{request.name} exists: choose another "
+                               "name for the pool", details={"namespace": request.namespace})
         dep = copy.deepcopy(plan.manifests[0])
         dep["metadata"]["labels"] = {**dep["metadata"]["labels"], POOL_LABEL: request.name}
         template = dep["spec"]["template"]["metadata"]
@@ -178,11 +182,22 @@ class Pools:
 
     # ----- scale, assign, release, delete --------------------------------------------------------------------
 
+    def _replayed(self, kind: str, principal: Principal, cluster: str, name: str,
+                  idempotency_key: str | None) -> OperationView | None:
+        """The operation an Idempotency-Key already made, answered before the prechecks (which its own success
+        would now fail: the pods it claimed are held)."""
+        def same(stored: dict[str, Any]) -> bool:
+            return stored.get("cluster") == cluster and name in (stored.get("name"), stored.get("pool"))
+        return self._engine.replayed(kind, principal, idempotency_key, same)
+
     @verb(Role.OPERATOR)
     def scale_pool(self, principal: Principal, cluster: str, name: str, request: PoolScale,
                    idempotency_key: str | None = None) -> tuple[OperationView, bool]:
         """Scale the pool's Deployment (``inference.pool.scale``: scale → rollout). 409 naming the services and
         their pods when services hold more pods than ``replicas``."""
+        replay = self._replayed(SCALE_KIND, principal, cluster, name, idempotency_key)
+        if replay is not None:
+            return replay, False
         dep = self._find(cluster, name)
         held: dict[str, list[str]] = {}
         for pod in self._pods(cluster, dep):
@@ -205,6 +220,9 @@ class Pools:
         """Give pool pods to a model service (``inference.pool.assign``): its Service is applied, the pods are
         relabelled. 409 when fewer Ready unassigned pods are there than asked, when a named pod is held or not
         Ready, or when the service's name belongs to a Service that is not this pool's."""
+        replay = self._replayed(ASSIGN_KIND, principal, cluster, name, idempotency_key)
+        if replay is not None:
+            return replay, False
         dep = self._find(cluster, name)
         meta = _meta(dep)
         namespace = str(meta.get("namespace"))
@@ -217,6 +235,8 @@ class Pools:
                 if pod not in by_name:
                     raise NotFound(f"{pod} is not a pod of the pool {name}; inference_pool_get lists them")
                 holder = held_by(dict(_labels(by_name[pod])))
+                if holder == request.service:
+                    raise Conflict(f"{pod} already serves {holder}", details={"pod": pod, "service": holder})
                 if holder is not None:
                     raise Conflict(f"{pod} is held by the service {holder}: release it first",
                                    details={"pod": pod, "service": holder})
@@ -255,6 +275,9 @@ class Pools:
                 idempotency_key: str | None = None) -> tuple[OperationView, bool]:
         """Give a service's pods back (``inference.pool.release``); releasing all of them deletes its Service.
         404 when the service holds no pod of the pool; 409 when a named pod is not the service's."""
+        replay = self._replayed(RELEASE_KIND, principal, cluster, name, idempotency_key)
+        if replay is not None:
+            return replay, False
         dep = self._find(cluster, name)
         meta = _meta(dep)
         held = [str(_meta(p).get("name")) for p in self._pods(cluster, dep)
@@ -276,10 +299,8 @@ class Pools:
                     idempotency_key: str | None = None) -> tuple[OperationView, bool]:
         """Delete the pool (``inference.pool.delete``): its Deployment (the uid seen now), pods, token Secrets
         and, by owner reference, its services' Services."""
-        def same(stored: dict[str, Any]) -> bool:
-            return stored.get("cluster") == cluster and stored.get("name") == name
-        replay = self._engine.replayed(DELETE_KIND, principal, idempotency_key, same)
-        if replay is not None:
+        replay = self._replayed(DELETE_KIND, principal, cluster, name, idempotency_key)
+        if replay is not None:  # before the lookup: after the delete the pool is gone, the answer is not
             return replay, False
         meta = _meta(self._find(cluster, name))
         ref = DeploymentRef(cluster=cluster, name=name, namespace=str(meta.get("namespace")),
