@@ -50,7 +50,6 @@ from services.inference.pool_stages import BUSINESS, ClaimStage, ScaleStage, hel
 from services.inference.stages import ApplyStage, DeleteStage, NamespaceStage, RolloutStage
 from services.operations import Engine, OperationKind, OperationView
 from services.secrets import SecretRef
-from services.training.downloads.manifest import ensure_namespace
 from services.verbs import verb
 
 __all__ = ["ASSIGN_KIND", "CREATE_KIND", "DELETE_KIND", "RELEASE_KIND", "SCALE_KIND", "Pools"]
@@ -170,15 +169,7 @@ class Pools:
         ref = tokens.new_ref(cluster, request.namespace, request.name) if token else None
         plan, _, _ = self._plan(principal, cluster, request, ref)
         self.inference._dry_run(plan)
-        if ref is not None:  # this request's own Secret: a refused request deletes only it
-            ensure_namespace(self.inference.kube, cluster, request.namespace)
-            tokens.create(self.inference.kube, ref, request.name, token)
-        try:
-            return self._engine.submit(CREATE_KIND, plan, principal, idempotency_key)
-        except BaseException:
-            if ref is not None:
-                tokens.delete(self.inference.kube, ref)
-            raise
+        return self.inference.submit_with_token(CREATE_KIND, plan, principal, idempotency_key, token)
 
     # ----- scale, assign, release, delete --------------------------------------------------------------------
 
