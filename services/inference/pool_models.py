@@ -4,17 +4,16 @@ reads."""
 
 from __future__ import annotations
 
-import re
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, StringConstraints, model_validator
 
 from services.inference.models import IMAGE_PATTERN, INFERENCE_NAMESPACE, NAME_PATTERN, NAMESPACE_PATTERN
 from services.models import RequestModel, ResponseModel
 
 #: the value of the ``business`` label on a pool pod no service holds
 UNASSIGNED = "unassigned"
-POD_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,251}[a-z0-9])?$"
+PodName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?$")]
 
 
 class PoolRequest(RequestModel):
@@ -56,17 +55,14 @@ class PoolAssign(RequestModel):
                          "Service's name in the pool's namespace); made on its first assignment")
     count: int | None = Field(None, ge=1, le=64, description="claim this many Ready unassigned pods (any); give "
                               "count or pods")
-    pods: list[str] | None = Field(None, min_length=1, max_length=64,
-                                   description="claim exactly these pods (names from inference_pool_get; each must "
-                                   "be Ready and unassigned); give count or pods")
+    pods: list[PodName] | None = Field(None, min_length=1, max_length=64,
+                                       description="claim exactly these pods (names from inference_pool_get; each "
+                                       "must be Ready and unassigned); give count or pods")
 
     @model_validator(mode="after")
     def _one(self) -> PoolAssign:
         if (self.count is None) == (self.pods is None):
             raise ValueError("give exactly one of count or pods")
-        for pod in self.pods or []:
-            if not _pod_name(pod):
-                raise ValueError(f"{pod!r} is not a pod name")
         return self
 
 
@@ -75,19 +71,8 @@ class PoolRelease(RequestModel):
     running warm. Releasing every pod of a service deletes its Kubernetes Service."""
 
     service: str = Field(..., pattern=NAME_PATTERN, description="the model service whose pods go back")
-    pods: list[str] | None = Field(None, min_length=1, max_length=64,
-                                   description="only these pods (default: every pod the service holds)")
-
-    @model_validator(mode="after")
-    def _names(self) -> PoolRelease:
-        for pod in self.pods or []:
-            if not _pod_name(pod):
-                raise ValueError(f"{pod!r} is not a pod name")
-        return self
-
-
-def _pod_name(text: str) -> bool:
-    return re.fullmatch(POD_NAME_PATTERN, text) is not None
+    pods: list[PodName] | None = Field(None, min_length=1, max_length=64,
+                                       description="only these pods (default: every pod the service holds)")
 
 
 class PoolClaim(RequestModel):
