@@ -77,8 +77,6 @@ def _ready(pod: Mapping[str, Any]) -> bool:
 class Pools:
     """Verbs of model pools (built once by the composition root, over the inference noun)."""
 
-    noun = "inference"
-
     def __init__(self, inference: Inference, engine: Engine) -> None:
         self.inference = inference
         self.audit = inference.audit
