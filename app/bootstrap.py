@@ -21,6 +21,7 @@ from services.features import Features
 from services.groups import InstanceGroups
 from services.inference import Inference
 from services.inference.pool import Pools
+from services.inference.scaling import InferenceScaling
 from services.informers import Informers
 from services.kube import KubeClients
 from services.limits import Slots
@@ -73,6 +74,7 @@ class Services:
     downloads: Downloads
     inference: Inference
     pools: Pools
+    inference_scaling: InferenceScaling
     mlflow: MlflowTracking
     training_metrics: TrainingMetrics
     metrics_live: MetricsLive
@@ -149,8 +151,11 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     downloads = Downloads(registry, kube, engine, audit)
     inference = Inference(registry, informers, kube, engine, audit)
     pools = Pools(inference, engine)
+    inference_scaling = InferenceScaling(inference, registry, aws, kube, engine, audit)
     for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds(), *jobs.kinds(), *downloads.kinds(),
                  *inference.kinds(), *pools.kinds(), *mlflow.kinds()]:
+        engine.register(kind)
+    for kind in inference_scaling.kinds():
         engine.register(kind)
     tokens = TokenStore(db, clock)
     return Services(
@@ -166,6 +171,6 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         timeline=ClusterTimeline(registry, aws, clusters.cache, informers),
         features=features,
         nodes=nodes, groups=groups, recipes=recipes, jobs=jobs, logs=logs, downloads=downloads, inference=inference,
-        pools=pools, mlflow=mlflow,
+        pools=pools, mlflow=mlflow, inference_scaling=inference_scaling,
         training_metrics=training_metrics, metrics_live=MetricsLive(mlflow_reader, bus),
     )

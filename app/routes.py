@@ -24,6 +24,7 @@ from app.api import (
     groups,
     inference,
     inference_pool,
+    inference_scaling,
     jobs,
     logs,
     metrics,
@@ -55,7 +56,7 @@ class ErrorEnvelope(BaseModel):
 ROUTES: list[Route] = [*system.ROUTES, *operations.ROUTES, *audit.ROUTES, *tokens.ROUTES, *backups.ROUTES,
                        *clusters.ROUTES, *events.ROUTES, *groups.ROUTES, *features.ROUTES, *nodes.ROUTES,
                        *recipes.ROUTES, *jobs.ROUTES, *logs.ROUTES, *downloads.ROUTES, *inference.ROUTES,
-                       *inference_pool.ROUTES, *mlflow.ROUTES,
+                       *inference_pool.ROUTES, *mlflow.ROUTES, *inference_scaling.ROUTES,
                        *metrics.ROUTES]
 
 PAGES: list[Page] = [*operations.PAGES, *clusters.PAGES, *groups.PAGES, *nodes.PAGES, *jobs.PAGES, *features.PAGES,

@@ -21,6 +21,7 @@ import yaml
 from pydantic import SecretStr, ValidationError
 
 from panels.inference_pool import PoolBoard
+from panels.inference_scaling import ScalingPanel
 from panels.live import LiveRefresh
 from panels.scoped import ClusterScoped
 from panels.tables import ReadOnlyTable
@@ -38,6 +39,7 @@ from services.inference.models import (
     ServiceSpec,
 )
 from services.inference.pool import Pools
+from services.inference.scaling import InferenceScaling
 
 COLUMNS = ["name", "namespace", "engine", "model", "phase", "replicas", "gpus", "service", "message"]
 KINDS = {DEPLOY_KIND, UPDATE_KIND, DELETE_KIND}
@@ -127,7 +129,8 @@ class InferenceState(ClusterScoped):
 
 class InferencePane(pn.viewable.Viewer):
     def __init__(self, inference: Inference, clusters: Clusters, bus: EventBus, principal: Principal,
-                 current_principal: Callable[[], Principal] | None = None, pools: Pools | None = None,
+                 current_principal: Callable[[], Principal] | None = None, scaling: InferenceScaling | None = None,
+                 pools: Pools | None = None,
                  **params: Any) -> None:
         super().__init__(**params)
         self.state = InferenceState(inference, clusters, principal, current_principal)
@@ -145,6 +148,8 @@ class InferencePane(pn.viewable.Viewer):
         # the token lives only in this widget until it is sent; it is cleared right after
         self.token = pn.widgets.PasswordInput(label="Hugging Face token (gated models)", placeholder="hf_…")
         operator = principal.allows(Role.OPERATOR)
+        self.scaling = ScalingPanel(scaling, lambda: (self.state.current(), self.state.cluster, self.state.selected),
+                                    operator) if scaling is not None else None
         self.preview_button = pn.widgets.Button(label="Preview", disabled=not operator,
                                                 css_classes=["inference-preview"], loading=s.busy)
         self.deploy_button = pn.widgets.Button(label="Deploy", color="primary", disabled=not operator,
@@ -187,6 +192,8 @@ class InferencePane(pn.viewable.Viewer):
     def _on_operation(self, events: list[Event]) -> None:
         if any(e.data.get("kind") in KINDS for e in events):
             self._refresh()
+        if self.scaling is not None:
+            self.scaling.changed({str(e.data.get("kind")) for e in events})
 
     def _refresh(self) -> None:
         if not self._ops.spawn(self.state.refresh):
@@ -242,6 +249,7 @@ class InferencePane(pn.viewable.Viewer):
             pn.pane.Markdown("### Test console"),
             pn.Row(self.prompt, self.test_button),
             pn.pane.Markdown(self.state.param.answer, css_classes=["inference-answer"]),
+            *([self.scaling] if self.scaling is not None else []),
             *([self.pool_board] if self.pool_board is not None else []),
             sizing_mode="stretch_width",
         )

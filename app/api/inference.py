@@ -120,7 +120,7 @@ def _page(services: Services, principal: Principal) -> Any:
 
     return InferencePane(inference=services.inference, clusters=services.clusters, bus=services.bus,
                          principal=principal, current_principal=current_principal(services, principal),
-                         pools=services.pools)
+                         scaling=services.inference_scaling, pools=services.pools)
 
 
 PAGES: list[Page] = [Page("inference", "Inference", role_of(Inference.list_deployments), _page)]

@@ -16,11 +16,12 @@ or ``ScaledObjectCheckFailed``), ``Active`` (``ScalerActive`` / ``ScalerNotActiv
 ``desiredReplicas``, ``currentMetrics`` and conditions.
 
 The query subset: ``[sum|avg|max|min] ( [rate|increase] ( METRIC[{label="value",...}][[WINDOW]] ) )``: a metric
-name with optional equality matchers, over the series of every pod of the target, optionally the per-second
-rate (or increase) since the previous poll, aggregated (``sum`` when no aggregation is named). Anything else
-makes the ScaledObject ``Ready=False``. Not modelled: other trigger types, ``Value``/``Utilization`` metric
-types, cooldown and HPA stabilization windows (a poll scales at once), ``fallback``, ``advanced`` HPA settings,
-pausing annotations, ScaledJobs.
+name with optional equality matchers, over the series of every pod of the target (each with the target labels
+Prometheus adds under the product's scrape config: the pod's labels, sanitized, plus ``namespace`` and
+``pod``), optionally the per-second rate (or increase) since the previous poll, aggregated (``sum`` when no
+aggregation is named). Anything else makes the ScaledObject ``Ready=False``. Not modelled: other trigger types,
+``Value``/``Utilization`` metric types, cooldown and HPA stabilization windows (a poll scales at once),
+``fallback``, ``advanced`` HPA settings, pausing annotations, ScaledJobs.
 """
 
 from __future__ import annotations
@@ -84,13 +85,23 @@ def parse_query(text: str) -> Query:
     return Query(agg or "sum", fn, found.group("metric"), tuple(labels))
 
 
-def _series(text: str, query: Query) -> list[float]:
+def target_labels(pod: Obj) -> dict[str, str]:
+    """The labels Prometheus adds to a pod's series under the product's scrape config (kubernetes_sd pods, every
+    pod label mapped with its name sanitized as the ``__meta_kubernetes_pod_label_*`` ones are, plus ``namespace``
+    and ``pod``)."""
+    meta = pod["metadata"]
+    mapped = {re.sub(r"[^A-Za-z0-9_]", "_", k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    return {**mapped, "namespace": str(meta.get("namespace", "")), "pod": str(meta.get("name", ""))}
+
+
+def _series(text: str, query: Query, target: dict[str, str] | None = None) -> list[float]:
     values = []
     for line in text.splitlines():
         sample = _SAMPLE.match(line)
         if sample is None or sample.group(1) != query.metric:
             continue
-        labels = dict(re.findall(r'([A-Za-z_][A-Za-z0-9_]*)="([^"]*)"', sample.group(2) or ""))
+        labels = {**(target or {}),
+                  **dict(re.findall(r'([A-Za-z_][A-Za-z0-9_]*)="([^"]*)"', sample.group(2) or ""))}
         if all(labels.get(k) == v for k, v in query.labels):
             with contextlib.suppress(ValueError):
                 values.append(float(sample.group(3)))
@@ -300,7 +311,7 @@ class _Poller:
             if text is None:
                 continue
             answered = True
-            per_pod.extend(_series(text, query))
+            per_pod.extend(_series(text, query, target_labels(pod)))
         if not answered:
             return None
         if query.function:

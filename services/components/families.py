@@ -102,6 +102,16 @@ LOAD_BALANCER_CONTROLLER = Manifests("aws-load-balancer-controller", "v2.13.2",
                                            "elbv2.k8s.aws_ingressclassparams.yaml"),
                                      resource_type="Kubernetes Deployment + CRDs + webhooks", identity=LBC_ROLE)
 
+#: KEDA v2.17.1 (why this version: deploy/components.md) and the Prometheus its triggers query: installed by the
+#: first autoscaling of a self-managed inference deployment (services/inference/scaling.py), never at create
+KEDA = Manifests("keda", "v2.17.1", files=("keda.yaml",),
+                 crds=("keda.sh_scaledobjects.yaml", "keda.sh_triggerauthentications.yaml"),
+                 resource_type="Kubernetes Deployments + CRDs")
+PROMETHEUS = Manifests("prometheus", "v3.5.0", files=("prometheus.yaml",),
+                       resource_type="Kubernetes Deployment + ConfigMap + Service")
+#: what self-managed inference autoscaling installs on first use
+ON_USE: tuple[Manifests, ...] = (KEDA, PROMETHEUS)
+
 #: the plugins through which nodes advertise their devices (nvidia.com/gpu, aws.amazon.com/neuron*,
 #: vpc.amazonaws.com/efa)
 DEVICE_PLUGINS: tuple[Manifests, ...] = (NVIDIA_PLUGIN, EFA_PLUGIN, NEURON_PLUGIN)
@@ -113,7 +123,7 @@ OPTIONAL: tuple[Component, ...] = (HYPERPOD_TRAINING_OPERATOR, HYPERPOD_INFERENC
 COMPONENTS: tuple[Component, ...] = (
     VPC_CNI, KUBE_PROXY, COREDNS, POD_IDENTITY_AGENT, CERT_MANAGER, METRICS_SERVER, S3_CSI, FSX_CSI,
     HYPERPOD_RBAC, HEALTH_AGENT, NVIDIA_PLUGIN, EFA_PLUGIN, NEURON_PLUGIN, TRAINING_OPERATOR, KUBERAY,
-    LOAD_BALANCER_CONTROLLER, *OPTIONAL,
+    LOAD_BALANCER_CONTROLLER, *ON_USE, *OPTIONAL,
 )
 
 
@@ -131,7 +141,7 @@ def components_for(plan: ClusterCreatePlan) -> list[Component]:
     plugin on NVIDIA GPUs, the Neuron plugin on Trainium/Inferentia, the EFA plugin where the type has EFA, the
     health-monitoring agent on accelerated types; the :data:`OPTIONAL` ones never (they are features)."""
     wanted = {
-        **{c.name: False for c in OPTIONAL},
+        **{c.name: False for c in (*OPTIONAL, *ON_USE)},
         FSX_CSI.name: plan.fsx is not None,
         NVIDIA_PLUGIN.name: _nvidia(plan),
         NEURON_PLUGIN.name: _neuron(plan),

@@ -27,7 +27,7 @@ from services.clusters.pipeline import cluster_target
 from services.clusters.registry import ClusterRegistry
 from services.clusters.storage_stage import APPLY
 from services.errors import Conflict, Invalid, NotFound, Transient
-from services.inference import checks, egress, manifest, testcall, tokens
+from services.inference import checks, egress, manifest, scaledobject, testcall, tokens
 from services.inference.command import IMAGES, ServeCommand, parse
 from services.inference.models import (
     DeploymentList,
@@ -282,6 +282,10 @@ class Inference:
         namespace = str(meta.get("namespace"))
         svc = self._service(cluster, namespace, name) or {}
         exposure = Exposure.EXTERNAL if (svc.get("spec") or {}).get("type") == "LoadBalancer" else Exposure.CLUSTER
+        if update.replicas is not None and scaledobject.read(self.kube.api_client(cluster), namespace, name):
+            raise Conflict(f"{name} is autoscaled by KEDA, which owns its replica count: change min_replicas / "
+                           "max_replicas with inference_scaling_set, or inference_scaling_remove first",
+                           details={"autoscaled": True})
         if update.command is None and update.image is None and update.replicas is not None:
             return self._engine.submit(UPDATE_KIND, self._scale_plan(principal, cluster, meta, exposure,
                                                                      update.replicas), principal, idempotency_key)

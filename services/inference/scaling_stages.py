@@ -1,0 +1,173 @@
+"""The operations of inference autoscaling: ``inference.scaling.set`` (components → scaled_object → ready) and
+``inference.scaling.remove`` (delete).
+
+``components`` reconciles the registry's KEDA and Prometheus (``services/components/families.py`` ``ON_USE``) on
+the cluster: it observes both and applies only what is missing or changed (so a second set finds them and writes
+nothing), then waits until KEDA's CRDs are established. ``scaled_object`` applies the ScaledObject server-side
+unless the live one carries the same digest. ``ready`` waits for KEDA's ``Ready`` condition and fails with
+KEDA's reason when it refused the object. ``delete`` removes the ScaledObject it was asked about (its uid); KEDA's
+HPA goes with it (owner reference) and the Deployment keeps the replicas it had.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client as k8s
+
+from services.aws import AwsClients
+from services.clusters.create_base import FIELD_MANAGER, cluster_tags
+from services.components import Target
+from services.components.families import ON_USE
+from services.errors import NotFound, Permanent
+from services.inference import scaledobject
+from services.inference.scaling_models import ScalingPlan, ScalingRef
+from services.kube import KubeClients
+from services.stages import Done, Observed, Stage, StageContext, Wait
+
+POLL = 2.0
+
+
+@dataclass(frozen=True)
+class ScalingDeps:
+    aws: AwsClients
+    kube: KubeClients
+
+    def target(self, plan: ScalingPlan) -> Target:
+        return Target(cluster=plan.cluster, eks_cluster=plan.eks_cluster, region=plan.region, account=plan.account,
+                      tags=cluster_tags(plan.cluster), aws=self.aws, kube=self.kube.api_client(plan.cluster))
+
+
+class ComponentsStage(Stage[ScalingPlan]):
+    """KEDA and Prometheus installed (once) and KEDA's CRDs established."""
+
+    name = "components"
+    expected_seconds = 60.0
+    deadline = 1800.0
+
+    def __init__(self, deps: ScalingDeps) -> None:
+        self.deps = deps
+
+    def _missing(self, ctx: StageContext[ScalingPlan]) -> dict[str, list[str]]:
+        target = self.deps.target(ctx.request)
+        return {c.name: c.observe(target).missing for c in ON_USE}
+
+    def observe(self, ctx: StageContext[ScalingPlan]) -> Observed:
+        if ctx.data.get("applied") is not None:
+            return Observed.IN_PROGRESS
+        return Observed.ABSENT if any(self._missing(ctx).values()) else Observed.IN_PROGRESS
+
+    def act(self, ctx: StageContext[ScalingPlan]) -> None:
+        target = self.deps.target(ctx.request)
+        applied: list[str] = []
+        for component in ON_USE:
+            observed = component.observe(target)
+            if observed.missing:
+                component.apply(target, observed)
+                applied.append(component.name)
+        ctx.data["applied"] = applied
+
+    def poll(self, ctx: StageContext[ScalingPlan]) -> Done | Wait:
+        target = self.deps.target(ctx.request)
+        waiting = []
+        for component in ON_USE:
+            observed = component.observe(target)
+            if observed.missing or not observed.settled:
+                waiting.append(f"{component.name}: {observed.detail or ', '.join(observed.missing)}")
+        if waiting:
+            return Wait(POLL, "waiting for " + "; ".join(waiting))
+        made = ctx.data.get("applied") or []
+        return Done(f"installed {', '.join(made)}" if made else "KEDA and Prometheus already installed")
+
+    def result(self, ctx: StageContext[ScalingPlan]) -> dict[str, Any]:
+        return {"installed": ctx.data.get("applied") or []}
+
+
+class ScaledObjectStage(Stage[ScalingPlan]):
+    """Server-side apply of the ScaledObject, unless the live one is the same."""
+
+    name = "scaled_object"
+    expected_seconds = 2.0
+
+    def __init__(self, deps: ScalingDeps) -> None:
+        self.deps = deps
+
+    def observe(self, ctx: StageContext[ScalingPlan]) -> Observed:
+        plan = ctx.request
+        live = scaledobject.read(self.deps.kube.api_client(plan.cluster), plan.namespace, plan.name)
+        wanted = plan.scaled_object["metadata"]["annotations"][scaledobject.APPLIED]
+        same = live is not None and (live["metadata"].get("annotations") or {}).get(scaledobject.APPLIED) == wanted
+        return Observed.DONE if same else Observed.ABSENT
+
+    def act(self, ctx: StageContext[ScalingPlan]) -> None:
+        plan = ctx.request
+        k8s.CustomObjectsApi(self.deps.kube.api_client(plan.cluster)).patch_namespaced_custom_object(
+            scaledobject.GROUP, scaledobject.VERSION, plan.namespace, scaledobject.PLURAL, plan.name,
+            plan.scaled_object, field_manager=FIELD_MANAGER, force=True, _content_type="application/apply-patch+yaml")
+
+    def result(self, ctx: StageContext[ScalingPlan]) -> dict[str, Any]:
+        return {"scaled_object": f"{ctx.request.namespace}/{ctx.request.name}"}
+
+
+class ReadyStage(Stage[ScalingPlan]):
+    """KEDA accepted the ScaledObject (``Ready=True``) and made its HPA."""
+
+    name = "ready"
+    expected_seconds = 5.0
+    deadline = 600.0
+
+    def __init__(self, deps: ScalingDeps) -> None:
+        self.deps = deps
+
+    def observe(self, ctx: StageContext[ScalingPlan]) -> Observed:
+        return Observed.IN_PROGRESS
+
+    def poll(self, ctx: StageContext[ScalingPlan]) -> Done | Wait:
+        plan = ctx.request
+        live = scaledobject.read(self.deps.kube.api_client(plan.cluster), plan.namespace, plan.name)
+        if live is None:
+            raise Permanent(f"the ScaledObject {plan.namespace}/{plan.name} was deleted before KEDA accepted it")
+        ready = scaledobject.condition(live, "Ready")
+        if ready is not None and ready.get("status") == "True":
+            return Done(f"{plan.name}: KEDA scales it with HPA {(live.get('status') or {}).get('hpaName')}")
+        if ready is not None and ready.get("status") == "False":
+            raise Permanent(f"KEDA refused the ScaledObject {plan.name}: {ready.get('reason')}: "
+                            f"{ready.get('message')}")
+        return Wait(POLL, f"waiting for KEDA to accept the ScaledObject {plan.name}")
+
+
+class RemoveStage(Stage[ScalingRef]):
+    """Delete the ScaledObject asked about (its uid) and wait until it is gone."""
+
+    name = "delete"
+    expected_seconds = 5.0
+
+    def __init__(self, deps: ScalingDeps) -> None:
+        self.deps = deps
+
+    def _live(self, ref: ScalingRef) -> dict[str, Any] | None:
+        live = scaledobject.read(self.deps.kube.api_client(ref.cluster), ref.namespace, ref.name)
+        return live if live is not None and live["metadata"].get("uid") == ref.uid else None
+
+    def observe(self, ctx: StageContext[ScalingRef]) -> Observed:
+        if ctx.data.get("deleted"):
+            return Observed.IN_PROGRESS
+        return Observed.DONE if self._live(ctx.request) is None else Observed.ABSENT
+
+    def act(self, ctx: StageContext[ScalingRef]) -> None:
+        ref = ctx.request
+        with contextlib.suppress(NotFound):
+            k8s.CustomObjectsApi(self.deps.kube.api_client(ref.cluster)).delete_namespaced_custom_object(
+                scaledobject.GROUP, scaledobject.VERSION, ref.namespace, scaledobject.PLURAL, ref.name,
+                body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=ref.uid)))
+        ctx.data["deleted"] = True
+
+    def poll(self, ctx: StageContext[ScalingRef]) -> Done | Wait:
+        if self._live(ctx.request) is None:
+            return Done(f"autoscaling of {ctx.request.name} removed")
+        return Wait(POLL, f"waiting for the ScaledObject {ctx.request.name} to go")
+
+    def result(self, ctx: StageContext[ScalingRef]) -> dict[str, Any]:
+        return {"removed": f"{ctx.request.namespace}/{ctx.request.name}"}

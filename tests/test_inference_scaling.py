@@ -1,0 +1,282 @@
+"""KEDA autoscaling of a self-managed vLLM deployment against a real server in sandbox mode (one seeded cluster of
+two one-GPU nodes, one deployment for the module): bad requests are refused before any operation or Kubernetes
+write, and so are an SGLang deployment without metrics and a set where someone else's KEDA runs; a preview
+renders both triggers with the engine's real metric names and a ScaledObject valid under the shipped KEDA CRD,
+installing nothing; through REST the first set installs KEDA and Prometheus from the component registry and a
+second identical set writes nothing, a manual replicas change is refused, traffic through the service proxy
+scales the deployment up (the sandbox's KEDA on the engines' request counter) and back down to the minimum once
+it stops, and a removal deletes the ScaledObject and its HPA; an agent follows ``skills/deploy-model.md``
+through a real MCP client to set a queue-depth trigger, read it and remove it; the pane's autoscaling section
+does the same; and the inference operator add-on with its bundled KEDA on is refused before any write."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import jsonschema
+import panel as pn
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from panels.inference import InferencePane
+from services.auth import Principal, Role
+from services.inference.scaledobject import render
+from services.inference.scaling_models import ScalingRequest
+from services.operations import OperationQuery
+from tests.jobs_support import CLUSTER, JobWorld, job_world
+from tests.ledger import CallLedger
+from tests.mcp_support import bridge, call, follow
+from tests.node_support import aws
+from tests.support import wait_until
+
+pytestmark = pytest.mark.slow
+BASE = f"/api/v1/clusters/{CLUSTER}/inference/deployments"
+NS = "hyperpod-ns-inference"
+ROOT = Path(__file__).resolve().parents[1]
+PLAYBOOK = ROOT / "skills" / "deploy-model.md"
+CRD = ROOT / "services" / "components" / "crds" / "keda.sh_scaledobjects.yaml"
+SCALING = f"{BASE}/chat/scaling"
+SELECTOR = '{namespace="hyperpod-ns-inference",instantstart_io_inference="chat"}'
+#: at the tests' clock (500x) a 600 s polling interval is about a second: several test calls per window, and a
+#: rate of one request per 1000 s per replica is crossed by any of them
+RATE = {"min_replicas": 1, "max_replicas": 2, "request_rate": 0.001, "polling_interval": 600}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobWorld]:
+    with job_world(tmp_path_factory.mktemp("scaling"), components=()) as made:
+        started = made.live.post(BASE, {"name": "chat", "command": "vllm serve Qwen/Qwen2.5-0.5B-Instruct "
+                                        "--served-model-name chat", "gpus": 1})
+        assert started.status_code == 202, started.text
+        assert made.finished(started.json()["operation"]["id"], timeout=180)["status"] == "succeeded"
+        yield made
+
+
+def put(world: JobWorld, path: str, body: dict[str, Any]) -> httpx2.Response:
+    return httpx2.put(world.live.url + path, json=body, headers=world.live.headers(), timeout=60)
+
+
+def replicas(world: JobWorld) -> int:
+    return int(k8s.AppsV1Api(world.api).read_namespaced_deployment("chat", NS).spec.replicas)
+
+
+def test_bad_requests_are_refused_before_any_operation_or_write(world: JobWorld) -> None:
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    no_trigger = put(world, SCALING, {"max_replicas": 2})
+    assert no_trigger.status_code == 422 and "request_rate" in no_trigger.text, no_trigger.text
+    upside_down = put(world, SCALING, {**RATE, "min_replicas": 3})
+    assert upside_down.status_code == 422 and "max_replicas" in upside_down.text, upside_down.text
+    unknown_field = put(world, SCALING, {**RATE, "max_replica": 2})
+    assert unknown_field.status_code == 422 and "max_replicas" in unknown_field.text, unknown_field.text
+    missing = put(world, f"{BASE}/nope/scaling", RATE)
+    assert missing.status_code == 404, missing.text
+    not_scaled = httpx2.delete(world.live.url + SCALING, headers=world.live.headers(), timeout=60)
+    assert not_scaled.status_code == 404 and "not autoscaled" in not_scaled.text, not_scaled.text
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    assert world.live.get("/api/v1/operations?kind=inference.scaling.set").json() == []
+
+
+def test_an_sglang_deployment_without_metrics_is_refused_before_any_write(world: JobWorld) -> None:
+    """A stopped SGLang deployment as a deploy without ``--enable-metrics`` leaves it (replicas 0: no engine)."""
+    labels = {"app.kubernetes.io/managed-by": "instantstart", "instantstart.io/inference": "quiet"}
+    command = ["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen2.5-0.5B-Instruct"]
+    k8s.AppsV1Api(world.api).create_namespaced_deployment(NS, {
+        "metadata": {"name": "quiet", "labels": {**labels, "instantstart.io/engine": "sglang"}},
+        "spec": {"replicas": 0, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels},
+                 "spec": {"containers": [{"name": "engine", "image": "lmsysorg/sglang:v0.5.4", "command": command}]}}}})
+    wait_until(lambda: "quiet" in {d["name"] for d in world.live.get(BASE).json()["deployments"]}, 60,
+               "the SGLang deployment listed")
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    refused = put(world, f"{BASE}/quiet/scaling", RATE)
+    assert refused.status_code == 409 and "--enable-metrics" in refused.text, refused.text
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    k8s.AppsV1Api(world.api).delete_namespaced_deployment("quiet", NS)
+
+
+def test_a_keda_someone_else_installed_is_refused_before_any_write(world: JobWorld) -> None:
+    apps, core = k8s.AppsV1Api(world.api), k8s.CoreV1Api(world.api)
+    core.create_namespace({"metadata": {"name": "keda"}})
+    labels = {"app": "keda-operator"}
+    apps.create_namespaced_deployment("keda", {"metadata": {"name": "keda-operator"}, "spec": {
+        "replicas": 0, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
+            "containers": [{"name": "keda-operator", "image": "ghcr.io/kedacore/keda:2.16.0"}]}}}})
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    refused = put(world, SCALING, RATE)
+    assert refused.status_code == 409 and "did not install" in refused.text, refused.text
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    apps.delete_namespaced_deployment("keda-operator", "keda")
+    wait_until(lambda: not apps.list_namespaced_deployment("keda").items, 60, "their keda-operator gone")
+
+
+def test_a_preview_renders_both_triggers_and_installs_nothing(world: JobWorld) -> None:
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    shown = world.live.post(f"{SCALING}/preview", {**RATE, "queue_depth": 4})
+    assert shown.status_code == 200, shown.text
+    preview = shown.json()
+    assert preview["install"] == ["keda", "prometheus"]
+    obj = preview["scaled_object"]
+    assert obj["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "chat"}
+    assert (obj["spec"]["minReplicaCount"], obj["spec"]["maxReplicaCount"]) == (1, 2)
+    assert [(t["name"], t["metadata"]["query"], t["metadata"]["threshold"]) for t in obj["spec"]["triggers"]] == [
+        ("request-rate", f"sum(rate(vllm:request_success_total{SELECTOR}[1m]))", "0.001"),
+        ("queue-depth", f"sum(vllm:num_requests_waiting{SELECTOR})", "4")]
+    assert {t["metadata"]["serverAddress"] for t in obj["spec"]["triggers"]} == {
+        "http://prometheus.instantstart-monitoring.svc.cluster.local:9090"}
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+
+
+def test_the_scaled_object_is_valid_under_the_shipped_crd() -> None:
+    crd = yaml.safe_load(CRD.read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for engine in ("vllm", "sglang"):
+        obj = render(name="chat", namespace=NS, engine=engine, deployment_uid="u-1",
+                     request=ScalingRequest(max_replicas=3, request_rate=2.5, queue_depth=8))
+        jsonschema.validate(obj, schema)
+    bad = render(name="chat", namespace=NS, engine="vllm", deployment_uid="u-1",
+                 request=ScalingRequest(max_replicas=3, queue_depth=8))
+    bad["spec"]["triggers"][0]["metadata"] = "threshold=8"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+    sglang = render(name="chat", namespace=NS, engine="sglang", deployment_uid="u-1",
+                    request=ScalingRequest(max_replicas=3, request_rate=1, queue_depth=8))
+    assert [t["metadata"]["query"] for t in sglang["spec"]["triggers"]] == [
+        f"sum(rate(sglang:num_requests_total{SELECTOR}[1m]))",
+        f"sum(sglang:num_queue_reqs{SELECTOR})"]
+
+
+def test_traffic_scales_up_and_back_down_once_it_stops(world: JobWorld) -> None:
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    started = put(world, SCALING, RATE)
+    assert started.status_code == 202, started.text
+    op = world.finished(started.json()["operation"]["id"], timeout=180)
+    assert op["status"] == "succeeded", op
+    assert [s["name"] for s in op["stages"]] == ["components", "scaled_object", "ready"]
+    assert world.stage(op["id"], "components")["result"]["installed"] == ["keda", "prometheus"]
+    crds = [e for e in ledger.writes(since=mark, service="kubernetes")
+            if e.get("resource") == "customresourcedefinitions.apiextensions.k8s.io"]
+    assert sorted(e["name"] for e in crds) == ["scaledobjects.keda.sh", "triggerauthentications.keda.sh"], crds
+    apps = k8s.AppsV1Api(world.api)
+    assert apps.read_namespaced_deployment("keda-operator", "keda").metadata.labels[
+        "app.kubernetes.io/managed-by"] == "instantstart"
+    config = k8s.CoreV1Api(world.api).read_namespaced_config_map("prometheus", "instantstart-monitoring")
+    assert "kubernetes_sd_configs" in config.data["prometheus.yml"]
+
+    again_mark = ledger.mark()
+    again = put(world, SCALING, RATE)
+    assert again.status_code == 202, again.text
+    assert again.json()["operation"]["id"] != started.json()["operation"]["id"]  # a new operation, not a join
+    assert world.finished(again.json()["operation"]["id"], timeout=180)["status"] == "succeeded"
+    components = world.stage(again.json()["operation"]["id"], "components")
+    assert components["result"]["installed"] == [] and "already installed" in components["message"], components
+    ledger.assert_no_writes(since=again_mark, service="kubernetes")  # KEDA, Prometheus, the ScaledObject: as wanted
+
+    manual = httpx2.patch(world.live.url + f"{BASE}/chat", json={"replicas": 2}, headers=world.live.headers(),
+                          timeout=60)
+    assert manual.status_code == 409 and "inference_scaling_set" in manual.text, manual.text
+
+    def scaled_up() -> bool:
+        answer = world.live.post(f"{BASE}/chat/test", {"prompt": "hello", "max_tokens": 4})
+        assert answer.status_code == 200, answer.text
+        return replicas(world) == 2
+    wait_until(scaled_up, 120, "KEDA to scale chat to 2 on its request rate")
+    view = world.live.get(SCALING).json()
+    assert view["enabled"] and view["ready"] is True and view["max_replicas"] == 2, view
+    assert view["triggers"][0]["kind"] == "request_rate"
+    assert {c["name"] for c in view["components"]} == {"keda", "prometheus"}
+    wait_until(lambda: replicas(world) == 1, 120, "KEDA to scale chat back to 1 once the traffic stopped")
+    wait_until(lambda: world.live.get(SCALING).json()["desired_replicas"] == 1, 60, "the HPA's desired replicas 1")
+
+    gone = httpx2.delete(world.live.url + SCALING, headers=world.live.headers(), timeout=60)
+    assert gone.status_code == 202, gone.text
+    assert world.finished(gone.json()["operation"]["id"], timeout=120)["status"] == "succeeded"
+    assert world.live.get(SCALING).json()["enabled"] is False
+    autoscaling = k8s.AutoscalingV2Api(world.api)
+    wait_until(lambda: not autoscaling.list_namespaced_horizontal_pod_autoscaler(NS).items, 60,
+               "KEDA's HPA deleted with its ScaledObject")
+    assert replicas(world) == 1
+
+
+def test_an_agent_sets_reads_and_removes_a_queue_depth_trigger(world: JobWorld) -> None:
+    operator = world.live.make_token("operator")
+    playbook = set(yaml.safe_load(PLAYBOOK.read_text().split("---")[1])["tools"])
+    used: list[str] = []
+    one = {"cluster": CLUSTER, "name": "chat"}
+    request = {**one, "min_replicas": 1, "max_replicas": 2, "queue_depth": 8}
+
+    async def agent() -> dict[str, Any]:
+        async with bridge(world.live.url, operator, "inference,clusters,operations,system") as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert tools["inference_scaling_get"].annotations and tools[
+                "inference_scaling_get"].annotations.read_only_hint
+            preview = await call(client, "inference_scaling_preview", request, used)
+            started = await call(client, "inference_scaling_set", request, used)
+            done = await follow(client, started["operation"]["id"], used, timeout=180)
+            view = await call(client, "inference_scaling_get", one, used)
+            removing = await call(client, "inference_scaling_remove", one, used)
+            removed = await follow(client, removing["operation"]["id"], used, timeout=180)
+            return {"preview": preview, "done": done, "view": view, "removed": removed}
+
+    seen = anyio.run(agent)
+    assert [t["name"] for t in seen["preview"]["scaled_object"]["spec"]["triggers"]] == ["queue-depth"]
+    assert seen["done"]["status"] == "succeeded", seen["done"]
+    assert [t["kind"] for t in seen["view"]["triggers"]] == ["queue_depth"]
+    assert seen["view"]["triggers"][0]["query"] == f"sum(vllm:num_requests_waiting{SELECTOR})"
+    assert seen["view"]["ready"] is True, seen["view"]
+    assert seen["removed"]["status"] == "succeeded"
+    assert set(used) <= playbook, f"tools outside the playbook: {set(used) - playbook}"
+
+
+def test_the_pane_sets_shows_and_removes_autoscaling(world: JobWorld, tmp_path: Path) -> None:
+    operator = Principal("pane-operator", Role.OPERATOR, "t-op", "api")
+    viewer = Principal("pane-viewer", Role.VIEWER, "t-view", "api")
+    with world.server.imported(tmp_path / "product", CLUSTER, operator) as services:
+        scaling = services.inference_scaling
+        watching = InferencePane(services.inference, services.clusters, services.bus, viewer, scaling=scaling)
+        assert watching.scaling is not None and watching.scaling.set_button.disabled
+        pane = InferencePane(services.inference, services.clusters, services.bus, operator, scaling=scaling)
+        pn.panel(pane).get_root()  # renders alone, as in a notebook
+        assert pane.scaling is not None
+        pane.scaling.show_button.clicks += 1
+        assert pane.scaling.state.status == "Select a deployment in the table first."
+        wait_until(lambda: pane.state.reload() or not pane.table.value.empty, 60, "the table to list chat")
+        pane._on_selection(type("E", (), {"new": [0]})())
+        panel = pane.scaling
+        panel.state.max_replicas, panel.state.queue_depth = 2, 6
+        panel.set_button.clicks += 1
+        assert panel.state.status.startswith("autoscaling chat"), panel.state.status
+        op = services.engine.list(OperationQuery(kind="inference.scaling.set", limit=1))[0]
+        wait_until(lambda: services.engine.run_until_idle(op.id).status == "succeeded", 120, "the pane's set")
+        panel.show_button.clicks += 1
+        assert "KEDA 1-2 replicas, Ready" in panel.state.status, panel.state.status
+        assert "sum(vllm:num_requests_waiting" in panel.state.status and "keda v2.17.1" in panel.state.status
+        panel.remove_button.clicks += 1
+        assert panel.state.status.startswith("removing the autoscaling of chat"), panel.state.status
+        gone = services.engine.list(OperationQuery(kind="inference.scaling.remove", limit=1))[0]
+        wait_until(lambda: services.engine.run_until_idle(gone.id).status == "succeeded", 60, "the pane's remove")
+        panel.show_button.clicks += 1
+        assert "not autoscaled" in panel.state.status, panel.state.status
+
+
+def test_the_inference_operators_bundled_keda_is_refused_before_any_write(world: JobWorld) -> None:
+    """Last in the module: the add-on it installs stays for the module's world."""
+    eks = aws(world.server, "eks")
+    eks.create_addon(clusterName=CLUSTER, addonName="cert-manager")
+    eks.create_addon(clusterName=CLUSTER, addonName="amazon-sagemaker-hyperpod-inference",
+                     addonVersion="v1.3.0-eksbuild.1", configurationValues=json.dumps({"keda": {"enabled": True}}))
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    refused = put(world, SCALING, RATE)
+    assert refused.status_code == 409 and "bundled KEDA" in refused.text, refused.text
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    assert world.live.get(SCALING).json()["enabled"] is False
