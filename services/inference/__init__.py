@@ -127,8 +127,9 @@ class Inference:
         return informer.items()
 
     def _ours(self, cluster: str) -> list[dict[str, Any]]:
-        return [d for d in self._items(cluster, "deployments")
-                if checks.ours(d, str((_meta(d).get("labels") or {}).get(manifest.INFERENCE_LABEL, "")))]
+        return [d for d in self._items(cluster, "deployments")  # model pools are pool.py's
+                if checks.ours(d, str((_meta(d).get("labels") or {}).get(manifest.INFERENCE_LABEL, "")))
+                and manifest.POOL_LABEL not in (_meta(d).get("labels") or {})]
 
     def _find(self, cluster: str, name: str) -> dict[str, Any]:
         self.registry.get(cluster)
@@ -240,11 +241,18 @@ class Inference:
         ref = tokens.new_ref(cluster, request.namespace, request.name) if token else None
         plan, _, _ = self._plan(principal, cluster, request, ref)
         self._dry_run(plan)
-        if ref is not None:  # this request's own Secret: a refused request deletes only it
-            ensure_namespace(self.kube, cluster, request.namespace)
-            tokens.create(self.kube, ref, request.name, token)
+        return self.submit_with_token(DEPLOY_KIND, plan, principal, idempotency_key, token)
+
+    def submit_with_token(self, kind: str, plan: DeploymentPlan, principal: Principal, idempotency_key: str | None,
+                          token: str) -> tuple[OperationView, bool]:
+        """Submit ``plan`` after making the request's own token Secret (``plan.token``): a refused submit deletes
+        only that Secret."""
+        ref = plan.token
+        if ref is not None:
+            ensure_namespace(self.kube, plan.cluster, plan.namespace)
+            tokens.create(self.kube, ref, plan.name, token)
         try:
-            return self._engine.submit(DEPLOY_KIND, plan, principal, idempotency_key)
+            return self._engine.submit(kind, plan, principal, idempotency_key)
         except BaseException:
             if ref is not None:
                 tokens.delete(self.kube, ref)
