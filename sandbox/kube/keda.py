@@ -13,7 +13,9 @@ scales the target through its scale subresource as KEDA and the HPA would: ``cei
 or ``ScaledObjectCheckFailed``), ``Active`` (``ScalerActive`` / ``ScalerNotActive``), ``Fallback``
 (``NoFallbackFound``), plus ``hpaName``, ``scaleTargetKind``, ``scaleTargetGVKR``, ``originalReplicaCount``,
 ``triggersTypes``, ``externalMetricNames``, ``lastActiveTime``; the HPA's ``currentReplicas``,
-``desiredReplicas``, ``currentMetrics`` and conditions.
+``desiredReplicas``, ``currentMetrics`` and conditions. The HPA reads KEDA's metrics through the aggregated
+external metrics API: while the APIService ``v1beta1.external.metrics.k8s.io`` is missing or not ``Available``
+(:mod:`.aggregator`), nothing scales and the HPA says ``ScalingActive=False`` (``FailedGetExternalMetric``).
 
 The query subset: ``[sum|avg|max|min] ( [rate|increase] ( METRIC[{label="value",...}][[WINDOW]] ) )``: a metric
 name with optional equality matchers, over the series of every pod of the target (each with the target labels
@@ -35,7 +37,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from . import backends, processes
+from . import aggregator, backends, processes
 from .backends import Request
 from .cluster import Cluster, WriteOptions
 from .errors import ApiError
@@ -51,6 +53,7 @@ KIND = "ScaledObject"
 HPA_KEY: Key = ("autoscaling", "horizontalpodautoscalers")
 MANAGER = "keda-operator"
 NAME_LABEL = "scaledobject.keda.sh/name"
+EXTERNAL_METRICS = "v1beta1.external.metrics.k8s.io"  # KEDA's metrics API server's APIService
 DEFAULT_POLL, DEFAULT_MIN, DEFAULT_MAX = 30.0, 0, 100
 _QUERY = re.compile(r"^\s*(?:(?P<agg>sum|avg|max|min)\s*\(\s*)?(?:(?P<fn>rate|increase)\s*\(\s*)?"
                     r"(?P<metric>[A-Za-z_:][A-Za-z0-9_:]*)\s*(?:\{(?P<labels>[^}]*)\})?\s*(?:\[\s*\d+[smh]\s*\])?"
@@ -281,6 +284,11 @@ class _Poller:
         rt, owner = found
         spec = so.get("spec") or {}
         namespace = so["metadata"]["namespace"]
+        registered, why = aggregator.available(cluster, EXTERNAL_METRICS)
+        if not registered:  # the HPA cannot read KEDA's metrics: nothing scales
+            self.hpa_failed(cluster, so, int((owner.get("spec") or {}).get("replicas") or 0), why)
+            _write(cluster, so, "", None)
+            return
         target = _target(spec)
         values = [self.evaluate(cluster, so, i, t, owner) for i, t in enumerate(spec.get("triggers") or [])]
         low, high = _bounds(spec)
@@ -345,6 +353,26 @@ class _Poller:
                            condition(hpa, "ScalingActive", "True", "ValidMetricFound",
                                      "the HPA was able to successfully calculate a replica count from external metric",
                                      now)]}, MANAGER)
+
+
+    def hpa_failed(self, cluster: Cluster, so: Obj, current: int, why: str) -> None:
+        """The HPA's status while the external metrics API is not registered or not available: the HPA
+        controller's FailedGetExternalMetric condition, the replicas left as they are."""
+        hpa = cluster.store.get(HPA_KEY, (so["metadata"]["namespace"], f"keda-hpa-{so['metadata']['name']}"))
+        if hpa is None:
+            return
+        now, namespace = cluster.now_iso(), so["metadata"]["namespace"]
+        metric = next((m["external"]["metric"]["name"] for m in hpa["spec"].get("metrics") or []), "s0-prometheus")
+        message = (f"the HPA was unable to compute the replica count: unable to get external metric {namespace}/"
+                   f"{metric}/&LabelSelector{{MatchLabels:map[string]string{{{NAME_LABEL}: "
+                   f"{so['metadata']['name']},}},MatchExpressions:[]LabelSelectorRequirement{{}},}}: unable to fetch "
+                   f"metrics from external metrics API: {why} (get {metric}.external.metrics.k8s.io)")
+        write_status(cluster, HPA_KEY, hpa, {
+            "currentReplicas": current, "desiredReplicas": current, "currentMetrics": [],
+            "conditions": [condition(hpa, "AbleToScale", "True", "SucceededGetScale",
+                                     "the HPA controller was able to get the target's current scale", now),
+                           condition(hpa, "ScalingActive", "False", "FailedGetExternalMetric", message, now)]},
+                     MANAGER)
 
 
 def _quantity(value: float) -> str:

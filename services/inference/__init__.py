@@ -122,7 +122,9 @@ class Inference:
         return [d for d in self._items(cluster, "deployments")
                 if checks.ours(d, str((_meta(d).get("labels") or {}).get(manifest.INFERENCE_LABEL, "")))]
 
-    def _find(self, cluster: str, name: str) -> dict[str, Any]:
+    def live_deployment(self, cluster: str, name: str) -> dict[str, Any]:
+        """The live Deployment of our inference deployment ``name`` (from the informer cache; NotFound when the
+        cluster has none of that name). A read for the noun's own verb modules (scaling), not a verb itself."""
         self.registry.get(cluster)
         for dep in self._ours(cluster):
             if _meta(dep).get("name") == name:
@@ -270,7 +272,7 @@ class Inference:
         replay = self._engine.replayed(UPDATE_KIND, principal, idempotency_key, same)
         if replay is not None:
             return replay, False
-        meta = _meta(self._find(cluster, name))
+        meta = _meta(self.live_deployment(cluster, name))
         namespace = str(meta.get("namespace"))
         svc = self._service(cluster, namespace, name) or {}
         exposure = Exposure.EXTERNAL if (svc.get("spec") or {}).get("type") == "LoadBalancer" else Exposure.CLUSTER
@@ -331,7 +333,7 @@ class Inference:
         replay = self._engine.replayed(DELETE_KIND, principal, idempotency_key, same)
         if replay is not None:  # before the lookup: after the delete the deployment is gone, the answer is not
             return replay, False
-        dep = self._find(cluster, name)
+        dep = self.live_deployment(cluster, name)
         meta = _meta(dep)
         ref = DeploymentRef(cluster=cluster, name=name, namespace=str(meta.get("namespace")), uid=str(meta.get("uid")),
                             requested_by=principal.name)
@@ -351,7 +353,7 @@ class Inference:
     @verb(Role.VIEWER)
     def describe_deployment(self, principal: Principal, cluster: str, name: str) -> DeploymentView:
         """One deployment: replicas ready/available/updated, its pods and nodes, its Service's address."""
-        dep = self._find(cluster, name)
+        dep = self.live_deployment(cluster, name)
         services = {(_meta(s).get("namespace"), _meta(s).get("name")): s for s in self._items(cluster, "services")}
         return self._view(cluster, dep, services, self._items(cluster, "pods"))
 
@@ -398,7 +400,7 @@ class Inference:
                         request: EndpointTest) -> EndpointTestResult:
         """One OpenAI-compatible request to a deployment of ours: through the Kubernetes API's service proxy, or
         at its load balancer (its name resolved once and checked by the SSRF guard)."""
-        dep = self._find(cluster, name)
+        dep = self.live_deployment(cluster, name)
         meta = _meta(dep)
         namespace = str(meta.get("namespace"))
         svc = self._service(cluster, namespace, name)
