@@ -166,6 +166,12 @@ def test_traffic_scales_up_and_back_down_once_it_stops(world: JobWorld) -> None:
     crds = [e for e in ledger.writes(since=mark, service="kubernetes")
             if e.get("resource") == "customresourcedefinitions.apiextensions.k8s.io"]
     assert sorted(e["name"] for e in crds) == ["scaledobjects.keda.sh", "triggerauthentications.keda.sh"], crds
+    registered = [e for e in ledger.writes(since=mark, service="kubernetes")
+                  if e.get("resource") == "apiservices.apiregistration.k8s.io"]
+    assert [e["name"] for e in registered] == ["v1beta1.external.metrics.k8s.io"], registered
+    api_service = k8s.ApiregistrationV1Api(world.api).read_api_service("v1beta1.external.metrics.k8s.io")
+    assert api_service.spec.service.name == "keda-operator-metrics-apiserver" and not api_service.spec.ca_bundle
+    assert [(c.type, c.status) for c in api_service.status.conditions] == [("Available", "True")]
     apps = k8s.AppsV1Api(world.api)
     assert apps.read_namespaced_deployment("keda-operator", "keda").metadata.labels[
         "app.kubernetes.io/managed-by"] == "instantstart"
@@ -180,6 +186,17 @@ def test_traffic_scales_up_and_back_down_once_it_stops(world: JobWorld) -> None:
     components = world.stage(again.json()["operation"]["id"], "components")
     assert components["result"]["installed"] == [] and "already installed" in components["message"], components
     ledger.assert_no_writes(since=again_mark, service="kubernetes")  # KEDA, Prometheus, the ScaledObject: as wanted
+
+    # new triggers: the set is done only once KEDA's HPA follows them (its Ready is the previous spec's until then)
+    changed = put(world, SCALING, {**RATE, "max_replicas": 3, "queue_depth": 4})
+    assert changed.status_code == 202, changed.text
+    assert world.finished(changed.json()["operation"]["id"], timeout=180)["status"] == "succeeded"
+    hpa = k8s.AutoscalingV2Api(world.api).read_namespaced_horizontal_pod_autoscaler("keda-hpa-chat", NS)
+    assert hpa.spec.max_replicas == 3
+    assert [(m.external.metric.name, m.external.target.average_value) for m in hpa.spec.metrics] == [
+        ("s0-prometheus", "1m"), ("s1-prometheus", "4")]
+    put_back = put(world, SCALING, RATE)
+    assert world.finished(put_back.json()["operation"]["id"], timeout=180)["status"] == "succeeded"
 
     manual = httpx2.patch(world.live.url + f"{BASE}/chat", json={"replicas": 2}, headers=world.live.headers(),
                           timeout=60)
@@ -242,6 +259,7 @@ def test_the_pane_sets_shows_and_removes_autoscaling(world: JobWorld, tmp_path: 
     viewer = Principal("pane-viewer", Role.VIEWER, "t-view", "api")
     with world.server.imported(tmp_path / "product", CLUSTER, operator) as services:
         scaling = services.inference_scaling
+        assert services.inference.live_deployment(CLUSTER, "chat")["metadata"]["name"] == "chat"
         watching = InferencePane(services.inference, services.clusters, services.bus, viewer, scaling=scaling)
         assert watching.scaling is not None and watching.scaling.set_button.disabled
         pane = InferencePane(services.inference, services.clusters, services.bus, operator, scaling=scaling)

@@ -43,12 +43,18 @@ def _check(cluster: Cluster, api: Obj) -> tuple[str, str, str]:
     return "True", "Passed", "all checks passed"
 
 
+def _available_condition(api: Obj) -> dict[str, Any]:
+    found: dict[str, Any] = next((c for c in (api.get("status") or {}).get("conditions") or []
+                                  if c.get("type") == "Available"), {})
+    return found
+
+
 def reconcile(cluster: Cluster, loc: Loc) -> None:
     api = cluster.store.get(KEY, loc)
     if api is None or api["metadata"].get("deletionTimestamp"):
         return
     status, reason, message = _check(cluster, api)
-    old = next((c for c in (api.get("status") or {}).get("conditions") or [] if c.get("type") == "Available"), {})
+    old = _available_condition(api)
     since = old.get("lastTransitionTime") if old.get("status") == status else None
     available: dict[str, Any] = {"type": "Available", "status": status, "reason": reason, "message": message,
                                  "lastTransitionTime": since or cluster.now_iso()}
@@ -70,7 +76,6 @@ def available(cluster: Cluster, name: str) -> tuple[bool, str]:
     api = cluster.store.get(KEY, ("", name))
     if api is None:
         return False, "the server could not find the requested resource"
-    cond = next((c for c in (api.get("status") or {}).get("conditions") or [] if c.get("type") == "Available"), {})
-    if cond.get("status") != "True":
+    if _available_condition(api).get("status") != "True":
         return False, "the server is currently unable to handle the request"
     return True, ""

@@ -1,21 +1,22 @@
 """KEDA's operator and its metrics adapter, for ``ScaledObject`` (``keda.sh/v1alpha1``) with ``prometheus``
 triggers, where KEDA's CRDs are installed.
 
-For a ScaledObject ``<name>`` it makes the HorizontalPodAutoscaler ``keda-hpa-<name>`` (owned by it; deleting
-the ScaledObject deletes it): the ScaledObject's target, ``minReplicas`` max(``minReplicaCount``, 1) (default
-0), ``maxReplicas`` ``maxReplicaCount`` (default 100), one ``External`` metric ``s<i>-prometheus`` per trigger
-with an ``AverageValue`` target of the trigger's ``threshold``. Every ``pollingInterval`` (default 30 s, on the
-cluster's clock) it evaluates each trigger's ``query`` against the ``/metrics`` the target's pods serve (the
-simulated engines' Prometheus counters; no Prometheus server is asked, ``serverAddress`` is not dialled) and
-scales the target through its scale subresource as KEDA and the HPA would: ``ceil(value / threshold)`` replicas
-(the largest over the triggers) within the bounds; 0 when ``minReplicaCount`` is 0 and no trigger is above its
-``activationThreshold`` (default 0). Status as KEDA writes it: conditions ``Ready`` (``ScaledObjectReady``,
-or ``ScaledObjectCheckFailed``), ``Active`` (``ScalerActive`` / ``ScalerNotActive``), ``Fallback``
-(``NoFallbackFound``), plus ``hpaName``, ``scaleTargetKind``, ``scaleTargetGVKR``, ``originalReplicaCount``,
-``triggersTypes``, ``externalMetricNames``, ``lastActiveTime``; the HPA's ``currentReplicas``,
-``desiredReplicas``, ``currentMetrics`` and conditions. The HPA reads KEDA's metrics through the aggregated
-external metrics API: while the APIService ``v1beta1.external.metrics.k8s.io`` is missing or not ``Available``
-(:mod:`.aggregator`), nothing scales and the HPA says ``ScalingActive=False`` (``FailedGetExternalMetric``).
+For a ScaledObject ``<name>`` it makes the HorizontalPodAutoscaler ``keda-hpa-<name>`` (owned by it; deleting the
+ScaledObject deletes it; changing it updates it): the ScaledObject's target, ``minReplicas``
+max(``minReplicaCount``, 1) (default 0), ``maxReplicas`` ``maxReplicaCount`` (default 100), one ``External`` metric
+``s<i>-prometheus`` per trigger with an ``AverageValue`` target of the trigger's ``threshold``. Every
+``pollingInterval`` (default 30 s, on the cluster's clock) it evaluates each trigger's ``query`` against the
+``/metrics`` the target's pods serve (the simulated engines' Prometheus counters; no Prometheus server is asked,
+``serverAddress`` is not dialled) and scales the target through its scale subresource as KEDA and the HPA would:
+``ceil(value / threshold)`` replicas (the largest over the triggers) within the bounds; 0 when ``minReplicaCount``
+is 0 and no trigger is above its ``activationThreshold`` (default 0). Status as KEDA writes it: conditions ``Ready``
+(``ScaledObjectReady``, or ``ScaledObjectCheckFailed``), ``Active`` (``ScalerActive`` / ``ScalerNotActive``),
+``Fallback`` (``NoFallbackFound``), plus ``hpaName``, ``scaleTargetKind``, ``scaleTargetGVKR``,
+``originalReplicaCount``, ``triggersTypes``, ``externalMetricNames``, ``lastActiveTime``; the HPA's
+``currentReplicas``, ``desiredReplicas``, ``currentMetrics`` and conditions. The HPA reads KEDA's metrics through
+the aggregated external metrics API: while the APIService ``v1beta1.external.metrics.k8s.io`` is missing or not
+``Available`` (:mod:`.aggregator`), nothing scales and the HPA says ``ScalingActive=False``
+(``FailedGetExternalMetric``).
 
 The query subset: ``[sum|avg|max|min] ( [rate|increase] ( METRIC[{label="value",...}][[WINDOW]] ) )``: a metric
 name with optional equality matchers, over the series of every pod of the target (each with the target labels
@@ -130,7 +131,8 @@ def hpa_body(so: Obj) -> Obj:
     low, high = _bounds(spec)
     metrics = [{"type": "External", "external": {
         "metric": {"name": f"s{i}-{t.get('type')}", "selector": {"matchLabels": {NAME_LABEL: name}}},
-        "target": {"type": "AverageValue", "averageValue": str((t.get("metadata") or {}).get("threshold", "1"))}}}
+        "target": {"type": "AverageValue",  # canonical, as the API server stores a quantity
+                   "averageValue": _quantity(float((t.get("metadata") or {}).get("threshold", "1")))}}}
         for i, t in enumerate(spec.get("triggers") or [])]
     return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
             "metadata": {"name": f"keda-hpa-{name}", "ownerReferences": [owner_ref(so)],
@@ -179,10 +181,22 @@ def reconcile(cluster: Cluster, loc: Loc) -> None:
     if so is None or so["metadata"].get("deletionTimestamp"):
         return  # its HPA goes with it (owner reference)
     problem = _problem(cluster, so)
-    if not problem and cluster.store.get(HPA_KEY, (loc[0], f"keda-hpa-{loc[1]}")) is None:
+    hpa = cluster.store.get(HPA_KEY, (loc[0], f"keda-hpa-{loc[1]}"))
+    if not problem and hpa is None:
         problem = create(cluster, HPA_KEY, loc[0], hpa_body(so), MANAGER) or ""
+    elif not problem and hpa is not None:
+        wanted = hpa_body(so)["spec"]
+        if any((hpa.get("spec") or {}).get(k) != v for k, v in wanted.items()):
+            _update_hpa(cluster, hpa, wanted)  # the ScaledObject changed: its HPA follows
     _write(cluster, so, problem, None)
     _Poller.ensure(cluster)  # polls also wait for a missing target to appear
+
+
+def _update_hpa(cluster: Cluster, hpa: Obj, spec: dict[str, Any]) -> None:
+    rt = next(rt for rt in cluster.resource_types() if rt.key == HPA_KEY)
+    meta = hpa["metadata"]
+    cluster.replace(rt, meta["namespace"], meta["name"], {**hpa, "spec": {**hpa["spec"], **spec}},
+                    WriteOptions(manager=MANAGER))
 
 
 def _write(cluster: Cluster, so: Obj, problem: str, active: bool | None) -> None:

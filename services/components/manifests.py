@@ -219,10 +219,10 @@ def _object_health(live: dict[str, Any]) -> tuple[bool, str]:
         ok = any(c.get("type") == "Established" and c.get("status") == "True" for c in status.get("conditions") or [])
         return ok, "" if ok else "not established yet"
     if kind == "APIService":
-        available = next((c for c in status.get("conditions") or [] if c.get("type") == "Available"), {})
-        ok = available.get("status") == "True"
-        return ok, "" if ok else f"not available yet ({available.get('reason') or 'not checked'}: " \
-                                 f"{available.get('message') or 'no status yet'})"
+        cond: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Available"), {})
+        ok = cond.get("status") == "True"
+        return ok, "" if ok else f"not available yet ({cond.get('reason') or 'not checked'}: " \
+                                 f"{cond.get('message') or 'no status yet'})"
     if kind == "DaemonSet":
         desired, ready = int(status.get("desiredNumberScheduled", 0)), int(status.get("numberReady", 0))
         return ready >= desired, f"{ready}/{desired} pods ready"
