@@ -29,7 +29,7 @@ from services.auth import Principal, Role
 from services.inference.scaledobject import render
 from services.inference.scaling_models import ScalingRequest
 from services.operations import OperationQuery
-from tests.jobs_support import CLUSTER, JobWorld, job_world
+from tests.jobs_support import CLUSTER, JobWorld, cli, job_world
 from tests.ledger import CallLedger
 from tests.mcp_support import bridge, call, follow
 from tests.node_support import aws
@@ -222,6 +222,24 @@ def test_traffic_scales_up_and_back_down_once_it_stops(world: JobWorld) -> None:
     wait_until(lambda: not autoscaling.list_namespaced_horizontal_pod_autoscaler(NS).items, 60,
                "KEDA's HPA deleted with its ScaledObject")
     assert replicas(world) == 1
+
+
+def test_the_cli_sets_gets_and_removes_autoscaling(world: JobWorld) -> None:
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    refused = cli(world, "inference", "scaling", "set", CLUSTER, "chat", "--max-replicas", "2")
+    assert refused.returncode != 0 and "422" in refused.stderr and "request_rate" in refused.stderr, refused.stderr
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    done = cli(world, "inference", "scaling", "set", CLUSTER, "chat", "--max-replicas", "2", "--queue-depth", "8",
+               "--wait")
+    assert done.returncode == 0 and "chat autoscaled" in done.stdout, done.stderr
+    shown = cli(world, "inference", "scaling", "get", CLUSTER, "chat")
+    assert "KEDA 1-2 replicas, Ready" in shown.stdout and "trigger queue_depth" in shown.stdout, shown.stdout
+    assert k8s.CustomObjectsApi(world.api).get_namespaced_custom_object(
+        "keda.sh", "v1alpha1", NS, "scaledobjects", "chat")["spec"]["triggers"][0]["metadata"]["threshold"] == "8"
+    removed = cli(world, "inference", "scaling", "remove", CLUSTER, "chat", "--wait", "--json")
+    assert removed.returncode == 0 and json.loads(removed.stdout)["status"] == "succeeded", removed.stderr
+    assert "not autoscaled" in cli(world, "inference", "scaling", "get", CLUSTER, "chat").stdout
 
 
 def test_an_agent_sets_reads_and_removes_a_queue_depth_trigger(world: JobWorld) -> None:
