@@ -26,7 +26,7 @@ from kubernetes import client as k8s
 
 from panels.inference import InferencePane
 from services.auth import Principal, Role
-from services.inference.scaledobject import render
+from services.inference.scaledobject import hpa_lag, render
 from services.inference.scaling_models import ScalingRequest
 from services.operations import OperationQuery
 from tests.jobs_support import CLUSTER, JobWorld, cli, job_world
@@ -152,6 +152,20 @@ def test_the_scaled_object_is_valid_under_the_shipped_crd() -> None:
     assert [t["metadata"]["query"] for t in sglang["spec"]["triggers"]] == [
         f"sum(rate(sglang:num_requests_total{SELECTOR}[1m]))",
         f"sum(sglang:num_queue_reqs{SELECTOR})"]
+
+
+def test_only_an_hpa_that_follows_the_new_spec_is_evidence_keda_processed_it() -> None:
+    def hpa(low: int, high: int, *targets: str) -> dict[str, Any]:
+        return {"spec": {"minReplicas": low, "maxReplicas": high, "metrics": [
+            {"type": "External", "external": {"metric": {"name": f"s{i}-prometheus"},
+                                              "target": {"type": "AverageValue", "averageValue": t}}}
+            for i, t in enumerate(targets)]}}
+    new = render(name="chat", namespace=NS, engine="vllm", deployment_uid="u-1",
+                 request=ScalingRequest(max_replicas=3, request_rate=0.5, queue_depth=8))
+    assert hpa_lag(new, hpa(1, 3, "500m", "8")) == ""  # the API server's canonical quantity of 0.5
+    assert "no HPA" in hpa_lag(new, None)
+    assert "1-2, not 1-3" in hpa_lag(new, hpa(1, 2, "500m", "8"))  # the previous bounds
+    assert "not s0-prometheus 0.5, s1-prometheus 8" in hpa_lag(new, hpa(1, 3, "500m"))  # the previous triggers
 
 
 def test_traffic_scales_up_and_back_down_once_it_stops(world: JobWorld) -> None:

@@ -38,8 +38,11 @@ def _check(cluster: Cluster, api: Obj) -> tuple[str, str, str]:
     ready = selector and any(labels_match(parsed, pod["metadata"].get("labels") or {}) and endpoint_ready(pod)
                              for _, pod in cluster.store.items(POD_KEY, namespace))
     if not ready:
+        port = int(service.get("port") or 443)
+        named = next((str(p.get("name") or "") for p in (svc.get("spec") or {}).get("ports") or []
+                      if int(p.get("port") or 0) == port), "")
         return "False", "MissingEndpoints", f'endpoints for service/{name} in "{namespace}" have no addresses ' \
-                                            'with port name "https"'
+                                            f'with port name "{named}"'
     return "True", "Passed", "all checks passed"
 
 

@@ -368,7 +368,6 @@ class _Poller:
                                      "the HPA was able to successfully calculate a replica count from external metric",
                                      now)]}, MANAGER)
 
-
     def hpa_failed(self, cluster: Cluster, so: Obj, current: int, why: str) -> None:
         """The HPA's status while the external metrics API is not registered or not available: the HPA
         controller's FailedGetExternalMetric condition, the replicas left as they are."""

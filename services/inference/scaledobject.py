@@ -119,4 +119,7 @@ def hpa_lag(obj: dict[str, Any], hpa: dict[str, Any] | None) -> str:
                 for m in spec.get("metrics") or [] if m.get("type") == "External"]
     except (KeyError, TypeError, ValueError):
         return "HPA metrics not KEDA's"
-    return "" if have == wanted else f"HPA metrics {have}, not {wanted}"
+    if have == wanted:
+        return ""
+    shown = (", ".join(f"{n} {q}" for n, q in metrics) or "none" for metrics in (have, wanted))
+    return "HPA metrics {}, not {}".format(*shown)
