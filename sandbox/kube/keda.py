@@ -2,7 +2,8 @@
 triggers, where KEDA's CRDs are installed.
 
 For a ScaledObject ``<name>`` it makes the HorizontalPodAutoscaler ``keda-hpa-<name>`` (owned by it; deleting the
-ScaledObject deletes it; changing it updates it): the ScaledObject's target, ``minReplicas``
+ScaledObject deletes it; a change reaches it at the next poll, KEDA's reconcile being asynchronous: until then
+``Ready`` is the previous spec's): the ScaledObject's target, ``minReplicas``
 max(``minReplicaCount``, 1) (default 0), ``maxReplicas`` ``maxReplicaCount`` (default 100), one ``External`` metric
 ``s<i>-prometheus`` per trigger with an ``AverageValue`` target of the trigger's ``threshold``. Every
 ``pollingInterval`` (default 30 s, on the cluster's clock) it evaluates each trigger's ``query`` against the
@@ -181,21 +182,21 @@ def reconcile(cluster: Cluster, loc: Loc) -> None:
     if so is None or so["metadata"].get("deletionTimestamp"):
         return  # its HPA goes with it (owner reference)
     problem = _problem(cluster, so)
-    hpa = cluster.store.get(HPA_KEY, (loc[0], f"keda-hpa-{loc[1]}"))
-    if not problem and hpa is None:
+    if not problem and cluster.store.get(HPA_KEY, (loc[0], f"keda-hpa-{loc[1]}")) is None:
         problem = create(cluster, HPA_KEY, loc[0], hpa_body(so), MANAGER) or ""
-    elif not problem and hpa is not None:
-        wanted = hpa_body(so)["spec"]
-        if any((hpa.get("spec") or {}).get(k) != v for k, v in wanted.items()):
-            _update_hpa(cluster, hpa, wanted)  # the ScaledObject changed: its HPA follows
     _write(cluster, so, problem, None)
     _Poller.ensure(cluster)  # polls also wait for a missing target to appear
 
 
-def _update_hpa(cluster: Cluster, hpa: Obj, spec: dict[str, Any]) -> None:
+def _follow(cluster: Cluster, so: Obj) -> None:
+    """Update the ScaledObject's HPA to what its spec makes of it now (a changed ScaledObject)."""
+    hpa = cluster.store.get(HPA_KEY, (so["metadata"]["namespace"], f"keda-hpa-{so['metadata']['name']}"))
+    wanted = hpa_body(so)["spec"]
+    if hpa is None or all((hpa.get("spec") or {}).get(k) == v for k, v in wanted.items()):
+        return
     rt = next(rt for rt in cluster.resource_types() if rt.key == HPA_KEY)
     meta = hpa["metadata"]
-    cluster.replace(rt, meta["namespace"], meta["name"], {**hpa, "spec": {**hpa["spec"], **spec}},
+    cluster.replace(rt, meta["namespace"], meta["name"], {**hpa, "spec": {**hpa["spec"], **wanted}},
                     WriteOptions(manager=MANAGER))
 
 
@@ -295,6 +296,7 @@ class _Poller:
         if problem or found is None:
             _write(cluster, so, problem, None)  # the same as the reconciler writes: no flapping
             return
+        _follow(cluster, so)
         rt, owner = found
         spec = so.get("spec") or {}
         namespace = so["metadata"]["namespace"]
