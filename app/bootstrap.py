@@ -20,6 +20,8 @@ from services.events import EventBus
 from services.features import Features
 from services.groups import InstanceGroups
 from services.inference import Inference
+from services.inference.managed import ManagedEndpoints
+from services.inference.router import Routers
 from services.inference.scaling import InferenceScaling
 from services.informers import Informers
 from services.kube import KubeClients
@@ -73,6 +75,8 @@ class Services:
     downloads: Downloads
     inference: Inference
     inference_scaling: InferenceScaling
+    managed_inference: ManagedEndpoints
+    inference_routers: Routers
     mlflow: MlflowTracking
     training_metrics: TrainingMetrics
     metrics_live: MetricsLive
@@ -147,12 +151,13 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
                 submit_stages=mlflow.job_stages(), delete_stages=[ArchiveLogsStage(logs)],
                 progress=training_metrics.progress)
     downloads = Downloads(registry, kube, engine, audit)
-    inference = Inference(registry, informers, kube, engine, audit)
+    inference = Inference(registry, informers, kube, engine, audit, logs)
     inference_scaling = InferenceScaling(inference, registry, aws, kube, engine, audit)
+    managed_inference = ManagedEndpoints(registry, informers, kube, engine, audit)
+    inference_routers = Routers(registry, informers, kube, engine, audit)
     for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds(), *jobs.kinds(), *downloads.kinds(),
-                 *inference.kinds(), *mlflow.kinds()]:
-        engine.register(kind)
-    for kind in inference_scaling.kinds():
+                 *inference.kinds(), *inference_scaling.kinds(), *managed_inference.kinds(),
+                 *inference_routers.kinds(), *mlflow.kinds()]:
         engine.register(kind)
     tokens = TokenStore(db, clock)
     return Services(
@@ -168,6 +173,7 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         timeline=ClusterTimeline(registry, aws, clusters.cache, informers),
         features=features,
         nodes=nodes, groups=groups, recipes=recipes, jobs=jobs, logs=logs, downloads=downloads, inference=inference,
-        mlflow=mlflow, inference_scaling=inference_scaling,
+        mlflow=mlflow, inference_scaling=inference_scaling, managed_inference=managed_inference,
+        inference_routers=inference_routers,
         training_metrics=training_metrics, metrics_live=MetricsLive(mlflow_reader, bus),
     )

@@ -23,6 +23,9 @@ from app.api import (
     features,
     groups,
     inference,
+    inference_managed,
+    inference_obs,
+    inference_router,
     inference_scaling,
     jobs,
     logs,
@@ -55,7 +58,8 @@ class ErrorEnvelope(BaseModel):
 ROUTES: list[Route] = [*system.ROUTES, *operations.ROUTES, *audit.ROUTES, *tokens.ROUTES, *backups.ROUTES,
                        *clusters.ROUTES, *events.ROUTES, *groups.ROUTES, *features.ROUTES, *nodes.ROUTES,
                        *recipes.ROUTES, *jobs.ROUTES, *logs.ROUTES, *downloads.ROUTES, *inference.ROUTES,
-                       *mlflow.ROUTES, *inference_scaling.ROUTES,
+                       *mlflow.ROUTES, *inference_scaling.ROUTES, *inference_managed.ROUTES, *inference_obs.ROUTES,
+                       *inference_router.ROUTES,
                        *metrics.ROUTES]
 
 PAGES: list[Page] = [*operations.PAGES, *clusters.PAGES, *groups.PAGES, *nodes.PAGES, *jobs.PAGES, *features.PAGES,

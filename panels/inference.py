@@ -20,6 +20,9 @@ import param
 import yaml
 from pydantic import SecretStr, ValidationError
 
+from panels.inference_managed import ManagedSection
+from panels.inference_obs import InferenceObs
+from panels.inference_router import RouterSection
 from panels.inference_scaling import ScalingPanel
 from panels.live import LiveRefresh
 from panels.scoped import ClusterScoped
@@ -29,6 +32,7 @@ from services.clusters import Clusters
 from services.errors import ServiceError
 from services.events import Event, EventBus
 from services.inference import DELETE_KIND, DEPLOY_KIND, UPDATE_KIND, Inference
+from services.inference.managed import ManagedEndpoints
 from services.inference.models import (
     INFERENCE_NAMESPACE,
     DeploymentRequest,
@@ -37,6 +41,7 @@ from services.inference.models import (
     Exposure,
     ServiceSpec,
 )
+from services.inference.router import Routers
 from services.inference.scaling import InferenceScaling
 
 COLUMNS = ["name", "namespace", "engine", "model", "phase", "replicas", "gpus", "service", "message"]
@@ -128,9 +133,14 @@ class InferenceState(ClusterScoped):
 class InferencePane(pn.viewable.Viewer):
     def __init__(self, inference: Inference, clusters: Clusters, bus: EventBus, principal: Principal,
                  current_principal: Callable[[], Principal] | None = None, scaling: InferenceScaling | None = None,
+                 managed: ManagedEndpoints | None = None, routers: Routers | None = None,
                  **params: Any) -> None:
         super().__init__(**params)
         self.state = InferenceState(inference, clusters, principal, current_principal)
+        # the managed path's section (panels/inference_managed.py), following this pane's cluster picker
+        self.managed = ManagedSection(managed, clusters, bus, principal, current_principal) if managed else None
+        self.routers = RouterSection(routers, self.state, bus, principal, lambda: self.state.selected) \
+            if routers is not None else None
         s = self.state.param
         self.picker = pn.widgets.Select(label="Cluster", options=[], width=240, css_classes=["inference-cluster"])
         self.deployment = pn.widgets.TextInput.from_param(s.deployment, name="Name", placeholder="chat")
@@ -166,6 +176,7 @@ class InferencePane(pn.viewable.Viewer):
         s.watch(self._on_deployments, "deployments")
         s.watch(self._on_clusters, ["clusters", "cluster"])
         self._ops = LiveRefresh(bus, "operation", self._on_operation)
+        self.obs = InferenceObs(inference, self.state.current, lambda: self.state.cluster, lambda: self.state.selected)
         self._refresh()
 
     def _on_deployments(self, event: param.parameterized.Event) -> None:
@@ -179,6 +190,8 @@ class InferencePane(pn.viewable.Viewer):
         if event.new and event.new != self.state.cluster:
             self.state.cluster = event.new
             self._refresh()
+        if self.managed is not None and event.new:
+            self.managed.follow(event.new)
 
     def _on_selection(self, event: param.parameterized.Event) -> None:
         rows = self.state.deployments
@@ -244,6 +257,9 @@ class InferencePane(pn.viewable.Viewer):
             pn.pane.Markdown("### Test console"),
             pn.Row(self.prompt, self.test_button),
             pn.pane.Markdown(self.state.param.answer, css_classes=["inference-answer"]),
+            self.obs,
             *([self.scaling] if self.scaling is not None else []),
+            *([self.managed] if self.managed is not None else []),
+            *([self.routers] if self.routers is not None else []),
             sizing_mode="stretch_width",
         )

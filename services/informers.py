@@ -57,8 +57,9 @@ def slim_node(obj: dict[str, Any]) -> dict[str, Any]:
 def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     restarts = sum(int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or [])
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     return {"metadata": _meta(obj), "spec": {"nodeName": spec.get("nodeName")},
-            "status": {"phase": status.get("phase"), "restarts": restarts}}
+            "status": {"phase": status.get("phase"), "restarts": restarts, "ready": ready}}
 
 
 def slim_event(obj: dict[str, Any]) -> dict[str, Any]:
@@ -138,6 +139,11 @@ KINDS: dict[str, Kind] = {
                                 slim_custom),
     "pytorchjobs": Kind("pytorchjobs", _custom("kubeflow.org", "v1", "pytorchjobs"), slim_custom),
     "rayjobs": Kind("rayjobs", _custom("ray.io", "v1", "rayjobs"), slim_custom),
+    # managed inference endpoints (services/inference/managed.py): likewise, once their CRD is listed
+    "inferenceendpointconfigs": Kind("inferenceendpointconfigs", _custom(
+        "inference.sagemaker.aws.amazon.com", "v1", "inferenceendpointconfigs"), slim_custom),
+    "jumpstartmodels": Kind("jumpstartmodels", _custom("inference.sagemaker.aws.amazon.com", "v1", "jumpstartmodels"),
+                            slim_custom),
 }
 
 

@@ -242,3 +242,32 @@ def test_an_answer_that_trickles_past_the_deadline_is_cut() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _rebinding(*rounds: str) -> Any:
+    """A resolver that answers ``rounds[0]`` to the first lookup, ``rounds[1]`` to the next, ... (a DNS rebinding
+    server with a zero TTL: public first, the metadata service next)."""
+    calls: list[str] = []
+
+    def resolve(host: str, port: int, **_: Any) -> list[tuple[Any, ...]]:
+        calls.append(host)
+        address = rounds[min(len(calls), len(rounds)) - 1]
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+    resolve.calls = calls  # type: ignore[attr-defined]
+    return resolve
+
+
+def test_a_rebinding_name_is_resolved_once_and_the_call_goes_to_its_first_answer_only(engine: Dialled) -> None:
+    """The name answers a public address, then 169.254.169.254: the test call looks it up once, connects to the
+    first (checked) answer with the name as Host, and a second call looks it up afresh and is refused there,
+    before any connection."""
+    resolve = _rebinding(CHECKED, "169.254.169.254")
+    name = "k8s-rebind-0123.elb.us-west-2.amazonaws.com"
+    first = testcall.call_load_balancer(name, 8000, "chat", EndpointTest(prompt="hi"), resolve=resolve,
+                                        connect=engine)
+    assert first.status == 200
+    assert resolve.calls == [name] and engine.addresses == [(CHECKED, 8000)]
+    assert [host for _, host, _ in _Engine.seen] == [f"{name}:8000"]
+    with pytest.raises(Forbidden, match=r"169\.254\.169\.254"):
+        testcall.call_load_balancer(name, 8000, "chat", EndpointTest(prompt="hi"), resolve=resolve, connect=engine)
+    assert resolve.calls == [name, name] and engine.addresses == [(CHECKED, 8000)]

@@ -1,15 +1,20 @@
 """Units of self-managed inference: the serve-command parser (both engines, every launcher form, unknown flags
 with a suggestion, secrets refused), the renderer (labels, GPUs as given, probes sized for loading, the token by
-reference, both Service shapes), the exposure / parallelism prechecks and which container states fail a
-rollout."""
+reference, both Service shapes), the exposure / parallelism prechecks, which container states fail a rollout, and the
+engine-metrics arithmetic (real metric names, histogram quantiles, windows across engine restarts)."""
 
 from __future__ import annotations
+
+import json
+import math
 
 import pytest
 from kubernetes import client as k8s
 
+from sandbox.kube.backends import Request
+from sandbox.kube.engine_server import EngineServer
 from services.errors import Conflict, Invalid
-from services.inference import checks, manifest
+from services.inference import checks, endpoint_metrics, manifest
 from services.inference.command import IMAGES, parse
 from services.inference.models import Engine, Exposure, ServiceSpec
 from services.inference.stages import container_trouble
@@ -258,3 +263,46 @@ def test_vllm_serves_the_model_named_before_or_after_its_options(command: str) -
 def test_a_second_positional_is_still_refused() -> None:
     with pytest.raises(Invalid, match="unexpected argument"):
         parse("vllm serve --enforce-eager org/m extra")
+
+
+# ----- engine metrics: the sandbox engine's real metric names parsed, quantiles and windows as Prometheus ----
+
+def _served(engine: str, prompts: list[str]) -> str:
+    server = EngineServer(engine=engine, model="org/m", served_name="m", pod="p-0")
+    for prompt in prompts:
+        body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": 5}).encode()
+        answered = server(Request("POST", "/v1/completions", "", [("content-type", "application/json")], body))
+        assert answered.status == 200
+    return server.metrics()
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_the_engines_metrics_are_read_under_their_own_names(engine: str) -> None:
+    sample = endpoint_metrics.parse(_served(engine, ["a b c", "hello there"]), engine)
+    assert (sample.tokens, sample.requests) == (10.0, 2.0)
+    assert sample.buckets[-1] == (math.inf, 2.0) and dict(sample.buckets)[0.04] == 2.0
+    assert endpoint_metrics.parse(_served(engine, ["x"]), "sglang" if engine == "vllm" else "vllm").tokens == 0
+
+
+def test_quantiles_interpolate_within_the_bucket_as_histogram_quantile_does() -> None:
+    buckets = ((0.1, 2.0), (0.2, 6.0), (0.5, 10.0), (math.inf, 10.0))
+    assert endpoint_metrics.quantile(0.5, buckets) == pytest.approx(0.175)  # rank 5: 3/4 into (0.1, 0.2]
+    assert endpoint_metrics.quantile(0.95, buckets) == pytest.approx(0.2 + 0.3 * 3.5 / 4)
+    assert endpoint_metrics.quantile(0.99, ((0.1, 0.0), (math.inf, 4.0))) == 0.1  # in +Inf: the highest bound
+    assert endpoint_metrics.quantile(0.5, ((0.1, 0.0), (math.inf, 0.0))) is None
+
+
+def test_the_window_compares_two_scrapes_and_a_restarted_engine_counts_from_zero() -> None:
+    def pod(tokens: float, requests: float, fast: float) -> endpoint_metrics.PodSample:
+        return endpoint_metrics.PodSample(((0.05, fast), (1.0, requests), (math.inf, requests)), tokens, requests)
+    before = endpoint_metrics.Scrape(100.0, {"a": pod(1000, 50, 50), "b": pod(500, 20, 20)}, 2, ())
+    after = endpoint_metrics.Scrape(110.0, {"a": pod(1300, 60, 55), "b": pod(40, 2, 2), "c": pod(9, 1, 1)}, 3, ())
+    shown = endpoint_metrics.figures(after, before)
+    # a: +300 tokens, +10 requests (5 fast); b restarted: its 40 tokens, 2 requests; c is new: not in the window
+    assert (shown.tokens_per_second, shown.requests, shown.window_seconds) == (34.0, 12, 10.0)
+    assert shown.ttft_p50_seconds == pytest.approx(0.05 * 6 / 7, abs=1e-4)  # rank 6 of 12, 7 in (0, 0.05]
+    first = endpoint_metrics.figures(before, None)
+    assert first.tokens_per_second is None and first.window_seconds is None and "second scrape" in first.note
+    idle = endpoint_metrics.figures(endpoint_metrics.Scrape(105.0, before.pods, 2, ()), before)
+    assert (idle.tokens_per_second, idle.ttft_p50_seconds, idle.note) == (0.0, None,
+                                                                           "no requests finished in the window")

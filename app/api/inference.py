@@ -94,7 +94,10 @@ ROUTES: list[Route] = [
           role_of(Inference.describe_deployment), _get, response=DeploymentView, path_params=ONE, tag=TAG,
           open_world=True,
           description="One deployment: engine, model, image, GPUs per replica, replicas, phase and message, pods "
-                      "(node, phase, restarts) and the Service's address."),
+                      "(node, phase, restarts) and the Service's address; metrics: the engines' time to first "
+                      "token (p50/p95) and generated tokens/s between their two latest scrapes (read from each "
+                      "ready pod's /metrics, at most every 5 s: call again a few seconds later for a rate), with "
+                      "a note when a figure is missing (no requests yet; SGLang without --enable-metrics)."),
     Route("PATCH", BASE + "/{name}", "inference_update", "Change a deployment (rolling update)",
           role_of(Inference.update_deployment), _update, body=DeploymentUpdate, response=Accepted, path_params=ONE,
           read_only=False, idempotent=False, status=202, tag=TAG, open_world=True,
@@ -120,7 +123,8 @@ def _page(services: Services, principal: Principal) -> Any:
 
     return InferencePane(inference=services.inference, clusters=services.clusters, bus=services.bus,
                          principal=principal, current_principal=current_principal(services, principal),
-                         scaling=services.inference_scaling)
+                         scaling=services.inference_scaling, managed=services.managed_inference,
+                         routers=services.inference_routers)
 
 
 PAGES: list[Page] = [Page("inference", "Inference", role_of(Inference.list_deployments), _page)]

@@ -14,7 +14,7 @@ from typing import Any
 
 from .cluster import Cluster
 from .operator_support import write_status
-from .proxy import endpoint_ready
+from .proxy import ready_endpoint
 from .resources import POD_KEY
 from .selectors import labels_match, parse_label_selector
 from .store import Key, Loc, Obj, WatchEvent
@@ -35,7 +35,7 @@ def _check(cluster: Cluster, api: Obj) -> tuple[str, str, str]:
         return "False", "ServiceNotFound", f'service/{name} in "{namespace}" is not present'
     selector = (svc.get("spec") or {}).get("selector") or {}
     parsed = parse_label_selector(",".join(f"{k}={v}" for k, v in sorted(selector.items())))
-    ready = selector and any(labels_match(parsed, pod["metadata"].get("labels") or {}) and endpoint_ready(pod)
+    ready = selector and any(labels_match(parsed, pod["metadata"].get("labels") or {}) and ready_endpoint(pod)
                              for _, pod in cluster.store.items(POD_KEY, namespace))
     if not ready:
         port = int(service.get("port") or 443)

@@ -32,6 +32,7 @@ from . import (
     load_balancers,
     processes,
     scheduler,
+    sglang_router,  # noqa: F401  (registers the simulated SGLang router with the kubelet)
     training_workload,  # noqa: F401  (registers the simulated trainer with the kubelet)
     volumes,
     workloads,

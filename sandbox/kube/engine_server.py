@@ -10,6 +10,10 @@ names the pod that served it: the ``x-sandbox-pod`` header and ``system_fingerpr
 model answers 404 in the engine's error shape. Time to first token and latency are simulated from the token
 counts (no request waits).
 
+Tests can hold answers (sandbox only, no real engine has these paths): ``POST /sandbox/hold`` makes every
+completion that arrives wait, counted as running, until ``POST /sandbox/release`` (or :data:`HOLD_CAP` seconds),
+so "two requests in flight" is a state a test reaches without timing.
+
 With an API key (``--api-key``; for vLLM also ``VLLM_API_KEY`` in the environment) a request without
 ``Authorization: Bearer <key>`` answers 401 ``{"error": "Unauthorized"}`` as the engines' middleware does:
 vLLM guards the paths under ``/v1``, SGLang every path but ``/health*`` and ``/metrics*``; ``OPTIONS`` passes.
@@ -30,6 +34,7 @@ DEFAULT_MAX_TOKENS = 16
 _WORDS = ("the", "model", "answers", "in", "a", "simulated", "sandbox", "with", "tokens", "drawn", "from", "its",
           "prompt", "so", "every", "run", "reads", "alike", "and", "tests", "can", "compare", "them", "exactly")
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+HOLD_CAP = 120.0  # a held answer goes out after this long even if no test releases it
 LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
 
 
@@ -75,6 +80,7 @@ class EngineServer:
     finished: dict[str, int] = field(default_factory=dict)
     ttft: _Histogram = field(default_factory=lambda: _Histogram(TTFT_BUCKETS))
     latency: _Histogram = field(default_factory=lambda: _Histogram(LATENCY_BUCKETS))
+    released: threading.Event = field(default_factory=lambda: _set(threading.Event()))
 
     def __call__(self, request: Request) -> Response:
         if self._refused(request):
@@ -90,6 +96,9 @@ class EngineServer:
             if not self.metrics_enabled:
                 return self._json(404, {"detail": "Not Found"})
             return self._answer(200, self.metrics().encode(), "text/plain; version=0.0.4; charset=utf-8")
+        if route in (("POST", "/sandbox/hold"), ("POST", "/sandbox/release")):
+            (self.released.clear if route[1] == "/sandbox/hold" else self.released.set)()
+            return self._json(200, {"held": not self.released.is_set()})
         if route in (("POST", "/v1/chat/completions"), ("POST", "/v1/completions")):
             return self._complete(request, chat=route[1].endswith("chat/completions"))
         if request.path.rstrip("/") in ("/health", "/v1/models", "/metrics", "/v1/chat/completions",
@@ -142,6 +151,7 @@ class EngineServer:
             return self._error(400, "max_tokens must be at least 1, got " + repr(limit), "BadRequestError")
         with self._lock:
             self.running += 1
+        self.released.wait(HOLD_CAP)
         words, reason = _generate(prompt, limit)
         text = " ".join(words)
         ident = hashlib.sha256(f"{self.pod}/{prompt}/{time.time_ns()}".encode()).hexdigest()[:32]
@@ -222,6 +232,11 @@ class EngineServer:
         for name, kind, help_text, samples in families:
             out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples]
         return "\n".join(out) + "\n"
+
+
+def _set(event: threading.Event) -> threading.Event:
+    event.set()
+    return event
 
 
 def _generate(prompt: str, limit: int) -> tuple[list[str], str]:

@@ -8,7 +8,8 @@ For an ``InferenceEndpointConfig`` ``<name>`` it makes, owned by it (deleting it
   source as volume ``modelVolumeMount.name`` mounted at its ``mountPath`` (default ``/opt/ml/model``),
   ``worker.probes`` (default: a ``tcpSocket`` readiness probe on the invocation port); its
   replicas are ``spec.replicas`` (default 1), kept within ``autoScalingSpec`` ``minReplicaCount`` /
-  ``maxReplicaCount`` (defaults 1/5) when autoscaling is set;
+  ``maxReplicaCount`` (defaults 1/5) when autoscaling is set: once made, the replicas are the autoscaler's, and
+  new bounds move them into the bounds (no scaling metric is modelled);
 * a ClusterIP Service ``<name>`` on the invocation port, selecting the Deployment's pods;
 * the status: ``state`` (``DeploymentInProgress`` until every replica is available, then
   ``DeploymentComplete``), conditions ``DeploymentInProgress`` / ``DeploymentComplete`` (status True/False),
@@ -60,8 +61,12 @@ def desired_replicas(spec: dict[str, Any]) -> int:
     """``spec.replicas`` (default 1), within the autoscaling bounds when autoscaling is set."""
     replicas = int(spec.get("replicas", 1))
     scaling = spec.get("autoScalingSpec")
-    if not isinstance(scaling, dict):
-        return replicas
+    return bounded(scaling, replicas) if isinstance(scaling, dict) else replicas
+
+
+def bounded(scaling: dict[str, Any], replicas: int) -> int:
+    """``replicas`` within ``autoScalingSpec``'s ``minReplicaCount`` / ``maxReplicaCount`` (defaults 1/5), as the
+    operator's autoscaler (KEDA's HPA) holds them: no metric is modelled, so between the bounds they stay."""
     low = int(scaling.get("minReplicaCount", DEFAULT_MIN))
     high = int(scaling.get("maxReplicaCount", DEFAULT_MAX))
     return max(low, min(replicas, high))
@@ -152,10 +157,12 @@ def _reconcile(cluster: Cluster, key: Key, loc: Loc) -> None:
                 f"Deployment {loc[1]} already exists and is not owned by this {config['kind']}")
         return
     else:
-        autoscaled = isinstance((config.get("spec") or {}).get("autoScalingSpec"), dict)
-        if (not autoscaled and deployment["spec"].get("replicas") != want["spec"]["replicas"]) or \
+        scaling = (config.get("spec") or {}).get("autoScalingSpec")
+        if isinstance(scaling, dict):  # the autoscaler keeps the pods within the bounds: new bounds move them in
+            want["spec"]["replicas"] = bounded(scaling, int(deployment["spec"].get("replicas") or 0))
+        if deployment["spec"].get("replicas") != want["spec"]["replicas"] or \
                 _core(deployment["spec"]["template"]) != _core(want["spec"]["template"]):
-            _update_deployment(cluster, deployment, want, autoscaled)
+            _update_deployment(cluster, deployment, want)
     if cluster.store.get(SERVICE_KEY, loc) is None:
         operator_support.create(cluster, SERVICE_KEY, namespace, service_body(config), MANAGER)
     _status(cluster, key, config, cluster.store.get(DEPLOY_KEY, loc), "")
@@ -168,10 +175,9 @@ def _core(template: dict[str, Any]) -> str:
         (p.get("name"), p.get("containerPort")) for p in container.get("ports") or []]}, sort_keys=True)
 
 
-def _update_deployment(cluster: Cluster, deployment: Obj, want: Obj, autoscaled: bool) -> None:
+def _update_deployment(cluster: Cluster, deployment: Obj, want: Obj) -> None:
     body = clone(deployment)
-    if not autoscaled:  # with autoscaling, the replicas are the autoscaler's once created
-        body["spec"]["replicas"] = want["spec"]["replicas"]
+    body["spec"]["replicas"] = want["spec"]["replicas"]
     if _core(deployment["spec"]["template"]) != _core(want["spec"]["template"]):
         body["spec"]["template"] = want["spec"]["template"]
     meta = deployment["metadata"]

@@ -81,8 +81,8 @@ def split_scheme_name_port(ident: str) -> tuple[str, str, str]:
     return scheme or "http", name, port
 
 
-def endpoint_ready(pod: Obj) -> bool:
-    """Whether the pod is a ready endpoint of the Services selecting it (Running, Ready, not terminating)."""
+def ready_endpoint(pod: Obj) -> bool:
+    """A pod the Service proxy sends to: Running, Ready and not being deleted."""
     status = pod.get("status") or {}
     return not pod["metadata"].get("deletionTimestamp") and status.get("phase") == "Running" and any(
         c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
@@ -105,7 +105,7 @@ def service_target(cluster: Cluster, namespace: str, ident: str) -> Target:
     if service_port is not None and selector:
         reqs = parse_label_selector(label_selector_from_match({"matchLabels": selector}))
         for _, pod in cluster.store.items(POD_KEY, namespace):
-            if not endpoint_ready(pod) or not labels_match(reqs, pod["metadata"].get("labels")):
+            if not ready_endpoint(pod) or not labels_match(reqs, pod["metadata"].get("labels")):
                 continue
             target = str(service_port.get("targetPort", service_port.get("port")))
             number = next((n for c in (pod.get("spec") or {}).get("containers") or []

@@ -9,7 +9,9 @@ operation on ``cluster/<c>/inference/<name>`` (so it conflicts with a cluster de
 caches (Deployments, Services, pods): no API call per list. ``test_deployment`` sends one capped
 OpenAI-compatible request through the Kubernetes API's service proxy, only to deployments this product made.
 The Hugging Face token goes into a Secret of its own per deploy request (``tokens.py``), which the Deployment
-then owns; no record, response or log holds it.
+then owns; no record, response or log holds it. A failed deploy keeps it on purpose: a Deployment that reads it
+is fixed by an update (which keeps the live token: the user need not paste it again) and a failed stage is
+retried with the same plan; a cancel deletes it unless the Deployment reads it, the delete always.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from services.clusters.storage_stage import APPLY
 from services.errors import Conflict, Invalid, NotFound, Transient
 from services.inference import checks, egress, manifest, scaledobject, testcall, tokens
 from services.inference.command import IMAGES, ServeCommand, parse
+from services.inference.endpoint_metrics import EndpointScraper, ready_pods
 from services.inference.models import (
     DeploymentList,
     DeploymentPlan,
@@ -43,6 +46,7 @@ from services.inference.models import (
     Preview,
     ServiceView,
 )
+from services.inference.obs_models import InferenceLogQuery
 from services.inference.stages import (
     ApplyStage,
     DeleteStage,
@@ -54,6 +58,8 @@ from services.inference.stages import (
 from services.informers import Informers
 from services.kube import KubeClients
 from services.limits import Slots
+from services.logs import JobLogs, LogText
+from services.logs.models import LogTextQuery
 from services.operations import Engine, OperationKind, OperationView
 from services.secrets import SecretRef
 from services.training.downloads.manifest import ensure_namespace, shared_storage
@@ -83,8 +89,9 @@ class Inference:
     noun = "inference"
 
     def __init__(self, registry: ClusterRegistry, informers: Informers, kube: KubeClients, engine: Engine,
-                 audit: AuditLog) -> None:
+                 audit: AuditLog, logs: JobLogs) -> None:
         self.registry = registry
+        self.logs = logs
         self.informers = informers
         self.kube = kube
         self.audit = audit
@@ -92,6 +99,7 @@ class Inference:
         self.deps = InferenceDeps(kube=kube)
         # a test call holds a REST worker thread for up to a minute: a few at a time per principal
         self._test_calls = Slots("inference test calls", TEST_CALLS_PER_PRINCIPAL)
+        self.scraper = EndpointScraper(kube)
 
     def kinds(self) -> list[OperationKind[Any]]:
         d = self.deps
@@ -352,10 +360,21 @@ class Inference:
 
     @verb(Role.VIEWER)
     def describe_deployment(self, principal: Principal, cluster: str, name: str) -> DeploymentView:
-        """One deployment: replicas ready/available/updated, its pods and nodes, its Service's address."""
+        """One deployment: replicas ready/available/updated, its pods and nodes, its Service's address, and its
+        engines' time to first token and tokens/s (their /metrics through the pod proxy, scraped at most every
+        few seconds)."""
         dep = self.live_deployment(cluster, name)
         services = {(_meta(s).get("namespace"), _meta(s).get("name")): s for s in self._items(cluster, "services")}
-        return self._view(cluster, dep, services, self._items(cluster, "pods"))
+        pods = self._items(cluster, "pods")
+        view = self._view(cluster, dep, services, pods)
+        svc = services.get((view.namespace, name))
+        ports = ((svc or {}).get("spec") or {}).get("ports") or [{}]
+        port = ports[0].get("targetPort")
+        if view.engine is None or not isinstance(port, int):
+            return view
+        metrics = self.scraper.read(cluster, view.namespace, name, view.engine,
+                                    ready_pods(view.namespace, name, port, pods))
+        return view.model_copy(update={"metrics": metrics})
 
     def _service(self, cluster: str, namespace: str, name: str) -> dict[str, Any] | None:
         return next((s for s in self._items(cluster, "services")
@@ -392,6 +411,14 @@ class Inference:
                           phase=(p.get("status") or {}).get("phase"),
                           restarts=int((p.get("status") or {}).get("restarts") or 0)) for p in mine],
             service=_service_view(svc) if svc is not None else None, created=meta.get("creationTimestamp"))
+
+    @verb(Role.VIEWER)
+    def read_logs(self, principal: Principal, cluster: str, name: str, query: InferenceLogQuery) -> LogText:
+        """The engine container's log lines of the deployment's pods (previous containers included: a crash
+        loop's last words), through the logs noun's text reader; ``cursor`` continues after a read."""
+        namespace = str(_meta(self.live_deployment(cluster, name)).get("namespace"))
+        select = LogTextQuery(namespace=namespace, container=manifest.CONTAINER, **query.model_dump())
+        return self.logs.read_labelled_text(cluster, manifest.INFERENCE_LABEL, name, select)
 
     # ----- test --------------------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, SecretStr
 
+from services.inference.obs_models import EndpointMetrics
 from services.models import RequestModel, ResponseModel
 from services.secrets import SecretRef
 
@@ -165,6 +166,8 @@ class DeploymentView(ResponseModel):
     pods: list[PodView] = Field(default_factory=list)
     service: ServiceView | None = None
     created: str | None = None
+    metrics: EndpointMetrics | None = Field(None, description="time to first token and tokens/s from the engines' "
+                                                              "own metrics (describe only; lists leave it out)")
 
 
 class DeploymentList(ResponseModel):

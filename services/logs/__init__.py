@@ -19,7 +19,7 @@ from services.kube import KubeClients
 from services.logs.archive import archive, read_archive, shared_location
 from services.logs.cursor import Cursor, Line
 from services.logs.models import LogArchive, LogSelect, LogStreamQuery, LogTextQuery
-from services.logs.pods import JobPod, list_job_pods, read_log
+from services.logs.pods import JOB_LABEL, JobPod, list_job_pods, read_log
 from services.logs.streams import LogHub
 from services.logs.text import LogText, pattern, render
 from services.logs.views import MAX_BYTES, MAX_LINES, LogView, Selection, order_key
@@ -59,6 +59,15 @@ class JobLogs:
         lines, source = self._gather(cluster, job, query, cursor)
         return render(lines, query, cursor, _multi(lines), source)
 
+    def read_labelled_text(self, cluster: str, label: str, value: str, query: LogTextQuery) -> LogText:
+        """The same text read over the pods labelled ``label=value`` in the query's namespace (another noun's
+        workload, e.g. an inference deployment's pods; that noun's verb checks the role and what it may read).
+        Nothing is archived for them: no pods, no lines."""
+        cursor = Cursor.decode(query.cursor)
+        pattern(query.grep)
+        lines, source = self._gather(cluster, value, query, cursor, label=label)
+        return render(lines, query, cursor, _multi(lines), source)
+
     @verb(Role.VIEWER)
     def read_lines(self, principal: Principal, cluster: str, job: str, select: LogSelect,
                    tail: int | None = None) -> list[Line]:
@@ -68,10 +77,14 @@ class JobLogs:
         lines.sort(key=order_key)
         return lines[-tail:] if tail is not None else lines
 
-    def _gather(self, cluster: str, job: str, select: LogSelect, cursor: Cursor) -> tuple[list[Line], str]:
+    def _gather(self, cluster: str, job: str, select: LogSelect, cursor: Cursor,
+                label: str = JOB_LABEL) -> tuple[list[Line], str]:
         record = self.registry.get(cluster)
         api = self.kube.api_client(cluster)
-        pods = _selected(list_job_pods(api, select.namespace, job), select)
+        pods = _selected(list_job_pods(api, select.namespace, job, label), select)
+        if not pods and label != JOB_LABEL:
+            raise NotFound(f"no pods labelled {label}={job} in namespace {select.namespace}"
+                           f"{' matching the selection' if select.pod else ''}")
         if not pods:
             archived = [line for line in self._archived(cluster, record.region, select.namespace, job)
                         if _wants(line, select, {})]

@@ -45,21 +45,25 @@ class JobPod:
     rank: int | None
 
 
-def raw_job_pods(api: k8s.ApiClient, namespace: str, job: str) -> tuple[str, list[dict[str, Any]]]:
-    """The job's pods as JSON, and the list's resourceVersion (to watch from)."""
-    resp: Any = k8s.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={job}",
+def raw_job_pods(api: k8s.ApiClient, namespace: str, job: str,
+                 label: str = JOB_LABEL) -> tuple[str, list[dict[str, Any]]]:
+    """The pods labelled ``label=job`` (a job's, or another workload's) as JSON, and the list's resourceVersion
+    (to watch from)."""
+    resp: Any = k8s.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"{label}={job}",
                                                        _preload_content=False)
     listing = json.loads(resp.data)
     return str((listing.get("metadata") or {}).get("resourceVersion") or ""), list(listing.get("items") or [])
 
 
-def list_job_pods(api: k8s.ApiClient, namespace: str, job: str) -> list[JobPod]:
-    return job_pods(api, namespace, job, raw_job_pods(api, namespace, job)[1])
+def list_job_pods(api: k8s.ApiClient, namespace: str, job: str, label: str = JOB_LABEL) -> list[JobPod]:
+    """The pods labelled ``label=job``; node ranks only for a training job's (``instantstart.io/job``)."""
+    return job_pods(api, namespace, job, raw_job_pods(api, namespace, job, label)[1], ranked=label == JOB_LABEL)
 
 
-def job_pods(api: k8s.ApiClient, namespace: str, job: str, pods: list[dict[str, Any]]) -> list[JobPod]:
-    """``pods`` (JSON dicts) as :class:`JobPod`, with their node ranks, in rank (then name) order."""
-    ranks = _ranks(api, namespace, job, pods)
+def job_pods(api: k8s.ApiClient, namespace: str, job: str, pods: list[dict[str, Any]],
+             ranked: bool = True) -> list[JobPod]:
+    """``pods`` (JSON dicts) as :class:`JobPod`, with their node ranks (``ranked``), in rank (then name) order."""
+    ranks = _ranks(api, namespace, job, pods) if ranked else {}
     out = []
     for pod in pods:
         meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}

@@ -27,34 +27,47 @@ MAX_ERRORS = 20
 
 
 @functools.cache
-def schema(kind: str) -> dict[str, Any]:
-    """The openAPIV3Schema ``kind`` is validated against (a CRD's served version, or a bare schema file)."""
-    if kind not in SCHEMAS:
-        raise Invalid(f"kind: {kind!r} is not a training kind; kinds: {', '.join(SCHEMAS)}")
-    text = resources.files("services").joinpath(SCHEMAS[kind]).read_text()
+def crd_schema(path: str, version: str) -> dict[str, Any]:
+    """The openAPIV3Schema of the file ``path`` inside the ``services`` package: a CRD's served ``version``, or a
+    bare schema file. Shared with the managed inference endpoints (``services/inference/managed_render.py``)."""
+    text = resources.files("services").joinpath(path).read_text()
     loaded: dict[str, Any] = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     if loaded.get("kind") != "CustomResourceDefinition":
         return loaded
-    version = KINDS[kind].version
     for served in loaded["spec"]["versions"]:
         if served["name"] == version:
             found: dict[str, Any] = served["schema"]["openAPIV3Schema"]
             return found
-    raise Invalid(f"the shipped {kind} CRD serves no version {version}")
+    raise Invalid(f"the shipped CRD {path} serves no version {version}")
 
 
-def schema_errors(manifest: dict[str, Any]) -> list[dict[str, str]]:
-    """Each place ``manifest`` breaks its kind's schema, as ``{"field", "message"}`` (empty: it conforms)."""
-    kind = str(manifest.get("kind"))
-    validator = jsonschema.Draft7Validator(schema(kind))
+def schema(kind: str) -> dict[str, Any]:
+    """The openAPIV3Schema ``kind`` is validated against (a CRD's served version, or a bare schema file)."""
+    if kind not in SCHEMAS:
+        raise Invalid(f"kind: {kind!r} is not a training kind; kinds: {', '.join(SCHEMAS)}")
+    return crd_schema(SCHEMAS[kind], KINDS[kind].version)
+
+
+def errors_against(found: dict[str, Any], manifest: dict[str, Any]) -> list[dict[str, str]]:
+    """Each place ``manifest`` breaks the schema ``found``, as ``{"field", "message"}`` (empty: it conforms)."""
+    validator = jsonschema.Draft7Validator(found)
     errors = sorted(validator.iter_errors(manifest), key=lambda e: [str(p) for p in e.absolute_path])
     return [{"field": ".".join(str(p) for p in e.absolute_path) or "(root)", "message": e.message}
             for e in errors[:MAX_ERRORS]]
 
 
+def schema_errors(manifest: dict[str, Any]) -> list[dict[str, str]]:
+    """Each place ``manifest`` breaks its kind's schema, as ``{"field", "message"}`` (empty: it conforms)."""
+    return errors_against(schema(str(manifest.get("kind"))), manifest)
+
+
 def check_schema(manifest: dict[str, Any]) -> None:
     """Raise :class:`Invalid` (422) listing where ``manifest`` breaks its CRD's schema."""
-    errors = schema_errors(manifest)
+    refuse_errors(manifest, schema_errors(manifest))
+
+
+def refuse_errors(manifest: dict[str, Any], errors: list[dict[str, str]]) -> None:
+    """Raise :class:`Invalid` (422) listing ``errors``, where ``manifest`` breaks its CRD's schema, if any."""
     if errors:
         listed = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
         raise Invalid(f"the {manifest.get('kind')} manifest does not match its CRD schema: {listed}",

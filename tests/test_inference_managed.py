@@ -1,0 +1,307 @@
+"""Managed inference endpoints against a real server in sandbox mode, on a seeded, imported cluster of three
+ml.g5.8xlarge nodes (one GPU each), where the sandbox's HyperPod inference operator turns an
+InferenceEndpointConfig or a JumpStartModel into a Deployment and Service of a simulated model server: without the
+operator's CRDs a deploy is refused naming the feature; bad input (a worker missing, JumpStart with routing, what
+only the CRD's schema forbids) is refused before any operation or Kubernetes write; through REST a Hugging Face
+endpoint deploys with its token only in a Secret the resource owns, answers a test through the operator's Service,
+has intelligent routing refused with the CRD's words and zero writes, scales through its autoscaling bounds (the
+operator's Deployment follows) and is deleted with everything the operator made; a JumpStart model deploys and
+serves; an agent follows ``skills/deploy-model.md`` through a real MCP client; and the inference pane's managed
+section previews, deploys, tests, rescales and deletes a JumpStart model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import panel as pn
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from panels.inference import InferencePane
+from services.auth import Principal, Role
+from services.operations import OperationQuery
+from tests.jobs_support import CLUSTER, JobWorld, job_world
+from tests.ledger import CallLedger
+from tests.mcp_support import bridge, call, follow
+from tests.support import wait_until
+from tests.test_inference import PLAYBOOK
+
+pytestmark = pytest.mark.slow
+BASE = f"/api/v1/clusters/{CLUSTER}/inference/endpoints"
+NS = "hyperpod-ns-inference"
+GROUP, VERSION = "inference.sagemaker.aws.amazon.com", "v1"
+WORKER = {"image": "lmcache/vllm-openai:v0.3.7", "args": ["/opt/ml/model", "--max-model-len", "4096"], "port": 8000,
+          "gpus": 1}
+KINDS = ("managed.deploy", "managed.update", "managed.delete")
+S3 = {"type": "s3", "bucket": "models-bucket", "region": "us-west-2", "location": "llama31_8b"}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobWorld]:
+    """The operator's CRDs arrive with the first test that needs them (:func:`operator`): the first test sees a
+    cluster without the feature."""
+    with job_world(tmp_path_factory.mktemp("managed"), components=(), nodes=3) as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
+def operator(world: JobWorld) -> JobWorld:
+    world.install("inference-operator")
+    return world
+
+
+def endpoint(name: str = "llama", **extra: Any) -> dict[str, Any]:
+    return {"name": name, "source": S3, "worker": WORKER, "instance_types": ["ml.g5.8xlarge"], **extra}
+
+
+def patch(world: JobWorld, path: str, body: dict[str, Any]) -> httpx2.Response:
+    return httpx2.patch(world.live.url + path, json=body, headers=world.live.headers(), timeout=30)
+
+
+def delete(world: JobWorld, path: str) -> httpx2.Response:
+    return httpx2.delete(world.live.url + path, headers=world.live.headers(), timeout=30)
+
+
+def assert_no_operations(world: JobWorld) -> None:
+    for kind in KINDS:
+        assert world.live.get(f"/api/v1/operations?kind={kind}").json() == [], kind
+
+
+def finished(world: JobWorld, op_id: str) -> dict[str, Any]:
+    return world.finished(op_id, timeout=180)
+
+
+def test_without_the_operator_a_deploy_is_refused_naming_the_feature(world: JobWorld) -> None:
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    refused = world.live.post(BASE, endpoint())
+    assert refused.status_code == 409, refused.text
+    assert "hyperpod_inference_operator" in refused.text and "features" in refused.text
+    listed = world.live.get(BASE).json()
+    assert listed == {"cluster": CLUSTER, "operator": False, "endpoints": []}
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    assert_no_operations(world)
+
+
+def test_bad_input_is_refused_before_any_operation_or_write(operator: JobWorld) -> None:
+    world = operator
+    wait_until(lambda: world.live.get(BASE).json()["operator"], 60, "the operator's CRDs in the cache")
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    no_worker = world.live.post(BASE, {"name": "llama", "source": S3})
+    assert no_worker.status_code == 422 and "needs worker" in no_worker.text, no_worker.text
+    jumpstart = {"type": "jumpstart", "model_id": "deepseek-llm-r1-distill-qwen-1-5b"}
+    routed = world.live.post(BASE, {"name": "ds", "source": jumpstart, "instance_types": ["ml.g5.8xlarge"],
+                                    "routing": "kvaware"})
+    assert routed.status_code == 422 and "routing applies to an InferenceEndpointConfig" in routed.text, routed.text
+    # the request model leaves the hub's spelling to the CRD: its schema refuses it, naming the path
+    bad_hub = world.live.post(BASE, {"name": "ds", "source": {**jumpstart, "hub": "my_hub"},
+                                     "instance_types": ["ml.g5.8xlarge"]})
+    assert bad_hub.status_code == 422, bad_hub.text
+    fields = [f["field"] for f in bad_hub.json()["error"]["details"]["fields"]]
+    assert fields == ["spec.model.modelHubName"], bad_hub.text
+    l2 = world.live.post(BASE, endpoint(kv_cache={"l2_backend": "redis"}))
+    assert l2.status_code == 422 and "l2_url" in l2.text, l2.text
+    strategy = world.live.post(BASE, endpoint(routing="fastest"))
+    assert strategy.status_code == 422 and "prefixaware" in strategy.text, strategy.text
+    bounds = world.live.post(BASE, endpoint(autoscaling={"min_replicas": 3, "max_replicas": 2}))
+    assert bounds.status_code == 422 and "min_replicas" in bounds.text, bounds.text
+    shown = world.live.post(f"{BASE}/preview", endpoint(routing="prefixaware",
+                                                        kv_cache={"l2_backend": "tieredstorage"}))
+    assert shown.status_code == 200, shown.text
+    spec = shown.json()["manifest"]["spec"]
+    assert spec["intelligentRoutingSpec"] == {"enabled": True, "routingStrategy": "prefixaware"}
+    assert spec["kvCacheSpec"] == {"enableL1Cache": True, "enableL2Cache": True,
+                                   "l2CacheSpec": {"l2CacheBackend": "tieredstorage"}}
+    assert spec["instanceType"] == "ml.g5.8xlarge"
+    assert any("fixed for the endpoint's life" in w for w in shown.json()["warnings"])
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    assert_no_operations(world)
+
+
+def _deployment(world: JobWorld, name: str) -> Any:
+    return k8s.AppsV1Api(world.api).read_namespaced_deployment(name, NS)
+
+
+def test_an_endpoint_deploys_serves_refuses_added_routing_scales_and_is_deleted(operator: JobWorld) -> None:
+    world = operator
+    token = "hf_" + secrets.token_urlsafe(24)
+    seen: list[str] = []
+    hf = {"type": "huggingface", "model_id": "meta-llama/Llama-3.1-8B-Instruct", "hf_token": token}
+    started = world.live.post(BASE, endpoint("llama", source=hf, autoscaling={"min_replicas": 1, "max_replicas": 3}))
+    seen.append(started.text)
+    assert started.status_code == 202, started.text
+    op = finished(world, started.json()["operation"]["id"])
+    seen.append(str(op))
+    assert op["status"] == "succeeded", (op, op.get("stages"), op.get("error"))
+    assert op["target"] == f"cluster/{CLUSTER}/inference/llama"
+
+    resource: Any = world.custom.get_namespaced_custom_object(GROUP, VERSION, NS, "inferenceendpointconfigs", "llama")
+    ref = resource["spec"]["modelSourceConfig"]["huggingFaceModel"]["tokenSecretRef"]
+    secret: Any = world.core.read_namespaced_secret(ref["name"], NS)
+    assert [(o.kind, o.uid) for o in secret.metadata.owner_references] == [
+        ("InferenceEndpointConfig", resource["metadata"]["uid"])]
+    view = world.live.get(f"{BASE}/llama").json()
+    seen.append(str(view))
+    assert view["state"] == "DeploymentComplete" and view["source"] == "huggingface", view
+    assert view["autoscaling"] == {"min_replicas": 1, "max_replicas": 3} and view["available"] == 1
+    assert any(c["type"] == "DeploymentComplete" and c["status"] == "True" for c in view["conditions"])
+
+    answer = world.live.post(f"{BASE}/llama/test", {"prompt": "hello"})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["status"] == 200, answer.json()
+    assert answer.json()["headers"]["x-sandbox-pod"].startswith("llama-")
+    assert answer.json()["path"].endswith("/services/llama:8000/proxy/v1/chat/completions")
+
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    routing = patch(world, f"{BASE}/llama", {"routing": "prefixaware"})
+    assert routing.status_code == 409, routing.text
+    assert "Adding this configuration to an existing deployment will be rejected" in routing.text
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    assert world.live.get("/api/v1/operations?kind=managed.update").json() == []
+
+    scaled = patch(world, f"{BASE}/llama", {"autoscaling": {"min_replicas": 2, "max_replicas": 3}})
+    assert scaled.status_code == 202, scaled.text
+    assert finished(world, scaled.json()["operation"]["id"])["status"] == "succeeded"
+    assert _deployment(world, "llama").spec.replicas == 2  # the operator's Deployment, moved into the bounds
+    wait_until(lambda: world.live.get(f"{BASE}/llama").json()["available"] == 2, 120, "two pods available")
+    again = world.live.post(f"{BASE}/llama/test", {"prompt": "hello"}).json()
+    assert again["status"] == 200, again  # the update kept the model name requests carry
+
+    gone = delete(world, f"{BASE}/llama")
+    assert gone.status_code == 202, gone.text
+    assert finished(world, gone.json()["operation"]["id"])["status"] == "succeeded"
+    with pytest.raises(ApiException) as absent:
+        world.custom.get_namespaced_custom_object(GROUP, VERSION, NS, "inferenceendpointconfigs", "llama")
+    assert absent.value.status == 404
+    with pytest.raises(ApiException) as no_secret:
+        world.core.read_namespaced_secret(ref["name"], NS)
+    assert no_secret.value.status == 404
+
+    def collected() -> bool:
+        try:
+            _deployment(world, "llama")
+        except ApiException as exc:
+            return bool(exc.status == 404)
+        return False
+    wait_until(collected, 60, "the operator's Deployment to go with its owner")
+    assert world.live.get(BASE).json()["endpoints"] == []
+    records = [str(o) for kind in KINDS for o in world.live.get(f"/api/v1/operations?kind={kind}").json()]
+    audit = world.live.get("/api/v1/audit", params={"limit": 100}).text
+    assert all(token not in text for text in [*seen, *records, audit])
+
+
+def test_a_jumpstart_model_deploys_and_serves(operator: JobWorld) -> None:
+    world = operator
+    source = {"type": "jumpstart", "model_id": "deepseek-llm-r1-distill-qwen-1-5b", "version": "2.0.4",
+              "accept_eula": True}
+    started = world.live.post(BASE, {"name": "deepseek", "source": source, "instance_types": ["ml.g5.8xlarge"]})
+    assert started.status_code == 202, started.text
+    assert finished(world, started.json()["operation"]["id"])["status"] == "succeeded"
+    found: Any = world.custom.get_namespaced_custom_object(GROUP, VERSION, NS, "jumpstartmodels", "deepseek")
+    assert found["spec"]["model"] == {"modelId": "deepseek-llm-r1-distill-qwen-1-5b", "modelVersion": "2.0.4",
+                                      "modelHubName": "SageMakerPublicHub", "acceptEula": True}
+    view = world.live.get(f"{BASE}/deepseek").json()
+    assert (view["kind"], view["state"], view["source"]) == ("JumpStartModel", "DeploymentComplete", "jumpstart")
+    answer = world.live.post(f"{BASE}/deepseek/test", {"api": "completion", "prompt": "Once upon"}).json()
+    assert answer["status"] == 200 and answer["headers"]["x-sandbox-pod"].startswith("deepseek-"), answer
+    gone = delete(world, f"{BASE}/deepseek")
+    assert finished(world, gone.json()["operation"]["id"])["status"] == "succeeded"
+
+
+def test_an_agent_deploys_tests_scales_and_deletes_a_managed_endpoint(operator: JobWorld) -> None:
+    world = operator
+    token = world.live.make_token("operator")
+    playbook = set(yaml.safe_load(PLAYBOOK.read_text().split("---")[1])["tools"])
+    used: list[str] = []
+    request = {"cluster": CLUSTER, **endpoint("agent-llama", autoscaling={"min_replicas": 1, "max_replicas": 2})}
+    one = {"cluster": CLUSTER, "name": "agent-llama"}
+
+    async def agent() -> dict[str, Any]:
+        async with bridge(world.live.url, token, "inference,clusters,operations,system") as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert tools["inference_endpoints_delete"].annotations.destructive_hint  # type: ignore[union-attr]
+            assert tools["inference_endpoints_list"].annotations.read_only_hint  # type: ignore[union-attr]
+            preview = await call(client, "inference_endpoints_preview", request, used)
+            started = await call(client, "inference_endpoints_deploy", request, used)
+            deployed = await follow(client, started["operation"]["id"], used, timeout=180)
+            answer = await call(client, "inference_endpoints_test", {**one, "prompt": "hi"}, used)
+            scaling = await call(client, "inference_endpoints_update",
+                                 {**one, "autoscaling": {"min_replicas": 2, "max_replicas": 2}}, used)
+            scaled = await follow(client, scaling["operation"]["id"], used, timeout=180)
+            detail = await call(client, "inference_endpoints_get", one, used)
+            deleting = await call(client, "inference_endpoints_delete", one, used)
+            deleted = await follow(client, deleting["operation"]["id"], used, timeout=180)
+            listed = await call(client, "inference_endpoints_list", {"cluster": CLUSTER}, used)
+            return {"preview": preview, "deployed": deployed, "answer": answer, "scaled": scaled, "detail": detail,
+                    "deleted": deleted, "listed": listed}
+
+    seen = anyio.run(agent)
+    assert seen["preview"]["kind"] == "InferenceEndpointConfig"
+    assert seen["deployed"]["status"] == "succeeded", seen["deployed"]
+    assert seen["answer"]["status"] == 200, seen["answer"]
+    assert seen["scaled"]["status"] == "succeeded", seen["scaled"]
+    assert seen["detail"]["autoscaling"] == {"min_replicas": 2, "max_replicas": 2}
+    assert seen["detail"]["replicas"] == 2, seen["detail"]
+    assert seen["deleted"]["status"] == "succeeded"
+    assert "agent-llama" not in {e["name"] for e in seen["listed"]["endpoints"]}
+    assert set(used) <= playbook, f"tools outside the playbook: {set(used) - playbook}"
+    audit = world.live.get("/api/v1/audit", params={"limit": 100}).json()
+    actions = {e["action"] for e in (audit["items"] if isinstance(audit, dict) else audit)}
+    assert {"managed.deploy", "managed.test", "managed.update", "managed.delete"} <= actions
+
+
+def test_the_pane_section_previews_deploys_tests_scales_and_deletes(operator: JobWorld, tmp_path: Path) -> None:
+    world = operator
+    who = Principal("pane-operator", Role.OPERATOR, "t-op", "api")
+    viewer = Principal("pane-viewer", Role.VIEWER, "t-view", "api")
+    with world.server.imported(tmp_path / "product", CLUSTER, who) as services:
+        watching = InferencePane(services.inference, services.clusters, services.bus, viewer,
+                                 managed=services.managed_inference)
+        assert watching.managed is not None and watching.managed.deploy_button.disabled
+        pane = InferencePane(services.inference, services.clusters, services.bus, who,
+                             managed=services.managed_inference)
+        pn.panel(pane).get_root()  # renders alone, as in a notebook
+        section = pane.managed
+        assert section is not None and section.state.cluster == CLUSTER
+        section.state.body = json.dumps({"name": "pane-ds", "source": {
+            "type": "jumpstart", "model_id": "deepseek-llm-r1-distill-qwen-1-5b"}, "instance_types": []})
+        asyncio.run(section._preview(None))
+        assert "exactly one instance type" in section.state.message, section.state.message
+        section.state.body = json.dumps({"name": "pane-ds", "source": {
+            "type": "jumpstart", "model_id": "deepseek-llm-r1-distill-qwen-1-5b"},
+            "instance_types": ["ml.g5.8xlarge"], "autoscaling": {"min_replicas": 1, "max_replicas": 2}})
+        asyncio.run(section._preview(None))
+        assert section.state.message.startswith("JumpStartModel accepted"), section.state.message
+        assert "kind: JumpStartModel" in section.state.preview
+        asyncio.run(section._deploy(None))
+        assert "deploying pane-ds" in section.state.message, section.state.message
+        op = services.engine.list(OperationQuery(kind="managed.deploy", limit=1))[0]
+        wait_until(lambda: services.engine.run_until_idle(op.id).status == "succeeded", 120, "the pane's deploy")
+        wait_until(lambda: section.state.reload() or (not section.table.value.empty and
+                                                      section.table.value.iloc[0]["state"] == "DeploymentComplete"),
+                   60, "the table to show the endpoint complete")
+        assert section.table.value.iloc[0]["autoscaling"] == "1-2"
+        section._on_selection(type("E", (), {"new": [0]})())
+        asyncio.run(section._test(None))
+        assert section.state.message.startswith("HTTP 200"), section.state.message
+        section.state.min_replicas = 2
+        asyncio.run(section._scale(None))
+        assert "scaling pane-ds to 2-2" in section.state.message, section.state.message
+        scaled = services.engine.list(OperationQuery(kind="managed.update", limit=1))[0]
+        wait_until(lambda: services.engine.run_until_idle(scaled.id).status == "succeeded", 120, "the pane's scale")
+        assert k8s.AppsV1Api(world.api).read_namespaced_deployment("pane-ds", NS).spec.replicas == 2
+        asyncio.run(section._delete(None))
+        assert "deleting pane-ds" in section.state.message, section.state.message
+        gone = services.engine.list(OperationQuery(kind="managed.delete", limit=1))[0]
+        wait_until(lambda: services.engine.run_until_idle(gone.id).status == "succeeded", 60, "the pane's delete")

@@ -1,0 +1,92 @@
+"""Rendering managed endpoints, without a cluster: every model source, the tiered KV cache, intelligent routing,
+the instance-type preference and the node affinity render resources the shipped CRDs' schemas accept; a resource
+that breaks the schema is refused naming each path; the request rules the schema cannot say are refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from services.errors import Invalid
+from services.inference import managed_render as render
+from services.inference.managed_models import EndpointRequest
+from services.secrets import SecretRef
+
+WORKER = {"image": "lmcache/vllm-openai:v0.3.7", "args": ["/opt/ml/model", "--served-model-name", "chat"],
+          "port": 8000, "gpus": 1, "cpu": "6", "memory": "30Gi", "env": {"MAX_MODEL_LEN": "4096"}}
+SOURCES: list[dict[str, Any]] = [
+    {"type": "s3", "bucket": "models-bucket", "region": "us-west-2", "location": "llama31_8b", "prefetch": True},
+    {"type": "fsx", "file_system_id": "fs-0123456789abcdef0", "location": "/models/llama", "mount_name": "abcdef"},
+    {"type": "huggingface", "model_id": "meta-llama/Llama-3.1-8B-Instruct", "commit": "a" * 40},
+]
+
+
+def rendered(body: dict[str, Any], token: SecretRef | None = None) -> dict[str, Any]:
+    request = EndpointRequest.model_validate(body)
+    render.check_request(request)
+    manifest = render.render(request, token)
+    render.check_schema(manifest)
+    return manifest
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda s: s["type"])
+def test_each_source_renders_an_endpoint_config_its_crd_accepts(source: dict[str, Any]) -> None:
+    token = SecretRef(cluster="c", namespace="ns", name="chat-hf-token-abc123", key="token")
+    manifest = rendered({"name": "chat", "source": source, "worker": WORKER, "instance_types": ["ml.g5.8xlarge"]},
+                        token if source["type"] == "huggingface" else None)
+    spec = manifest["spec"]
+    assert manifest["kind"] == "InferenceEndpointConfig" and spec["modelSourceConfig"]["modelSourceType"] == \
+        source["type"]
+    assert spec["instanceType"] == "ml.g5.8xlarge" and spec["worker"]["modelInvocationPort"]["containerPort"] == 8000
+    assert manifest["metadata"]["annotations"] == {"instantstart.io/api-model": "chat"}
+    if source["type"] == "huggingface":
+        assert spec["modelSourceConfig"]["huggingFaceModel"]["tokenSecretRef"] == {
+            "name": "chat-hf-token-abc123", "key": "token"}
+
+
+def test_cache_routing_preference_and_affinity_render_as_the_crd_says() -> None:
+    spec = rendered({"name": "chat", "source": SOURCES[0], "worker": WORKER,
+                     "instance_types": ["ml.g5.8xlarge", "ml.g5.12xlarge"], "routing": "session",
+                     "kv_cache": {"l2_backend": "redis", "l2_url": "redis://redis.ns.svc.cluster.local:6379"},
+                     "autoscaling": {"min_replicas": 0, "max_replicas": 4}})["spec"]
+    assert spec["instanceTypes"] == ["ml.g5.8xlarge", "ml.g5.12xlarge"] and "nodeAffinity" not in spec
+    assert spec["intelligentRoutingSpec"] == {"enabled": True, "routingStrategy": "session"}
+    assert spec["kvCacheSpec"]["l2CacheSpec"] == {"l2CacheBackend": "redis",
+                                                  "l2CacheLocalUrl": "redis://redis.ns.svc.cluster.local:6379"}
+    assert spec["autoScalingSpec"] == {"minReplicaCount": 0, "maxReplicaCount": 4}
+    # nodeAffinity and instanceTypes are exclusive (the CRD): the types move into the affinity's In term
+    avoided = rendered({"name": "chat", "source": SOURCES[0], "worker": WORKER, "instance_types": ["ml.g5.8xlarge"],
+                        "avoid_labels": {"example.com/capacity": ["Spot"]}})["spec"]
+    assert "instanceType" not in avoided and "instanceTypes" not in avoided
+    terms = avoided["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [
+        {"key": "example.com/capacity", "operator": "NotIn", "values": ["Spot"]},
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["ml.g5.8xlarge"]}]}]
+
+
+def test_a_jumpstart_model_renders_and_a_broken_resource_names_each_path() -> None:
+    manifest = rendered({"name": "ds", "source": {"type": "jumpstart", "model_id": "deepseek-llm-r1-distill-qwen-1-5b",
+                                                  "version": "2.0.4", "accept_eula": True},
+                         "instance_types": ["ml.g5.8xlarge"], "autoscaling": {"min_replicas": 1, "max_replicas": 2}})
+    assert manifest["kind"] == "JumpStartModel" and manifest["spec"]["server"] == {"instanceType": "ml.g5.8xlarge"}
+    manifest["spec"]["server"]["instanceType"] = "g5.8xlarge"
+    manifest["spec"]["model"]["modelVersion"] = "latest"
+    with pytest.raises(Invalid) as refused:
+        render.check_schema(manifest)
+    assert [f["field"] for f in refused.value.details["fields"]] == ["spec.model.modelVersion",
+                                                                     "spec.server.instanceType"]
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    ({"name": "x", "source": SOURCES[0]}, "needs worker"),
+    ({"name": "x", "source": {"type": "jumpstart", "model_id": "m"}, "instance_types": ["ml.g5.8xlarge"],
+      "worker": WORKER}, "worker applies to an InferenceEndpointConfig"),
+    ({"name": "x", "source": {"type": "jumpstart", "model_id": "m"}, "instance_types": []}, "exactly one"),
+    ({"name": "x", "source": SOURCES[0], "worker": WORKER, "kv_cache": {"l2_backend": "redis"}}, "l2_url"),
+    ({"name": "x", "source": SOURCES[0], "worker": WORKER, "autoscaling": {"min_replicas": 3, "max_replicas": 1}},
+     "above max_replicas"),
+])
+def test_rules_the_schema_cannot_say_are_refused(body: dict[str, Any], says: str) -> None:
+    with pytest.raises(Invalid, match=says):
+        render.check_request(EndpointRequest.model_validate(body))

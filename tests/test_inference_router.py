@@ -1,0 +1,225 @@
+"""The SGLang router against a real server in sandbox mode, on a seeded, imported cluster of three one-GPU nodes
+running a three-replica SGLang deployment, where the sandbox's simulated router runs the router pod's command:
+bad knobs, an unknown deployment and a taken name are refused before any operation or Kubernetes write; a
+cache-aware router sends every request sharing a prefix to one worker pod and different prefixes to more than
+one, its Prometheus metrics count them per worker; an agent switches it to round_robin through MCP and requests
+then go to every worker in turn; the pane shows the router, its workers and counts, and its delete removes the
+router's objects only (the workers stay). The router's flag data is held equal to the sandbox's, and the
+simulated router refuses what the real one refuses."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import panel as pn
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from panels.inference import InferencePane
+from sandbox.kube import sglang_router
+from services.auth import Principal, Role
+from services.inference import router_manifest
+from services.inference.router_models import RouterKnobs, router_flags
+from tests.jobs_support import CLUSTER, JobWorld, job_world
+from tests.ledger import CallLedger
+from tests.mcp_support import bridge, call, follow
+from tests.support import wait_until
+
+pytestmark = pytest.mark.slow
+DEPLOYMENTS = f"/api/v1/clusters/{CLUSTER}/inference/deployments"
+BASE = f"/api/v1/clusters/{CLUSTER}/inference/routers"
+NS = "hyperpod-ns-inference"
+SGLANG = "python3 -m sglang.launch_server --model-path Qwen/Qwen2.5-0.5B-Instruct --tp-size 1"
+ROOT = Path(__file__).resolve().parents[1]
+PREFIX = "You are a careful assistant for the InstantStart docs. Answer in one sentence. Question: "
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobWorld]:
+    """Three SGLang workers, one per node."""
+    with job_world(tmp_path_factory.mktemp("router"), components=(), nodes=3) as made:
+        started = made.live.post(DEPLOYMENTS, {"name": "qwen", "command": SGLANG, "gpus": 1, "replicas": 3})
+        assert started.status_code == 202, started.text
+        op = made.finished(started.json()["operation"]["id"], timeout=240)
+        assert op["status"] == "succeeded", op
+        yield made
+
+
+def test_the_flag_data_is_the_sandbox_s_and_the_simulated_router_refuses_what_the_real_one_does() -> None:
+    product = yaml.safe_load((ROOT / "services/inference/router_flags.yaml").read_text())
+    sandbox = yaml.safe_load((ROOT / "sandbox/kube/engines/sglang_router.yaml").read_text())
+    assert product == sandbox
+    with pytest.raises(sglang_router.RouterError) as unknown:
+        sglang_router.parse(["--policy", "cache_aware", "--cache-treshold", "0.5"])
+    assert unknown.value.exit_code == 2 and "unrecognized arguments: --cache-treshold" in unknown.value.lines[-1]
+    with pytest.raises(sglang_router.RouterError) as choice:
+        sglang_router.parse(["--policy", "least_loaded"])
+    assert "invalid choice: 'least_loaded'" in choice.value.lines[-1]
+    with pytest.raises(sglang_router.RouterError) as ambiguous:
+        sglang_router.parse(["--balance", "3"])
+    assert "ambiguous option" in ambiguous.value.lines[-1]
+    parsed = sglang_router.parse(["--policy=round_robin", "--selector", "a=b", "c=d", "--service-discovery"])
+    assert parsed["--selector"] == ["a=b", "c=d"] and parsed["--service-discovery"] is True
+    assert parsed["--cache-threshold"] == 0.3 and parsed["--host"] == "127.0.0.1"  # the router's defaults
+
+
+def test_bad_knobs_unknown_deployments_and_taken_names_are_refused_before_any_write(world: JobWorld) -> None:
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    for knob, value in (("cache_threshold", 1.5), ("balance_rel_threshold", 0.5), ("policy", "least_loaded"),
+                        ("max_tree_size", 0), ("eviction_interval_secs", 0)):
+        refused = world.live.post(BASE, {"name": "r", "deployment": "qwen", knob: value})
+        assert refused.status_code == 422 and knob in refused.text, refused.text
+    missing = world.live.post(BASE, {"name": "r", "deployment": "nope"})
+    assert missing.status_code == 404 and "inference_list" in missing.text, missing.text
+    taken = world.live.post(BASE, {"name": "qwen", "deployment": "qwen"})  # the workers' Service has that name
+    assert taken.status_code == 409 and "not this router's" in taken.text, taken.text
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    assert world.live.get("/api/v1/operations?kind=inference.router.create").json() == []
+
+
+def ask(world: JobWorld, router: str, prompt: str) -> str:
+    answer = world.live.post(f"{BASE}/{router}/test", {"prompt": prompt, "max_tokens": 8})
+    assert answer.status_code == 200, answer.text
+    result = answer.json()
+    assert result["status"] == 200, result
+    assert result["path"] == f"/api/v1/namespaces/{NS}/services/{router}:30000/proxy/v1/chat/completions"
+    return str(result["headers"]["x-sandbox-pod"])
+
+
+def test_cache_aware_routing_metrics_mcp_update_pane_and_delete(world: JobWorld, tmp_path: Path) -> None:
+    workers = {p.metadata.name for p in world.core.list_namespaced_pod(
+        NS, label_selector="instantstart.io/inference=qwen").items}
+    assert len(workers) == 3
+    shown = world.live.post(f"{BASE}/preview", {"name": "qwen-router", "deployment": "qwen"})
+    assert shown.status_code == 200, shown.text
+    assert shown.json()["selector"] == "instantstart.io/inference=qwen" and shown.json()["worker_port"] == 30000
+    assert [m["kind"] for m in shown.json()["manifests"]] == ["ServiceAccount", "Role", "RoleBinding", "Deployment",
+                                                               "Service"]
+    request, key = {"name": "qwen-router", "deployment": "qwen", "cache_threshold": 0.5}, {"Idempotency-Key": "r-1"}
+    started = world.live.post(BASE, request, headers=key)
+    assert started.status_code == 202, started.text
+    again = world.live.post(BASE, request, headers=key)  # a retried request: the same operation, nothing new
+    assert again.json()["operation"]["id"] == started.json()["operation"]["id"], again.text
+    assert len(world.live.get("/api/v1/operations?kind=inference.router.create").json()) == 1
+    op = world.finished(started.json()["operation"]["id"], timeout=180)
+    assert op["status"] == "succeeded", op
+    assert op["target"] == f"cluster/{CLUSTER}/inference-router/qwen-router"
+    command = k8s.AppsV1Api(world.api).read_namespaced_deployment("qwen-router", NS).spec.template.spec \
+        .containers[0].command
+    assert command[:3] == ["python3", "-m", "sglang_router.launch_router"]
+    assert command[command.index("--selector") + 1] == "instantstart.io/inference=qwen"
+
+    same = {ask(world, "qwen-router", PREFIX + question) for question in
+            ("what is a cluster?", "what is a node?", "what is a job?", "what is a router?", "what is a pod?")}
+    assert len(same) == 1 and same <= workers, same  # every request sharing the prefix: one worker
+    spread = {ask(world, "qwen-router", prompt) for prompt in
+              ("Translate to French: good morning", "Write a haiku about GPUs", "List three prime numbers")}
+    assert len(same | spread) > 1, spread  # different prefixes: other workers too
+
+    described = world.live.get(f"{BASE}/qwen-router").json()
+    assert described["metrics_error"] is None, described
+    counts = {w["pod"]: w["requests"] for w in described["workers"] if w["ready"]}
+    assert set(counts) == workers and sum(counts.values()) == 8, counts
+    assert counts[next(iter(same))] >= 5
+    assert described["cache_hits"] >= 4 and described["knobs"]["policy"] == "cache_aware"
+    assert described["requests_total"] >= 8
+
+    used: list[str] = []
+
+    async def agent() -> dict[str, Any]:
+        async with bridge(world.live.url, world.live.admin_token, "inference,operations") as client:
+            listed = await call(client, "inference_routers_list", {"cluster": CLUSTER}, used)
+            assert [r["name"] for r in listed["routers"]] == ["qwen-router"]
+            bad = await client.call_tool("inference_routers_update", {"cluster": CLUSTER, "name": "qwen-router",
+                                                                       "cache_threshold": 2})
+            assert bad.is_error
+            changed = await call(client, "inference_routers_update", {"cluster": CLUSTER, "name": "qwen-router",
+                                                                       "policy": "round_robin"}, used)
+            return await follow(client, changed["operation"]["id"], used)
+    updated = anyio.run(agent)
+    assert updated["status"] == "succeeded", updated
+    playbook = set(yaml.safe_load((ROOT / "skills/deploy-model.md").read_text().split("---")[1])["tools"])
+    assert set(used) <= playbook, f"tools outside the playbook: {set(used) - playbook}"
+    turns = [ask(world, "qwen-router", PREFIX + "what is a cluster?") for _ in range(3)]
+    assert set(turns) == workers, turns  # round_robin: every worker in turn, whatever the prefix
+
+    operator = Principal("pane-operator", Role.OPERATOR, "t-op", "api")
+    ledger = CallLedger(world.live)
+    with world.server.imported(tmp_path / "product", CLUSTER, operator) as services:
+        pane = InferencePane(services.inference, services.clusters, services.bus, operator,
+                             routers=services.inference_routers)
+        assert pane.routers is not None
+        pn.panel(pane).get_root()  # renders alone, as in a notebook, with its router section
+        wait_until(lambda: pane.routers.load() or not pane.routers.table.value.empty, 60, "the router listed")
+        row = pane.routers.table.value.iloc[0]
+        assert (row["name"], row["deployment"], row["policy"], row["workers"]) == \
+            ("qwen-router", "qwen", "round_robin", "3/3 running")
+        pane.routers._on_selection(type("E", (), {"new": [0]})())
+        asyncio.run(pane.routers._counts(None))
+        text = pane.routers.counts.object  # a new router pod since the update: the three round-robin requests
+        assert "3 requests" in text and all(f"`{pod}` (ready): 1 requests" in text for pod in workers), text
+        mark = ledger.mark()
+        asyncio.run(pane.routers._delete(None))
+        said = str(pane.routers.message.object)
+        assert said.startswith("deleting router qwen-router (op-"), said
+        op_id = said.rsplit("(", 1)[1].rstrip(")")
+        wait_until(lambda: services.engine.run_until_idle(op_id).status == "succeeded", 60, "the pane's delete")
+        assert _absent(world)
+    writes = ledger.writes(since=mark, service="kubernetes")
+    assert {e.get("name") for e in writes} == {"qwen-router"}, writes  # the router's objects only
+    rbac = "rbac.authorization.k8s.io"
+    assert {e.get("resource") for e in writes if e.get("verb") == "delete"} == {
+        "deployments.apps", "services", f"rolebindings.{rbac}", f"roles.{rbac}", "serviceaccounts"}, writes
+    assert k8s.AppsV1Api(world.api).read_namespaced_deployment("qwen", NS).status.available_replicas == 3
+    assert world.core.read_namespaced_service("qwen", NS).spec.type == "ClusterIP"
+
+
+def _absent(world: JobWorld) -> bool:
+    rbac = k8s.RbacAuthorizationV1Api(world.api)
+    for read in (k8s.AppsV1Api(world.api).read_namespaced_deployment, world.core.read_namespaced_service,
+                 world.core.read_namespaced_service_account, rbac.read_namespaced_role,
+                 rbac.read_namespaced_role_binding):
+        try:
+            read("qwen-router", NS)
+        except ApiException as exc:
+            assert exc.status == 404
+            continue
+        return False
+    return True
+
+
+def test_the_router_manifest_uses_only_known_flags() -> None:
+    flags = router_flags()
+    known = set(flags["switch"]) | set(flags["value"]) | set(flags["values"])
+    objects = router_manifest.objects(name="r", namespace="n", deployment="d",
+                                      knobs=RouterKnobs(), worker_port=8000)
+    argv = objects[3]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert {w for w in argv if w.startswith("--")} <= known
+    assert sglang_router.parse(argv[3:])["--service-discovery-port"] == 8000
+
+
+def test_the_simulated_router_needs_the_rbac_grant_to_discover_workers(world: JobWorld) -> None:
+    """A router pod whose ServiceAccount may not list pods exits as the real one does, with the API server's 403."""
+    body = router_manifest.router_deployment(name="unbound", namespace=NS, deployment="qwen", knobs=RouterKnobs(),
+                                             worker_port=30000)
+    body["spec"]["template"]["spec"]["serviceAccountName"] = "default"
+    apps = k8s.AppsV1Api(world.api)
+    apps.create_namespaced_deployment(NS, body)
+    try:
+        def refused() -> str:
+            pods: list[Any] = world.core.list_namespaced_pod(
+                NS, label_selector=f"{router_manifest.ROUTER_LABEL}=unbound").items
+            restarted = bool(pods[0].status.container_statuses and pods[0].status.container_statuses[0].restart_count)
+            log = world.core.read_namespaced_pod_log(pods[0].metadata.name, NS, container="router", previous=restarted)
+            return str(log) if "forbidden" in str(log) else ""
+        log = wait_until(refused, 60, "the router pod to be refused its pod list")
+        assert 'User "system:serviceaccount:hyperpod-ns-inference:default" cannot list resource "pods"' in log, log
+    finally:
+        apps.delete_namespaced_deployment("unbound", NS)
