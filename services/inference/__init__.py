@@ -131,7 +131,9 @@ class Inference:
                 if checks.ours(d, str((_meta(d).get("labels") or {}).get(manifest.INFERENCE_LABEL, "")))
                 and manifest.POOL_LABEL not in (_meta(d).get("labels") or {})]
 
-    def _find(self, cluster: str, name: str) -> dict[str, Any]:
+    def live_deployment(self, cluster: str, name: str) -> dict[str, Any]:
+        """The live Deployment of our inference deployment ``name`` (from the informer cache; NotFound when the
+        cluster has none of that name). A read for the noun's own verb modules (scaling), not a verb itself."""
         self.registry.get(cluster)
         for dep in self._ours(cluster):
             if _meta(dep).get("name") == name:
@@ -286,7 +288,7 @@ class Inference:
         replay = self._engine.replayed(UPDATE_KIND, principal, idempotency_key, same)
         if replay is not None:
             return replay, False
-        meta = _meta(self._find(cluster, name))
+        meta = _meta(self.live_deployment(cluster, name))
         namespace = str(meta.get("namespace"))
         svc = self._service(cluster, namespace, name) or {}
         exposure = Exposure.EXTERNAL if (svc.get("spec") or {}).get("type") == "LoadBalancer" else Exposure.CLUSTER
@@ -347,7 +349,7 @@ class Inference:
         replay = self._engine.replayed(DELETE_KIND, principal, idempotency_key, same)
         if replay is not None:  # before the lookup: after the delete the deployment is gone, the answer is not
             return replay, False
-        dep = self._find(cluster, name)
+        dep = self.live_deployment(cluster, name)
         meta = _meta(dep)
         ref = DeploymentRef(cluster=cluster, name=name, namespace=str(meta.get("namespace")), uid=str(meta.get("uid")),
                             requested_by=principal.name)
@@ -369,7 +371,7 @@ class Inference:
         """One deployment: replicas ready/available/updated, its pods and nodes, its Service's address, and its
         engines' time to first token and tokens/s (their /metrics through the pod proxy, scraped at most every
         few seconds)."""
-        dep = self._find(cluster, name)
+        dep = self.live_deployment(cluster, name)
         services = {(_meta(s).get("namespace"), _meta(s).get("name")): s for s in self._items(cluster, "services")}
         pods = self._items(cluster, "pods")
         view = self._view(cluster, dep, services, pods)
@@ -422,7 +424,7 @@ class Inference:
     def read_logs(self, principal: Principal, cluster: str, name: str, query: InferenceLogQuery) -> LogText:
         """The engine container's log lines of the deployment's pods (previous containers included: a crash
         loop's last words), through the logs noun's text reader; ``cursor`` continues after a read."""
-        namespace = str(_meta(self._find(cluster, name)).get("namespace"))
+        namespace = str(_meta(self.live_deployment(cluster, name)).get("namespace"))
         select = LogTextQuery(namespace=namespace, container=manifest.CONTAINER, **query.model_dump())
         return self.logs.read_labelled_text(cluster, manifest.INFERENCE_LABEL, name, select)
 
@@ -433,7 +435,7 @@ class Inference:
                         request: EndpointTest) -> EndpointTestResult:
         """One OpenAI-compatible request to a deployment of ours: through the Kubernetes API's service proxy, or
         at its load balancer (its name resolved once and checked by the SSRF guard)."""
-        dep = self._find(cluster, name)
+        dep = self.live_deployment(cluster, name)
         meta = _meta(dep)
         namespace = str(meta.get("namespace"))
         svc = self._service(cluster, namespace, name)
