@@ -103,12 +103,17 @@ class FastReads(tornado.routing.Router):
             return None
         try:
             body = self._body(request, found[0]["GET"], found[1])
+            out = None if body is None else self._headers(request, body)
+            return None if body is None or out is None else _Answer(request, out, body, self.answered)
         except PASS_THROUGH:
             raise
         except BaseException:  # a refusal, or a bug: the handler answers it (the envelope, or its guarded 500)
             return None
-        if body is None:
-            return None
+
+    def _headers(self, request: tornado.httputil.HTTPServerRequest,
+                 body: bytes) -> tornado.httputil.HTTPHeaders | None:
+        """``ApiHandler``'s headers for a 200 with ``body``, in its order, then the application's transforms
+        (``None`` when one would change the status or the body, e.g. compression: left to the handler)."""
         out = tornado.httputil.HTTPHeaders()
         out["Server"] = _SERVER
         out["Content-Type"] = "application/json"
@@ -116,10 +121,11 @@ class FastReads(tornado.routing.Router):
         out["Cache-Control"] = "no-store"
         out["X-Content-Type-Options"] = "nosniff"
         out["Content-Length"] = str(len(body))
-        status = 200
         for transform in self.app.transforms:  # the security headers, as RequestHandler.flush applies them
-            status, out, body = transform(request).transform_first_chunk(status, out, body, True)
-        return _Answer(request, out, body, self.answered)
+            status, out, changed = transform(request).transform_first_chunk(200, out, body, True)
+            if status != 200 or changed is not body:
+                return None
+        return out
 
     def _body(self, request: tornado.httputil.HTTPServerRequest, route: Route, params: dict[str, str]) -> bytes | None:
         token = bearer_of(request.headers)
@@ -141,6 +147,7 @@ class FastReads(tornado.routing.Router):
 
 def use_fast_reads(app: tornado.web.Application, services: Services, routes: list[Route],
                    answered: Callable[[tornado.httputil.HTTPServerRequest, int], None]) -> None:
-    """Put :class:`FastReads` ahead of every rule of ``app`` (Panel's, Bokeh's and ours)."""
-    app.wildcard_router.rules.insert(0, tornado.routing.Rule(tornado.routing.AnyMatches(),
-                                                             FastReads(app, services, routes, answered)))
+    """Put :class:`FastReads` ahead of every rule of ``app`` (Panel's, Bokeh's and ours): first in the
+    application's outermost router, so the others are not walked for what it answers."""
+    app.default_router.rules.insert(0, tornado.routing.Rule(tornado.routing.AnyMatches(),
+                                                            FastReads(app, services, routes, answered)))
