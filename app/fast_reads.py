@@ -90,7 +90,7 @@ class FastReads(tornado.routing.Router):
                  answered: Callable[[tornado.httputil.HTTPServerRequest, int], None]) -> None:
         self.app, self.services, self.answered = app, services, answered
         self.readers = {r.name: reader for r in routes if (reader := memory_reader(r)) is not None}
-        self.table = RouteTable([r for r in routes if r.name in self.readers])
+        self.table = RouteTable(routes)  # every route, so a path resolves to the route the handler would serve
         self.date = _HttpDate()
 
     def find_handler(self, request: tornado.httputil.HTTPServerRequest,
@@ -99,10 +99,11 @@ class FastReads(tornado.routing.Router):
         if request.method != "GET" or "Content-Length" in headers or "Transfer-Encoding" in headers:
             return None
         found = self.table.lookup(request.path)
-        if found is None or header_bytes(request) > HEADER_LIMIT:
+        route = found[0].get("GET") if found is not None else None
+        if found is None or route is None or route.name not in self.readers or header_bytes(request) > HEADER_LIMIT:
             return None
         try:
-            body = self._body(request, found[0]["GET"], found[1])
+            body = self._body(request, route, found[1])
             out = None if body is None else self._headers(request, body)
             return None if body is None or out is None else _Answer(request, out, body, self.answered)
         except PASS_THROUGH:
