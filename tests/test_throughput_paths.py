@@ -318,9 +318,10 @@ def test_the_fast_path_answers_as_the_handler_does_and_leaves_every_refusal_to_i
     """Two servers on one loop and the same services: the handler alone, and with app/fast_reads.py ahead of
     it as ``instantstart serve`` has it. Each request gets the same status, headers and body bytes from both
     (but the cache's age, written to 10 ms, which may differ between two reads, with the Content-Length and
-    Date that follow from it);
-    the fast server's 200s are counted by the access log policy without a RequestHandler, and a 401, 403,
-    404, a revoked token and a token's first request (not yet signed in) are the handler's."""
+    Date that follow from it). The fast server's 200s are counted by the access log policy without a
+    RequestHandler; no token (401), a revoked token (401), a viewer on an admin route (403), an unknown
+    cluster or path (404), a bad query (422) and a token's first request (not signed in yet) are the
+    handler's."""
     services = product.services
     wait_until(lambda: not services.clusters.describe_cluster(VIEWER, "fast", wait=0).loading, 30,
                "the cluster's AWS and Kubernetes parts in the caches")
