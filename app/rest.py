@@ -564,6 +564,8 @@ def rest_patterns(services: Services, routes: list[Route] = ROUTES) -> list[tupl
     for r in routes:  # what runs on the loop must not be able to block it
         if r.on_loop and (not r.read_only or inspect.iscoroutinefunction(r.handler)):
             raise Invalid(f"route {r.name} cannot run on the loop: on_loop is for synchronous memory-only reads")
+        if r.from_memory is not None and (r.method != "GET" or inspect.iscoroutinefunction(r.from_memory)):
+            raise Invalid(f"route {r.name}: from_memory is a synchronous memory-only try of a GET")
     table = RouteTable(routes)
     from app.logsocket import JobLogSocket  # builds on EventsSocket, so it imports this module
 
