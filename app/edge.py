@@ -24,6 +24,7 @@ import logging
 from typing import Any
 from urllib.parse import urlsplit
 
+import tornado.httputil
 import tornado.web
 import tornado.websocket
 from panel.io.server import ComponentResourceHandler
@@ -46,7 +47,8 @@ HEADER_LIMIT = 256 * 1024  # request line plus headers, answered 431 above this
 HEADER_HARD_LIMIT = 1024 * 1024  # Tornado's max_header_size: above it the connection is closed unanswered
 FORM_BODY_LIMIT = 4 * 1024  # every handler that is not a REST route (the login form): Tornado's max_body_size
 
-_PASS_THROUGH = (asyncio.CancelledError, GeneratorExit)
+#: what a guard lets through: a cancellation or a closing generator is not an error
+PASS_THROUGH = (asyncio.CancelledError, GeneratorExit)
 
 
 class AllowlistedComponents(ComponentResourceHandler):
@@ -75,7 +77,7 @@ class _Guarded:
             return
         try:
             await super()._execute(transforms, *args, **kwargs)  # type: ignore[misc]
-        except _PASS_THROUGH:
+        except PASS_THROUGH:
             raise
         except BaseException as exc:  # SystemExit, KeyboardInterrupt...: a request must not stop the server
             log.error("request %s %s raised %s: answered 500, the server keeps running",
@@ -126,7 +128,7 @@ async def _guard_message(socket: Any, message: str | bytes) -> None:
         result = super(_GuardedSocket, socket).on_message(message)
         if result is not None:
             await result
-    except _PASS_THROUGH:
+    except PASS_THROUGH:
         raise
     except BaseException as exc:
         log.error("WebSocket message on %s raised %s: connection closed, the server keeps running",
@@ -155,22 +157,27 @@ def guard_application(app: tornado.web.Application) -> None:
 
 
 def use_access_log(app: tornado.web.Application, metrics: Metrics) -> None:
+    """The server's access log policy (:func:`record_answer`) for every request a handler answers."""
+    def log_request(handler: tornado.web.RequestHandler) -> None:
+        record_answer(metrics, handler.request, handler.get_status())
+
+    app.settings["log_function"] = log_request
+
+
+def record_answer(metrics: Metrics, request: tornado.httputil.HTTPServerRequest, status: int) -> None:
     """The server's access log policy. Every request is counted in ``instantstart_http_requests`` (method,
     status; ``GET /metrics``). A read (GET, HEAD, OPTIONS) answered 2xx or 304 in under
     :data:`SLOW_REQUEST_SECONDS` is only counted: at thousands of cached reads a second, a line each was a
     tenth of the event loop's time. Everything else is logged as Tornado logs it (INFO, WARNING for 4xx,
     ERROR for 5xx): mutations, refusals (401, 403, 429), errors, redirects, WebSocket upgrades and slow
     reads. The audit log of mutations and refusals is a separate record and is not affected."""
-    def log_request(handler: tornado.web.RequestHandler) -> None:
-        status, method = handler.get_status(), handler.request.method or ""
-        metrics.http_answered(method, status)
-        seconds = handler.request.request_time()
-        if (200 <= status < 300 or status == 304) and method in QUIET_METHODS and seconds < SLOW_REQUEST_SECONDS:
-            return
-        level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
-        access_log.log(level, "%d %s %.2fms", status, handler._request_summary(), 1000.0 * seconds)
-
-    app.settings["log_function"] = log_request
+    method = request.method or ""
+    metrics.http_answered(method, status)
+    seconds = request.request_time()
+    if (200 <= status < 300 or status == 304) and method in QUIET_METHODS and seconds < SLOW_REQUEST_SECONDS:
+        return
+    level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
+    access_log.log(level, "%d %s %s (%s) %.2fms", status, method, request.uri, request.remote_ip, 1000.0 * seconds)
 
 
 def edge_patterns(not_found: type[tornado.web.RequestHandler]) -> list[tuple[Any, ...]]:

@@ -24,7 +24,8 @@ from typing import Any
 import tornado.ioloop
 import tornado.websocket
 
-from app.rest import TOKEN_RECHECK_SECONDS, EventsSocket, query_dict
+from app.query_args import query_dict
+from app.rest import TOKEN_RECHECK_SECONDS, EventsSocket
 from services.errors import ServiceError
 from services.events import Event
 from services.logs import LogView

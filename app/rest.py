@@ -14,7 +14,6 @@ import inspect
 import json
 import logging
 import re
-import typing
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -28,7 +27,8 @@ from tornado.escape import url_unescape
 
 from app.api.base import Call, Reply, Route
 from app.bootstrap import Services
-from app.openapi import SQLITE_MAX, SQLITE_MIN, openapi_document
+from app.openapi import openapi_document
+from app.query_args import call_query
 from app.route_table import RouteTable
 from app.routes import ROUTES, check_routes
 from services.auth import Principal, Role, token_id_of
@@ -43,7 +43,7 @@ from services.errors import (
     Unauthorized,
 )
 from services.events import Event
-from services.models import RequestModel, ReusedResponse, parse
+from services.models import ReusedResponse, parse
 from services.settings import LOOPBACK_HOSTS, Settings
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,8 @@ FACE_HEADER = "X-InstantStart-Face"
 CLIENT_CLAIM = re.compile(r"^[a-z0-9][a-z0-9._-]{0,31}$")
 DEV_PRINCIPAL = Principal("dev", Role.ADMIN, None, "api")
 TOKEN_RECHECK_SECONDS = 5
+#: probes answered without credentials
+UNAUTHENTICATED = frozenset({"/healthz", "/readyz"})
 
 
 def _json_default(value: Any) -> Any:
@@ -111,12 +113,17 @@ def _guard_ambient(handler: tornado.web.RequestHandler, services: Services) -> N
 
 def client_claim(handler: tornado.web.RequestHandler) -> str:
     """What the caller says it is (``X-InstantStart-Face``), as a short safe label; a claim, never a face."""
-    value = handler.request.headers.get(FACE_HEADER, "").strip().lower()
+    return claim_of(handler.request.headers)
+
+
+def claim_of(headers: tornado.httputil.HTTPHeaders) -> str:
+    value = headers.get(FACE_HEADER, "").strip().lower()
     return value if CLIENT_CLAIM.match(value) else ("other" if value else "")
 
 
-def _bearer(handler: tornado.web.RequestHandler) -> str | None:
-    header = handler.request.headers.get("Authorization", "")
+def bearer_of(headers: tornado.httputil.HTTPHeaders) -> str | None:
+    """The bearer token presented, ``None`` when there is no Authorization header."""
+    header = headers.get("Authorization", "")
     if not header:
         return None
     scheme, _, token = header.partition(" ")
@@ -148,15 +155,24 @@ def authenticate_ambient(handler: tornado.web.RequestHandler, services: Services
                        "'instantstart token create --role viewer')")
 
 
+def signed_in_from_memory(services: Services, token: str, address: str, *, face: str,
+                          client: str) -> Principal | None:
+    """A token that signed in before and is still admitted, from memory (no thread, no database); ``None``
+    means :func:`sign_in` must check it."""
+    cached = services.tokens.cached(token, face, client)
+    if cached is not None:
+        services.signin.succeeded(address, token_id_of(token) or "malformed")
+    return cached
+
+
 async def sign_in(services: Services, token: str, address: str, *, face: str, client: str, action: str,
                   target: str) -> Principal:
     """Check a presented token: a correct one is admitted at once; a failure is audited and answered only
     after the sign-in throttle's delay for this (client address, token id) — never a lockout."""
-    token_id = token_id_of(token) or "malformed"
-    cached = services.tokens.cached(token, face, client)  # memory only: no thread, no database
+    cached = signed_in_from_memory(services, token, address, face=face, client=client)
     if cached is not None:
-        services.signin.succeeded(address, token_id)
         return cached
+    token_id = token_id_of(token) or "malformed"
     loop = asyncio.get_running_loop()
     try:
         principal = await loop.run_in_executor(None, services.tokens.authenticate, token, face, client)
@@ -180,7 +196,7 @@ async def sign_in(services: Services, token: str, address: str, *, face: str, cl
 
 async def authenticate_request(handler: tornado.web.RequestHandler, services: Services) -> Principal:
     """Bearer tokens through :func:`sign_in` (the throttle), anything else through :func:`authenticate_ambient`."""
-    token = _bearer(handler)
+    token = bearer_of(handler.request.headers)
     if token is not None:
         return await sign_in(services, token, handler.request.remote_ip or "", face="api",
                              client=client_claim(handler), action="token.authenticate",
@@ -199,49 +215,6 @@ async def audit_refusal(handler: tornado.web.RequestHandler, services: Services,
         record = functools.partial(services.audit.record_refusal, action, handler.request.path, exc.message,
                                    face=face, client=client_claim(handler))
     await asyncio.get_running_loop().run_in_executor(None, record)
-
-
-def _is_list(annotation: Any) -> bool:
-    if typing.get_origin(annotation) is list:
-        return True
-    return any(_is_list(a) for a in typing.get_args(annotation))
-
-
-def _is_int(annotation: Any) -> bool:
-    if annotation is int:
-        return True
-    return any(_is_int(a) for a in typing.get_args(annotation))
-
-
-def query_dict(model: type[RequestModel], arguments: dict[str, list[bytes]]) -> dict[str, Any]:
-    """Query arguments to a dict for ``model``: list fields accept repeats and commas; an empty value
-    (``?before=``) means the field was not given, for every field alike."""
-    out: dict[str, Any] = {}
-    too_big: list[dict[str, Any]] = []
-    for key, raw in arguments.items():
-        values = [v.decode() for v in raw if v.strip()]
-        if not values:
-            continue
-        field = model.model_fields.get(key)
-        if field is not None and _is_list(field.annotation):
-            out[key] = [part for v in values for part in v.split(",") if part]
-            continue
-        out[key] = values[-1]
-        if field is not None and _is_int(field.annotation) and _outside_sqlite(values[-1]):
-            too_big.append({"field": key, "message": f"must be between {SQLITE_MIN} and {SQLITE_MAX}",
-                            "type": "int_range"})
-    if too_big:
-        raise Invalid(f"invalid {model.__name__}: " + "; ".join(f"{e['field']}: {e['message']}" for e in too_big),
-                      details={"fields": too_big})
-    return out
-
-
-def _outside_sqlite(value: str) -> bool:
-    try:
-        number = int(value.strip())
-    except ValueError:
-        return False  # not an integer at all: the model says so
-    return not SQLITE_MIN <= number <= SQLITE_MAX
 
 
 def _close_connection(request: tornado.httputil.HTTPServerRequest) -> None:
@@ -320,7 +293,7 @@ class ApiHandler(tornado.web.RequestHandler):
     async def _admit(self) -> None:
         method = self.request.method or "GET"
         route = self.routes.get(method)
-        if route is not None and route.path in ("/healthz", "/readyz"):
+        if route is not None and route.path in UNAUTHENTICATED:
             principal = DEV_PRINCIPAL
         else:  # bearer tokens under the sign-in throttle; sessions with their own XSRF token
             principal = await authenticate_request(self, self.services)
@@ -372,8 +345,7 @@ class ApiHandler(tornado.web.RequestHandler):
         assert route is not None
         try:
             call = Call(services=self.services, principal=principal, path=path,
-                        query=parse(route.query, query_dict(route.query, self.request.query_arguments))
-                        if route.query else None,
+                        query=call_query(route, self.request.query_arguments),
                         body=parse(route.body, self._body()) if route.body else None,
                         idempotency_key=self.request.headers.get("Idempotency-Key"))
             if route.query is None and self.request.query_arguments:
@@ -592,6 +564,8 @@ def rest_patterns(services: Services, routes: list[Route] = ROUTES) -> list[tupl
     for r in routes:  # what runs on the loop must not be able to block it
         if r.on_loop and (not r.read_only or inspect.iscoroutinefunction(r.handler)):
             raise Invalid(f"route {r.name} cannot run on the loop: on_loop is for synchronous memory-only reads")
+        if r.from_memory is not None and (r.method != "GET" or inspect.iscoroutinefunction(r.from_memory)):
+            raise Invalid(f"route {r.name}: from_memory is a synchronous memory-only try of a GET")
     table = RouteTable(routes)
     from app.logsocket import JobLogSocket  # builds on EventsSocket, so it imports this module
 

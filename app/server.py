@@ -32,7 +32,8 @@ from bokeh.server.auth_provider import AuthProvider
 from app.api.pages import Page
 from app.api.sandbox import sandbox_pages, sandbox_routes
 from app.bootstrap import Services
-from app.edge import edge_patterns, guard_application, http_server_limits, use_access_log
+from app.edge import edge_patterns, guard_application, http_server_limits, record_answer, use_access_log
+from app.fast_reads import use_fast_reads
 from app.rest import SESSION_COOKIE, XSRF_COOKIE, NotFoundHandler, allowed_origins, rest_patterns, sign_in
 from app.routes import PAGES, ROUTES
 from app.runtime import RUNTIME_FILE, Runtime, remove_runtime, url_for, write_runtime
@@ -409,6 +410,7 @@ def serve(services: Services, *, show_token: Callable[[str], None] | None = None
             say(f"listening on {url_for(settings.host, port)} (runtime file {settings.data_dir / RUNTIME_FILE})")
 
         use_access_log(server._tornado, services.engine.metrics)
+        use_fast_reads(server._tornado, services, routes, functools.partial(record_answer, services.engine.metrics))
         workers = serve_workers(server)
         run_guarded(server, listening)
         if world is not None and world.exit_reason:

@@ -7,7 +7,9 @@ size as A's cluster detail and the same access log policy as ``instantstart serv
 counted, not logged: app/edge.py) — the floor of this stack.
 
 The machine is shared, so the three are measured in alternating rounds (B, A status, A detail, B, ...)
-and each figure is the median over the rounds.
+and each figure is the median over the rounds. Beside req/s and latency, each run reports the server
+process's CPU time per request (user + system, from /proc, over the ``wrk`` run): on a machine other
+developers load, it moves far less than req/s.
 
     python bench/throughput.py [--nodes 10] [--duration 10] [--rounds 3] [--connections 100] [--pin]
 
@@ -75,11 +77,15 @@ class WrkResult:
     p50_ms: float
     p99_ms: float
     errors: str
+    requests: int = 0
+    #: the server process's CPU time (user + system) per request: less swayed by other load than req/s
+    cpu_us_per_request: float = 0.0
 
     def line(self, label: str) -> str:
         extra = f" ({self.errors})" if self.errors else ""
+        cpu = f", server CPU {self.cpu_us_per_request:.0f} us/req" if self.cpu_us_per_request else ""
         return (f"{label}: {self.requests_per_second:,.0f} req/s, p50 {self.p50_ms:.1f} ms, "
-                f"p99 {self.p99_ms:.1f} ms{extra}")
+                f"p99 {self.p99_ms:.1f} ms{cpu}{extra}")
 
 
 def _ms(value: str, unit: str) -> float:
@@ -88,13 +94,21 @@ def _ms(value: str, unit: str) -> float:
 
 def parse_wrk(text: str) -> WrkResult:
     rate = re.search(r"Requests/sec:\s+([\d.]+)", text)
+    count = re.search(r"(\d+) requests in", text)
     p50 = re.search(r"^\s+50%\s+([\d.]+)(us|ms|s|m)\s*$", text, re.M)
     p99 = re.search(r"^\s+99%\s+([\d.]+)(us|ms|s|m)\s*$", text, re.M)
     if not (rate and p50 and p99):
         raise RuntimeError(f"unexpected wrk output:\n{text}")
     errors = [line.strip() for line in text.splitlines()
               if "Non-2xx" in line or "Socket errors" in line]
-    return WrkResult(float(rate.group(1)), _ms(*p50.groups()), _ms(*p99.groups()), "; ".join(errors))
+    return WrkResult(float(rate.group(1)), _ms(*p50.groups()), _ms(*p99.groups()), "; ".join(errors),
+                     int(count.group(1)) if count else 0)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process ``pid`` (all its threads) so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pin(pid: int, cpu: int) -> None:
@@ -104,19 +118,24 @@ def pin(pid: int, cpu: int) -> None:
 
 
 def wrk(url: str, token: str, connections: int, duration: float, threads: int = 2,
-        cpu: int | None = None) -> WrkResult:
+        cpu: int | None = None, server_pid: int | None = None) -> WrkResult:
+    before = cpu_seconds(server_pid) if server_pid else 0.0
     out = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(duration))}s", "--latency",
                           "-H", f"Authorization: Bearer {token}", url],
                          capture_output=True, text=True, timeout=duration + 60,
                          preexec_fn=None if cpu is None else lambda: os.sched_setaffinity(0, {cpu}))
     if out.returncode != 0:
         raise RuntimeError(f"wrk failed: {out.stderr}")
-    return parse_wrk(out.stdout)
+    result = parse_wrk(out.stdout)
+    if server_pid and result.requests:
+        result.cpu_us_per_request = (cpu_seconds(server_pid) - before) / result.requests * 1e6
+    return result
 
 
 def median(runs: list[WrkResult]) -> WrkResult:
     return WrkResult(statistics.median(r.requests_per_second for r in runs), statistics.median(r.p50_ms for r in runs),
-                     statistics.median(r.p99_ms for r in runs), "; ".join(r.errors for r in runs if r.errors))
+                     statistics.median(r.p99_ms for r in runs), "; ".join(r.errors for r in runs if r.errors),
+                     sum(r.requests for r in runs), statistics.median(r.cpu_us_per_request for r in runs))
 
 
 BARE_TOKEN = "ist_0123abcd_bench-token-of-the-usual-length-0123456789ab"
@@ -163,12 +182,13 @@ def main(argv: list[str] | None = None) -> int:
             pin(world.live.process.pid, 0)
             wrk_cpu = 1
         try:
-            targets = {"B bare Tornado": (bare_url, BARE_TOKEN),
-                       "A status": (world.live.url + "/api/v1/status", viewer),
-                       "A cluster detail": (world.live.url + detail_path, viewer)}
-            for _ in range(args.rounds):
-                for label, (url, token) in targets.items():
-                    runs[label].append(wrk(url, token, args.connections, args.duration, cpu=wrk_cpu))
+            targets = {"B bare Tornado": (bare_url, BARE_TOKEN, proc.pid),
+                       "A status": (world.live.url + "/api/v1/status", viewer, world.live.process.pid),
+                       "A cluster detail": (world.live.url + detail_path, viewer, world.live.process.pid)}
+            for number in range(1, args.rounds + 1):
+                for label, (url, token, pid) in targets.items():
+                    runs[label].append(wrk(url, token, args.connections, args.duration, cpu=wrk_cpu, server_pid=pid))
+                    print(runs[label][-1].line(f"round {number}, {label}"), flush=True)
         finally:
             proc.terminate()
             proc.wait(10)
@@ -180,7 +200,10 @@ def main(argv: list[str] | None = None) -> int:
         print(result.line(label))
     best = results["B bare Tornado"].requests_per_second
     for label in ("A status", "A cluster detail"):
-        print(f"{label} / B: {results[label].requests_per_second / best:.2f}")
+        per_round = ", ".join(f"{a.requests_per_second / b.requests_per_second:.2f}"
+                              for a, b in zip(runs[label], runs["B bare Tornado"], strict=True))
+        print(f"{label} / B: {results[label].requests_per_second / best:.2f} (rounds: {per_round}); server CPU per "
+              f"request {results[label].cpu_us_per_request / results['B bare Tornado'].cpu_us_per_request:.2f} of B's")
     return 0
 
 

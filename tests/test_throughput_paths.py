@@ -6,7 +6,9 @@ once and refreshed by a background worker)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -19,13 +21,17 @@ import pytest
 import tornado.web
 
 from app.bootstrap import Services
+from app.edge import record_answer, use_access_log
+from app.fast_reads import use_fast_reads
 from app.rest import rest_patterns
+from app.routes import ROUTES
+from app.server import SecurityHeaders
 from services.auth import Role
 from services.clusters.models import GROUP_LABEL, HEALTH_LABEL, ClusterImport
 from services.operation_views import ACTIVE, OperationQuery, Status
 from services.operations import Engine
 from services.tokens import TokenCreate
-from tests.conftest import OPERATOR, VIEWER
+from tests.conftest import ADMIN, OPERATOR, VIEWER
 from tests.create_support import SandboxProduct, sandbox_product
 from tests.kinds import ThingRequest, World
 from tests.support import ROOT, free_port, wait_until
@@ -298,3 +304,89 @@ def test_a_group_named_like_the_age_field_does_not_move_where_the_age_is_written
     finally:
         core.patch_node(node.name, {"metadata": {"labels": {GROUP_LABEL: "workers"}}})
     wait_until(lambda: "cache_age_seconds" not in read().nodes_by_group, 30, "the group label put back")
+
+
+def _answered_200(services: Services) -> float:
+    """``instantstart_http_requests_total{method="GET",code="200"}`` as ``GET /metrics`` shows it."""
+    for line in services.operations.metrics_text(VIEWER).splitlines():
+        if line.startswith("instantstart_http_requests_total{") and 'method="GET"' in line and 'code="200"' in line:
+            return float(line.rpartition(" ")[2])
+    return 0.0
+
+
+def test_the_fast_path_answers_as_the_handler_does_and_leaves_every_refusal_to_it(product: SandboxProduct) -> None:
+    """Two servers on one loop and the same services: the handler alone, and with app/fast_reads.py ahead of
+    it as ``instantstart serve`` has it. Each request gets the same status, headers and body bytes from both
+    (but the cache's age, written to 10 ms, which may differ between two reads, with the Content-Length and
+    Date that follow from it). The fast server's 200s are counted by the access log policy without a
+    RequestHandler; no token (401), a revoked token (401), a viewer on an admin route (403), an unknown
+    cluster or path (404), a bad query (422) and a token's first request (not signed in yet) are the
+    handler's."""
+    services = product.services
+    wait_until(lambda: not services.clusters.describe_cluster(VIEWER, "fast", wait=0).loading, 30,
+               "the cluster's AWS and Kubernetes parts in the caches")
+    plain_port, fast_port, loop, started = free_port(), free_port(), asyncio.new_event_loop(), threading.Event()
+    handled: list[str] = []  # what a RequestHandler answered on the fast server (Tornado's log_function)
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        settings: dict[str, Any] = {"transforms": [SecurityHeaders], "cookie_secret": "fast-path-test"}
+        tornado.web.Application(rest_patterns(services), **settings).listen(plain_port, "127.0.0.1")
+        fast = tornado.web.Application(rest_patterns(services), **settings)
+        use_access_log(fast, services.engine.metrics)
+        policy = fast.settings["log_function"]
+
+        def log_handled(handler: tornado.web.RequestHandler) -> None:
+            handled.append(f"{handler.get_status()} {handler.request.uri}")
+            policy(handler)
+
+        fast.settings["log_function"] = log_handled
+        use_fast_reads(fast, services, ROUTES, functools.partial(record_answer, services.engine.metrics))
+        fast.listen(fast_port, "127.0.0.1")
+        started.set()
+        loop.run_forever()
+
+    def both(path: str, token: str | None) -> tuple[int, dict[str, str], bytes]:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        answers = [httpx2.get(f"http://127.0.0.1:{port}{path}", headers=headers, timeout=60)
+                   for port in (fast_port, plain_port)]  # the fast one first: a new token's first request
+        assert all(a.headers["content-length"] == str(len(a.content)) for a in answers)
+        fast, plain = [(a.status_code, {k: v for k, v in a.headers.items() if k not in ("date", "content-length")},
+                        re.sub(rb'"cache_age_seconds":[0-9.e+-]+', b'"cache_age_seconds":0', a.content))
+                       for a in answers]
+        assert fast == plain, f"{path}: the fast server answered differently"
+        return plain
+
+    viewer = services.tokens.create(TokenCreate(name="fast-reader", role=Role.VIEWER), "test")
+    revoked = services.tokens.create(TokenCreate(name="fast-revoked", role=Role.VIEWER), "test")
+    thread = threading.Thread(target=run, name="the-loop", daemon=True)
+    thread.start()
+    try:
+        assert started.wait(10)
+        assert both("/api/v1/status", viewer.token)[0] == 200  # its first request signs it in: the handler's
+        wait_until(lambda: "200 /api/v1/status" in handled, 30, "the first sign-in answered by the handler")
+        assert both("/api/v1/status", revoked.token)[0] == 200
+        counted = _answered_200(services)
+        fast_reads = ["/api/v1/status", "/api/v1/clusters/fast", "/api/v1/clusters/fast?limit=1",
+                      "/api/v1/whoami"]
+        for path in fast_reads:
+            status, headers, body = both(path, viewer.token)
+            assert status == 200 and headers["content-security-policy"] and headers["cache-control"] == "no-store"
+            assert json.loads(body), body
+        services.token_verbs.revoke_token(ADMIN, revoked.id)
+        refusals = {"/api/v1/status": (401, None), "/api/v1/clusters/fast?refresh=": (401, revoked.token),
+                    "/api/v1/tokens": (403, viewer.token), "/api/v1/clusters/nowhere": (404, viewer.token),
+                    "/api/v1/clusters/fast?limit=0": (422, viewer.token)}
+        for path, (code, token) in refusals.items():
+            assert both(path, token)[0] == code, path
+        last = "/api/v1/nothing-here"
+        assert both(last, viewer.token)[0] == 404
+        wait_until(lambda: f"404 {last}" in handled, 30, "the last request's log")  # so all before it are in
+        for path, (code, _) in refusals.items():
+            assert f"{code} {path}" in handled, f"{path} was not answered by the handler: {handled}"
+        assert [h for h in handled if h.startswith("200 ")] == ["200 /api/v1/status"] * 2, \
+            f"only the two first sign-ins may have reached a handler with a 200: {handled}"
+        assert _answered_200(services) == counted + len(fast_reads), "the fast answers were not counted"
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)

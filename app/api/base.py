@@ -65,6 +65,9 @@ class Route:
     #: the handler only reads memory (never SQLite, AWS or Kubernetes) and is synchronous: it runs on the
     #: event loop, with no thread hop; every other handler runs in a worker thread
     on_loop: bool = False
+    #: a GET route whose handler may need a worker: its synchronous memory-only try, answering ``None`` when
+    #: the handler must run (app/fast_reads.py serves what it answers without a RequestHandler)
+    from_memory: Callable[[Call], Reply | None] | None = None
     #: other success answers beside ``status``: (status, model), e.g. a dry run's 200 with the plan
     also: tuple[tuple[int, type[BaseModel]], ...] = ()
 

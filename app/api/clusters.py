@@ -42,14 +42,21 @@ def _list(call: Call) -> Reply:
     return Reply(call.services.clusters.list_clusters(call.principal, refresh=call.query.refresh))
 
 
+def _get_from_memory(call: Call) -> Reply | None:
+    """From memory on the loop (wait=0: the registry, the AWS cache even when stale, the informers); ``None``
+    for a ``refresh`` or a part not read yet (a first read)."""
+    if call.query.refresh:
+        return None
+    detail = call.services.clusters.describe_cluster(call.principal, call.path["cluster"], wait=0, page=call.query)
+    return None if detail.loading else Reply(detail)
+
+
 async def _get(call: Call) -> Reply:
-    """On the loop from memory (wait=0: the registry, the AWS cache even when stale, the informers); a
-    ``refresh``, or a part not read yet (a first read), is read in a worker, which may wait for it."""
+    """From memory when it can (:func:`_get_from_memory`); else read in a worker, which may wait for it."""
+    reply = _get_from_memory(call)
+    if reply is not None:
+        return reply
     clusters, name = call.services.clusters, call.path["cluster"]
-    if not call.query.refresh:
-        detail = clusters.describe_cluster(call.principal, name, wait=0, page=call.query)
-        if not detail.loading:
-            return Reply(detail)
     return Reply(await asyncio.get_running_loop().run_in_executor(
         None, functools.partial(clusters.describe_cluster, call.principal, name, refresh=call.query.refresh,
                                 page=call.query)))
@@ -114,6 +121,7 @@ ROUTES: list[Route] = [
     Route("GET", "/api/v1/clusters/{cluster}", "clusters_get", "One cluster: groups, nodes, health",
           role_of(Clusters.describe_cluster),
           _get, query=ClusterDetailQuery, response=ClusterDetail, path_params=CLUSTER, tag="clusters", open_world=True,
+          from_memory=_get_from_memory,
           description="EKS status and version, HyperPod status and node recovery, instance groups with "
                       "current/target counts, and nodes by instance group with their health label, Ready, "
                       "GPU/EFA capacity, allocatable resources and pod count, from the watch-backed cache "
