@@ -21,6 +21,7 @@ from services.features import Features
 from services.groups import InstanceGroups
 from services.inference import Inference
 from services.inference.managed import ManagedEndpoints
+from services.inference.pool import Pools
 from services.inference.router import Routers
 from services.inference.scaling import InferenceScaling
 from services.informers import Informers
@@ -74,6 +75,7 @@ class Services:
     logs: JobLogs
     downloads: Downloads
     inference: Inference
+    pools: Pools
     inference_scaling: InferenceScaling
     managed_inference: ManagedEndpoints
     inference_routers: Routers
@@ -152,12 +154,13 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
                 progress=training_metrics.progress)
     downloads = Downloads(registry, kube, engine, audit)
     inference = Inference(registry, informers, kube, engine, audit, logs)
+    pools = Pools(inference, engine)
     inference_scaling = InferenceScaling(inference, registry, aws, kube, engine, audit)
     managed_inference = ManagedEndpoints(registry, informers, kube, engine, audit)
     inference_routers = Routers(registry, informers, kube, engine, audit)
     for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds(), *jobs.kinds(), *downloads.kinds(),
                  *inference.kinds(), *inference_scaling.kinds(), *managed_inference.kinds(),
-                 *inference_routers.kinds(), *mlflow.kinds()]:
+                 *inference_routers.kinds(), *pools.kinds(), *mlflow.kinds()]:
         engine.register(kind)
     tokens = TokenStore(db, clock)
     return Services(
@@ -174,6 +177,6 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
         features=features,
         nodes=nodes, groups=groups, recipes=recipes, jobs=jobs, logs=logs, downloads=downloads, inference=inference,
         mlflow=mlflow, inference_scaling=inference_scaling, managed_inference=managed_inference,
-        inference_routers=inference_routers,
+        inference_routers=inference_routers, pools=pools,
         training_metrics=training_metrics, metrics_live=MetricsLive(mlflow_reader, bus),
     )

@@ -90,7 +90,8 @@ def _follow(args: argparse.Namespace, op: dict[str, Any]) -> dict[str, Any]:
     return op
 
 
-def _finish(args: argparse.Namespace, accepted: dict[str, Any], done_text: str) -> int:
+def finish(args: argparse.Namespace, accepted: dict[str, Any], done_text: str) -> int:
+    """Print the accepted operation, or with --wait follow it to its end (RestFailed unless it succeeded)."""
     op = accepted["operation"]
     if not args.wait:
         _print(args, accepted, accepted["message"])
@@ -129,7 +130,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         _print(args, view, "\n".join(lines))
         return 0
     accepted = rest(args, "POST", "/api/v1/clusters", body)
-    return _finish(args, accepted, f"created {args.name} ({{id}} succeeded): "
+    return finish(args, accepted, f"created {args.name} ({{id}} succeeded): "
                                    f"instantstart clusters kubeconfig {args.name} -o {args.name}.yaml")
 
 
@@ -138,7 +139,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
         raise RestFailed(f"deleting {args.cluster} removes its HyperPod and EKS clusters, network and roles: "
                          "pass --yes to confirm")
     accepted = rest(args, "DELETE", f"/api/v1/clusters/{quote(args.cluster, safe='')}", {"confirm": args.cluster})
-    return _finish(args, accepted, f"deleted {args.cluster} ({{id}} succeeded)")
+    return finish(args, accepted, f"deleted {args.cluster} ({{id}} succeeded)")
 
 
 def cmd_kubeconfig(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ from app.api import (
     inference,
     inference_managed,
     inference_obs,
+    inference_pool,
     inference_router,
     inference_scaling,
     jobs,
@@ -59,7 +60,7 @@ ROUTES: list[Route] = [*system.ROUTES, *operations.ROUTES, *audit.ROUTES, *token
                        *clusters.ROUTES, *events.ROUTES, *groups.ROUTES, *features.ROUTES, *nodes.ROUTES,
                        *recipes.ROUTES, *jobs.ROUTES, *logs.ROUTES, *downloads.ROUTES, *inference.ROUTES,
                        *mlflow.ROUTES, *inference_scaling.ROUTES, *inference_managed.ROUTES, *inference_obs.ROUTES,
-                       *inference_router.ROUTES,
+                       *inference_router.ROUTES, *inference_pool.ROUTES,
                        *metrics.ROUTES]
 
 PAGES: list[Page] = [*operations.PAGES, *clusters.PAGES, *groups.PAGES, *nodes.PAGES, *jobs.PAGES, *features.PAGES,

@@ -21,6 +21,7 @@ from pydantic import SecretStr, ValidationError
 
 from panels.inference_managed import ManagedSection
 from panels.inference_obs import InferenceObs
+from panels.inference_pool import PoolBoard
 from panels.inference_router import RouterSection
 from panels.inference_scaling import ScalingPanel
 from panels.live import LiveRefresh
@@ -40,6 +41,7 @@ from services.inference.models import (
     Exposure,
     ServiceSpec,
 )
+from services.inference.pool import Pools
 from services.inference.router import Routers
 from services.inference.scaling import InferenceScaling
 
@@ -133,6 +135,7 @@ class InferencePane(ScopedPane, pn.viewable.Viewer):
     def __init__(self, inference: Inference, clusters: Clusters, bus: EventBus, principal: Principal,
                  current_principal: Callable[[], Principal] | None = None, scaling: InferenceScaling | None = None,
                  managed: ManagedEndpoints | None = None, routers: Routers | None = None,
+                 pools: Pools | None = None,
                  **params: Any) -> None:
         super().__init__(**params)
         self.state = InferenceState(inference, clusters, principal, current_principal)
@@ -140,6 +143,8 @@ class InferencePane(ScopedPane, pn.viewable.Viewer):
         self.managed = ManagedSection(managed, clusters, bus, principal, current_principal) if managed else None
         self.routers = RouterSection(routers, self.state, bus, principal, lambda: self.state.selected) \
             if routers is not None else None
+        self.pool_board = PoolBoard(pools, clusters, bus, principal, current_principal, follow=self.state) \
+            if pools is not None else None
         s = self.state.param
         self.picker = pn.widgets.Select(label="Cluster", options=[], width=240, css_classes=["inference-cluster"])
         self.deployment = pn.widgets.TextInput.from_param(s.deployment, name="Name", placeholder="chat")
@@ -235,5 +240,6 @@ class InferencePane(ScopedPane, pn.viewable.Viewer):
             *([self.scaling] if self.scaling is not None else []),
             *([self.managed] if self.managed is not None else []),
             *([self.routers] if self.routers is not None else []),
+            *([self.pool_board] if self.pool_board is not None else []),
             sizing_mode="stretch_width",
         )

@@ -26,10 +26,10 @@ from kubernetes import client as k8s
 
 from panels.inference import InferencePane
 from services.auth import Principal, Role
-from services.inference.scaledobject import render
+from services.inference.scaledobject import hpa_lag, render
 from services.inference.scaling_models import ScalingRequest
 from services.operations import OperationQuery
-from tests.jobs_support import CLUSTER, JobWorld, job_world
+from tests.jobs_support import CLUSTER, JobWorld, cli, job_world
 from tests.ledger import CallLedger
 from tests.mcp_support import bridge, call, follow
 from tests.node_support import aws
@@ -154,6 +154,20 @@ def test_the_scaled_object_is_valid_under_the_shipped_crd() -> None:
         f"sum(sglang:num_queue_reqs{SELECTOR})"]
 
 
+def test_only_an_hpa_that_follows_the_new_spec_is_evidence_keda_processed_it() -> None:
+    def hpa(low: int, high: int, *targets: str) -> dict[str, Any]:
+        return {"spec": {"minReplicas": low, "maxReplicas": high, "metrics": [
+            {"type": "External", "external": {"metric": {"name": f"s{i}-prometheus"},
+                                              "target": {"type": "AverageValue", "averageValue": t}}}
+            for i, t in enumerate(targets)]}}
+    new = render(name="chat", namespace=NS, engine="vllm", deployment_uid="u-1",
+                 request=ScalingRequest(max_replicas=3, request_rate=0.5, queue_depth=8))
+    assert hpa_lag(new, hpa(1, 3, "500m", "8")) == ""  # the API server's canonical quantity of 0.5
+    assert "no HPA" in hpa_lag(new, None)
+    assert "1-2, not 1-3" in hpa_lag(new, hpa(1, 2, "500m", "8"))  # the previous bounds
+    assert "not s0-prometheus 0.5, s1-prometheus 8" in hpa_lag(new, hpa(1, 3, "500m"))  # the previous triggers
+
+
 def test_traffic_scales_up_and_back_down_once_it_stops(world: JobWorld) -> None:
     ledger = CallLedger(world.live)
     mark = ledger.mark()
@@ -166,6 +180,12 @@ def test_traffic_scales_up_and_back_down_once_it_stops(world: JobWorld) -> None:
     crds = [e for e in ledger.writes(since=mark, service="kubernetes")
             if e.get("resource") == "customresourcedefinitions.apiextensions.k8s.io"]
     assert sorted(e["name"] for e in crds) == ["scaledobjects.keda.sh", "triggerauthentications.keda.sh"], crds
+    registered = [e for e in ledger.writes(since=mark, service="kubernetes")
+                  if e.get("resource") == "apiservices.apiregistration.k8s.io"]
+    assert [e["name"] for e in registered] == ["v1beta1.external.metrics.k8s.io"], registered
+    api_service = k8s.ApiregistrationV1Api(world.api).read_api_service("v1beta1.external.metrics.k8s.io")
+    assert api_service.spec.service.name == "keda-operator-metrics-apiserver" and not api_service.spec.ca_bundle
+    assert [(c.type, c.status) for c in api_service.status.conditions] == [("Available", "True")]
     apps = k8s.AppsV1Api(world.api)
     assert apps.read_namespaced_deployment("keda-operator", "keda").metadata.labels[
         "app.kubernetes.io/managed-by"] == "instantstart"
@@ -180,6 +200,17 @@ def test_traffic_scales_up_and_back_down_once_it_stops(world: JobWorld) -> None:
     components = world.stage(again.json()["operation"]["id"], "components")
     assert components["result"]["installed"] == [] and "already installed" in components["message"], components
     ledger.assert_no_writes(since=again_mark, service="kubernetes")  # KEDA, Prometheus, the ScaledObject: as wanted
+
+    # new triggers: the set is done only once KEDA's HPA follows them (its Ready is the previous spec's until then)
+    changed = put(world, SCALING, {**RATE, "max_replicas": 3, "queue_depth": 4})
+    assert changed.status_code == 202, changed.text
+    assert world.finished(changed.json()["operation"]["id"], timeout=180)["status"] == "succeeded"
+    hpa = k8s.AutoscalingV2Api(world.api).read_namespaced_horizontal_pod_autoscaler("keda-hpa-chat", NS)
+    assert hpa.spec.max_replicas == 3
+    assert [(m.external.metric.name, m.external.target.average_value) for m in hpa.spec.metrics] == [
+        ("s0-prometheus", "1m"), ("s1-prometheus", "4")]
+    put_back = put(world, SCALING, RATE)
+    assert world.finished(put_back.json()["operation"]["id"], timeout=180)["status"] == "succeeded"
 
     manual = httpx2.patch(world.live.url + f"{BASE}/chat", json={"replicas": 2}, headers=world.live.headers(),
                           timeout=60)
@@ -205,6 +236,24 @@ def test_traffic_scales_up_and_back_down_once_it_stops(world: JobWorld) -> None:
     wait_until(lambda: not autoscaling.list_namespaced_horizontal_pod_autoscaler(NS).items, 60,
                "KEDA's HPA deleted with its ScaledObject")
     assert replicas(world) == 1
+
+
+def test_the_cli_sets_gets_and_removes_autoscaling(world: JobWorld) -> None:
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    refused = cli(world, "inference", "scaling", "set", CLUSTER, "chat", "--max-replicas", "2")
+    assert refused.returncode != 0 and "422" in refused.stderr and "request_rate" in refused.stderr, refused.stderr
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    done = cli(world, "inference", "scaling", "set", CLUSTER, "chat", "--max-replicas", "2", "--queue-depth", "8",
+               "--wait")
+    assert done.returncode == 0 and "chat autoscaled" in done.stdout, done.stderr
+    shown = cli(world, "inference", "scaling", "get", CLUSTER, "chat")
+    assert "KEDA 1-2 replicas, Ready" in shown.stdout and "trigger queue_depth" in shown.stdout, shown.stdout
+    assert k8s.CustomObjectsApi(world.api).get_namespaced_custom_object(
+        "keda.sh", "v1alpha1", NS, "scaledobjects", "chat")["spec"]["triggers"][0]["metadata"]["threshold"] == "8"
+    removed = cli(world, "inference", "scaling", "remove", CLUSTER, "chat", "--wait", "--json")
+    assert removed.returncode == 0 and json.loads(removed.stdout)["status"] == "succeeded", removed.stderr
+    assert "not autoscaled" in cli(world, "inference", "scaling", "get", CLUSTER, "chat").stdout
 
 
 def test_an_agent_sets_reads_and_removes_a_queue_depth_trigger(world: JobWorld) -> None:
@@ -242,6 +291,7 @@ def test_the_pane_sets_shows_and_removes_autoscaling(world: JobWorld, tmp_path: 
     viewer = Principal("pane-viewer", Role.VIEWER, "t-view", "api")
     with world.server.imported(tmp_path / "product", CLUSTER, operator) as services:
         scaling = services.inference_scaling
+        assert services.inference.live_deployment(CLUSTER, "chat")["metadata"]["name"] == "chat"
         watching = InferencePane(services.inference, services.clusters, services.bus, viewer, scaling=scaling)
         assert watching.scaling is not None and watching.scaling.set_button.disabled
         pane = InferencePane(services.inference, services.clusters, services.bus, operator, scaling=scaling)

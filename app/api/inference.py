@@ -124,7 +124,7 @@ def _page(services: Services, principal: Principal) -> Any:
     return InferencePane(inference=services.inference, clusters=services.clusters, bus=services.bus,
                          principal=principal, current_principal=current_principal(services, principal),
                          scaling=services.inference_scaling, managed=services.managed_inference,
-                         routers=services.inference_routers)
+                         routers=services.inference_routers, pools=services.pools)
 
 
 PAGES: list[Page] = [Page("inference", "Inference", role_of(Inference.list_deployments), _page)]

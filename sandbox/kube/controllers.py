@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import (
+    aggregator,
     disruption,
     hpto,
     inference_engines,  # noqa: F401  (registers the simulated vLLM and SGLang servers with the kubelet)
@@ -63,6 +64,7 @@ RECONCILERS: dict[Key, Callable[[Cluster, Loc], None]] = {
     inference_operator.JUMPSTART_KEY: inference_operator.reconcile_jumpstart,
     keda.KEY: keda.reconcile,
     load_balancers.KEY: load_balancers.reconcile,  # the AWS Load Balancer Controller's, where it runs
+    aggregator.KEY: aggregator.reconcile,  # kube-aggregator's availability of APIServices
 }
 # Kinds whose operators react to node health (a node fault restarts their jobs).
 NODE_WATCHERS: tuple[Key, ...] = (hpto.KEY, kubeflow.KEY)
@@ -183,6 +185,7 @@ class Controllers:
             elif event.key in RECONCILERS:
                 work.objects.add((event.key, loc))
                 work.objects |= load_balancers.woken_by(self.cluster, event)
+                work.objects |= aggregator.woken_by(self.cluster, event)
                 self._owner_work(work, event)
             elif event.key in (volumes.PVC_KEY, volumes.PV_KEY, volumes.SC_KEY, volumes.CSI_KEY):
                 work.claims = True

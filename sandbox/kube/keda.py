@@ -1,19 +1,23 @@
 """KEDA's operator and its metrics adapter, for ``ScaledObject`` (``keda.sh/v1alpha1``) with ``prometheus``
 triggers, where KEDA's CRDs are installed.
 
-For a ScaledObject ``<name>`` it makes the HorizontalPodAutoscaler ``keda-hpa-<name>`` (owned by it; deleting
-the ScaledObject deletes it): the ScaledObject's target, ``minReplicas`` max(``minReplicaCount``, 1) (default
-0), ``maxReplicas`` ``maxReplicaCount`` (default 100), one ``External`` metric ``s<i>-prometheus`` per trigger
-with an ``AverageValue`` target of the trigger's ``threshold``. Every ``pollingInterval`` (default 30 s, on the
-cluster's clock) it evaluates each trigger's ``query`` against the ``/metrics`` the target's pods serve (the
-simulated engines' Prometheus counters; no Prometheus server is asked, ``serverAddress`` is not dialled) and
-scales the target through its scale subresource as KEDA and the HPA would: ``ceil(value / threshold)`` replicas
-(the largest over the triggers) within the bounds; 0 when ``minReplicaCount`` is 0 and no trigger is above its
-``activationThreshold`` (default 0). Status as KEDA writes it: conditions ``Ready`` (``ScaledObjectReady``,
-or ``ScaledObjectCheckFailed``), ``Active`` (``ScalerActive`` / ``ScalerNotActive``), ``Fallback``
-(``NoFallbackFound``), plus ``hpaName``, ``scaleTargetKind``, ``scaleTargetGVKR``, ``originalReplicaCount``,
-``triggersTypes``, ``externalMetricNames``, ``lastActiveTime``; the HPA's ``currentReplicas``,
-``desiredReplicas``, ``currentMetrics`` and conditions.
+For a ScaledObject ``<name>`` it makes the HorizontalPodAutoscaler ``keda-hpa-<name>`` (owned by it; deleting the
+ScaledObject deletes it; a change reaches it at the next poll, KEDA's reconcile being asynchronous: until then
+``Ready`` is the previous spec's): the ScaledObject's target, ``minReplicas``
+max(``minReplicaCount``, 1) (default 0), ``maxReplicas`` ``maxReplicaCount`` (default 100), one ``External`` metric
+``s<i>-prometheus`` per trigger with an ``AverageValue`` target of the trigger's ``threshold``. Every
+``pollingInterval`` (default 30 s, on the cluster's clock) it evaluates each trigger's ``query`` against the
+``/metrics`` the target's pods serve (the simulated engines' Prometheus counters; no Prometheus server is asked,
+``serverAddress`` is not dialled) and scales the target through its scale subresource as KEDA and the HPA would:
+``ceil(value / threshold)`` replicas (the largest over the triggers) within the bounds; 0 when ``minReplicaCount``
+is 0 and no trigger is above its ``activationThreshold`` (default 0). Status as KEDA writes it: conditions ``Ready``
+(``ScaledObjectReady``, or ``ScaledObjectCheckFailed``), ``Active`` (``ScalerActive`` / ``ScalerNotActive``),
+``Fallback`` (``NoFallbackFound``), plus ``hpaName``, ``scaleTargetKind``, ``scaleTargetGVKR``,
+``originalReplicaCount``, ``triggersTypes``, ``externalMetricNames``, ``lastActiveTime``; the HPA's
+``currentReplicas``, ``desiredReplicas``, ``currentMetrics`` and conditions. The HPA reads KEDA's metrics through
+the aggregated external metrics API: while the APIService ``v1beta1.external.metrics.k8s.io`` is missing or not
+``Available`` (:mod:`.aggregator`), nothing scales and the HPA says ``ScalingActive=False``
+(``FailedGetExternalMetric``).
 
 The query subset: ``[sum|avg|max|min] ( [rate|increase] ( METRIC[{label="value",...}][[WINDOW]] ) )``: a metric
 name with optional equality matchers, over the series of every pod of the target (each with the target labels
@@ -35,7 +39,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from . import backends, processes
+from . import aggregator, backends, processes
 from .backends import Request
 from .cluster import Cluster, WriteOptions
 from .errors import ApiError
@@ -51,6 +55,7 @@ KIND = "ScaledObject"
 HPA_KEY: Key = ("autoscaling", "horizontalpodautoscalers")
 MANAGER = "keda-operator"
 NAME_LABEL = "scaledobject.keda.sh/name"
+EXTERNAL_METRICS = "v1beta1.external.metrics.k8s.io"  # KEDA's metrics API server's APIService
 DEFAULT_POLL, DEFAULT_MIN, DEFAULT_MAX = 30.0, 0, 100
 _QUERY = re.compile(r"^\s*(?:(?P<agg>sum|avg|max|min)\s*\(\s*)?(?:(?P<fn>rate|increase)\s*\(\s*)?"
                     r"(?P<metric>[A-Za-z_:][A-Za-z0-9_:]*)\s*(?:\{(?P<labels>[^}]*)\})?\s*(?:\[\s*\d+[smh]\s*\])?"
@@ -127,7 +132,8 @@ def hpa_body(so: Obj) -> Obj:
     low, high = _bounds(spec)
     metrics = [{"type": "External", "external": {
         "metric": {"name": f"s{i}-{t.get('type')}", "selector": {"matchLabels": {NAME_LABEL: name}}},
-        "target": {"type": "AverageValue", "averageValue": str((t.get("metadata") or {}).get("threshold", "1"))}}}
+        "target": {"type": "AverageValue",  # canonical, as the API server stores a quantity
+                   "averageValue": _quantity(float((t.get("metadata") or {}).get("threshold", "1")))}}}
         for i, t in enumerate(spec.get("triggers") or [])]
     return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
             "metadata": {"name": f"keda-hpa-{name}", "ownerReferences": [owner_ref(so)],
@@ -180,6 +186,18 @@ def reconcile(cluster: Cluster, loc: Loc) -> None:
         problem = create(cluster, HPA_KEY, loc[0], hpa_body(so), MANAGER) or ""
     _write(cluster, so, problem, None)
     _Poller.ensure(cluster)  # polls also wait for a missing target to appear
+
+
+def _follow(cluster: Cluster, so: Obj) -> None:
+    """Update the ScaledObject's HPA to what its spec makes of it now (a changed ScaledObject)."""
+    hpa = cluster.store.get(HPA_KEY, (so["metadata"]["namespace"], f"keda-hpa-{so['metadata']['name']}"))
+    wanted = hpa_body(so)["spec"]
+    if hpa is None or all((hpa.get("spec") or {}).get(k) == v for k, v in wanted.items()):
+        return
+    rt = next(rt for rt in cluster.resource_types() if rt.key == HPA_KEY)
+    meta = hpa["metadata"]
+    cluster.replace(rt, meta["namespace"], meta["name"], {**hpa, "spec": {**hpa["spec"], **wanted}},
+                    WriteOptions(manager=MANAGER))
 
 
 def _write(cluster: Cluster, so: Obj, problem: str, active: bool | None) -> None:
@@ -278,9 +296,15 @@ class _Poller:
         if problem or found is None:
             _write(cluster, so, problem, None)  # the same as the reconciler writes: no flapping
             return
+        _follow(cluster, so)
         rt, owner = found
         spec = so.get("spec") or {}
         namespace = so["metadata"]["namespace"]
+        registered, why = aggregator.available(cluster, EXTERNAL_METRICS)
+        if not registered:  # the HPA cannot read KEDA's metrics: nothing scales
+            self.hpa_failed(cluster, so, int((owner.get("spec") or {}).get("replicas") or 0), why)
+            _write(cluster, so, "", None)
+            return
         target = _target(spec)
         values = [self.evaluate(cluster, so, i, t, owner) for i, t in enumerate(spec.get("triggers") or [])]
         low, high = _bounds(spec)
@@ -345,6 +369,25 @@ class _Poller:
                            condition(hpa, "ScalingActive", "True", "ValidMetricFound",
                                      "the HPA was able to successfully calculate a replica count from external metric",
                                      now)]}, MANAGER)
+
+    def hpa_failed(self, cluster: Cluster, so: Obj, current: int, why: str) -> None:
+        """The HPA's status while the external metrics API is not registered or not available: the HPA
+        controller's FailedGetExternalMetric condition, the replicas left as they are."""
+        hpa = cluster.store.get(HPA_KEY, (so["metadata"]["namespace"], f"keda-hpa-{so['metadata']['name']}"))
+        if hpa is None:
+            return
+        now, namespace = cluster.now_iso(), so["metadata"]["namespace"]
+        metric = next((m["external"]["metric"]["name"] for m in hpa["spec"].get("metrics") or []), "s0-prometheus")
+        message = (f"the HPA was unable to compute the replica count: unable to get external metric {namespace}/"
+                   f"{metric}/&LabelSelector{{MatchLabels:map[string]string{{{NAME_LABEL}: "
+                   f"{so['metadata']['name']},}},MatchExpressions:[]LabelSelectorRequirement{{}},}}: unable to fetch "
+                   f"metrics from external metrics API: {why} (get {metric}.external.metrics.k8s.io)")
+        write_status(cluster, HPA_KEY, hpa, {
+            "currentReplicas": current, "desiredReplicas": current, "currentMetrics": [],
+            "conditions": [condition(hpa, "AbleToScale", "True", "SucceededGetScale",
+                                     "the HPA controller was able to get the target's current scale", now),
+                           condition(hpa, "ScalingActive", "False", "FailedGetExternalMetric", message, now)]},
+                     MANAGER)
 
 
 def _quantity(value: float) -> str:

@@ -12,7 +12,11 @@ workload writes nothing. A pod the API refuses (e.g. a missing ServiceAccount) b
 Simplifications (``sandbox/README.md``): a Deployment's rolling update scales the new ReplicaSet up at
 once and the old ones down when it is fully available (Recreate: old ones first); no progress deadline;
 Jobs do not fail (pods always succeed) and ignore the Indexed mode's indexes; orphan pods matching a
-selector are not adopted.
+selector are not adopted. A ReplicaSet does release a pod of its own whose labels no longer match its selector
+(its owner reference is removed, and a replacement is made), as the real ``ControllerRefManager`` does, and keeps
+every pod that still matches however else it was relabelled. Scale-in deletes pods in the real controller's order
+(``ActivePodsWithRanks``): unscheduled, pending, not ready, then the lower ``controller.kubernetes.io/pod-deletion-
+cost``, then more restarts, then the newest.
 """
 
 from __future__ import annotations
@@ -27,9 +31,11 @@ from .cluster import Cluster, WriteOptions, clone
 from .errors import ApiError
 from .resources import POD_KEY
 from .scheduling import TERMINAL, matches_node_selection, untolerated_taint
+from .selectors import label_selector_from_match, labels_match, parse_label_selector
 from .store import Key, Loc, Obj
 
 MANAGER = WriteOptions(manager="kube-controller-manager")
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 HASH_LABEL = "pod-template-hash"
 REVISION = "deployment.kubernetes.io/revision"
 _SAFE = "bcdfghjklmnpqrstvwxz2456789"
@@ -160,7 +166,9 @@ def reconcile_replicaset(cluster: Cluster, loc: Loc) -> None:
         return
     spec = rs.get("spec") or {}
     want = int(spec.get("replicas", 1))
-    pods = [p for p in _controlled(cluster, POD_KEY, rs) if _active(p)]
+    selector = parse_label_selector(label_selector_from_match(spec.get("selector")))
+    pods = [p for p in _controlled(cluster, POD_KEY, rs) if _active(p)
+            and (labels_match(selector, p["metadata"].get("labels")) or not _release(cluster, rs, p))]
     failure = None
     if len(pods) < want:
         for _ in range(want - len(pods)):
@@ -168,10 +176,7 @@ def reconcile_replicaset(cluster: Cluster, loc: Loc) -> None:
             if failure:
                 break
     elif len(pods) > want:
-        # Delete the least advanced first: unscheduled, then pending, then not ready, then the newest.
-        pods.sort(key=lambda p: (bool((p.get("spec") or {}).get("nodeName")),
-                                 (p.get("status") or {}).get("phase") == "Running", _ready(p),
-                                 [-ord(ch) for ch in p["metadata"].get("creationTimestamp", "")]))
+        pods.sort(key=_deletion_rank)
         for pod in pods[:len(pods) - want]:
             _delete(cluster, POD_KEY, pod)
     pods = [p for p in _controlled(cluster, POD_KEY, rs) if _active(p)]
@@ -184,6 +189,38 @@ def reconcile_replicaset(cluster: Cluster, loc: Loc) -> None:
         status["conditions"] = [_condition(rs, "ReplicaFailure", "True", "FailedCreate", failure, now,
                                            update_time=False)]
     _set_status(cluster, RS_KEY, rs, status)
+
+
+def _release(cluster: Cluster, rs: Obj, pod: Obj) -> bool:
+    """Drop ``rs``'s owner reference from a pod whose labels left its selector (the pod then lives on as an
+    orphan, and the ReplicaSet makes a replacement); False when the pod changed meanwhile (the next pass sees it)."""
+    meta = pod["metadata"]
+    kept = [r for r in meta.get("ownerReferences") or [] if r.get("uid") != rs["metadata"]["uid"]]
+    body = {**pod, "metadata": {**meta, "ownerReferences": kept}}
+    try:
+        cluster.replace(cluster.builtin("", "pods"), meta.get("namespace"), meta["name"], body, MANAGER)
+    except ApiError:
+        return False
+    return True
+
+
+def _deletion_cost(pod: Obj) -> int:
+    try:
+        return int((pod["metadata"].get("annotations") or {}).get(DELETION_COST) or 0)
+    except ValueError:  # the controller ignores a value that is not an integer (cost 0)
+        return 0
+
+
+def _restarts(pod: Obj) -> int:
+    return sum(int(c.get("restartCount") or 0) for c in (pod.get("status") or {}).get("containerStatuses") or [])
+
+
+def _deletion_rank(pod: Obj) -> tuple[Any, ...]:
+    """The real controller's scale-in order, first deleted first: unscheduled before scheduled, Pending before
+    Running, not ready before ready, the lower pod-deletion-cost, more restarts, then the newest."""
+    return (bool((pod.get("spec") or {}).get("nodeName")), (pod.get("status") or {}).get("phase") == "Running",
+            _ready(pod), _deletion_cost(pod), -_restarts(pod),
+            [-ord(ch) for ch in pod["metadata"].get("creationTimestamp", "")])
 
 
 # --- Deployment --------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     ("apps/v1", "DaemonSet"): ("daemonsets", True),
     ("apps/v1", "Deployment"): ("deployments", True),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): ("customresourcedefinitions", False),
+    ("apiregistration.k8s.io/v1", "APIService"): ("apiservices", False),
     ("networking.k8s.io/v1", "Ingress"): ("ingresses", True),
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): ("mutatingwebhookconfigurations", False),
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): ("validatingwebhookconfigurations", False),

@@ -212,11 +212,17 @@ class Manifests(Component):
 
 
 def _object_health(live: dict[str, Any]) -> tuple[bool, str]:
-    """Whether one live object is doing its job: a CRD established, a workload's pods ready."""
+    """Whether one live object is doing its job: a CRD established, an APIService available (the aggregator
+    reaches the server behind it), a workload's pods ready."""
     kind, status = live["kind"], live.get("status") or {}
     if kind == "CustomResourceDefinition":
         ok = any(c.get("type") == "Established" and c.get("status") == "True" for c in status.get("conditions") or [])
         return ok, "" if ok else "not established yet"
+    if kind == "APIService":
+        cond: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Available"), {})
+        ok = cond.get("status") == "True"
+        return ok, "" if ok else f"not available yet ({cond.get('reason') or 'not checked'}: " \
+                                 f"{cond.get('message') or 'no status yet'})"
     if kind == "DaemonSet":
         desired, ready = int(status.get("desiredNumberScheduled", 0)), int(status.get("numberReady", 0))
         return ready >= desired, f"{ready}/{desired} pods ready"

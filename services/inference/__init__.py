@@ -122,10 +122,13 @@ class Inference:
         return names.cached(self.informers, cluster, resource)
 
     def _ours(self, cluster: str) -> list[dict[str, Any]]:
-        return [d for d in self._items(cluster, "deployments")
-                if checks.ours(d, str((_meta(d).get("labels") or {}).get(manifest.INFERENCE_LABEL, "")))]
+        return [d for d in self._items(cluster, "deployments")  # model pools are pool.py's
+                if checks.ours(d, str((_meta(d).get("labels") or {}).get(manifest.INFERENCE_LABEL, "")))
+                and manifest.POOL_LABEL not in (_meta(d).get("labels") or {})]
 
-    def _find(self, cluster: str, name: str) -> dict[str, Any]:
+    def live_deployment(self, cluster: str, name: str) -> dict[str, Any]:
+        """The live Deployment of our inference deployment ``name`` (from the informer cache; NotFound when the
+        cluster has none of that name). A read for the noun's own verb modules (scaling), not a verb itself."""
         self.registry.get(cluster)
         for dep in self._ours(cluster):
             if _meta(dep).get("name") == name:
@@ -236,11 +239,18 @@ class Inference:
         ref = tokens.new_ref(cluster, request.namespace, request.name) if token else None
         plan, _, _ = self._plan(principal, cluster, request, ref)
         self._dry_run(plan)
-        if ref is not None:  # this request's own Secret: a refused request deletes only it
-            ensure_namespace(self.kube, cluster, request.namespace)
-            tokens.create(self.kube, ref, request.name, token)
+        return self.submit_with_token(DEPLOY_KIND, plan, principal, idempotency_key, token)
+
+    def submit_with_token(self, kind: str, plan: DeploymentPlan, principal: Principal, idempotency_key: str | None,
+                          token: str) -> tuple[OperationView, bool]:
+        """Submit ``plan`` after making the request's own token Secret (``plan.token``): a refused submit deletes
+        only that Secret."""
+        ref = plan.token
+        if ref is not None:
+            ensure_namespace(self.kube, plan.cluster, plan.namespace)
+            tokens.create(self.kube, ref, plan.name, token)
         try:
-            return self._engine.submit(DEPLOY_KIND, plan, principal, idempotency_key)
+            return self._engine.submit(kind, plan, principal, idempotency_key)
         except BaseException:
             if ref is not None:
                 tokens.delete(self.kube, ref)
@@ -274,7 +284,7 @@ class Inference:
         replay = self._engine.replayed(UPDATE_KIND, principal, idempotency_key, same)
         if replay is not None:
             return replay, False
-        meta = _meta(self._find(cluster, name))
+        meta = _meta(self.live_deployment(cluster, name))
         namespace = str(meta.get("namespace"))
         svc = self._service(cluster, namespace, name) or {}
         exposure = Exposure.EXTERNAL if (svc.get("spec") or {}).get("type") == "LoadBalancer" else Exposure.CLUSTER
@@ -336,7 +346,7 @@ class Inference:
         replay = self._engine.replayed(DELETE_KIND, principal, idempotency_key, same)
         if replay is not None:  # before the lookup: after the delete the deployment is gone, the answer is not
             return replay, False
-        dep = self._find(cluster, name)
+        dep = self.live_deployment(cluster, name)
         meta = _meta(dep)
         routers = names.fronting_routers(self.informers, cluster, str(meta.get("namespace")), name)
         creating = names.in_flight(self._engine, cluster, names.ROUTER_CREATE_KIND, deployment=name)
@@ -366,7 +376,7 @@ class Inference:
         """One deployment: replicas ready/available/updated, its pods and nodes, its Service's address, and its
         engines' time to first token and tokens/s (their /metrics through the pod proxy, scraped at most every
         few seconds)."""
-        dep = self._find(cluster, name)
+        dep = self.live_deployment(cluster, name)
         services = {(_meta(s).get("namespace"), _meta(s).get("name")): s for s in self._items(cluster, "services")}
         pods = self._items(cluster, "pods")
         view = self._view(cluster, dep, services, pods)
@@ -419,7 +429,7 @@ class Inference:
     def read_logs(self, principal: Principal, cluster: str, name: str, query: InferenceLogQuery) -> LogText:
         """The engine container's log lines of the deployment's pods (previous containers included: a crash
         loop's last words), through the logs noun's text reader; ``cursor`` continues after a read."""
-        namespace = str(_meta(self._find(cluster, name)).get("namespace"))
+        namespace = str(_meta(self.live_deployment(cluster, name)).get("namespace"))
         select = LogTextQuery(namespace=namespace, container=manifest.CONTAINER, **query.model_dump())
         return self.logs.read_labelled_text(cluster, manifest.INFERENCE_LABEL, name, select)
 
@@ -430,7 +440,7 @@ class Inference:
                         request: EndpointTest) -> EndpointTestResult:
         """One OpenAI-compatible request to a deployment of ours: through the Kubernetes API's service proxy, or
         at its load balancer (its name resolved once and checked by the SSRF guard)."""
-        dep = self._find(cluster, name)
+        dep = self.live_deployment(cluster, name)
         meta = _meta(dep)
         namespace = str(meta.get("namespace"))
         svc = self._service(cluster, namespace, name)

@@ -9,7 +9,7 @@ from typing import Any
 
 from services.errors import Conflict, Invalid
 from services.inference.command import ServeCommand
-from services.inference.manifest import INFERENCE_LABEL
+from services.inference.manifest import INFERENCE_LABEL, POOL_LABEL
 from services.inference.models import Exposure, ServiceSpec
 from services.training.manifests import MANAGED_BY, InstanceFacts
 
@@ -100,6 +100,10 @@ def check_name(deployments: Iterable[Mapping[str, Any]], services: Iterable[Mapp
             meta = obj.get("metadata") or {}
             if meta.get("name") != name:
                 continue
+            if kind == "Deployment" and POOL_LABEL in _labels(obj):
+                raise Conflict(f"the cluster already has a model pool {name!r} (namespace {meta.get('namespace')}): "
+                               "choose another name; inference_pool_scale changes a pool's size",
+                               details={"namespace": meta.get("namespace")})
             if meta.get("namespace") == namespace and not ours(obj, name):
                 raise Conflict(f"a {kind} {namespace}/{name} exists and is not InstantStart's: choose another name",
                                details={"kind": kind, "namespace": namespace})

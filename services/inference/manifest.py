@@ -25,6 +25,8 @@ from services.training.manifests import EFA, GPU, INSTANCE_TYPE_LABEL, SHARED_MO
 
 INFERENCE_LABEL = "instantstart.io/inference"
 ENGINE_LABEL = "instantstart.io/engine"
+#: on a model pool's Deployment (``pool.py``): not a deployment the deployment verbs list or change
+POOL_LABEL = "instantstart.io/pool"
 MODEL_ANNOTATION = "instantstart.io/model"
 API_MODEL_ANNOTATION = "instantstart.io/api-model"
 GPUS_ANNOTATION = "instantstart.io/gpus"

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from decimal import Decimal
 from typing import Any
 
 from kubernetes import client as k8s
+from kubernetes.utils import parse_quantity
 
 from services.errors import NotFound
 from services.inference.manifest import INFERENCE_LABEL, labels
@@ -90,3 +92,34 @@ def read(api: k8s.ApiClient, namespace: str, name: str) -> dict[str, Any] | None
 
 def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == kind), None)
+
+
+def _quantity(value: Any) -> Decimal:
+    """A Kubernetes quantity as a number ("500m" and "0.5" are equal)."""
+    parsed: Decimal = parse_quantity(str(value))  # type: ignore[no-untyped-call]
+    return parsed
+
+
+def hpa_lag(obj: dict[str, Any], hpa: dict[str, Any] | None) -> str:
+    """How KEDA's HPA (``hpa``, as the API serves it) still differs from what KEDA makes of the ScaledObject
+    ``obj`` ("" once it follows it): KEDA's ``minReplicas`` (``minReplicaCount``, at least 1), ``maxReplicas``
+    (``maxReplicaCount``) and one ``External`` metric ``s<i>-<trigger type>`` per trigger with an ``AverageValue``
+    target of its threshold. KEDA's ``Ready`` condition can be the one of the ScaledObject before a change; an
+    HPA that matches is the evidence that KEDA processed the change."""
+    if hpa is None:
+        return "no HPA yet"
+    spec, want = hpa.get("spec") or {}, obj.get("spec") or {}
+    bounds = (max(int(want.get("minReplicaCount", 0)), 1), int(want.get("maxReplicaCount", 100)))
+    if (spec.get("minReplicas"), spec.get("maxReplicas")) != bounds:
+        return f"HPA replicas {spec.get('minReplicas')}-{spec.get('maxReplicas')}, not {bounds[0]}-{bounds[1]}"
+    wanted = [(f"s{i}-{t.get('type')}", _quantity((t.get("metadata") or {}).get("threshold")))
+              for i, t in enumerate(want.get("triggers") or [])]
+    try:
+        have = [(str(m["external"]["metric"]["name"]), _quantity(m["external"]["target"]["averageValue"]))
+                for m in spec.get("metrics") or [] if m.get("type") == "External"]
+    except (KeyError, TypeError, ValueError):
+        return "HPA metrics not KEDA's"
+    if have == wanted:
+        return ""
+    shown = (", ".join(f"{n} {q}" for n, q in metrics) or "none" for metrics in (have, wanted))
+    return "HPA metrics {}, not {}".format(*shown)

@@ -122,7 +122,7 @@ class InferenceScaling:
         if request.min_replicas > request.max_replicas:
             raise Invalid(f"min_replicas {request.min_replicas} is above max_replicas {request.max_replicas}",
                           details={"field": "min_replicas"})
-        dep = self.inference._find(cluster, name)
+        dep = self.inference.live_deployment(cluster, name)
         meta = dep.get("metadata") or {}
         namespace, engine = str(meta.get("namespace")), str((meta.get("labels") or {}).get(manifest.ENGINE_LABEL))
         containers = (((dep.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []
@@ -198,7 +198,7 @@ class InferenceScaling:
         replay = self._engine.replayed(REMOVE_KIND, principal, idempotency_key, same)
         if replay is not None:
             return replay, False
-        meta = self.inference._find(cluster, name).get("metadata") or {}
+        meta = self.inference.live_deployment(cluster, name).get("metadata") or {}
         namespace = str(meta.get("namespace"))
         live = scaledobject.read(self.kube.api_client(cluster), namespace, name)
         if live is None:
@@ -211,7 +211,7 @@ class InferenceScaling:
     def describe_scaling(self, principal: Principal, cluster: str, name: str) -> ScalingView:
         """The deployment's ScaledObject (bounds, triggers, KEDA's Ready and Active), its HPA's replicas and
         metrics, and the KEDA and Prometheus components."""
-        dep = self.inference._find(cluster, name)
+        dep = self.inference.live_deployment(cluster, name)
         meta = dep.get("metadata") or {}
         namespace = str(meta.get("namespace"))
         spec_replicas = (dep.get("spec") or {}).get("replicas")

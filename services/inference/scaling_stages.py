@@ -4,9 +4,11 @@
 ``components`` reconciles the registry's KEDA and Prometheus (``services/components/families.py`` ``ON_USE``) on
 the cluster: it observes both and applies only what is missing or changed (so a second set finds them and writes
 nothing), then waits until KEDA's CRDs are established. ``scaled_object`` applies the ScaledObject server-side
-unless the live one carries the same digest. ``ready`` waits for KEDA's ``Ready`` condition and fails with
-KEDA's reason when it refused the object. ``delete`` removes the ScaledObject it was asked about (its uid); KEDA's
-HPA goes with it (owner reference) and the Deployment keeps the replicas it had.
+unless the live one carries the same digest. ``ready`` waits for KEDA's ``Ready`` condition and for KEDA's HPA to
+follow the applied spec (bounds, one metric per trigger with its threshold: after a re-set, ``Ready`` alone may
+still be the previous spec's), and fails with KEDA's reason when it refused the object. ``delete`` removes the
+ScaledObject it was asked about (its uid); KEDA's HPA goes with it (owner reference) and the Deployment keeps the
+replicas it had.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ class ScaledObjectStage(Stage[ScalingPlan]):
 
 
 class ReadyStage(Stage[ScalingPlan]):
-    """KEDA accepted the ScaledObject (``Ready=True``) and made its HPA."""
+    """KEDA accepted the ScaledObject (``Ready=True``) and its HPA follows the applied spec."""
 
     name = "ready"
     expected_seconds = 5.0
@@ -131,11 +133,25 @@ class ReadyStage(Stage[ScalingPlan]):
             raise Permanent(f"the ScaledObject {plan.namespace}/{plan.name} was deleted before KEDA accepted it")
         ready = scaledobject.condition(live, "Ready")
         if ready is not None and ready.get("status") == "True":
-            return Done(f"{plan.name}: KEDA scales it with HPA {(live.get('status') or {}).get('hpaName')}")
+            hpa_name = str((live.get("status") or {}).get("hpaName") or f"keda-hpa-{plan.name}")
+            lag = scaledobject.hpa_lag(plan.scaled_object, self._hpa(plan, hpa_name))
+            if lag:  # Ready may still be the previous spec's: wait until KEDA's HPA follows the new one
+                return Wait(POLL, f"waiting for KEDA to apply the ScaledObject {plan.name} to its HPA ({lag})")
+            return Done(f"{plan.name}: KEDA scales it with HPA {hpa_name}")
         if ready is not None and ready.get("status") == "False":
             raise Permanent(f"KEDA refused the ScaledObject {plan.name}: {ready.get('reason')}: "
                             f"{ready.get('message')}")
         return Wait(POLL, f"waiting for KEDA to accept the ScaledObject {plan.name}")
+
+
+    def _hpa(self, plan: ScalingPlan, name: str) -> dict[str, Any] | None:
+        api = self.deps.kube.api_client(plan.cluster)
+        try:
+            hpa = k8s.AutoscalingV2Api(api).read_namespaced_horizontal_pod_autoscaler(name, plan.namespace)
+        except NotFound:
+            return None
+        found: dict[str, Any] = api.sanitize_for_serialization(hpa)  # type: ignore[no-untyped-call]
+        return found
 
 
 class RemoveStage(Stage[ScalingRef]):

@@ -141,6 +141,34 @@ def test_deployment_rolls_out_through_replicasets(api: client.ApiClient, kube_se
     wait_until(lambda: len(core.list_namespaced_pod("default", label_selector="app=web").items) == 1)
 
 
+def test_a_replicaset_keeps_relabelled_pods_that_match_releases_others_and_scales_in_by_deletion_cost(
+        api: client.ApiClient, kube_server: KubeServer, cluster_name: str) -> None:
+    add_node(_cluster(kube_server, cluster_name), "n1")
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    apps.create_namespaced_deployment("default", DEPLOYMENT)
+    wait_until(lambda: apps.read_namespaced_deployment("web", "default").status.available_replicas == 3)
+    kept, left, cheap = sorted(p.metadata.name for p in core.list_namespaced_pod("default", label_selector="app=web")
+                               .items)
+    (rs,) = apps.list_namespaced_replica_set("default").items
+    core.patch_namespaced_pod(kept, "default", {"metadata": {"labels": {"business": "chat"}, "annotations": {
+        "controller.kubernetes.io/pod-deletion-cost": "1000"}}})
+    core.patch_namespaced_pod(left, "default", {"metadata": {"labels": {"app": "elsewhere"}}})
+    released = wait_until(lambda: (p := core.read_namespaced_pod(left, "default")) and not p.metadata.owner_references
+                          and p, message="the ReplicaSet to release the pod that left its selector")
+    assert released.status.phase == "Running"
+    wait_until(lambda: len(core.list_namespaced_pod("default", label_selector="app=web").items) == 3,
+               message="a replacement for the released pod")
+    assert [o.uid for o in core.read_namespaced_pod(kept, "default").metadata.owner_references] == [rs.metadata.uid]
+    apps.patch_namespaced_deployment_scale("web", "default", {"spec": {"replicas": 1}})
+    wait_until(lambda: [p.metadata.name for p in core.list_namespaced_pod("default", label_selector="app=web").items
+                        if p.metadata.deletion_timestamp is None] == [kept],
+               message="scale-in to keep the pod with the higher deletion cost")
+    assert cheap not in {p.metadata.name for p in core.list_namespaced_pod("default").items
+                         if p.metadata.deletion_timestamp is None}
+    apps.delete_namespaced_deployment("web", "default")
+    core.delete_namespaced_pod(left, "default")
+
+
 def test_settled_controllers_write_nothing(api: client.ApiClient, kube_server: KubeServer, cluster_name: str) -> None:
     cluster = _cluster(kube_server, cluster_name)
     add_node(cluster, "n1")

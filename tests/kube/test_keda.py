@@ -1,5 +1,6 @@
 """KEDA in the emulator, through the official client: a ScaledObject with a prometheus trigger gets its HPA
-``keda-hpa-<name>`` and scales a vLLM Deployment within its bounds from the engine's /metrics counters; a query
+``keda-hpa-<name>`` and, once KEDA's external metrics APIService is registered and Available, scales a vLLM
+Deployment within its bounds from the engine's /metrics counters (before, the HPA fails to get the metric); a query
 outside the sandbox's subset leaves it Ready=False; deleting it deletes its HPA."""
 
 from __future__ import annotations
@@ -31,6 +32,39 @@ def _vllm(served: Served, name: str) -> None:
                 "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5}}]}}}})
     served.core.create_namespaced_service("default", {"metadata": {"name": name}, "spec": {
         "selector": labels, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}})
+
+
+def _metrics_api_server(served: Served, replicas: int = 1) -> None:
+    """KEDA's metrics API server (its Service and Deployment) as the release manifest has them."""
+    labels = {"app": "keda-operator-metrics-apiserver"}
+    served.core.create_namespace({"metadata": {"name": "keda"}})
+    served.core.create_namespaced_service("keda", {"metadata": {"name": "keda-operator-metrics-apiserver"}, "spec": {
+        "selector": labels, "ports": [{"name": "https", "port": 443, "targetPort": 6443}]}})
+    client.AppsV1Api(served.api).create_namespaced_deployment("keda", {
+        "metadata": {"name": "keda-operator-metrics-apiserver"}, "spec": {
+            "replicas": replicas, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels},
+                                                                                    "spec": {"containers": [{
+                "name": "keda-operator-metrics-apiserver", "image": "ghcr.io/kedacore/keda-metrics-apiserver:2.17.1",
+                "ports": [{"name": "https", "containerPort": 6443}]}]}}}})
+
+
+def _register(served: Served) -> None:
+    """The APIService registering KEDA's external metrics API."""
+    client.ApiregistrationV1Api(served.api).create_api_service({
+        "metadata": {"name": "v1beta1.external.metrics.k8s.io"}, "spec": {
+            "service": {"name": "keda-operator-metrics-apiserver", "namespace": "keda"},
+            "group": "external.metrics.k8s.io", "version": "v1beta1", "groupPriorityMinimum": 100,
+            "versionPriority": 100}})
+
+
+def _available_reason(served: Served) -> str | None:
+    status = client.ApiregistrationV1Api(served.api).read_api_service("v1beta1.external.metrics.k8s.io").status
+    return next((c.reason for c in (status.conditions if status else None) or [] if c.type == "Available"), None)
+
+
+def _available(served: Served) -> str | None:
+    api = client.ApiregistrationV1Api(served.api).read_api_service("v1beta1.external.metrics.k8s.io")
+    return next((c.status for c in api.status.conditions or [] if c.type == "Available"), None) if api.status else None
 
 
 def _scaled_object(name: str, target: str, query: str, **spec: Any) -> dict[str, Any]:
@@ -66,6 +100,17 @@ def test_a_scaled_object_scales_its_deployment_from_the_engines_metrics(served: 
     for _ in range(5):  # 5 requests served: ceil(5 / 2) = 3 replicas, the maximum
         status, _, _ = chat(served.api, "llm:http", "hello", model="qwen")
         assert status == 200
+
+    def failing() -> bool:  # no external metrics API registered: the HPA cannot read KEDA's metrics
+        hpa = autoscaling.read_namespaced_horizontal_pod_autoscaler("keda-hpa-llm-scaler", "default")
+        return any(c.type == "ScalingActive" and c.status == "False" and c.reason == "FailedGetExternalMetric"
+                   and "s0-prometheus.external.metrics.k8s.io" in c.message for c in hpa.status.conditions or [])
+    wait_until(failing, 60, "the HPA failing to get its external metric")
+    assert apps.read_namespaced_deployment("llm", "default").spec.replicas == 1
+
+    _metrics_api_server(served)
+    _register(served)
+    wait_until(lambda: _available(served) == "True", 60, "the external metrics APIService Available")
     wait_until(lambda: apps.read_namespaced_deployment("llm", "default").spec.replicas == 3, 60,
                "the Deployment scaled to 3")
     wait_until(lambda: _conditions(custom, "llm-scaler")["Active"] == "True", 60, "the ScaledObject active")
@@ -115,3 +160,17 @@ def test_a_missing_target_is_not_ready_until_it_appears(served: Served) -> None:
     wait_until(lambda: _conditions(custom, "later-scaler").get("Ready") == "True", 60, "Ready once the target exists")
     wait_until(lambda: autoscaling.list_namespaced_horizontal_pod_autoscaler("default").items, 60, "its HPA made")
     assert client.AppsV1Api(served.api).read_namespaced_deployment("later", "default").spec.replicas == 2  # no metrics
+
+
+def test_an_api_service_is_available_once_its_service_has_a_ready_pod(served: Served) -> None:
+    """kube-aggregator's check: ServiceNotFound, then MissingEndpoints, then Passed; discovery lists the group."""
+    _register(served)
+    wait_until(lambda: _available_reason(served) == "ServiceNotFound", 60, "Available=False: no Service")
+    _metrics_api_server(served, replicas=0)
+    wait_until(lambda: _available_reason(served) == "MissingEndpoints", 60, "Available=False: no ready pod")
+    client.AppsV1Api(served.api).patch_namespaced_deployment_scale(
+        "keda-operator-metrics-apiserver", "keda", {"spec": {"replicas": 1}})
+    wait_until(lambda: _available_reason(served) == "Passed", 60, "Available once the metrics server runs")
+    assert _available(served) == "True"
+    groups = {g.name for g in client.ApisApi(served.api).get_api_versions().groups}
+    assert "apiregistration.k8s.io" in groups

@@ -83,6 +83,13 @@ def test_apply_client_and_server_side(kubectl: Kubectl) -> None:
     assert "serverside-applied" in again
     cm = json.loads(kubectl("get", "cm", "ssa", "-o", "json", "--show-managed-fields").stdout)
     assert cm["data"] == {"key": "other"} and cm["metadata"]["managedFields"][0]["manager"] == "kubectl"
+    api_service = ("apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata:\n"
+                   "  name: v1beta1.external.metrics.k8s.io\nspec:\n  service:\n    name: metrics\n"
+                   "    namespace: default\n  group: external.metrics.k8s.io\n  version: v1beta1\n"
+                   "  groupPriorityMinimum: 100\n  versionPriority: 100\n")
+    assert "serverside-applied" in kubectl("apply", "--server-side", "-f", "-", stdin=api_service).stdout
+    assert kubectl("get", "apiservices", "-o", "name").stdout.split() == [
+        "apiservice.apiregistration.k8s.io/v1beta1.external.metrics.k8s.io"]
 
 
 def test_patch_label_describe_scale_delete(kubectl: Kubectl) -> None:

@@ -1,0 +1,167 @@
+"""The stages only model pools have: ``claim`` (relabel pool pods for a service, or give them back) and ``scale``
+(the pool's replicas, never below the pods services hold). A pool's create, rollout and delete are the
+self-managed deployment's stages (``stages.py``) over the pool's Deployment.
+
+A claim relabels a pod with a merge patch of ``metadata.labels`` carrying the pod's ``resourceVersion``: the API
+server refuses it (409) when the pod changed since it was read, so two claims never take the same pod; the stage
+reads the pod again and re-decides. Labels and annotations are the only fields touched: the pod's containers run
+on, nothing restarts. The pool's Deployment selects its pods without ``business``, so a relabelled pod stays its
+ReplicaSet's. A claimed pod carries ``controller.kubernetes.io/pod-deletion-cost`` so that a scale-in removes
+unassigned pods first; a released one loses it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from kubernetes import client as k8s
+
+from services.clusters.create_base import FIELD_MANAGER
+from services.clusters.storage_stage import APPLY, MANAGED_LABEL
+from services.errors import Conflict, NotFound, Permanent, Transient
+from services.inference.manifest import INFERENCE_LABEL, POOL_LABEL, PORT_NAME, labels
+from services.inference.models import DeploymentPlan
+from services.inference.pool_models import UNASSIGNED, PoolClaim
+from services.inference.stages import InferenceDeps
+from services.stages import Observed, Stage, StageContext
+
+BUSINESS = "business"
+SERVICE_LABEL = "instantstart.io/pool-service"
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+#: a claimed pod's deletion cost (unassigned pods have none, i.e. 0, and so go first on scale-in)
+CLAIMED_COST = "1000"
+
+
+def held_by(labels_: dict[str, str] | None) -> str | None:
+    """The service holding a pool pod (None: unassigned)."""
+    value = (labels_ or {}).get(BUSINESS)
+    return None if value in (None, UNASSIGNED) else value
+
+
+def model_service(claim: PoolClaim) -> dict[str, Any]:
+    """The service's Kubernetes Service: the pool's pods labelled ``business=<service>``, owned by the pool's
+    Deployment (its delete takes the Service)."""
+    owner = {"apiVersion": "apps/v1", "kind": "Deployment", "name": claim.pool, "uid": claim.uid,
+             "blockOwnerDeletion": False}
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": claim.service, "namespace": claim.namespace,
+                         "labels": {**MANAGED_LABEL, POOL_LABEL: claim.pool, SERVICE_LABEL: claim.service},
+                         "ownerReferences": [owner]},
+            "spec": {"type": "ClusterIP", "selector": {**labels(claim.pool), BUSINESS: claim.service},
+                     "ports": [{"name": PORT_NAME, "port": claim.port, "targetPort": claim.port, "protocol": "TCP"}]}}
+
+
+def pool_service(svc: dict[str, Any], pool: str) -> bool:
+    """A Service this product made for a service of ``pool``."""
+    found = (svc.get("metadata") or {}).get("labels") or {}
+    return found.get(POOL_LABEL) == pool and SERVICE_LABEL in found \
+        and all(found.get(k) == v for k, v in MANAGED_LABEL.items())
+
+
+def _ready(pod: Any) -> bool:
+    return pod.status is not None and pod.status.phase == "Running" and any(
+        c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+class ClaimStage(Stage[PoolClaim]):
+    """Assign: apply the service's Service, then relabel each chosen pod ``business=<service>``. Release: relabel
+    the service's chosen pods ``business=unassigned``, and delete the Service when none is left. Each pod is read,
+    judged and patched with its resourceVersion; a pod already as wanted is skipped, so a resumed stage repeats
+    nothing."""
+
+    name = "claim"
+    expected_seconds = 2.0
+
+    def __init__(self, deps: InferenceDeps) -> None:
+        self.deps = deps
+
+    def observe(self, ctx: StageContext[PoolClaim]) -> Observed:
+        return Observed.DONE if ctx.data.get("relabelled") is not None else Observed.ABSENT
+
+    def act(self, ctx: StageContext[PoolClaim]) -> None:
+        claim = ctx.request
+        core = k8s.CoreV1Api(self.deps.kube.api_client(claim.cluster))
+        if not claim.release:
+            core.patch_namespaced_service(claim.service, claim.namespace, model_service(claim),
+                                          field_manager=FIELD_MANAGER, force=True, _content_type=APPLY)
+        changed = [pod for pod in claim.pods if self._relabel(core, claim, pod)]
+        if claim.release and claim.drop_service:
+            self._drop_service(core, claim)
+        ctx.data["relabelled"] = changed
+
+    def _relabel(self, core: k8s.CoreV1Api, claim: PoolClaim, name: str) -> bool:
+        """Relabel one pod unless it already is as wanted; False when nothing had to change."""
+        try:
+            pod: Any = core.read_namespaced_pod(name, claim.namespace)
+        except NotFound:
+            if claim.release:  # gone: it holds nothing any more
+                return False
+            raise Permanent(f"the pool pod {name} is gone: assign again to pick another") from None
+        found = dict(pod.metadata.labels or {})
+        if found.get(INFERENCE_LABEL) != claim.pool or pod.metadata.deletion_timestamp is not None:
+            raise Permanent(f"{name} is not a live pod of the pool {claim.pool}")
+        holder = held_by(found)
+        if claim.release:
+            if holder != claim.service:
+                return False
+            patch: dict[str, Any] = {"labels": {BUSINESS: UNASSIGNED}, "annotations": {DELETION_COST: None}}
+        else:
+            if holder == claim.service:
+                return False
+            if holder is not None:
+                raise Permanent(f"{name} is held by the service {holder} now: release it first, or assign again")
+            if not _ready(pod):
+                raise Permanent(f"{name} is not Ready now: assign again to pick a Ready pod")
+            patch = {"labels": {BUSINESS: claim.service}, "annotations": {DELETION_COST: CLAIMED_COST}}
+        try:
+            core.patch_namespaced_pod(name, claim.namespace,
+                                      {"metadata": {**patch, "resourceVersion": pod.metadata.resource_version}})
+        except Conflict:  # the pod changed since it was read: read it again and decide again
+            raise Transient(f"{name} changed while it was relabelled; trying again", delay=1.0) from None
+        return True
+
+    def _drop_service(self, core: k8s.CoreV1Api, claim: PoolClaim) -> None:
+        selector = f"{INFERENCE_LABEL}={claim.pool},{BUSINESS}={claim.service}"
+        if core.list_namespaced_pod(claim.namespace, label_selector=selector).items:
+            return  # a pod was given to the service meanwhile: the Service still serves it
+        with contextlib.suppress(NotFound):
+            svc: Any = core.read_namespaced_service(claim.service, claim.namespace)
+            if pool_service(core.api_client.sanitize_for_serialization(svc), claim.pool):
+                core.delete_namespaced_service(claim.service, claim.namespace, body=k8s.V1DeleteOptions(
+                    preconditions=k8s.V1Preconditions(uid=svc.metadata.uid)))
+
+    def result(self, ctx: StageContext[PoolClaim]) -> dict[str, Any]:
+        return {"service": ctx.request.service, "relabelled": ctx.data.get("relabelled") or [],
+                "released" if ctx.request.release else "assigned": ctx.request.pods}
+
+
+class ScaleStage(Stage[DeploymentPlan]):
+    """The pool's scale subresource, after checking again (on the live pods) that no pod a service holds would
+    have to go; the claimed pods' deletion cost makes the ReplicaSet remove unassigned ones first."""
+
+    name = "scale"
+    expected_seconds = 2.0
+
+    def __init__(self, deps: InferenceDeps) -> None:
+        self.deps = deps
+
+    def observe(self, ctx: StageContext[DeploymentPlan]) -> Observed:
+        return Observed.DONE if ctx.data.get("scaled") else Observed.ABSENT
+
+    def act(self, ctx: StageContext[DeploymentPlan]) -> None:
+        plan = ctx.request
+        core = k8s.CoreV1Api(self.deps.kube.api_client(plan.cluster))
+        pods: list[Any] = core.list_namespaced_pod(plan.namespace,
+                                                   label_selector=f"{INFERENCE_LABEL}={plan.name}").items
+        held = sorted(p.metadata.name for p in pods
+                      if p.metadata.deletion_timestamp is None and held_by(p.metadata.labels) is not None)
+        if len(held) > plan.replicas:
+            raise Permanent(f"services hold {len(held)} pods of {plan.name}, more than {plan.replicas}: release "
+                            "some first", details={"held": held})
+        k8s.AppsV1Api(self.deps.kube.api_client(plan.cluster)).patch_namespaced_deployment_scale(
+            plan.name, plan.namespace, {"spec": {"replicas": plan.replicas}})
+        ctx.data["scaled"] = True
+
+    def result(self, ctx: StageContext[DeploymentPlan]) -> dict[str, Any]:
+        return {"replicas": ctx.request.replicas}

@@ -1,0 +1,188 @@
+"""Model pools against a real server in sandbox mode, on a seeded, imported cluster of three ml.g5.8xlarge nodes
+(one GPU each) where the sandbox's simulated vLLM runs the pods' commands: the preview's Deployment labels its pods
+business=unassigned and leaves business out of its selector; bad requests are refused before any operation or
+Kubernetes write; a pool of three deploys, a service claims one pod and answers from it, then is reassigned to the
+two others and answers only from them, while every pod keeps its uid, restart count and owner (the ReplicaSet made
+no replacement); a scale below the pods services hold is refused with zero writes, a scale to what they hold
+removes the unassigned pod; the Inference pane's model-pool board shows a row per pod and releases, tests and
+assigns the selected pod; an agent reads and tests the pool through a real MCP client; the pool's delete takes
+its services' Services."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import panel as pn
+import pytest
+from kubernetes import client as k8s
+
+from panels.inference import InferencePane
+from panels.inference_pool import PoolBoard
+from services.auth import Principal, Role
+from tests.jobs_support import CLUSTER, JobWorld, job_world
+from tests.ledger import CallLedger
+from tests.mcp_support import bridge, call
+from tests.support import wait_until
+
+pytestmark = pytest.mark.slow
+BASE = f"/api/v1/clusters/{CLUSTER}/inference/pools"
+NS = "hyperpod-ns-inference"
+VLLM = "vllm serve Qwen/Qwen2.5-0.5B-Instruct --max-model-len 4096"
+POOL = {"name": "warm", "command": VLLM, "gpus": 1, "replicas": 3}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobWorld]:
+    with job_world(tmp_path_factory.mktemp("pool"), components=(), nodes=3) as made:
+        yield made
+
+
+def finished(world: JobWorld, response: Any) -> dict[str, Any]:
+    assert response.status_code == 202, response.text
+    return world.finished(response.json()["operation"]["id"], timeout=180)
+
+
+def pods(world: JobWorld) -> dict[str, Any]:
+    return {p.metadata.name: p for p in world.core.list_namespaced_pod(
+        NS, label_selector="instantstart.io/inference=warm").items if p.metadata.deletion_timestamp is None}
+
+
+def answered_by(world: JobWorld, service: str, times: int = 6) -> set[str]:
+    seen = set()
+    for _ in range(times):
+        answer = world.live.post(f"{BASE}/warm/services/{service}/test", {"max_tokens": 4})
+        assert answer.status_code == 200 and answer.json()["status"] == 200, answer.text
+        seen.add(answer.json()["headers"]["x-sandbox-pod"])
+    return seen
+
+
+def identity(pod: Any) -> tuple[Any, ...]:
+    refs = [(r.kind, r.name, r.uid) for r in pod.metadata.owner_references or []]
+    return pod.metadata.uid, sum(c.restart_count for c in pod.status.container_statuses or []), refs
+
+
+def test_the_preview_labels_pods_unassigned_and_bad_requests_write_nothing(world: JobWorld) -> None:
+    shown = world.live.post(f"{BASE}/preview", POOL)
+    assert shown.status_code == 200, shown.text
+    (deployment,) = shown.json()["manifests"]
+    assert deployment["spec"]["template"]["metadata"]["labels"]["business"] == "unassigned"
+    assert "business" not in deployment["spec"]["selector"]["matchLabels"]
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    too_big = world.live.post(BASE, {**POOL, "command": "vllm serve m/x -tp 4", "gpus": 4})
+    assert too_big.status_code == 409 and "no node type of the cluster has 4 GPUs" in too_big.text, too_big.text
+    both = world.live.post(f"{BASE}/warm/assign", {"service": "chat", "count": 1, "pods": ["x"]})
+    assert both.status_code == 422 and "exactly one of count or pods" in both.text, both.text
+    missing = world.live.post(f"{BASE}/warm/scale", {"replicas": 1})
+    assert missing.status_code == 404 and "inference_pool_list" in missing.text, missing.text
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    assert world.live.get("/api/v1/operations?kind=inference.pool.create").json() == []
+
+
+def test_reassignment_moves_traffic_without_restarts_and_scale_in_keeps_held_pods(world: JobWorld) -> None:
+    assert finished(world, world.live.post(BASE, POOL))["status"] == "succeeded"
+    wait_until(lambda: all(p["ready"] for p in world.live.get(f"{BASE}/warm").json()["pods"]), 60,
+               "the pool's three pods Ready in the product's view")
+    before = pods(world)
+    assert len(before) == 3 and all(p.metadata.labels["business"] == "unassigned" for p in before.values())
+    first, *others = sorted(before)
+    assert finished(world, world.live.post(f"{BASE}/warm/assign", {"service": "chat", "pods": [first]}))[
+        "status"] == "succeeded"
+    assert answered_by(world, "chat") == {first}
+    assert finished(world, world.live.post(f"{BASE}/warm/release", {"service": "chat"}))["status"] == "succeeded"
+    keyed = world.live.post(f"{BASE}/warm/assign", {"service": "chat", "pods": others},
+                            headers={"Idempotency-Key": "reassign-chat"})
+    assert finished(world, keyed)["status"] == "succeeded"
+    assert answered_by(world, "chat", times=12) == set(others)
+    after = pods(world)
+    assert sorted(after) == sorted(before), "the ReplicaSet made a replacement for a relabelled pod"
+    assert {n: identity(p) for n, p in after.items()} == {n: identity(p) for n, p in before.items()}
+    assert {n: p.metadata.labels["business"] for n, p in after.items()} == \
+        {first: "unassigned", **{n: "chat" for n in others}}
+    detail = world.live.get(f"{BASE}/warm").json()
+    assert (detail["assigned"], detail["unassigned"]) == (2, 1)
+    assert detail["services"] == [{"name": "chat", "port": 8000, "pods": others}]
+
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    refused = world.live.post(f"{BASE}/warm/scale", {"replicas": 1})
+    assert refused.status_code == 409 and "chat: 2" in refused.text, refused.text
+    busy = world.live.post(f"{BASE}/warm/assign", {"service": "code", "pods": [others[0]]})
+    assert busy.status_code == 409 and "held by the service chat" in busy.text, busy.text
+    again = world.live.post(f"{BASE}/warm/assign", {"service": "chat", "pods": others},
+                            headers={"Idempotency-Key": "reassign-chat"})
+    assert again.status_code == 202 and again.json()["operation"]["id"] == keyed.json()["operation"]["id"]
+    taken = world.live.post(f"/api/v1/clusters/{CLUSTER}/inference/deployments", {"name": "warm", "command": VLLM,
+                                                                                   "gpus": 1})
+    assert taken.status_code == 409 and "model pool 'warm'" in taken.text, taken.text
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    assert world.live.get("/api/v1/operations?kind=inference.pool.scale").json() == []
+
+    assert finished(world, world.live.post(f"{BASE}/warm/scale", {"replicas": 2}))["status"] == "succeeded"
+    wait_until(lambda: sorted(pods(world)) == others, 60, "the unassigned pod to go on scale-in")
+    assert {n: identity(p) for n, p in pods(world).items()} == {n: identity(before[n]) for n in others}
+    assert answered_by(world, "chat") <= set(others)
+
+
+def test_the_board_shows_pod_rows_and_releases_tests_and_assigns_the_selection(world: JobWorld, tmp_path: Path) -> None:
+    operator = Principal("board-operator", Role.OPERATOR, "t-op", "api")
+    viewer = Principal("board-viewer", Role.VIEWER, "t-view", "api")
+    with world.server.imported(tmp_path / "product", CLUSTER, operator) as services:
+        assert PoolBoard(services.pools, services.clusters, services.bus, viewer).assign_button.disabled
+        pane = InferencePane(services.inference, services.clusters, services.bus, operator, pools=services.pools)
+        pn.panel(pane).get_root()  # renders alone, as in a notebook
+        board = pane.pool_board
+        assert board is not None
+        wait_until(lambda: board.state.reload() or len(board.table.value) == 2, 60, "the board's two pod rows")
+        assert set(board.table.value["service"]) == {"chat"} and set(board.table.value["pool"]) == {"warm"}
+        board.state.service = "chat"
+        board._on_selection(type("E", (), {"new": [0]})())
+        (_, pod), = board.state.selected
+        asyncio.run(board._test(None))
+        assert board.state.message.startswith("HTTP 200") and " from " in board.state.message, board.state.message
+
+        def settle(what: str) -> None:
+            op_id = board.state.message.rsplit("(", 1)[-1].rstrip(")")
+            assert services.engine.run_until_idle(op_id).status == "succeeded", f"the board's {what}"
+            wait_until(lambda: board.state.reload() or pod in set(board.table.value.query(
+                "service == '(unassigned)'" if what == "release" else "service == 'chat'")["pod"]), 60, what)
+
+        asyncio.run(board._release(None))
+        assert board.state.message.startswith(f"release warm: {pod}"), board.state.message
+        settle("release")
+        asyncio.run(board._assign(None))
+        assert board.state.message.startswith(f"assign warm: {pod}"), board.state.message
+        settle("assign")
+
+
+def test_an_agent_reads_and_tests_the_pool_and_its_delete_takes_the_services(world: JobWorld) -> None:
+    operator = world.live.make_token("operator")
+    used: list[str] = []
+
+    async def agent() -> dict[str, Any]:
+        async with bridge(world.live.url, operator, "inference,operations") as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert tools["inference_pool_delete"].annotations and \
+                tools["inference_pool_delete"].annotations.destructive_hint
+            listed = await call(client, "inference_pool_list", {"cluster": CLUSTER}, used)
+            answer = await call(client, "inference_pool_test", {"cluster": CLUSTER, "name": "warm",
+                                                                "service": "chat", "max_tokens": 4}, used)
+            return {"listed": listed, "answer": answer}
+
+    seen = anyio.run(agent)
+    (pool,) = seen["listed"]["pools"]
+    held = {p["name"] for p in pool["pods"] if p["assigned_to"] == "chat"}
+    assert seen["answer"]["status"] == 200 and seen["answer"]["headers"]["x-sandbox-pod"] in held
+    assert "warm" not in {d["name"] for d in world.live.get(
+        f"/api/v1/clusters/{CLUSTER}/inference/deployments").json()["deployments"]}
+    gone = httpx2.delete(world.live.url + f"{BASE}/warm", headers=world.live.headers(), timeout=30)
+    assert finished(world, gone)["status"] == "succeeded"
+    wait_until(lambda: "chat" not in {s.metadata.name for s in world.core.list_namespaced_service(NS).items}, 60,
+               "the service's Service to go with its pool")
+    with pytest.raises(k8s.ApiException):
+        k8s.AppsV1Api(world.api).read_namespaced_deployment("warm", NS)
