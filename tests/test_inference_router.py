@@ -4,7 +4,9 @@ bad knobs, an unknown deployment and a taken name are refused before any operati
 cache-aware router sends every request sharing a prefix to one worker pod and different prefixes to more than
 one, its Prometheus metrics count them per worker; an agent switches it to round_robin through MCP and requests
 then go to every worker in turn; the pane shows the router, its workers and counts, and its delete removes the
-router's objects only (the workers stay). The router's flag data is held equal to the sandbox's, and the
+router's objects only (the workers stay). While a router fronts the deployment, the deployment's delete and a
+self-managed deploy of the router's name are refused before any write; a pending router create and a pending
+deployment delete refuse each other. The router's flag data is held equal to the sandbox's, and the
 simulated router refuses what the real one refuses."""
 
 from __future__ import annotations

@@ -353,8 +353,8 @@ class Inference:
         if creating is not None:
             routers.append(str(creating.request.get("name")))
         if routers:
-            raise Conflict(f"the router {routers[0]} sends requests to {name}: delete the router first "
-                           f"(inference_routers_delete {routers[0]}), then this deployment",
+            raise Conflict(f"the router {routers[0]} fronts {name} (it is, or is being, made to send it requests): "
+                           f"delete the router first (inference_routers_delete {routers[0]}), then this deployment",
                            details={"routers": routers})
         ref = DeploymentRef(cluster=cluster, name=name, namespace=str(meta.get("namespace")), uid=str(meta.get("uid")),
                             requested_by=principal.name)

@@ -97,8 +97,7 @@ class ManagedEndpoints:
         return names.cached(self.informers, cluster, resource)
 
     def _installed(self, cluster: str) -> list[EndpointKind]:
-        names = {_meta(c).get("name") for c in self._items(cluster, "customresourcedefinitions")}
-        return [k for k in EndpointKind if render.crd_name(k) in names]
+        return names.managed_kinds(self.informers, cluster)
 
     def _require_operator(self, cluster: str, kind: EndpointKind) -> None:
         if kind not in self._installed(cluster):

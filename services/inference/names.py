@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from services.errors import Conflict, Transient
 from services.inference import managed_render
+from services.inference.managed_models import EndpointKind
 from services.inference.manifest import INFERENCE_LABEL
 from services.inference.router_manifest import FOR_ANNOTATION, ROUTER_LABEL
 from services.informers import Informers
@@ -60,15 +61,18 @@ def check_other_paths(informers: Informers, cluster: str, name: str, path: Path)
                            "inference_routers_delete first", details={"field": "name", "kind": "router"})
     if path == "endpoint":
         return
-    served = {_meta(c).get("name") for c in cached(informers, cluster, "customresourcedefinitions")}
-    for kind, plural in managed_render.PLURALS.items():
-        if managed_render.crd_name(kind) not in served:
-            continue
-        for obj in cached(informers, cluster, plural):
+    for kind in managed_kinds(informers, cluster):
+        for obj in cached(informers, cluster, managed_render.PLURALS[kind]):
             if _meta(obj).get("name") == name and _ours(obj).get(INFERENCE_LABEL) == name:
                 raise Conflict(f"the cluster already has a managed inference endpoint {name!r} ({kind.value} in "
                                f"namespace {_meta(obj).get('namespace')}): choose another name",
                                details={"field": "name", "kind": "endpoint"})
+
+
+def managed_kinds(informers: Informers, cluster: str) -> list[EndpointKind]:
+    """The managed endpoint kinds the cluster serves (the inference operator's CRDs are there)."""
+    served = {_meta(c).get("name") for c in cached(informers, cluster, "customresourcedefinitions")}
+    return [kind for kind in EndpointKind if managed_render.crd_name(kind) in served]
 
 
 def fronting_routers(informers: Informers, cluster: str, namespace: str, deployment: str) -> list[str]:
