@@ -10,6 +10,7 @@ import json
 from typing import Any
 from urllib.parse import quote
 
+from app import cli_inference_paths
 from app.cli_clusters import finish
 from app.cli_support import rest, rest_flags
 
@@ -137,4 +138,5 @@ def add_parsers(sub: Any) -> None:
         parser.add_argument("--json", action="store_true", help="the REST answer as JSON")
         rest_flags(parser)
         parser.set_defaults(func=func)
+    cli_inference_paths.add_parsers(isub)
     _scaling_parsers(isub)

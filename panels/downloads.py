@@ -9,7 +9,6 @@ thread when served, so the event loop never waits on Kubernetes; the verbs check
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +18,7 @@ import param
 from pydantic import SecretStr, ValidationError
 
 from panels.live import LiveRefresh
-from panels.scoped import ClusterScoped
+from panels.scoped import ClusterScoped, ScopedPane
 from panels.tables import ReadOnlyTable
 from services.auth import Principal, Role
 from services.clusters import Clusters
@@ -75,7 +74,7 @@ class DownloadsState(ClusterScoped):
         return f"{view.id} cancelled; files already copied stay in the bucket"
 
 
-class DownloadsPane(pn.viewable.Viewer):
+class DownloadsPane(ScopedPane, pn.viewable.Viewer):
     def __init__(self, downloads: Downloads, clusters: Clusters, bus: EventBus, principal: Principal,
                  current_principal: Callable[[], Principal] | None = None, **params: Any) -> None:
         super().__init__(**params)
@@ -109,10 +108,6 @@ class DownloadsPane(pn.viewable.Viewer):
     def _on_downloads(self, event: param.parameterized.Event) -> None:
         self.table.value = downloads_frame(event.new)
 
-    def _on_clusters(self, _event: param.parameterized.Event) -> None:
-        self.picker.options = list(self.state.clusters)
-        self.picker.value = self.state.cluster or None
-
     def _on_pick(self, event: param.parameterized.Event) -> None:
         if event.new and event.new != self.state.cluster:
             self.state.cluster = event.new
@@ -126,26 +121,14 @@ class DownloadsPane(pn.viewable.Viewer):
         if any(e.data.get("kind") == KIND for e in events):
             self._refresh()
 
-    def _refresh(self) -> None:
-        if not self._ops.spawn(self.state.refresh):
-            self.state.reload()
-
     async def _start(self, _event: Any) -> None:
-        token, self.token.value = self.token.value or "", ""
-        self.state.busy = True
-        try:
-            self.state.message = await asyncio.get_running_loop().run_in_executor(
-                None, self.state.start, self.state.current(), self.state.cluster, token)
-        finally:
-            self.state.busy = False
-        await self.state.refresh()
+        await self._submit(self.state.start)
 
     async def _cancel(self, _event: Any) -> None:
         if not self.state.selected:
             self.state.message = "Select a running download in the table first."
             return
-        self.state.message = await asyncio.get_running_loop().run_in_executor(
-            None, self.state.cancel, self.state.current(), self.state.cluster, self.state.selected)
+        self.state.message = await self._run(self.state.cancel, self.state.selected)
         await self.state.refresh()
 
     def __panel__(self) -> pn.viewable.Viewable:

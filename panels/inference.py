@@ -9,7 +9,6 @@ served, so the event loop never waits on Kubernetes; the verbs check the role ag
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +25,7 @@ from panels.inference_pool import PoolBoard
 from panels.inference_router import RouterSection
 from panels.inference_scaling import ScalingPanel
 from panels.live import LiveRefresh
-from panels.scoped import ClusterScoped
+from panels.scoped import ClusterScoped, ScopedPane
 from panels.tables import ReadOnlyTable
 from services.auth import Principal, Role
 from services.clusters import Clusters
@@ -132,7 +131,7 @@ class InferenceState(ClusterScoped):
         return f"HTTP {result.status} in {result.elapsed_ms} ms", shown
 
 
-class InferencePane(pn.viewable.Viewer):
+class InferencePane(ScopedPane, pn.viewable.Viewer):
     def __init__(self, inference: Inference, clusters: Clusters, bus: EventBus, principal: Principal,
                  current_principal: Callable[[], Principal] | None = None, scaling: InferenceScaling | None = None,
                  managed: ManagedEndpoints | None = None, routers: Routers | None = None,
@@ -187,10 +186,6 @@ class InferencePane(pn.viewable.Viewer):
     def _on_deployments(self, event: param.parameterized.Event) -> None:
         self.table.value = deployments_frame(event.new)
 
-    def _on_clusters(self, _event: param.parameterized.Event) -> None:
-        self.picker.options = list(self.state.clusters)
-        self.picker.value = self.state.cluster or None
-
     def _on_pick(self, event: param.parameterized.Event) -> None:
         if event.new and event.new != self.state.cluster:
             self.state.cluster = event.new
@@ -208,29 +203,8 @@ class InferencePane(pn.viewable.Viewer):
         if self.scaling is not None:
             self.scaling.changed({str(e.data.get("kind")) for e in events})
 
-    def _refresh(self) -> None:
-        if not self._ops.spawn(self.state.refresh):
-            self.state.reload()
-
-    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(None, fn, self.state.current(), self.state.cluster,
-                                                                *args)
-
-    async def _preview(self, _event: Any) -> None:
-        self.state.busy = True
-        try:
-            self.state.message, self.state.preview = await self._run(self.state.do_preview)
-        finally:
-            self.state.busy = False
-
     async def _deploy(self, _event: Any) -> None:
-        token, self.token.value = self.token.value or "", ""
-        self.state.busy = True
-        try:
-            self.state.message = await self._run(self.state.deploy, token)
-        finally:
-            self.state.busy = False
-        await self.state.refresh()
+        await self._submit(self.state.deploy)
 
     async def _delete(self, _event: Any) -> None:
         if not self.state.selected:

@@ -10,7 +10,6 @@ thread, and the verbs check the role again. A Hugging Face token lives only in i
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +21,7 @@ import yaml
 from pydantic import ValidationError
 
 from panels.live import LiveRefresh
-from panels.scoped import ClusterScoped
+from panels.scoped import ClusterScoped, ScopedPane
 from panels.tables import ReadOnlyTable
 from services.auth import Principal, Role
 from services.clusters import Clusters
@@ -122,7 +121,7 @@ class ManagedState(ClusterScoped):
         return f"HTTP {result.status} in {result.elapsed_ms} ms", shown
 
 
-class ManagedSection(pn.viewable.Viewer):
+class ManagedSection(ScopedPane, pn.viewable.Viewer):
     def __init__(self, managed: ManagedEndpoints, clusters: Clusters, bus: EventBus, principal: Principal,
                  current_principal: Callable[[], Principal] | None = None, **params: Any) -> None:
         super().__init__(**params)
@@ -157,13 +156,13 @@ class ManagedSection(pn.viewable.Viewer):
         self.table.param.watch(self._on_selection, "selection")
         s.watch(lambda event: setattr(self.table, "value", endpoints_frame(event.new)), "endpoints")
         self._ops = LiveRefresh(bus, "operation", self._on_operation)
-        self.refresh()
+        self._refresh()
 
     def follow(self, cluster: str) -> None:
         """Follow the pane's cluster picker."""
         if cluster and cluster != self.state.cluster:
             self.state.cluster = cluster
-            self.refresh()
+            self._refresh()
 
     def _on_selection(self, event: param.parameterized.Event) -> None:
         rows = self.state.endpoints
@@ -171,31 +170,10 @@ class ManagedSection(pn.viewable.Viewer):
 
     def _on_operation(self, events: list[Event]) -> None:
         if any(e.data.get("kind") in KINDS for e in events):
-            self.refresh()
-
-    def refresh(self) -> None:
-        if not self._ops.spawn(self.state.refresh):
-            self.state.reload()
-
-    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(None, fn, self.state.current(), self.state.cluster,
-                                                                *args)
-
-    async def _preview(self, _event: Any) -> None:
-        self.state.busy = True
-        try:
-            self.state.message, self.state.preview = await self._run(self.state.do_preview)
-        finally:
-            self.state.busy = False
+            self._refresh()
 
     async def _deploy(self, _event: Any) -> None:
-        token, self.token.value = self.token.value or "", ""
-        self.state.busy = True
-        try:
-            self.state.message = await self._run(self.state.deploy, token)
-        finally:
-            self.state.busy = False
-        await self.state.refresh()
+        await self._submit(self.state.deploy)
 
     async def _selected(self, fn: Callable[..., Any]) -> Any:
         if not self.state.selected:

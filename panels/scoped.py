@@ -9,8 +9,10 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+import panel as pn
 import param
 
+from panels.live import LiveRefresh
 from services.auth import Principal
 from services.clusters import Clusters
 from services.errors import ServiceError
@@ -60,3 +62,43 @@ class ClusterScoped(param.Parameterized):
 
     async def refresh(self) -> None:
         self.apply(await asyncio.get_running_loop().run_in_executor(None, self.fetch))
+
+
+class ScopedPane:
+    """The handlers a pane over a :class:`ClusterScoped` state shares (the downloads pane, the inference pane and
+    its managed section): the cluster picker, a refresh that reads in a worker thread when the pane has a loop, a
+    verb called in a worker thread as the current principal on the chosen cluster, preview, and a submit that
+    sends the token widget's value once and clears it first."""
+
+    state: Any  # the pane's ClusterScoped subclass, with the verbs' wrappers the handlers below call
+    token: pn.widgets.PasswordInput
+    picker: pn.widgets.Select
+    _ops: LiveRefresh
+
+    def _on_clusters(self, _event: param.parameterized.Event) -> None:
+        self.picker.options = list(self.state.clusters)
+        self.picker.value = self.state.cluster or None
+
+    def _refresh(self) -> None:
+        if not self._ops.spawn(self.state.refresh):
+            self.state.reload()
+
+    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(None, fn, self.state.current(), self.state.cluster,
+                                                                *args)
+
+    async def _preview(self, _event: Any) -> None:
+        self.state.busy = True
+        try:
+            self.state.message, self.state.preview = await self._run(self.state.do_preview)
+        finally:
+            self.state.busy = False
+
+    async def _submit(self, fn: Callable[..., str]) -> None:
+        token, self.token.value = self.token.value or "", ""
+        self.state.busy = True
+        try:
+            self.state.message = await self._run(fn, token)
+        finally:
+            self.state.busy = False
+        await self.state.refresh()

@@ -29,11 +29,11 @@ from kubernetes.client.exceptions import ApiException
 from panels.inference import InferencePane
 from services.auth import Principal, Role
 from services.operations import OperationQuery
-from tests.jobs_support import CLUSTER, JobWorld, job_world
+from tests.jobs_support import CLUSTER, JobWorld, cli, job_world
 from tests.ledger import CallLedger
 from tests.mcp_support import bridge, call, follow
 from tests.support import wait_until
-from tests.test_inference import PLAYBOOK
+from tests.test_inference import PLAYBOOK, VLLM
 
 pytestmark = pytest.mark.slow
 BASE = f"/api/v1/clusters/{CLUSTER}/inference/endpoints"
@@ -155,6 +155,12 @@ def test_an_endpoint_deploys_serves_refuses_added_routing_scales_and_is_deleted(
     assert view["state"] == "DeploymentComplete" and view["source"] == "huggingface", view
     assert view["autoscaling"] == {"min_replicas": 1, "max_replicas": 3} and view["available"] == 1
     assert any(c["type"] == "DeploymentComplete" and c["status"] == "True" for c in view["conditions"])
+    listed_cli = cli(world, "inference", "endpoints", "list", CLUSTER)
+    assert listed_cli.returncode == 0 and listed_cli.stdout.startswith(f"{NS}/llama "), listed_cli.stderr
+    counts = f"{view['available']}/{view['desired']} available"
+    assert "DeploymentComplete" in listed_cli.stdout and counts in listed_cli.stdout, listed_cli.stdout
+    described_cli = cli(world, "inference", "endpoints", "describe", CLUSTER, "llama", "--json")
+    assert described_cli.returncode == 0 and json.loads(described_cli.stdout)["name"] == "llama", described_cli.stderr
 
     answer = world.live.post(f"{BASE}/llama/test", {"prompt": "hello"})
     assert answer.status_code == 200, answer.text
@@ -167,8 +173,13 @@ def test_an_endpoint_deploys_serves_refuses_added_routing_scales_and_is_deleted(
     routing = patch(world, f"{BASE}/llama", {"routing": "prefixaware"})
     assert routing.status_code == 409, routing.text
     assert "Adding this configuration to an existing deployment will be rejected" in routing.text
+    # a self-managed deployment may not take the endpoint's name, in any namespace (one name, one thing)
+    clash = world.live.post(f"/api/v1/clusters/{CLUSTER}/inference/deployments",
+                            {"name": "llama", "namespace": "team-a", "command": VLLM, "gpus": 1})
+    assert clash.status_code == 409 and "managed inference endpoint 'llama'" in clash.text, clash.text
     ledger.assert_no_writes(since=mark, service="kubernetes")
     assert world.live.get("/api/v1/operations?kind=managed.update").json() == []
+    assert world.live.get("/api/v1/operations?kind=inference.deploy").json() == []
 
     scaled = patch(world, f"{BASE}/llama", {"autoscaling": {"min_replicas": 2, "max_replicas": 3}})
     assert scaled.status_code == 202, scaled.text

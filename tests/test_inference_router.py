@@ -4,7 +4,9 @@ bad knobs, an unknown deployment and a taken name are refused before any operati
 cache-aware router sends every request sharing a prefix to one worker pod and different prefixes to more than
 one, its Prometheus metrics count them per worker; an agent switches it to round_robin through MCP and requests
 then go to every worker in turn; the pane shows the router, its workers and counts, and its delete removes the
-router's objects only (the workers stay). The router's flag data is held equal to the sandbox's, and the
+router's objects only (the workers stay). While a router fronts the deployment, the deployment's delete and a
+self-managed deploy of the router's name are refused before any write; a pending router create and a pending
+deployment delete refuse each other. The router's flag data is held equal to the sandbox's, and the
 simulated router refuses what the real one refuses."""
 
 from __future__ import annotations
@@ -15,18 +17,21 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import panel as pn
 import pytest
 import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from app.bootstrap import Services
 from panels.inference import InferencePane
 from sandbox.kube import sglang_router
 from services.auth import Principal, Role
+from services.errors import Conflict
 from services.inference import router_manifest
-from services.inference.router_models import RouterKnobs, router_flags
-from tests.jobs_support import CLUSTER, JobWorld, job_world
+from services.inference.router_models import RouterKnobs, RouterRequest, router_flags
+from tests.jobs_support import CLUSTER, JobWorld, cli, job_world
 from tests.ledger import CallLedger
 from tests.mcp_support import bridge, call, follow
 from tests.support import wait_until
@@ -111,6 +116,15 @@ def test_cache_aware_routing_metrics_mcp_update_pane_and_delete(world: JobWorld,
     op = world.finished(started.json()["operation"]["id"], timeout=180)
     assert op["status"] == "succeeded", op
     assert op["target"] == f"cluster/{CLUSTER}/inference-router/qwen-router"
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    fronted = httpx2.delete(world.live.url + f"{DEPLOYMENTS}/qwen", headers=world.live.headers(), timeout=30)
+    assert fronted.status_code == 409 and "qwen-router" in fronted.text, fronted.text
+    assert "inference_routers_delete" in fronted.text, fronted.text
+    clash = world.live.post(DEPLOYMENTS, {"name": "qwen-router", "namespace": "team-a", "command": SGLANG, "gpus": 1})
+    assert clash.status_code == 409 and "inference router 'qwen-router'" in clash.text, clash.text
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    assert world.live.get("/api/v1/operations?kind=inference.delete").json() == []
     command = k8s.AppsV1Api(world.api).read_namespaced_deployment("qwen-router", NS).spec.template.spec \
         .containers[0].command
     assert command[:3] == ["python3", "-m", "sglang_router.launch_router"]
@@ -130,6 +144,12 @@ def test_cache_aware_routing_metrics_mcp_update_pane_and_delete(world: JobWorld,
     assert counts[next(iter(same))] >= 5
     assert described["cache_hits"] >= 4 and described["knobs"]["policy"] == "cache_aware"
     assert described["requests_total"] >= 8
+    listed_cli = cli(world, "inference", "routers", "list", CLUSTER)
+    assert listed_cli.returncode == 0, listed_cli.stderr
+    assert listed_cli.stdout.startswith(f"{NS}/qwen-router ") and "for qwen (3/3 workers running)" in \
+        listed_cli.stdout, listed_cli.stdout
+    described_cli = cli(world, "inference", "routers", "describe", CLUSTER, "qwen-router")
+    assert described_cli.returncode == 0 and f"worker {next(iter(same))}" in described_cli.stdout, described_cli.stdout
 
     used: list[str] = []
 
@@ -172,6 +192,7 @@ def test_cache_aware_routing_metrics_mcp_update_pane_and_delete(world: JobWorld,
         op_id = said.rsplit("(", 1)[1].rstrip(")")
         wait_until(lambda: services.engine.run_until_idle(op_id).status == "succeeded", 60, "the pane's delete")
         assert _absent(world)
+        _delete_and_router_create_exclude_each_other(services, operator)
     writes = ledger.writes(since=mark, service="kubernetes")
     assert {e.get("name") for e in writes} == {"qwen-router"}, writes  # the router's objects only
     rbac = "rbac.authorization.k8s.io"
@@ -179,6 +200,25 @@ def test_cache_aware_routing_metrics_mcp_update_pane_and_delete(world: JobWorld,
         "deployments.apps", "services", f"rolebindings.{rbac}", f"roles.{rbac}", "serviceaccounts"}, writes
     assert k8s.AppsV1Api(world.api).read_namespaced_deployment("qwen", NS).status.available_replicas == 3
     assert world.core.read_namespaced_service("qwen", NS).spec.type == "ClusterIP"
+
+
+def _delete_and_router_create_exclude_each_other(services: Services, operator: Principal) -> None:
+    """This product's engine runs only when asked: a router create and a deployment delete stay pending, and the
+    other verb sees them."""
+    wait_until(lambda: not services.inference_routers.list_routers(operator, CLUSTER).routers, 60, "the router gone")
+    creating, _ = services.inference_routers.create_router(operator, CLUSTER, RouterRequest(name="r2",
+                                                                                            deployment="qwen"))
+    with pytest.raises(Conflict) as busy:
+        services.inference.delete_deployment(operator, CLUSTER, "qwen")
+    assert "r2" in str(busy.value) and "inference_routers_delete" in str(busy.value)
+    services.engine.cancel(creating.id, operator)
+    assert services.engine.run_until_idle(creating.id).status == "cancelled"
+    deleting, _ = services.inference.delete_deployment(operator, CLUSTER, "qwen")
+    with pytest.raises(Conflict) as gone:
+        services.inference_routers.create_router(operator, CLUSTER, RouterRequest(name="r3", deployment="qwen"))
+    assert f"being deleted (operation {deleting.id})" in str(gone.value)
+    services.engine.cancel(deleting.id, operator)
+    assert services.engine.run_until_idle(deleting.id).status == "cancelled"
 
 
 def _absent(world: JobWorld) -> bool:

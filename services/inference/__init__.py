@@ -28,8 +28,8 @@ from services.clusters.create_base import FIELD_MANAGER
 from services.clusters.pipeline import cluster_target
 from services.clusters.registry import ClusterRegistry
 from services.clusters.storage_stage import APPLY
-from services.errors import Conflict, Invalid, NotFound, Transient
-from services.inference import checks, egress, manifest, scaledobject, testcall, tokens
+from services.errors import Conflict, Invalid, NotFound
+from services.inference import checks, egress, manifest, names, scaledobject, testcall, tokens
 from services.inference.command import IMAGES, ServeCommand, parse
 from services.inference.endpoint_metrics import EndpointScraper, ready_pods
 from services.inference.models import (
@@ -70,7 +70,6 @@ __all__ = ["DELETE_KIND", "DEPLOY_KIND", "UPDATE_KIND", "Inference", "inference_
 DEPLOY_KIND = "inference.deploy"
 UPDATE_KIND = "inference.update"
 DELETE_KIND = "inference.delete"
-SYNC_SECONDS = 20.0
 LBC = ("kube-system", "aws-load-balancer-controller")
 TEST_CALLS_PER_PRINCIPAL = 2
 
@@ -120,11 +119,7 @@ class Inference:
     # ----- caches ------------------------------------------------------------------------------------------
 
     def _items(self, cluster: str, resource: str) -> list[dict[str, Any]]:
-        informer = self.informers.get(cluster, resource)
-        if not informer.wait_synced(SYNC_SECONDS):
-            raise Transient(f"the {resource} of {cluster} have not been listed yet ({informer.error or 'listing'}); "
-                            "ask again shortly", delay=2.0)
-        return informer.items()
+        return names.cached(self.informers, cluster, resource)
 
     def _ours(self, cluster: str) -> list[dict[str, Any]]:
         return [d for d in self._items(cluster, "deployments")  # model pools are pool.py's
@@ -155,6 +150,7 @@ class Inference:
         fits = checks.pick_instance_types(facts, request.gpus, request.instance_type)
         checks.check_name(self._items(cluster, "deployments"), self._items(cluster, "services"), request.name,
                           request.namespace)
+        names.check_other_paths(self.informers, cluster, request.name, "deployment")
         if request.service.exposure is Exposure.EXTERNAL:
             self._check_lbc(cluster)
         storage = self._has_shared_storage(cluster, serve)
@@ -343,7 +339,8 @@ class Inference:
     @verb(Role.OPERATOR)
     def delete_deployment(self, principal: Principal, cluster: str, name: str,
                           idempotency_key: str | None = None) -> tuple[OperationView, bool]:
-        """Delete the deployment and its Service (``inference.delete``); only ours, only the uid seen now."""
+        """Delete the deployment and its Service (``inference.delete``); only ours, only the uid seen now. A
+        deployment a router fronts is refused (409 naming the router): delete the router first."""
         def same(stored: dict[str, Any]) -> bool:
             return stored.get("cluster") == cluster and stored.get("name") == name
         replay = self._engine.replayed(DELETE_KIND, principal, idempotency_key, same)
@@ -351,6 +348,14 @@ class Inference:
             return replay, False
         dep = self.live_deployment(cluster, name)
         meta = _meta(dep)
+        routers = names.fronting_routers(self.informers, cluster, str(meta.get("namespace")), name)
+        creating = names.in_flight(self._engine, cluster, names.ROUTER_CREATE_KIND, deployment=name)
+        if creating is not None:
+            routers.append(str(creating.request.get("name")))
+        if routers:
+            raise Conflict(f"the router {routers[0]} fronts {name} (it is, or is being, made to send it requests): "
+                           f"delete the router first (inference_routers_delete {routers[0]}), then this deployment",
+                           details={"routers": routers})
         ref = DeploymentRef(cluster=cluster, name=name, namespace=str(meta.get("namespace")), uid=str(meta.get("uid")),
                             requested_by=principal.name)
         return self._engine.submit(DELETE_KIND, ref, principal, idempotency_key)

@@ -22,8 +22,8 @@ from kubernetes import client as k8s
 from services.audit import AuditLog
 from services.auth import Principal, Role
 from services.clusters.registry import ClusterRegistry
-from services.errors import Conflict, Invalid, NotFound, Transient
-from services.inference import checks, inference_target, testcall, tokens
+from services.errors import Conflict, Invalid, NotFound
+from services.inference import checks, inference_target, names, testcall, tokens
 from services.inference import managed_render as render
 from services.inference.managed_models import (
     Autoscaling,
@@ -53,7 +53,6 @@ __all__ = ["DELETE_KIND", "DEPLOY_KIND", "UPDATE_KIND", "ManagedEndpoints"]
 DEPLOY_KIND = "managed.deploy"
 UPDATE_KIND = "managed.update"
 DELETE_KIND = "managed.delete"
-SYNC_SECONDS = 20.0
 FEATURE = "hyperpod_inference_operator"
 TEST_CALLS_PER_PRINCIPAL = 2
 
@@ -95,15 +94,10 @@ class ManagedEndpoints:
     # ----- caches ------------------------------------------------------------------------------------------
 
     def _items(self, cluster: str, resource: str) -> list[dict[str, Any]]:
-        informer = self.informers.get(cluster, resource)
-        if not informer.wait_synced(SYNC_SECONDS):
-            raise Transient(f"the {resource} of {cluster} have not been listed yet ({informer.error or 'listing'}); "
-                            "ask again shortly", delay=2.0)
-        return informer.items()
+        return names.cached(self.informers, cluster, resource)
 
     def _installed(self, cluster: str) -> list[EndpointKind]:
-        names = {_meta(c).get("name") for c in self._items(cluster, "customresourcedefinitions")}
-        return [k for k in EndpointKind if render.crd_name(k) in names]
+        return names.managed_kinds(self.informers, cluster)
 
     def _require_operator(self, cluster: str, kind: EndpointKind) -> None:
         if kind not in self._installed(cluster):
@@ -133,15 +127,12 @@ class ManagedEndpoints:
                 raise Conflict(f"the cluster already has a managed endpoint {name!r} ({kind.value} in namespace "
                                f"{_meta(obj).get('namespace')}): change it with inference_endpoints_update, or "
                                "delete it first", details={"namespace": _meta(obj).get("namespace")})
+        names.check_other_paths(self.informers, cluster, name, "endpoint")
         for resource, kind_name in (("deployments", "Deployment"), ("services", "Service")):
             for obj in self._items(cluster, resource):
                 meta = _meta(obj)
                 if meta.get("name") != name:
                     continue
-                if resource == "deployments" and checks.ours(obj, name):
-                    raise Conflict(f"the cluster already has a self-managed inference deployment {name!r} "
-                                   f"(namespace {meta.get('namespace')}): choose another name",
-                                   details={"namespace": meta.get("namespace")})
                 if meta.get("namespace") == namespace:
                     raise Conflict(f"a {kind_name} {namespace}/{name} exists: the inference operator makes one of the "
                                    "endpoint's name and refuses when another is there; choose another name",

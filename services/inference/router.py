@@ -23,8 +23,9 @@ from services.audit import AuditLog
 from services.auth import Principal, Role
 from services.clusters.pipeline import cluster_target
 from services.clusters.registry import ClusterRegistry
-from services.errors import Conflict, Invalid, NotFound, ServiceError, Transient
-from services.inference import _service_view, checks, manifest, testcall
+from services.errors import Conflict, Invalid, NotFound, ServiceError
+from services.inference import DELETE_KIND as DEPLOYMENT_DELETE_KIND
+from services.inference import _service_view, checks, manifest, names, testcall
 from services.inference import router_manifest as rm
 from services.inference.models import EndpointTest, EndpointTestResult
 from services.inference.router_models import (
@@ -48,10 +49,9 @@ from services.training.manifests import MANAGED_BY
 from services.verbs import verb
 
 __all__ = ["CREATE_KIND", "DELETE_KIND", "UPDATE_KIND", "Routers", "router_target"]
-CREATE_KIND = "inference.router.create"
+CREATE_KIND = names.ROUTER_CREATE_KIND
 UPDATE_KIND = "inference.router.update"
 DELETE_KIND = "inference.router.delete"
-SYNC_SECONDS = 20.0
 METRICS_TIMEOUT = 10.0
 #: the inference routes of sgl_router_requests_total (its health and readiness probes are counted there too)
 ROUTED = ("/v1/chat/completions", "/v1/completions", "/generate")
@@ -124,11 +124,7 @@ class Routers:
     # ----- caches ------------------------------------------------------------------------------------------
 
     def _items(self, cluster: str, resource: str) -> list[dict[str, Any]]:
-        informer = self.informers.get(cluster, resource)
-        if not informer.wait_synced(SYNC_SECONDS):
-            raise Transient(f"the {resource} of {cluster} have not been listed yet ({informer.error or 'listing'}); "
-                            "ask again shortly", delay=2.0)
-        return informer.items()
+        return names.cached(self.informers, cluster, resource)
 
     def _worker_deployment(self, cluster: str, name: str) -> dict[str, Any]:
         for dep in self._items(cluster, "deployments"):
@@ -157,11 +153,10 @@ class Routers:
                 if meta.get("namespace") == namespace and not _is_router(obj, name):
                     raise Conflict(f"a {resource[:-1]} {namespace}/{name} exists and is not this router's: choose "
                                    "another name", details={"field": "name"})
-                if meta.get("namespace") != namespace and resource == "deployments" and (
-                        _is_router(obj) or checks.ours(obj, name)):
-                    raise Conflict(f"the cluster already has an inference deployment or router {name!r} in "
-                                   f"namespace {meta.get('namespace')}: choose another name",
-                                   details={"field": "name"})
+                if meta.get("namespace") != namespace and resource == "deployments" and _is_router(obj, name):
+                    raise Conflict(f"the cluster already has an inference router {name!r} in namespace "
+                                   f"{meta.get('namespace')}: choose another name", details={"field": "name"})
+        names.check_other_paths(self.informers, cluster, name, "router")
         api = self.kube.api_client(cluster)
         core, rbac = k8s.CoreV1Api(api), k8s.RbacAuthorizationV1Api(api)
         for kind, read in (("ServiceAccount", core.read_namespaced_service_account),
@@ -190,6 +185,10 @@ class Routers:
         self.registry.get(cluster)
         worker = self._worker_deployment(cluster, deployment)
         namespace = str(_meta(worker).get("namespace"))
+        deleting = names.in_flight(self._engine, cluster, DEPLOYMENT_DELETE_KIND, name=deployment)
+        if deleting is not None:
+            raise Conflict(f"the deployment {deployment} is being deleted (operation {deleting.id}): a router for it "
+                           "would have no workers", details={"operation": deleting.id})
         if check_name:
             self._check_name(cluster, name, namespace)
         objects = rm.objects(name=name, namespace=namespace, deployment=deployment, knobs=knobs,
