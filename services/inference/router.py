@@ -127,6 +127,12 @@ class Routers:
         return names.cached(self.informers, cluster, resource)
 
     def _worker_deployment(self, cluster: str, name: str) -> dict[str, Any]:
+        if checks.pool_named(self._items(cluster, "deployments"), name) is not None:
+            raise Conflict(f"{name} is a model pool, not a self-managed deployment: clients call a pool's services "
+                           "(inference_pool_assign), and a router over the whole pool would also send requests to "
+                           "its unassigned pods and to every other service's; a router per pool service is not "
+                           "supported: put the router in front of a deployment made with inference_deploy",
+                           details={"field": "deployment", "pool": name})
         for dep in self._items(cluster, "deployments"):
             if _meta(dep).get("name") == name and checks.ours(dep, name):
                 return dep
