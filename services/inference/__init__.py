@@ -302,7 +302,7 @@ class Inference:
                            details={"autoscaled": True})
         if update.command is None and update.image is None and update.replicas is not None:
             return self._engine.submit(UPDATE_KIND, self.scale_plan(principal, cluster, meta, exposure,
-                                                                     update.replicas), principal, idempotency_key)
+                                                                    update.replicas), principal, idempotency_key)
         live: Any = k8s.AppsV1Api(self.kube.api_client(cluster)).read_namespaced_deployment(name, namespace)
         pod, notes = live.spec.template.spec, dict(live.metadata.annotations or {})
         container = next(c for c in pod.containers if c.name == manifest.CONTAINER)
