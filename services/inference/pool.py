@@ -46,7 +46,7 @@ from services.inference.pool_models import (
     PoolServiceView,
     PoolView,
 )
-from services.inference.pool_stages import BUSINESS, ClaimStage, ScaleStage, held_by, pool_service
+from services.inference.pool_stages import BUSINESS, ClaimStage, ScaleStage, at_risk, held_by, pool_service
 from services.inference.stages import ApplyStage, DeleteStage, NamespaceStage, RolloutStage
 from services.operations import Engine, OperationKind, OperationView
 from services.secrets import SecretRef
@@ -189,7 +189,8 @@ class Pools:
             return replay, False
         dep = self._find(cluster, name)
         held: dict[str, list[str]] = {}
-        for pod in self._pods(cluster, dep):
+        pods = self._pods(cluster, dep)
+        for pod in pods:
             holder = held_by(dict(_labels(pod)))
             if holder is not None:
                 held.setdefault(holder, []).append(str(_meta(pod).get("name")))
@@ -199,6 +200,13 @@ class Pools:
                            + "; ".join(f"{svc}: {len(pods)}" for svc, pods in sorted(held.items()))
                            + f"): it cannot scale to {request.replicas}; release pods first "
                            "(inference_pool_release)", details={"assigned": count, "services": held})
+        risky = at_risk([(str(_meta(p).get("name")), held_by(dict(_labels(p))), _ready(p)) for p in pods],
+                        request.replicas)
+        if risky:
+            raise Conflict(f"pods of the pool {name} that services hold are not Ready ({', '.join(risky)}): "
+                           "Kubernetes removes pods that are not Ready first on a scale-in, whatever their "
+                           "deletion cost, so this scale could take them; wait until they are Ready or release "
+                           "them (inference_pool_release)", details={"not_ready": risky})
         meta = _meta(dep)
         plan = self.inference.scale_plan(principal, cluster, meta, Exposure.CLUSTER, request.replicas)
         return self._engine.submit(SCALE_KIND, plan, principal, idempotency_key)
