@@ -186,6 +186,19 @@ def test_the_product_and_the_simulated_vllm_record_the_same_flags_aliases_and_no
     assert {"--async-scheduling", "--cudagraph-capture-sizes", "--structured-outputs-config"} <= recorded
 
 
+def test_the_product_and_the_simulated_sglang_record_the_same_flags_aliases_and_arities() -> None:
+    product, simulated = flag_specs()[Engine.SGLANG], engine_cli.spec("sglang")
+    recorded = simulated.value | simulated.switch | simulated.optional | simulated.values | simulated.negatable
+    assert sorted(recorded ^ product.flags) == []
+    assert simulated.aliases == product.aliases
+    assert (simulated.switch, simulated.values, simulated.negatable) == (
+        product.switches, product.values, product.negatable)
+    # v0.5.4's server_args.py: present there, and the newer flags the earlier lists carried are not
+    assert {"--enable-metrics", "--hybrid-kvcache-ratio", "--lora-paths", "--ep-size"} <= recorded
+    assert {"--dcp-size", "--attn-cp-size", "--enable-ep-moe"}.isdisjoint(recorded | set(product.aliases))
+    assert product.aliases["--ep"] == "--ep-size" and len(recorded) == 266
+
+
 def test_a_vllm_command_the_product_accepts_starts_the_simulated_engine(served: Served) -> None:
     serve = parse("vllm serve Qwen/Qwen2.5-0.5B-Instruct --async-scheduling --no-enable-prefix-caching "
                   "--cudagraph-capture-sizes 8 16 --max-model-len 32k -dp 1 --kv-sharing-fast-prefill "
