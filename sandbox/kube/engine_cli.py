@@ -4,11 +4,12 @@ Which container runs which engine (:func:`identify`): vLLM as ``vllm serve [MODE
 ``python3 -m vllm.entrypoints.openai.api_server [flags]``, or flags alone on a ``vllm/vllm-openai`` image (its
 entrypoint is ``vllm serve``); SGLang as ``python3 -m sglang.launch_server --model-path M [flags]``. The flags
 are parsed as argparse parses them, from the flag lists recorded as data in ``engines/`` (``SOURCES.md``):
-an unknown flag fails like argparse (exit 2, ``unrecognized arguments``), so does a flag without its value or
-a non-integer where the engine takes an int. :func:`check_pod` then applies what the pod must provide: the
-port declared as a ``containerPort``, GPUs requested, tensor x pipeline parallel size within the
-``nvidia.com/gpu`` limit, a Hugging Face token only from a Secret, a token for a gated model, the shared
-storage mounted under ``/s3`` for a model there. Each failure carries the engine's kind of message.
+an unknown flag fails like argparse (exit 2, ``unrecognized arguments``), so do a flag without its value, a
+non-integer where the engine takes an int and an ambiguous prefix (SGLang's parser takes an unambiguous one).
+:func:`check_pod` then applies what the pod must provide: the port declared as a ``containerPort``, GPUs
+requested, tensor x pipeline parallel size within the ``nvidia.com/gpu`` limit, a Hugging Face token only from a
+Secret, a token for a gated model, the shared storage mounted under ``/s3`` for a model there. Each failure
+carries the engine's kind of message.
 """
 
 from __future__ import annotations
