@@ -5,7 +5,8 @@ Kubernetes write; a pool of three deploys, a service claims one pod and answers 
 two others and answers only from them, while every pod keeps its uid, restart count and owner (the ReplicaSet made
 no replacement); a scale below the pods services hold is refused with zero writes, a scale to what they hold
 removes the unassigned pod; the Inference pane's model-pool board shows a row per pod and releases, tests and
-assigns the selected pod; an agent reads and tests the pool through a real MCP client; the pool's delete takes
+assigns the selected pod; a router, KEDA autoscaling or a managed endpoint of its name is refused naming the pool,
+with no write; an agent reads and tests the pool through a real MCP client; the pool's delete takes
 its services' Services."""
 
 from __future__ import annotations
@@ -158,6 +159,34 @@ def test_the_board_shows_pod_rows_and_releases_tests_and_assigns_the_selection(w
         asyncio.run(board._assign(None))
         assert board.state.message.startswith(f"assign warm: {pod}"), board.state.message
         settle("assign")
+
+
+def test_a_router_autoscaling_or_an_endpoint_on_the_pool_is_refused_naming_the_pool(world: JobWorld) -> None:
+    """A pool's services are what clients call: a router over the whole pool, KEDA (which would fight the pool's
+    scale-in guard) and a managed endpoint of the pool's name are refused (409 naming the pool), with no write."""
+    world.install("inference-operator")  # the managed path's CRDs, so its name check is reached
+    wait_until(lambda: world.live.get(f"/api/v1/clusters/{CLUSTER}/inference/endpoints").json()["operator"], 60,
+               "the operator's CRDs in the cache")
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    routers = f"/api/v1/clusters/{CLUSTER}/inference/routers"
+    for path in (f"{routers}/preview", routers):
+        refused = world.live.post(path, {"name": "front", "deployment": "warm"})
+        assert refused.status_code == 409 and "warm is a model pool" in refused.text, refused.text
+        assert "per pool service is not supported" in refused.text, refused.text
+    scaled = httpx2.put(world.live.url + f"/api/v1/clusters/{CLUSTER}/inference/deployments/warm/scaling",
+                        json={"max_replicas": 3, "request_rate": 1.0}, headers=world.live.headers(), timeout=60)
+    assert scaled.status_code == 409 and "model pool" in scaled.text and "inference_pool_scale" in scaled.text, \
+        scaled.text
+    endpoint = {"name": "warm", "instance_types": ["ml.g5.8xlarge"],
+                "source": {"type": "s3", "bucket": "models-bucket", "region": "us-west-2", "location": "qwen"},
+                "worker": {"image": "lmcache/vllm-openai:v0.3.7", "args": ["/opt/ml/model"], "port": 8000, "gpus": 1}}
+    named = world.live.post(f"/api/v1/clusters/{CLUSTER}/inference/endpoints", endpoint)
+    assert named.status_code == 409 and "already has a model pool 'warm'" in named.text, named.text
+    assert "inference_pool_delete" in named.text, named.text
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    for kind in ("inference.router.create", "inference.scaling.set", "managed.deploy"):
+        assert world.live.get(f"/api/v1/operations?kind={kind}").json() == [], kind
 
 
 def test_an_agent_reads_and_tests_the_pool_and_its_delete_takes_the_services(world: JobWorld) -> None:

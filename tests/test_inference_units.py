@@ -306,3 +306,13 @@ def test_the_window_compares_two_scrapes_and_a_restarted_engine_counts_from_zero
     idle = endpoint_metrics.figures(endpoint_metrics.Scrape(105.0, before.pods, 2, ()), before)
     assert (idle.tokens_per_second, idle.ttft_p50_seconds, idle.note) == (0.0, None,
                                                                            "no requests finished in the window")
+
+
+def test_a_pool_scale_in_is_unsafe_for_held_pods_that_are_not_ready() -> None:
+    """The ReplicaSet removes not-Ready pods before it weighs the deletion cost that protects claimed pods."""
+    from services.inference.pool_stages import at_risk
+
+    pods = [("a", "chat", False), ("b", None, True), ("c", None, True)]
+    assert at_risk(pods, 2) == ["a"]  # one pod goes: the not-Ready claimed pod ranks first
+    assert at_risk(pods, 3) == []  # nothing is removed
+    assert at_risk([("a", "chat", True), ("b", None, True), ("c", None, False)], 1) == []  # cost protects a Ready one

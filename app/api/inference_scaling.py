@@ -36,9 +36,11 @@ def _remove(call: Call) -> Reply:
 SET_DOC = ("KEDA scales the Deployment between min_replicas and max_replicas on the engine's own Prometheus "
            "metrics: request_rate (completed requests per second per replica) and/or queue_depth (waiting "
            "requests per replica); at least one is required (422). 409 when the deployment runs SGLang without "
-           "--enable-metrics, when the inference operator add-on runs its bundled KEDA, or when another KEDA is "
-           "installed. The first set on a cluster installs KEDA v2.17.1 and a Prometheus that scrapes the "
-           "inference pods. While autoscaled, inference_update refuses a replicas change (409).")
+           "--enable-metrics, when the inference operator add-on runs its bundled KEDA, when another KEDA is "
+           "installed, or when the name is a model pool's (KEDA would fight its scale-in guard: "
+           "inference_pool_scale sizes a pool). The first set on a cluster installs KEDA v2.17.1 and a "
+           "Prometheus that scrapes the inference pods. While autoscaled, inference_update refuses a replicas "
+           "change (409).")
 
 ROUTES: list[Route] = [
     Route("GET", SCALING, "inference_scaling_get", "A deployment's autoscaling",

@@ -4,17 +4,19 @@ Which container runs which engine (:func:`identify`): vLLM as ``vllm serve [MODE
 ``python3 -m vllm.entrypoints.openai.api_server [flags]``, or flags alone on a ``vllm/vllm-openai`` image (its
 entrypoint is ``vllm serve``); SGLang as ``python3 -m sglang.launch_server --model-path M [flags]``. The flags
 are parsed as argparse parses them, from the flag lists recorded as data in ``engines/`` (``SOURCES.md``):
-an unknown flag fails like argparse (exit 2, ``unrecognized arguments``), so does a flag without its value or
-a non-integer where the engine takes an int. :func:`check_pod` then applies what the pod must provide: the
-port declared as a ``containerPort``, GPUs requested, tensor x pipeline parallel size within the
-``nvidia.com/gpu`` limit, a Hugging Face token only from a Secret, a token for a gated model, the shared
-storage mounted under ``/s3`` for a model there. Each failure carries the engine's kind of message.
+an unknown flag fails like argparse (exit 2, ``unrecognized arguments``), so do a flag without its value, a
+non-integer where the engine takes an int and an ambiguous prefix (SGLang's parser takes an unambiguous one).
+:func:`check_pod` then applies what the pod must provide: the port declared as a ``containerPort``, GPUs
+requested, tensor x pipeline parallel size within the ``nvidia.com/gpu`` limit, a Hugging Face token only from a
+Secret, a token for a gated model, the shared storage mounted under ``/s3`` for a model there. Each failure
+carries the engine's kind of message.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,11 @@ class Spec:
     optional: frozenset[str]
     values: frozenset[str]
     negatable: frozenset[str]
+    allow_abbrev: bool  # argparse's default: an unambiguous prefix of a --flag stands for it
+
+    @property
+    def known(self) -> frozenset[str]:
+        return self.value | self.switch | self.optional | self.values | self.negatable | frozenset(self.aliases)
 
 
 @functools.cache
@@ -54,6 +61,7 @@ def spec(engine: str) -> Spec:
     return Spec(engine=data["engine"], default_port=int(data["default_port"]), model_flag=data["model_flag"],
                 served_name_flag=data["served_name_flag"], port_flag=data["port_flag"],
                 int_flags=frozenset(data["int_flags"]), aliases=dict(data["aliases"]),
+                allow_abbrev=bool(data.get("allow_abbrev", False)),
                 **{k: frozenset(data[k] or []) for k in ("value", "switch", "optional", "values", "negatable")})
 
 
@@ -159,7 +167,8 @@ def parse(engine: str, usage: str, argv: list[str]) -> Invocation:
         name, eq, attached = word.partition("=")
         if name.startswith("-O") and len(name) > 2 and engine == "vllm" and not eq:  # -O3 is -O 3
             name, eq, attached = "-O", "=", name[2:]
-        flag = s.aliases.get(name, name)
+        written = _prefixed(s, name, fail)
+        flag = s.aliases.get(written, written)
         if flag.startswith("--no-") and "--" + flag[5:] in s.negatable and not eq:
             inv.args["--" + flag[5:]] = False
         elif flag in s.switch or flag in s.negatable:
@@ -202,6 +211,17 @@ def parse(engine: str, usage: str, argv: list[str]) -> Invocation:
     if engine == "sglang" and not inv.get(s.model_flag):
         raise fail("the following arguments are required: --model-path/--model")
     return inv
+
+
+def _prefixed(s: Spec, name: str, fail: Callable[[str], EngineError]) -> str:
+    """argparse's option lookup where ``allow_abbrev`` is on: a --name no flag has exactly stands for the one
+    flag (with its aliases) it begins; more than one is argparse's ambiguity error."""
+    if not s.allow_abbrev or not name.startswith("--") or name in s.known:
+        return name
+    found = sorted(f for f in s.known if f.startswith(name))
+    if len({s.aliases.get(f, f) for f in found}) > 1:
+        raise fail(f"ambiguous option: {name} could match {', '.join(found)}")
+    return found[0] if found else name
 
 
 def _is_option(word: str) -> bool:

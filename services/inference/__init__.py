@@ -66,7 +66,7 @@ from services.training.downloads.manifest import ensure_namespace, shared_storag
 from services.training.manifests import EFA, INSTANCE_TYPE_LABEL, SHARED_MOUNT, InstanceFacts
 from services.verbs import verb
 
-__all__ = ["DELETE_KIND", "DEPLOY_KIND", "UPDATE_KIND", "Inference", "inference_target"]
+__all__ = ["DELETE_KIND", "DEPLOY_KIND", "UPDATE_KIND", "Inference", "inference_target", "service_view"]
 DEPLOY_KIND = "inference.deploy"
 UPDATE_KIND = "inference.update"
 DELETE_KIND = "inference.delete"
@@ -83,7 +83,14 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 class Inference:
-    """Verbs of the inference noun (built once by the composition root)."""
+    """Verbs of the inference noun (built once by the composition root).
+
+    Besides its verbs it offers the noun's other verb modules (model pools, scaling) a small surface, so they
+    build on the self-managed path instead of repeating it: :meth:`items` and :meth:`cached_service` (watch-cache
+    reads), :meth:`live_deployment`, :meth:`plan` (every precheck, then the rendered plan), :meth:`dry_run`,
+    :meth:`scale_plan`, :meth:`submit_with_token`, :meth:`cancelled` (an ``on_cancel`` for a kind whose plan may
+    hold a token Secret) and :attr:`test_calls` (the per-principal slots every test call of the noun takes). None
+    of these is a verb: the verb calling them has checked the caller's role."""
 
     noun = "inference"
 
@@ -96,8 +103,8 @@ class Inference:
         self.audit = audit
         self._engine = engine
         self.deps = InferenceDeps(kube=kube)
-        # a test call holds a REST worker thread for up to a minute: a few at a time per principal
-        self._test_calls = Slots("inference test calls", TEST_CALLS_PER_PRINCIPAL)
+        #: a test call holds a REST worker thread for up to a minute: a few at a time per principal (pools' too)
+        self.test_calls = Slots("inference test calls", TEST_CALLS_PER_PRINCIPAL)
         self.scraper = EndpointScraper(kube)
 
     def kinds(self) -> list[OperationKind[Any]]:
@@ -107,7 +114,7 @@ class Inference:
                           (NamespaceStage(d), ApplyStage(d), RolloutStage(d), LoadBalancerStage(d)),
                           target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
                           description="deploy a model with vLLM or SGLang as a Deployment and Service",
-                          plan=_deploy_stages, on_cancel=self._cancelled),
+                          plan=_deploy_stages, on_cancel=self.cancelled),
             OperationKind(UPDATE_KIND, DeploymentPlan, (ApplyStage(d), RolloutStage(d)),
                           target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
                           description="rolling update of a self-managed inference deployment"),
@@ -118,11 +125,12 @@ class Inference:
 
     # ----- caches ------------------------------------------------------------------------------------------
 
-    def _items(self, cluster: str, resource: str) -> list[dict[str, Any]]:
+    def items(self, cluster: str, resource: str) -> list[dict[str, Any]]:
+        """The watch cache's ``resource`` objects of ``cluster`` (503 until listed); not a verb, no API call."""
         return names.cached(self.informers, cluster, resource)
 
     def _ours(self, cluster: str) -> list[dict[str, Any]]:
-        return [d for d in self._items(cluster, "deployments")  # model pools are pool.py's
+        return [d for d in self.items(cluster, "deployments")  # model pools are pool.py's
                 if checks.ours(d, str((_meta(d).get("labels") or {}).get(manifest.INFERENCE_LABEL, "")))
                 and manifest.POOL_LABEL not in (_meta(d).get("labels") or {})]
 
@@ -137,8 +145,8 @@ class Inference:
 
     # ----- planning ----------------------------------------------------------------------------------------
 
-    def _plan(self, principal: Principal, cluster: str, request: DeploymentRequest,
-              token: SecretRef | None) -> tuple[DeploymentPlan, ServeCommand, list[str]]:
+    def plan(self, principal: Principal, cluster: str, request: DeploymentRequest,
+             token: SecretRef | None) -> tuple[DeploymentPlan, ServeCommand, list[str]]:
         """Every precheck, then the rendered plan. Request-only checks come first: a bad command, TP x PP over
         the GPUs or an unconfirmed open endpoint is refused before the cluster is asked anything."""
         self.registry.get(cluster)
@@ -146,9 +154,9 @@ class Inference:
         checks.check_parallel(serve, request.gpus)
         checks.check_service(request.service)
         self._check_image(serve, request.image)
-        facts = InstanceFacts.from_nodes(self._items(cluster, "nodes"))
+        facts = InstanceFacts.from_nodes(self.items(cluster, "nodes"))
         fits = checks.pick_instance_types(facts, request.gpus, request.instance_type)
-        checks.check_name(self._items(cluster, "deployments"), self._items(cluster, "services"), request.name,
+        checks.check_name(self.items(cluster, "deployments"), self.items(cluster, "services"), request.name,
                           request.namespace)
         names.check_other_paths(self.informers, cluster, request.name, "deployment")
         if request.service.exposure is Exposure.EXTERNAL:
@@ -179,7 +187,7 @@ class Inference:
     def _check_lbc(self, cluster: str) -> None:
         namespace, name = LBC
         if not any(_meta(d).get("name") == name and _meta(d).get("namespace") == namespace
-                   for d in self._items(cluster, "deployments")):
+                   for d in self.items(cluster, "deployments")):
             raise Conflict(f"an external endpoint needs the AWS Load Balancer Controller ({namespace}/{name}) in "
                            f"{cluster}: install it with the cluster's dependencies, or use exposure 'cluster'",
                            details={"missing": f"{namespace}/{name}"})
@@ -195,7 +203,7 @@ class Inference:
             return False
         return True
 
-    def _dry_run(self, plan: DeploymentPlan) -> None:
+    def dry_run(self, plan: DeploymentPlan) -> None:
         """The API server validates both objects (its schemas, admission) and stores nothing: a 422 names the
         field. Before the namespace exists (the operation makes it) the check runs in ``default``."""
         api = self.kube.api_client(plan.cluster)
@@ -218,8 +226,8 @@ class Inference:
     def preview_deployment(self, principal: Principal, cluster: str, request: DeploymentRequest) -> Preview:
         """What a deploy would create (every precheck, then the API server's dry run); nothing is created."""
         ref = tokens.new_ref(cluster, request.namespace, request.name) if request.hf_token is not None else None
-        plan, serve, warnings = self._plan(principal, cluster, request, ref)
-        self._dry_run(plan)
+        plan, serve, warnings = self.plan(principal, cluster, request, ref)
+        self.dry_run(plan)
         return Preview(engine=serve.engine, model=serve.model, api_model=serve.api_model, port=serve.port,
                        tensor_parallel=serve.tensor_parallel, pipeline_parallel=serve.pipeline_parallel,
                        image=plan.manifests[0]["spec"]["template"]["spec"]["containers"][0]["image"],
@@ -237,8 +245,8 @@ class Inference:
             return replay, False
         token = request.hf_token.get_secret_value() if request.hf_token is not None else ""
         ref = tokens.new_ref(cluster, request.namespace, request.name) if token else None
-        plan, _, _ = self._plan(principal, cluster, request, ref)
-        self._dry_run(plan)
+        plan, _, _ = self.plan(principal, cluster, request, ref)
+        self.dry_run(plan)
         return self.submit_with_token(DEPLOY_KIND, plan, principal, idempotency_key, token)
 
     def submit_with_token(self, kind: str, plan: DeploymentPlan, principal: Principal, idempotency_key: str | None,
@@ -256,7 +264,7 @@ class Inference:
                 tokens.delete(self.kube, ref)
             raise
 
-    def _cancelled(self, plan: DeploymentPlan) -> None:
+    def cancelled(self, plan: DeploymentPlan) -> None:
         """A cancelled (or failed, then cancelled) deploy deletes the token Secret it made, unless the
         Deployment already reads it."""
         if plan.token is None:
@@ -286,15 +294,15 @@ class Inference:
             return replay, False
         meta = _meta(self.live_deployment(cluster, name))
         namespace = str(meta.get("namespace"))
-        svc = self._service(cluster, namespace, name) or {}
+        svc = self.cached_service(cluster, namespace, name) or {}
         exposure = Exposure.EXTERNAL if (svc.get("spec") or {}).get("type") == "LoadBalancer" else Exposure.CLUSTER
         if update.replicas is not None and scaledobject.read(self.kube.api_client(cluster), namespace, name):
             raise Conflict(f"{name} is autoscaled by KEDA, which owns its replica count: change min_replicas / "
                            "max_replicas with inference_scaling_set, or inference_scaling_remove first",
                            details={"autoscaled": True})
         if update.command is None and update.image is None and update.replicas is not None:
-            return self._engine.submit(UPDATE_KIND, self._scale_plan(principal, cluster, meta, exposure,
-                                                                     update.replicas), principal, idempotency_key)
+            return self._engine.submit(UPDATE_KIND, self.scale_plan(principal, cluster, meta, exposure,
+                                                                    update.replicas), principal, idempotency_key)
         live: Any = k8s.AppsV1Api(self.kube.api_client(cluster)).read_namespaced_deployment(name, namespace)
         pod, notes = live.spec.template.spec, dict(live.metadata.annotations or {})
         container = next(c for c in pod.containers if c.name == manifest.CONTAINER)
@@ -314,15 +322,15 @@ class Inference:
         if ports and serve.port not in ports:
             raise Invalid(f"the Service of {name} sends traffic to port {ports[0]}; the new command listens on "
                           f"{serve.port}: keep the port, or delete and deploy again", details={"port": ports[0]})
-        plan, _, _ = self._plan(principal, cluster, request, _live_token(cluster, namespace, container))
+        plan, _, _ = self.plan(principal, cluster, request, _live_token(cluster, namespace, container))
         if update.replicas is not None:
             plan.manifests[0]["spec"]["replicas"] = plan.replicas = update.replicas
         plan.manifests, plan.update = plan.manifests[:1], True  # the Deployment only
-        self._dry_run(plan)
+        self.dry_run(plan)
         return self._engine.submit(UPDATE_KIND, plan, principal, idempotency_key)
 
-    def _scale_plan(self, principal: Principal, cluster: str, meta: Mapping[str, Any], exposure: Exposure,
-                    replicas: int) -> DeploymentPlan:
+    def scale_plan(self, principal: Principal, cluster: str, meta: Mapping[str, Any], exposure: Exposure,
+                   replicas: int) -> DeploymentPlan:
         """Replicas only: the scale subresource changes ``spec.replicas`` and nothing of the pod template, so no
         new ReplicaSet and no engine restarts."""
         name, namespace = str(meta.get("name")), str(meta.get("namespace"))
@@ -366,8 +374,8 @@ class Inference:
     def list_deployments(self, principal: Principal, cluster: str) -> DeploymentList:
         """Every self-managed deployment of the cluster, from the watch caches (no API call)."""
         self.registry.get(cluster)
-        services = {(_meta(s).get("namespace"), _meta(s).get("name")): s for s in self._items(cluster, "services")}
-        pods = self._items(cluster, "pods")
+        services = {(_meta(s).get("namespace"), _meta(s).get("name")): s for s in self.items(cluster, "services")}
+        pods = self.items(cluster, "pods")
         views = [self._view(cluster, d, services, pods) for d in self._ours(cluster)]
         return DeploymentList(cluster=cluster, deployments=sorted(views, key=lambda v: (v.namespace, v.name)))
 
@@ -377,8 +385,8 @@ class Inference:
         engines' time to first token and tokens/s (their /metrics through the pod proxy, scraped at most every
         few seconds)."""
         dep = self.live_deployment(cluster, name)
-        services = {(_meta(s).get("namespace"), _meta(s).get("name")): s for s in self._items(cluster, "services")}
-        pods = self._items(cluster, "pods")
+        services = {(_meta(s).get("namespace"), _meta(s).get("name")): s for s in self.items(cluster, "services")}
+        pods = self.items(cluster, "pods")
         view = self._view(cluster, dep, services, pods)
         svc = services.get((view.namespace, name))
         ports = ((svc or {}).get("spec") or {}).get("ports") or [{}]
@@ -389,8 +397,9 @@ class Inference:
                                     ready_pods(view.namespace, name, port, pods))
         return view.model_copy(update={"metrics": metrics})
 
-    def _service(self, cluster: str, namespace: str, name: str) -> dict[str, Any] | None:
-        return next((s for s in self._items(cluster, "services")
+    def cached_service(self, cluster: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Service ``namespace/name`` from the watch cache (whoever made it), or None."""
+        return next((s for s in self.items(cluster, "services")
                      if _meta(s).get("namespace") == namespace and _meta(s).get("name") == name), None)
 
     def _view(self, cluster: str, dep: dict[str, Any], services: Mapping[tuple[Any, Any], dict[str, Any]],
@@ -423,7 +432,7 @@ class Inference:
             pods=[PodView(name=str(_meta(p).get("name")), node=(p.get("spec") or {}).get("nodeName"),
                           phase=(p.get("status") or {}).get("phase"),
                           restarts=int((p.get("status") or {}).get("restarts") or 0)) for p in mine],
-            service=_service_view(svc) if svc is not None else None, created=meta.get("creationTimestamp"))
+            service=service_view(svc) if svc is not None else None, created=meta.get("creationTimestamp"))
 
     @verb(Role.VIEWER)
     def read_logs(self, principal: Principal, cluster: str, name: str, query: InferenceLogQuery) -> LogText:
@@ -443,16 +452,16 @@ class Inference:
         dep = self.live_deployment(cluster, name)
         meta = _meta(dep)
         namespace = str(meta.get("namespace"))
-        svc = self._service(cluster, namespace, name)
+        svc = self.cached_service(cluster, namespace, name)
         if svc is None or not checks.ours(svc, name):
             raise Conflict(f"the deployment {name} has no Service of ours to test through")
         port = int(str(((svc.get("spec") or {}).get("ports") or [{}])[0].get("port") or 0))
         model = str((meta.get("annotations") or {}).get(manifest.API_MODEL_ANNOTATION) or "")
-        address = _service_view(svc).address
+        address = service_view(svc).address
         if request.via == "load_balancer" and address is None:
             raise Conflict(f"{name} has no load balancer address (exposure 'cluster', or AWS has not made it "
                            "yet): test it with via 'service_proxy'")
-        self._test_calls.acquire(principal)
+        self.test_calls.acquire(principal)
         try:
             if request.via == "load_balancer" and address is not None:
                 result = testcall.call_load_balancer(egress.check_load_balancer_name(address), port, model,
@@ -461,7 +470,7 @@ class Inference:
                 target = testcall.Target(namespace=namespace, service=name, port=port, model=model)
                 result = testcall.call(self.kube.api_client(cluster), target, request)
         finally:
-            self._test_calls.release(principal)
+            self.test_calls.release(principal)
         self.audit.record(principal, "inference.test", inference_target(cluster, name),
                           {"api": request.api, "max_tokens": request.max_tokens, "via": request.via},
                           f"status {result.status}")
@@ -483,7 +492,8 @@ def _live_token(cluster: str, namespace: str, container: Any) -> SecretRef | Non
     return None
 
 
-def _service_view(svc: Mapping[str, Any]) -> ServiceView:
+def service_view(svc: Mapping[str, Any]) -> ServiceView:
+    """A Service's type, port and address as the deployment and router views show them."""
     spec, status = svc.get("spec") or {}, svc.get("status") or {}
     ingress = ((status.get("loadBalancer") or {}).get("ingress") or [{}])[0]
     notes = _meta(svc).get("annotations") or {}

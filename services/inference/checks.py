@@ -91,6 +91,12 @@ def ours(obj: Mapping[str, Any], name: str) -> bool:
     return _labels(obj).get(MANAGED_BY) == "instantstart" and _labels(obj).get(INFERENCE_LABEL) == name
 
 
+def pool_named(deployments: Iterable[Mapping[str, Any]], name: str) -> Mapping[str, Any] | None:
+    """Our model pool's Deployment called ``name`` (a self-managed Deployment that also carries the pool label)."""
+    return next((d for d in deployments if (d.get("metadata") or {}).get("name") == name and ours(d, name)
+                 and POOL_LABEL in _labels(d)), None)
+
+
 def check_name(deployments: Iterable[Mapping[str, Any]], services: Iterable[Mapping[str, Any]], name: str,
                namespace: str) -> None:
     """The name is free in the namespace (or already ours there) and no deployment of ours elsewhere in the

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from services.errors import Conflict, Transient
 from services.inference import managed_render
 from services.inference.managed_models import EndpointKind
-from services.inference.manifest import INFERENCE_LABEL
+from services.inference.manifest import INFERENCE_LABEL, POOL_LABEL
 from services.inference.router_manifest import FOR_ANNOTATION, ROUTER_LABEL
 from services.informers import Informers
 from services.operation_views import OperationQuery
@@ -51,6 +51,10 @@ def check_other_paths(informers: Informers, cluster: str, name: str, path: Path)
         meta, labels = _meta(dep), _ours(dep)
         if meta.get("name") != name:
             continue
+        if path != "deployment" and labels.get(INFERENCE_LABEL) == name and POOL_LABEL in labels:
+            raise Conflict(f"the cluster already has a model pool {name!r} (namespace {meta.get('namespace')}): "
+                           "choose another name, or delete the pool with inference_pool_delete first",
+                           details={"field": "name", "kind": "pool"})
         if path != "deployment" and labels.get(INFERENCE_LABEL) == name:
             raise Conflict(f"the cluster already has a self-managed inference deployment {name!r} (namespace "
                            f"{meta.get('namespace')}): choose another name", details={"field": "name",

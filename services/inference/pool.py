@@ -46,7 +46,7 @@ from services.inference.pool_models import (
     PoolServiceView,
     PoolView,
 )
-from services.inference.pool_stages import BUSINESS, ClaimStage, ScaleStage, held_by, pool_service
+from services.inference.pool_stages import BUSINESS, ClaimStage, ScaleStage, at_risk, held_by, pool_service
 from services.inference.stages import ApplyStage, DeleteStage, NamespaceStage, RolloutStage
 from services.operations import Engine, OperationKind, OperationView
 from services.secrets import SecretRef
@@ -88,7 +88,7 @@ class Pools:
             OperationKind(CREATE_KIND, DeploymentPlan, (NamespaceStage(d), ApplyStage(d), RolloutStage(d)),
                           target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
                           description="start a model pool of warm vLLM / SGLang pods labelled business=unassigned",
-                          on_cancel=self.inference._cancelled),
+                          on_cancel=self.inference.cancelled),
             OperationKind(SCALE_KIND, DeploymentPlan, (ScaleStage(d), RolloutStage(d)),
                           target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
                           description="scale a model pool (never below the pods services hold)"),
@@ -106,7 +106,7 @@ class Pools:
     # ----- caches ------------------------------------------------------------------------------------------
 
     def _pools(self, cluster: str) -> list[dict[str, Any]]:
-        return [d for d in self.inference._items(cluster, "deployments")
+        return [d for d in self.inference.items(cluster, "deployments")
                 if _labels(d).get(POOL_LABEL) and checks.ours(d, str(_labels(d).get(manifest.INFERENCE_LABEL)))]
 
     def _find(self, cluster: str, name: str) -> dict[str, Any]:
@@ -118,7 +118,7 @@ class Pools:
 
     def _pods(self, cluster: str, dep: Mapping[str, Any]) -> list[dict[str, Any]]:
         name, namespace = _meta(dep).get("name"), _meta(dep).get("namespace")
-        return sorted((p for p in self.inference._items(cluster, "pods")
+        return sorted((p for p in self.inference.items(cluster, "pods")
                        if _meta(p).get("namespace") == namespace
                        and _labels(p).get(manifest.INFERENCE_LABEL) == name), key=lambda p: str(_meta(p).get("name")))
 
@@ -132,8 +132,8 @@ class Pools:
                                           replicas=request.replicas, namespace=request.namespace,
                                           instance_type=request.instance_type, image=request.image,
                                           model_size_gb=request.model_size_gb)
-        plan, serve, warnings = self.inference._plan(principal, cluster, as_deployment, token)
-        for other in self.inference._items(cluster, "deployments"):  # a deployment of ours there is not a pool
+        plan, serve, warnings = self.inference.plan(principal, cluster, as_deployment, token)
+        for other in self.inference.items(cluster, "deployments"):  # a deployment of ours there is not a pool
             if _meta(other).get("name") == request.name and _meta(other).get("namespace") == request.namespace:
                 raise Conflict(f"an inference deployment {request.namespace}/{request.name} exists: choose another "
                                "name for the pool", details={"namespace": request.namespace})
@@ -149,7 +149,7 @@ class Pools:
         """What a pool create would make (every precheck, then the API server's dry run); nothing is created."""
         ref = tokens.new_ref(cluster, request.namespace, request.name) if request.hf_token is not None else None
         plan, serve, warnings = self._plan(principal, cluster, request, ref)
-        self.inference._dry_run(plan)
+        self.inference.dry_run(plan)
         return PoolPreview(engine=serve.engine.value, model=serve.model, api_model=serve.api_model, port=serve.port,
                            manifests=plan.manifests, warnings=warnings)
 
@@ -166,7 +166,7 @@ class Pools:
         token = request.hf_token.get_secret_value() if request.hf_token is not None else ""
         ref = tokens.new_ref(cluster, request.namespace, request.name) if token else None
         plan, _, _ = self._plan(principal, cluster, request, ref)
-        self.inference._dry_run(plan)
+        self.inference.dry_run(plan)
         return self.inference.submit_with_token(CREATE_KIND, plan, principal, idempotency_key, token)
 
     # ----- scale, assign, release, delete --------------------------------------------------------------------
@@ -189,7 +189,8 @@ class Pools:
             return replay, False
         dep = self._find(cluster, name)
         held: dict[str, list[str]] = {}
-        for pod in self._pods(cluster, dep):
+        pods = self._pods(cluster, dep)
+        for pod in pods:
             holder = held_by(dict(_labels(pod)))
             if holder is not None:
                 held.setdefault(holder, []).append(str(_meta(pod).get("name")))
@@ -199,8 +200,15 @@ class Pools:
                            + "; ".join(f"{svc}: {len(pods)}" for svc, pods in sorted(held.items()))
                            + f"): it cannot scale to {request.replicas}; release pods first "
                            "(inference_pool_release)", details={"assigned": count, "services": held})
+        risky = at_risk([(str(_meta(p).get("name")), held_by(dict(_labels(p))), _ready(p)) for p in pods],
+                        request.replicas)
+        if risky:
+            raise Conflict(f"pods of the pool {name} that services hold are not Ready ({', '.join(risky)}): "
+                           "Kubernetes removes pods that are not Ready first on a scale-in, whatever their "
+                           "deletion cost, so this scale could take them; wait until they are Ready or release "
+                           "them (inference_pool_release)", details={"not_ready": risky})
         meta = _meta(dep)
-        plan = self.inference._scale_plan(principal, cluster, meta, Exposure.CLUSTER, request.replicas)
+        plan = self.inference.scale_plan(principal, cluster, meta, Exposure.CLUSTER, request.replicas)
         return self._engine.submit(SCALE_KIND, plan, principal, idempotency_key)
 
     @verb(Role.OPERATOR)
@@ -244,7 +252,7 @@ class Pools:
         return self._engine.submit(ASSIGN_KIND, claim, principal, idempotency_key)
 
     def _check_service_name(self, cluster: str, namespace: str, pool: str, service: str) -> None:
-        for svc in self.inference._items(cluster, "services"):
+        for svc in self.inference.items(cluster, "services"):
             if _meta(svc).get("namespace") == namespace and _meta(svc).get("name") == service \
                     and not pool_service(svc, pool):
                 raise Conflict(f"a Service {namespace}/{service} exists and is not a service of the pool {pool}: "
@@ -321,7 +329,7 @@ class Pools:
                             assigned_to=held_by(dict(_labels(p))))
                 for p in self._pods(cluster, dep)]
         services: dict[str, PoolServiceView] = {}
-        for svc in self.inference._items(cluster, "services"):
+        for svc in self.inference.items(cluster, "services"):
             if _meta(svc).get("namespace") == namespace and pool_service(svc, name):
                 port = ((svc.get("spec") or {}).get("ports") or [{}])[0].get("port")
                 services[str(_meta(svc).get("name"))] = PoolServiceView(name=str(_meta(svc).get("name")),
@@ -349,13 +357,13 @@ class Pools:
         dep = self._find(cluster, name)
         meta = _meta(dep)
         namespace = str(meta.get("namespace"))
-        svc = self.inference._service(cluster, namespace, service)
+        svc = self.inference.cached_service(cluster, namespace, service)
         if svc is None or not pool_service(svc, name):
             raise NotFound(f"the pool {name} has no service {service!r}; inference_pool_assign makes one")
         port = int(((svc.get("spec") or {}).get("ports") or [{}])[0].get("port") or 0)
         model = str((meta.get("annotations") or {}).get(manifest.API_MODEL_ANNOTATION) or "")
         target = testcall.Target(namespace=namespace, service=service, port=port, model=model)
-        slots = self.inference._test_calls
+        slots = self.inference.test_calls
         slots.acquire(principal)
         try:
             result = testcall.call(self.inference.kube.api_client(cluster), target, request)

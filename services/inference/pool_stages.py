@@ -39,6 +39,17 @@ def held_by(labels_: dict[str, str] | None) -> str | None:
     return None if value in (None, UNASSIGNED) else value
 
 
+def at_risk(pods: list[tuple[str, str | None, bool]], replicas: int) -> list[str]:
+    """The held pods a scale to ``replicas`` could remove, from ``(name, holder, ready)`` per live pod.
+
+    The ReplicaSet removes unscheduled, Pending and not-Ready pods before it weighs the deletion cost that
+    protects claimed pods (``controller.ActivePodsWithRanks``), so when a scale removes any pod, a held pod that
+    is not Running and Ready may be the one to go: all such pods are named (none when nothing is removed)."""
+    if replicas >= len(pods):
+        return []
+    return sorted(name for name, holder, ready in pods if holder is not None and not ready)
+
+
 def model_service(claim: PoolClaim) -> dict[str, Any]:
     """The service's Kubernetes Service: the pool's pods labelled ``business=<service>``, owned by the pool's
     Deployment (its delete takes the Service)."""
@@ -159,6 +170,12 @@ class ScaleStage(Stage[DeploymentPlan]):
         if len(held) > plan.replicas:
             raise Permanent(f"services hold {len(held)} pods of {plan.name}, more than {plan.replicas}: release "
                             "some first", details={"held": held})
+        live = [p for p in pods if p.metadata.deletion_timestamp is None]
+        risky = at_risk([(p.metadata.name, held_by(p.metadata.labels), _ready(p)) for p in live], plan.replicas)
+        if risky:
+            raise Permanent(f"held pods are not Ready ({', '.join(risky)}): the ReplicaSet removes such pods "
+                            "first, so this scale-in could take them; wait until they are Ready or release them",
+                            details={"not_ready": risky})
         k8s.AppsV1Api(self.deps.kube.api_client(plan.cluster)).patch_namespaced_deployment_scale(
             plan.name, plan.namespace, {"spec": {"replicas": plan.replicas}})
         ctx.data["scaled"] = True

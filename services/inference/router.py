@@ -28,7 +28,7 @@ from services.auth import Principal, Role
 from services.clusters.registry import ClusterRegistry
 from services.errors import Conflict, Invalid, NotFound, ServiceError
 from services.inference import DELETE_KIND as DEPLOYMENT_DELETE_KIND
-from services.inference import _service_view, checks, inference_target, manifest, names, testcall
+from services.inference import checks, inference_target, manifest, names, service_view, testcall
 from services.inference import router_manifest as rm
 from services.inference.models import EndpointTest, EndpointTestResult
 from services.inference.router_metrics import RouterMetricsReader
@@ -127,6 +127,12 @@ class Routers:
         return names.cached(self.informers, cluster, resource)
 
     def _worker_deployment(self, cluster: str, name: str) -> dict[str, Any]:
+        if checks.pool_named(self._items(cluster, "deployments"), name) is not None:
+            raise Conflict(f"{name} is a model pool, not a self-managed deployment: clients call a pool's services "
+                           "(inference_pool_assign), and a router over the whole pool would also send requests to "
+                           "its unassigned pods and to every other service's; a router per pool service is not "
+                           "supported: put the router in front of a deployment made with inference_deploy",
+                           details={"field": "deployment", "pool": name})
         for dep in self._items(cluster, "deployments"):
             if _meta(dep).get("name") == name and checks.ours(dep, name):
                 return dep
@@ -339,7 +345,7 @@ class Routers:
         return RouterView(name=name, namespace=namespace, cluster=cluster, deployment=worker_of, knobs=knobs,
                           selector=rm.selector(worker_of) if worker_of else "", phase=phase, message=message,
                           workers=sorted(workers, key=lambda w: w.pod),
-                          service=_service_view(svc) if svc is not None else None)
+                          service=service_view(svc) if svc is not None else None)
 
     def _read_metrics(self, cluster: str, view: RouterView, pods: list[dict[str, Any]]) -> None:
         """The router pod's ``/metrics`` through the API server's pod proxy: requests per worker (their URLs are

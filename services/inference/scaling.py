@@ -28,7 +28,7 @@ from services.components import Target, kubeapi
 from services.components.families import KEDA, ON_USE
 from services.components.manifests import MANAGED_LABEL, OURS
 from services.errors import Conflict, Invalid, NotFound
-from services.inference import Inference, inference_target, manifest, scaledobject
+from services.inference import Inference, checks, inference_target, manifest, scaledobject
 from services.inference.scaling_models import (
     ComponentView,
     ScalingPlan,
@@ -122,6 +122,11 @@ class InferenceScaling:
         if request.min_replicas > request.max_replicas:
             raise Invalid(f"min_replicas {request.min_replicas} is above max_replicas {request.max_replicas}",
                           details={"field": "min_replicas"})
+        self.registry.get(cluster)
+        if checks.pool_named(self.inference.items(cluster, "deployments"), name) is not None:
+            raise Conflict(f"{name} is a model pool: KEDA would scale it below the pods its services hold, which the "
+                           "pool refuses (a ScaledObject would fight that guard); scale a pool with "
+                           "inference_pool_scale", details={"pool": name})
         dep = self.inference.live_deployment(cluster, name)
         meta = dep.get("metadata") or {}
         namespace, engine = str(meta.get("namespace")), str((meta.get("labels") or {}).get(manifest.ENGINE_LABEL))

@@ -102,9 +102,13 @@ def test_a_vllm_deployment_is_ready_once_loaded_and_answers_through_the_service_
     assert _metric(metrics, "vllm:generation_tokens_total") == 3 + 3 + 2
     assert _metric(metrics, "vllm:time_to_first_token_seconds_count") == 3
     assert _metric(metrics, "vllm:num_requests_running") == 0
-    proxied = [e for e in served.ledger.calls(cluster=served.name, since=mark) if e["subresource"] == "proxy"]
-    assert [(e["verb"], e["resource"], e["name"], e["status"], e["write"]) for e in proxied][:2] == [
-        ("create", "services", "llm:http", 200, False)] * 2
+    def proxied() -> list[tuple[Any, ...]]:
+        return [(e["verb"], e["resource"], e["name"], e["status"], e["write"])
+                for e in served.ledger.calls(cluster=served.name, since=mark) if e["subresource"] == "proxy"]
+
+    # the two chat calls went through the service proxy, as reads (a call's entry is written once it is answered)
+    wait_until(lambda: proxied().count(("create", "services", "llm:http", 200, False)) >= 2, timeout=30,
+               message=f"the two chat calls in the ledger: {proxied()}")
 
 
 def test_an_sglang_deployment_with_a_gated_model_and_a_secret_token_serves_metrics(served: Served) -> None:
@@ -124,12 +128,17 @@ def test_an_sglang_deployment_with_a_gated_model_and_a_secret_token_serves_metri
 
 
 VLLM = ["vllm", "serve", "Qwen/Qwen2.5-0.5B-Instruct"]
+SGLANG = ["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen2.5-0.5B-Instruct"]
 SECRET_TOKEN = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]
 BROKEN: dict[str, tuple[dict[str, Any], int, str]] = {
     "unknown-flag": (_container("e", command=[*VLLM, "--bogus", "1"]), 2, "unrecognized arguments: --bogus 1"),
     "missing-value": (_container("e", command=[*VLLM, "--port"]), 2, "argument --port: expected one argument"),
     "sglang-no-model": (_container("e", port=30000, command=["python3", "-m", "sglang.launch_server"]), 2,
                         "the following arguments are required: --model-path/--model"),
+    "sglang-ambiguous-prefix": (_container("e", port=30000, command=[*SGLANG, "--disable", "1"]), 2,
+                                "ambiguous option: --disable could match --disable-"),
+    "sglang-deprecated-switch": (_container("e", port=30000, command=[*SGLANG, "--enable-ep-moe"]), 2,
+                                 "unrecognized arguments: --enable-ep-moe"),
     "undeclared-port": (_container("e", command=[*VLLM, "--port", "9000"]), 1,
                         "does not declare as a containerPort"),
     "no-gpu": (_container("e", command=VLLM, gpus=0), 1, "Failed to infer device type"),
@@ -186,21 +195,46 @@ def test_the_product_and_the_simulated_vllm_record_the_same_flags_aliases_and_no
     assert {"--async-scheduling", "--cudagraph-capture-sizes", "--structured-outputs-config"} <= recorded
 
 
+def test_the_product_and_the_simulated_sglang_record_the_same_flags_aliases_and_arities() -> None:
+    product, simulated = flag_specs()[Engine.SGLANG], engine_cli.spec("sglang")
+    recorded = simulated.value | simulated.switch | simulated.optional | simulated.values | simulated.negatable
+    assert sorted(recorded ^ product.flags) == []
+    assert simulated.aliases == product.aliases
+    assert (simulated.switch, simulated.values, simulated.negatable) == (
+        product.switches, product.values, product.negatable)
+    # v0.5.4's server_args.py: present there, and the newer flags the earlier lists carried are not
+    assert {"--enable-metrics", "--hybrid-kvcache-ratio", "--lora-paths", "--ep-size"} <= recorded
+    assert {"--dcp-size", "--attn-cp-size", "--enable-ep-moe"}.isdisjoint(recorded | set(product.aliases))
+    assert product.aliases["--ep"] == "--ep-size" and len(recorded) == 266
+
+
 def test_a_vllm_command_the_product_accepts_starts_the_simulated_engine(served: Served) -> None:
     serve = parse("vllm serve Qwen/Qwen2.5-0.5B-Instruct --async-scheduling --no-enable-prefix-caching "
                   "--cudagraph-capture-sizes 8 16 --max-model-len 32k -dp 1 --kv-sharing-fast-prefill "
                   "--enable-log-requests --structured-outputs-config '{}' --served-model-name q -tp 2")
     container = _container("vllm", image=IMAGES[Engine.VLLM], command=serve.argv, gpus=serve.gpus_needed)
-    served.core.create_namespaced_pod("default", {"metadata": {"name": "v011"}, "spec": {
+    assert _ready(_run_to_settled(served, "v011", container)), _log(served, "v011")
+    assert "tensor_parallel_size=2" in _log(served, "v011")
+
+
+def test_an_sglang_command_the_product_accepts_starts_the_simulated_engine(served: Served) -> None:
+    serve = parse("python3 -m sglang.launch_server --model Qwen/Qwen2.5-0.5B-Instruct --tp 2 --ep 2 "
+                  "--enable-metrics --cuda-graph-bs 8 16 --hybrid-kvcache-ratio --served-model q")
+    container = _container("sglang", image=IMAGES[Engine.SGLANG], command=serve.argv, port=30000,
+                           gpus=serve.gpus_needed)
+    assert _ready(_run_to_settled(served, "s054", container)), _log(served, "s054")
+    assert "served_model_name='q', tp_size=2" in _log(served, "s054")
+
+
+def _run_to_settled(served: Served, name: str, container: dict[str, Any]) -> client.V1Pod:
+    served.core.create_namespaced_pod("default", {"metadata": {"name": name}, "spec": {
         "restartPolicy": "Never", "containers": [container]}})
 
     def settled() -> client.V1Pod | None:
-        pod = served.core.read_namespaced_pod("v011", "default")
+        pod = served.core.read_namespaced_pod(name, "default")
         return pod if _ready(pod) or pod.status.phase == "Failed" else None
 
-    pod = wait_until(settled, timeout=60, message="the vLLM 0.11 pod Ready or Failed")
-    assert _ready(pod), _log(served, "v011")
-    assert "tensor_parallel_size=2" in _log(served, "v011")
+    return wait_until(settled, timeout=60, message=f"the {name} pod Ready or Failed")
 
 
 @pytest.mark.parametrize(("value", "expected"), [("4096", 4096), ("32k", 32_000), ("25.6k", 25_600), ("32K", 32_768),
