@@ -6,8 +6,9 @@ only the CRD's schema forbids) is refused before any operation or Kubernetes wri
 endpoint deploys with its token only in a Secret the resource owns, answers a test through the operator's Service,
 has intelligent routing refused with the CRD's words and zero writes, scales through its autoscaling bounds (the
 operator's Deployment follows) and is deleted with everything the operator made; a JumpStart model deploys and
-serves; an agent follows ``skills/deploy-model.md`` through a real MCP client; and the inference pane's managed
-section previews, deploys, tests, rescales and deletes a JumpStart model."""
+serves; an agent follows ``skills/deploy-model.md`` through a real MCP client; the inference pane's managed
+section previews, deploys, tests, rescales and deletes a JumpStart model; and a test call is refused, sending
+nothing, when the Service of the endpoint's name is not the operator's."""
 
 from __future__ import annotations
 
@@ -316,3 +317,25 @@ def test_the_pane_section_previews_deploys_tests_scales_and_deletes(operator: Jo
         assert "deleting pane-ds" in section.state.message, section.state.message
         gone = services.engine.list(OperationQuery(kind="managed.delete", limit=1))[0]
         wait_until(lambda: services.engine.run_until_idle(gone.id).status == "succeeded", 60, "the pane's delete")
+
+
+def test_a_test_call_is_refused_when_the_service_of_the_name_is_not_the_operator_s(operator: JobWorld) -> None:
+    """Someone's Service took the name before the operator made its own: the endpoint is never tested through it."""
+    world = operator
+    shown = world.live.post(f"{BASE}/preview", endpoint("imposter"))
+    assert shown.status_code == 200, shown.text
+    if NS not in {n.metadata.name for n in world.core.list_namespace().items}:  # no deploy made it yet
+        world.core.create_namespace({"metadata": {"name": NS}})
+    world.core.create_namespaced_service(NS, {"metadata": {"name": "imposter"}, "spec": {
+        "selector": {"app": "elsewhere"}, "ports": [{"port": 8000, "targetPort": 8000}]}})
+    world.custom.create_namespaced_custom_object(GROUP, VERSION, NS, "inferenceendpointconfigs",
+                                                 shown.json()["manifest"])
+    wait_until(lambda: world.live.get(f"{BASE}/imposter").status_code == 200, 60, "the endpoint listed")
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    refused = world.live.post(f"{BASE}/imposter/test", {"prompt": "hello"})
+    assert refused.status_code == 409 and "is not the inference operator's" in refused.text, refused.text
+    assert not [e for e in ledger.calls(service="kubernetes", since=mark)
+                if e.get("subresource") == "proxy"], "a test call was sent"
+    world.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, "inferenceendpointconfigs", "imposter")
+    world.core.delete_namespaced_service("imposter", NS)

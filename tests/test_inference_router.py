@@ -6,8 +6,11 @@ one, its Prometheus metrics count them per worker; an agent switches it to round
 then go to every worker in turn; the pane shows the router, its workers and counts, and its delete removes the
 router's objects only (the workers stay). While a router fronts the deployment, the deployment's delete and a
 self-managed deploy of the router's name are refused before any write; a pending router create and a pending
-deployment delete refuse each other. The router's flag data is held equal to the sandbox's, and the
-simulated router refuses what the real one refuses."""
+deployment delete refuse each other, and so do a pending router create and a deploy of its name (one operation
+target per name); the router pod's metrics are read once per few seconds however often it is described; a router
+whose Deployment was deleted out of band is still deleted whole (found by its Service, or by its ServiceAccount
+alone). The router's flag data is held equal to the sandbox's, and the simulated router refuses what the real
+one refuses."""
 
 from __future__ import annotations
 
@@ -30,6 +33,9 @@ from sandbox.kube import sglang_router
 from services.auth import Principal, Role
 from services.errors import Conflict
 from services.inference import router_manifest
+from services.inference.endpoint_metrics import FRESH_SECONDS
+from services.inference.models import DeploymentRequest
+from services.inference.router_metrics import RouterMetricsReader
 from services.inference.router_models import RouterKnobs, RouterRequest, router_flags
 from tests.jobs_support import CLUSTER, JobWorld, cli, job_world
 from tests.ledger import CallLedger
@@ -115,7 +121,7 @@ def test_cache_aware_routing_metrics_mcp_update_pane_and_delete(world: JobWorld,
     assert len(world.live.get("/api/v1/operations?kind=inference.router.create").json()) == 1
     op = world.finished(started.json()["operation"]["id"], timeout=180)
     assert op["status"] == "succeeded", op
-    assert op["target"] == f"cluster/{CLUSTER}/inference-router/qwen-router"
+    assert op["target"] == f"cluster/{CLUSTER}/inference/qwen-router"  # the name space every inference path shares
     ledger = CallLedger(world.live)
     mark = ledger.mark()
     fronted = httpx2.delete(world.live.url + f"{DEPLOYMENTS}/qwen", headers=world.live.headers(), timeout=30)
@@ -185,6 +191,7 @@ def test_cache_aware_routing_metrics_mcp_update_pane_and_delete(world: JobWorld,
         asyncio.run(pane.routers._counts(None))
         text = pane.routers.counts.object  # a new router pod since the update: the three round-robin requests
         assert "3 requests" in text and all(f"`{pod}` (ready): 1 requests" in text for pod in workers), text
+        _metrics_are_read_once_per_few_seconds(world, services)
         mark = ledger.mark()
         asyncio.run(pane.routers._delete(None))
         said = str(pane.routers.message.object)
@@ -219,20 +226,77 @@ def _delete_and_router_create_exclude_each_other(services: Services, operator: P
     assert f"being deleted (operation {deleting.id})" in str(gone.value)
     services.engine.cancel(deleting.id, operator)
     assert services.engine.run_until_idle(deleting.id).status == "cancelled"
+    # one name, one operation target: a create of another path's name in flight refuses it, both ways
+    creating, _ = services.inference_routers.create_router(operator, CLUSTER, RouterRequest(name="r4",
+                                                                                            deployment="qwen"))
+    with pytest.raises(Conflict) as taken:
+        services.inference.deploy(operator, CLUSTER, DeploymentRequest(name="r4", command=SGLANG, gpus=1))
+    assert f"operation {creating.id}" in str(taken.value), taken.value
+    services.engine.cancel(creating.id, operator)
+    assert services.engine.run_until_idle(creating.id).status == "cancelled"
+    deploying, _ = services.inference.deploy(operator, CLUSTER, DeploymentRequest(name="r5", command=SGLANG, gpus=1))
+    with pytest.raises(Conflict) as deployed:
+        services.inference_routers.create_router(operator, CLUSTER, RouterRequest(name="r5", deployment="qwen"))
+    assert f"operation {deploying.id}" in str(deployed.value), deployed.value
+    services.engine.cancel(deploying.id, operator)
+    assert services.engine.run_until_idle(deploying.id).status == "cancelled"
 
 
-def _absent(world: JobWorld) -> bool:
+def _metrics_are_read_once_per_few_seconds(world: JobWorld, services: Services) -> None:
+    pod = next(p.metadata.name for p in world.core.list_namespaced_pod(
+        NS, label_selector=f"{router_manifest.ROUTER_LABEL}=qwen-router").items
+        if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or []))
+    now = [1000.0]
+    reader = RouterMetricsReader(services.kube, clock=lambda: now[0])
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+
+    def reads() -> int:
+        return len([e for e in ledger.calls(service="kubernetes", since=mark)
+                    if e.get("resource") == "pods" and e.get("subresource") == "proxy"])
+    texts = {reader.text(CLUSTER, NS, pod) for _ in range(3)}
+    assert reads() == 1 and len(texts) == 1 and "sgl_router_requests_total" in texts.pop()
+    now[0] += FRESH_SECONDS
+    reader.text(CLUSTER, NS, pod)
+    assert reads() == 2
+
+
+def _absent(world: JobWorld, name: str = "qwen-router") -> bool:
     rbac = k8s.RbacAuthorizationV1Api(world.api)
     for read in (k8s.AppsV1Api(world.api).read_namespaced_deployment, world.core.read_namespaced_service,
                  world.core.read_namespaced_service_account, rbac.read_namespaced_role,
                  rbac.read_namespaced_role_binding):
         try:
-            read("qwen-router", NS)
+            read(name, NS)
         except ApiException as exc:
             assert exc.status == 404
             continue
         return False
     return True
+
+
+def test_a_router_whose_deployment_went_out_of_band_is_deleted_whole(world: JobWorld) -> None:
+    started = world.live.post(BASE, {"name": "orphan", "deployment": "qwen"})
+    assert started.status_code == 202, started.text
+    assert world.finished(started.json()["operation"]["id"], timeout=180)["status"] == "succeeded"
+    k8s.AppsV1Api(world.api).delete_namespaced_deployment("orphan", NS)
+    wait_until(lambda: "orphan" not in {r["name"] for r in world.live.get(BASE).json()["routers"]}, 60,
+               "the router's Deployment gone from the cache")
+    ledger = CallLedger(world.live)
+    rbac = "rbac.authorization.k8s.io"
+    for name, left in (("orphan", {"services", f"rolebindings.{rbac}", f"roles.{rbac}", "serviceaccounts"}),
+                       ("stray", {"serviceaccounts"})):
+        if name == "stray":  # a ServiceAccount alone (no Service in the cache): found by a live read
+            world.core.create_namespaced_service_account(NS, {"metadata": {
+                "name": "stray", "labels": router_manifest.labels("stray")}})
+        mark = ledger.mark()
+        gone = httpx2.delete(world.live.url + f"{BASE}/{name}", headers=world.live.headers(), timeout=30)
+        assert gone.status_code == 202, gone.text
+        assert world.finished(gone.json()["operation"]["id"], timeout=120)["status"] == "succeeded"
+        assert _absent(world, name)
+        deleted = {e.get("resource") for e in ledger.writes(since=mark, service="kubernetes")
+                   if e.get("verb") == "delete" and e.get("name") == name}
+        assert deleted == left, deleted
 
 
 def test_the_router_manifest_uses_only_known_flags() -> None:

@@ -83,22 +83,42 @@ def test_bad_requests_are_refused_before_any_operation_or_write(world: JobWorld)
     assert world.live.get("/api/v1/operations?kind=inference.scaling.set").json() == []
 
 
-def test_an_sglang_deployment_without_metrics_is_refused_before_any_write(world: JobWorld) -> None:
-    """A stopped SGLang deployment as a deploy without ``--enable-metrics`` leaves it (replicas 0: no engine)."""
-    labels = {"app.kubernetes.io/managed-by": "instantstart", "instantstart.io/inference": "quiet"}
-    command = ["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen2.5-0.5B-Instruct"]
+def stopped_sglang(world: JobWorld, name: str, *flags: str) -> None:
+    """A stopped SGLang deployment as a deploy of ``flags`` leaves it (replicas 0: no engine), once listed."""
+    labels = {"app.kubernetes.io/managed-by": "instantstart", "instantstart.io/inference": name}
+    command = ["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen2.5-0.5B-Instruct", *flags]
     k8s.AppsV1Api(world.api).create_namespaced_deployment(NS, {
-        "metadata": {"name": "quiet", "labels": {**labels, "instantstart.io/engine": "sglang"}},
+        "metadata": {"name": name, "labels": {**labels, "instantstart.io/engine": "sglang"}},
         "spec": {"replicas": 0, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels},
                  "spec": {"containers": [{"name": "engine", "image": "lmsysorg/sglang:v0.5.4", "command": command}]}}}})
-    wait_until(lambda: "quiet" in {d["name"] for d in world.live.get(BASE).json()["deployments"]}, 60,
-               "the SGLang deployment listed")
+    wait_until(lambda: name in {d["name"] for d in world.live.get(BASE).json()["deployments"]}, 60,
+               f"the SGLang deployment {name} listed")
+
+
+def test_an_sglang_deployment_without_metrics_is_refused_before_any_write(world: JobWorld) -> None:
+    stopped_sglang(world, "quiet")
     ledger = CallLedger(world.live)
     mark = ledger.mark()
     refused = put(world, f"{BASE}/quiet/scaling", RATE)
     assert refused.status_code == 409 and "--enable-metrics" in refused.text, refused.text
+    # the fix the answer spells out starts from the deployment's own command, read from the watch cache
+    assert "sglang.launch_server --model-path Qwen/Qwen2.5-0.5B-Instruct --enable-metrics" in refused.text
     ledger.assert_no_writes(since=mark, service="kubernetes")
     k8s.AppsV1Api(world.api).delete_namespaced_deployment("quiet", NS)
+
+
+def test_an_sglang_deployment_with_metrics_is_accepted_with_sglang_queries(world: JobWorld) -> None:
+    """The same precheck a set runs (the preview is its plan, writing nothing) passes once the flag is there."""
+    stopped_sglang(world, "loud", "--enable-metrics")
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    shown = world.live.post(f"{BASE}/loud/scaling/preview", {**RATE, "queue_depth": 4})
+    assert shown.status_code == 200, shown.text
+    selector = SELECTOR.replace('"chat"', '"loud"')
+    assert [t["metadata"]["query"] for t in shown.json()["scaled_object"]["spec"]["triggers"]] == [
+        f"sum(rate(sglang:num_requests_total{selector}[1m]))", f"sum(sglang:num_queue_reqs{selector})"]
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    k8s.AppsV1Api(world.api).delete_namespaced_deployment("loud", NS)
 
 
 def test_a_keda_someone_else_installed_is_refused_before_any_write(world: JobWorld) -> None:

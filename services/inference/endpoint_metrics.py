@@ -205,13 +205,15 @@ class EndpointScraper:
                     failures.append(f"{pod.name}: not read (the scrape's {BUDGET:.0f} s were spent)")
                     continue
                 try:
-                    samples[pod.name] = parse(_fetch(core, pod), engine)
+                    samples[pod.name] = parse(fetch(core, pod), engine)
                 except (ServiceError, urllib3.exceptions.HTTPError, ValueError) as exc:
                     failures.append(f"{pod.name}: /metrics did not answer ({_reason(exc, engine)})")
         return Scrape(self.clock(), samples, ready, tuple(failures))
 
 
-def _fetch(core: k8s.CoreV1Api, pod: PodTarget) -> str:
+def fetch(core: k8s.CoreV1Api, pod: PodTarget) -> str:
+    """The pod's ``/metrics`` page through the pod proxy: each read within :data:`TIMEOUT`, ValueError over
+    :data:`MAX_BYTES` (the router's metrics are read so too)."""
     raw: Any = core.connect_get_namespaced_pod_proxy_with_path(
         f"{pod.name}:{pod.port}", pod.namespace, "metrics", _preload_content=False, _request_timeout=TIMEOUT)
     try:

@@ -307,6 +307,7 @@ class ManagedEndpoints:
         if svc is None:
             raise Conflict(f"the inference operator has not made the Service of {name} yet: wait for the deploy "
                            "(operations_wait), then test again")
+        self._check_operators_service(cluster, kind, namespace, name)
         port = int(str(((svc.get("spec") or {}).get("ports") or [{}])[0].get("port") or 0))
         spec = obj.get("spec") or {}
         model = str((spec.get("model") or {}).get("modelId") if kind is EndpointKind.JUMPSTART
@@ -320,6 +321,21 @@ class ManagedEndpoints:
         self.audit.record(principal, "managed.test", inference_target(cluster, name),
                           {"api": request.api, "max_tokens": request.max_tokens}, f"status {result.status}")
         return result
+
+
+    def _check_operators_service(self, cluster: str, kind: EndpointKind, namespace: str, name: str) -> None:
+        """409 unless the Service of the endpoint's name is the operator's: one of its owner references is the
+        endpoint's resource (its uid, read live with the Service: the caches keep neither)."""
+        api = self.kube.api_client(cluster)
+        resource: Any = k8s.CustomObjectsApi(api).get_namespaced_custom_object(
+            render.GROUP, render.VERSION, namespace, render.PLURALS[kind], name)
+        service: Any = k8s.CoreV1Api(api).read_namespaced_service(name, namespace)
+        uid = (resource.get("metadata") or {}).get("uid")
+        if not any(ref.uid == uid for ref in service.metadata.owner_references or []):
+            raise Conflict(f"the Service {namespace}/{name} is not the inference operator's (it has no owner "
+                           f"reference to the {kind.value} {name}), so a test call would reach something else: "
+                           "find out what that Service is; the endpoint is tested once its Service is the operator's",
+                           details={"service": f"{namespace}/{name}"})
 
 
 def _token(request: EndpointRequest) -> str:

@@ -4,10 +4,13 @@ Its verbs are the only entry points for every face. ``preview_router`` renders a
 and ``update_router`` precheck synchronously — the knobs' ranges (the request model: 422), the worker deployment
 exists and is InstantStart's (404), the router's name is free in its namespace or already this router's, and no
 inference deployment or other router has it (409) — and the API server dry-runs every object, before any
-operation row; then an operation on ``cluster/<c>/inference-router/<name>`` applies them. Reads answer from the
-watch caches; ``describe_router`` also reads the router's Prometheus metrics (``sgl_router_*``) through the
-Kubernetes API's pod proxy, and ``test_router`` sends one OpenAI-compatible request through the router's
-Service, so the answer names the worker pod that served it.
+operation row; then an operation on ``cluster/<c>/inference/<name>`` applies them: the target a deployment, a
+pool and a managed endpoint of that name use too, so a create of another path's name in flight is refused (409
+naming it). ``delete_router`` finds a router by any object with its labels (a Deployment deleted out of band
+leaves the rest to delete). Reads answer from the watch caches; ``describe_router`` also reads the router's
+Prometheus metrics (``sgl_router_*``) through the Kubernetes API's pod proxy (bounded and kept a few seconds:
+:mod:`services.inference.router_metrics`), and ``test_router`` sends one OpenAI-compatible request through the
+router's Service, so the answer names the worker pod that served it.
 """
 
 from __future__ import annotations
@@ -17,17 +20,18 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import urllib3
 from kubernetes import client as k8s
 
 from services.audit import AuditLog
 from services.auth import Principal, Role
-from services.clusters.pipeline import cluster_target
 from services.clusters.registry import ClusterRegistry
 from services.errors import Conflict, Invalid, NotFound, ServiceError
 from services.inference import DELETE_KIND as DEPLOYMENT_DELETE_KIND
-from services.inference import checks, manifest, names, service_view, testcall
+from services.inference import checks, inference_target, manifest, names, service_view, testcall
 from services.inference import router_manifest as rm
 from services.inference.models import EndpointTest, EndpointTestResult
+from services.inference.router_metrics import RouterMetricsReader
 from services.inference.router_models import (
     RouterKnobs,
     RouterList,
@@ -48,19 +52,14 @@ from services.operations import Engine, OperationKind, OperationView
 from services.training.manifests import MANAGED_BY
 from services.verbs import verb
 
-__all__ = ["CREATE_KIND", "DELETE_KIND", "UPDATE_KIND", "Routers", "router_target"]
+__all__ = ["CREATE_KIND", "DELETE_KIND", "UPDATE_KIND", "Routers"]
 CREATE_KIND = names.ROUTER_CREATE_KIND
 UPDATE_KIND = "inference.router.update"
 DELETE_KIND = "inference.router.delete"
-METRICS_TIMEOUT = 10.0
 #: the inference routes of sgl_router_requests_total (its health and readiness probes are counted there too)
 ROUTED = ("/v1/chat/completions", "/v1/completions", "/generate")
 _SAMPLE = re.compile(r'^(sgl_router_[a-z_]+)(?:\{([^}]*)\})?\s+([-+0-9.eEinfNa]+)$')
 _LABEL = re.compile(r'([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"')
-
-
-def router_target(cluster: str, name: str) -> str:
-    return f"{cluster_target(cluster)}/inference-router/{name}"
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -106,18 +105,19 @@ class Routers:
         self._engine = engine
         self.deps = InferenceDeps(kube=kube)
         self._test_calls = Slots("router test calls", 2)
+        self.metrics = RouterMetricsReader(kube)
 
     def kinds(self) -> list[OperationKind[Any]]:
         d = self.deps
         return [
             OperationKind(CREATE_KIND, RouterPlan, (RouterApplyStage(d), RouterRolloutStage(d)),
-                          target=lambda p: router_target(p.cluster, p.name), role=Role.OPERATOR,
+                          target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
                           description="run an SGLang router in front of an inference deployment"),
             OperationKind(UPDATE_KIND, RouterPlan, (RouterApplyStage(d), RouterRolloutStage(d)),
-                          target=lambda p: router_target(p.cluster, p.name), role=Role.OPERATOR,
+                          target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
                           description="change an SGLang router's policy knobs (rolling update)"),
             OperationKind(DELETE_KIND, RouterRef, (RouterDeleteStage(d),),
-                          target=lambda r: router_target(r.cluster, r.name), role=Role.OPERATOR,
+                          target=lambda r: inference_target(r.cluster, r.name), role=Role.OPERATOR,
                           description="delete an SGLang router (its workers stay)"),
         ]
 
@@ -144,6 +144,29 @@ class Routers:
         for dep in self._items(cluster, "deployments"):
             if _meta(dep).get("name") == name and _is_router(dep, name):
                 return dep
+        raise NotFound(f"no inference router {name!r} in cluster {cluster}; inference_routers_list lists them")
+
+    def _find_remains(self, cluster: str, name: str) -> tuple[str, str]:
+        """(namespace, Deployment uid) of a router to delete; the uid is empty when its Deployment is gone (deleted
+        out of band, or a delete cut short) and another object with its labels is left: its Service (cache), or
+        its ServiceAccount, Role or RoleBinding (read live)."""
+        try:
+            meta = _meta(self._find(cluster, name))
+            return str(meta.get("namespace")), str(meta.get("uid"))
+        except NotFound:
+            pass
+        for svc in self._items(cluster, "services"):
+            if _meta(svc).get("name") == name and _is_router(svc, name):
+                return str(_meta(svc).get("namespace")), ""
+        api = self.kube.api_client(cluster)
+        core, rbac = k8s.CoreV1Api(api), k8s.RbacAuthorizationV1Api(api)
+        selector = ",".join(f"{k}={v}" for k, v in rm.labels(name).items())
+        for list_all in (core.list_service_account_for_all_namespaces, rbac.list_role_for_all_namespaces,
+                         rbac.list_role_binding_for_all_namespaces):
+            found: Any = list_all(label_selector=selector)
+            for obj in found.items:
+                if obj.metadata.name == name:
+                    return str(obj.metadata.namespace), ""
         raise NotFound(f"no inference router {name!r} in cluster {cluster}; inference_routers_list lists them")
 
     # ----- planning ----------------------------------------------------------------------------------------
@@ -257,15 +280,15 @@ class Routers:
     @verb(Role.OPERATOR)
     def delete_router(self, principal: Principal, cluster: str, name: str,
                       idempotency_key: str | None = None) -> tuple[OperationView, bool]:
-        """Delete the router's objects (``inference.router.delete``); the worker deployment stays."""
+        """Delete the router's objects (``inference.router.delete``); the worker deployment stays. A router whose
+        Deployment is already gone is found by the objects it left, and they are deleted."""
         def same(stored: dict[str, Any]) -> bool:
             return stored.get("cluster") == cluster and stored.get("name") == name
         replay = self._engine.replayed(DELETE_KIND, principal, idempotency_key, same)
         if replay is not None:
             return replay, False
-        meta = _meta(self._find(cluster, name))
-        ref = RouterRef(cluster=cluster, name=name, namespace=str(meta.get("namespace")), uid=str(meta.get("uid")),
-                        requested_by=principal.name)
+        namespace, uid = self._find_remains(cluster, name)
+        ref = RouterRef(cluster=cluster, name=name, namespace=namespace, uid=uid, requested_by=principal.name)
         return self._engine.submit(DELETE_KIND, ref, principal, idempotency_key)
 
     # ----- reads -------------------------------------------------------------------------------------------
@@ -332,12 +355,9 @@ class Routers:
         if router_pod is None:
             view.metrics_error = "no ready router pod to read metrics from"
             return
-        core = k8s.CoreV1Api(self.kube.api_client(cluster))
         try:
-            text = core.connect_get_namespaced_pod_proxy_with_path(
-                f"{_meta(router_pod).get('name')}:{rm.METRICS_PORT}", view.namespace, "metrics",
-                _request_timeout=METRICS_TIMEOUT)
-        except ServiceError as exc:
+            text = self.metrics.text(cluster, view.namespace, str(_meta(router_pod).get("name")))
+        except (ServiceError, urllib3.exceptions.HTTPError, ValueError) as exc:
             view.metrics_error = f"the router's metrics could not be read: {exc}"
             return
         by_ip = {str((p.get("status") or {}).get("podIP")): str(_meta(p).get("name")) for p in pods
@@ -345,7 +365,7 @@ class Routers:
         served: dict[str, int] = {}
         totals = {"sgl_router_requests_total": 0, "sgl_router_cache_hits_total": 0,
                   "sgl_router_cache_misses_total": 0}
-        for metric, labels, value in parse_metrics(str(text)):
+        for metric, labels, value in parse_metrics(text):
             if metric == "sgl_router_processed_requests_total":
                 host = re.sub(r"^https?://", "", labels.get("worker", "")).rsplit(":", 1)[0]
                 pod = by_ip.get(host, labels.get("worker", ""))
@@ -380,7 +400,7 @@ class Routers:
                                    request)
         finally:
             self._test_calls.release(principal)
-        self.audit.record(principal, "inference.router.test", router_target(cluster, name),
+        self.audit.record(principal, "inference.router.test", inference_target(cluster, name),
                           {"api": request.api, "max_tokens": request.max_tokens}, f"status {result.status}")
         return result
 

@@ -93,7 +93,8 @@ class RouterRef(RequestModel):
     cluster: str
     name: str
     namespace: str
-    uid: str = Field(..., description="the router Deployment's uid when the delete was asked: only that one goes")
+    uid: str = Field(..., description="the router Deployment's uid when the delete was asked: only that one goes "
+                                      "(empty: it was already gone, and the router's other objects go)")
     requested_by: str
 
 

@@ -6,7 +6,9 @@
 waits until the router's Deployment has its replica updated and available (the router is ready once it has
 found a worker), and fails naming a router pod that cannot start and why (an unknown flag, discovery refused).
 ``delete`` removes the router's Service, Deployment (only the uid it was asked about), RoleBinding, Role and
-ServiceAccount, each only when it carries the router's labels; the workers are never touched.
+ServiceAccount, each only when it carries the router's labels; the workers are never touched. It is done only once
+none of them is left, so a delete cut short after the Deployment went (or a Deployment deleted out of band) still
+removes the rest.
 """
 
 from __future__ import annotations
@@ -116,25 +118,39 @@ class RouterDeleteStage(Stage[RouterRef]):
     def __init__(self, deps: InferenceDeps) -> None:
         self.deps = deps
 
+    def _others(self, ref: RouterRef) -> list[tuple[Callable[..., Any], Callable[..., Any]]]:
+        """(read, delete) of the router's objects other than its Deployment, in deletion order."""
+        api = self.deps.kube.api_client(ref.cluster)
+        core, rbac = k8s.CoreV1Api(api), k8s.RbacAuthorizationV1Api(api)
+        return [(core.read_namespaced_service, core.delete_namespaced_service),
+                (rbac.read_namespaced_role_binding, rbac.delete_namespaced_role_binding),
+                (rbac.read_namespaced_role, rbac.delete_namespaced_role),
+                (core.read_namespaced_service_account, core.delete_namespaced_service_account)]
+
+    def _left(self, ref: RouterRef) -> bool:
+        """Whether the Deployment of that uid, or any other object with the router's labels, is still there."""
+        dep = read_router(self.deps, ref.cluster, ref.namespace, ref.name) if ref.uid else None
+        if dep is not None and str(dep.metadata.uid) == ref.uid:
+            return True
+        for read, _ in self._others(ref):
+            with contextlib.suppress(NotFound):
+                if _ours(read(ref.name, ref.namespace), ref.name):
+                    return True
+        return False
+
     def observe(self, ctx: StageContext[RouterRef]) -> Observed:
-        ref = ctx.request
         if ctx.data.get("deleted"):
             return Observed.IN_PROGRESS
-        dep = read_router(self.deps, ref.cluster, ref.namespace, ref.name)
-        return Observed.DONE if dep is None or str(dep.metadata.uid) != ref.uid else Observed.ABSENT
+        return Observed.ABSENT if self._left(ctx.request) else Observed.DONE
 
     def act(self, ctx: StageContext[RouterRef]) -> None:
         ref = ctx.request
-        api = self.deps.kube.api_client(ref.cluster)
-        core, rbac = k8s.CoreV1Api(api), k8s.RbacAuthorizationV1Api(api)
-        with contextlib.suppress(NotFound):
-            k8s.AppsV1Api(api).delete_namespaced_deployment(
-                ref.name, ref.namespace, propagation_policy="Background",
-                body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=ref.uid)))
-        for read, delete in ((core.read_namespaced_service, core.delete_namespaced_service),
-                             (rbac.read_namespaced_role_binding, rbac.delete_namespaced_role_binding),
-                             (rbac.read_namespaced_role, rbac.delete_namespaced_role),
-                             (core.read_namespaced_service_account, core.delete_namespaced_service_account)):
+        if ref.uid:  # empty: the Deployment was already gone when the delete was asked
+            with contextlib.suppress(NotFound):
+                k8s.AppsV1Api(self.deps.kube.api_client(ref.cluster)).delete_namespaced_deployment(
+                    ref.name, ref.namespace, propagation_policy="Background",
+                    body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=ref.uid)))
+        for read, delete in self._others(ref):
             with contextlib.suppress(NotFound):  # ours only (labels), and only the one just read (its uid)
                 found: Any = read(ref.name, ref.namespace)
                 if _ours(found, ref.name):
@@ -144,7 +160,7 @@ class RouterDeleteStage(Stage[RouterRef]):
 
     def poll(self, ctx: StageContext[RouterRef]) -> Done | Wait:
         ref = ctx.request
-        dep = read_router(self.deps, ref.cluster, ref.namespace, ref.name)
+        dep = read_router(self.deps, ref.cluster, ref.namespace, ref.name) if ref.uid else None
         if dep is not None and str(dep.metadata.uid) == ref.uid:
             return Wait(2.0, f"waiting for the router Deployment {ref.namespace}/{ref.name} to go")
         return Done(f"router {ref.namespace}/{ref.name} deleted")

@@ -130,7 +130,7 @@ class InferenceScaling:
         dep = self.inference.live_deployment(cluster, name)
         meta = dep.get("metadata") or {}
         namespace, engine = str(meta.get("namespace")), str((meta.get("labels") or {}).get(manifest.ENGINE_LABEL))
-        containers = (((dep.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []
+        containers = (dep.get("spec") or {}).get("containers") or []  # the watch cache's slim Deployment
         command = next((c.get("command") or [] for c in containers if c.get("name") == manifest.CONTAINER), [])
         if engine not in scaledobject.METRICS:
             raise Conflict(f"{name} names no engine InstantStart knows ({manifest.ENGINE_LABEL}={engine}): deploy it "
