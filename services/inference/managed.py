@@ -23,10 +23,9 @@ from services.audit import AuditLog
 from services.auth import Principal, Role
 from services.clusters.registry import ClusterRegistry
 from services.errors import Conflict, Invalid, NotFound
-from services.inference import checks, inference_target, names, testcall, tokens
+from services.inference import checks, inference_target, managed_scaling, names, testcall, tokens
 from services.inference import managed_render as render
 from services.inference.managed_models import (
-    Autoscaling,
     EndpointCondition,
     EndpointKind,
     EndpointList,
@@ -160,6 +159,7 @@ class ManagedEndpoints:
         manifest = render.render(request, token)
         render.check_schema(manifest)
         self._require_operator(cluster, kind)
+        managed_scaling.require_keda(cluster, request.autoscaling, self._items(cluster, "customresourcedefinitions"))
         self._check_name(cluster, request.name, request.namespace)
         self._dry_run(cluster, manifest)
         warnings = []
@@ -218,8 +218,9 @@ class ManagedEndpoints:
     @verb(Role.OPERATOR)
     def update_endpoint(self, principal: Principal, cluster: str, name: str, update: EndpointUpdate,
                         idempotency_key: str | None = None) -> tuple[OperationView, bool]:
-        """Change replicas, autoscaling bounds, image or args (``managed.update``: apply → ready); adding
-        intelligent routing is refused as the CRD says the operator does."""
+        """Change replicas, autoscaling (bounds and triggers; the fields it leaves out keep their values), image or
+        args (``managed.update``: apply → ready); adding intelligent routing is refused as the CRD says the
+        operator does."""
         if all(v is None for v in (update.replicas, update.autoscaling, update.image, update.args, update.routing)):
             raise Invalid("nothing to change: give replicas, autoscaling, image, args or routing")
         def same(stored: dict[str, Any]) -> bool:
@@ -239,10 +240,11 @@ class ManagedEndpoints:
         if update.replicas is not None:
             spec["replicas"] = update.replicas
         if update.autoscaling is not None:
-            render.check_bounds(update.autoscaling)
-            spec["autoScalingSpec"] = {**(spec.get("autoScalingSpec") or {}),
-                                       "minReplicaCount": update.autoscaling.min_replicas,
-                                       "maxReplicaCount": update.autoscaling.max_replicas}
+            scaling = managed_scaling.merged(dict(spec.get("autoScalingSpec") or {}), update.autoscaling)
+            now = managed_scaling.autoscaling_of(scaling)
+            managed_scaling.check(now)
+            managed_scaling.require_keda(cluster, now, self._items(cluster, "customresourcedefinitions"))
+            spec["autoScalingSpec"] = scaling
         if update.image is not None or update.args is not None:
             worker = dict(spec.get("worker") or {})
             if update.image is not None:
@@ -282,7 +284,8 @@ class ManagedEndpoints:
         """Every managed endpoint of the cluster, from the watch caches (no API call)."""
         self.registry.get(cluster)
         installed = self._installed(cluster)
-        views = [_view(cluster, kind, obj) for kind, obj in self._endpoints(cluster)]
+        scaled = self._scaled(cluster)
+        views = [_view(cluster, kind, obj, scaled) for kind, obj in self._endpoints(cluster)]
         return EndpointList(cluster=cluster, operator=bool(installed),
                             endpoints=sorted(views, key=lambda v: (v.namespace, v.name)))
 
@@ -290,7 +293,13 @@ class ManagedEndpoints:
     def describe_endpoint(self, principal: Principal, cluster: str, name: str) -> EndpointView:
         """One managed endpoint: the operator's state, conditions and replicas."""
         kind, obj = self._find(cluster, name)
-        return _view(cluster, kind, obj)
+        return _view(cluster, kind, obj, self._scaled(cluster))
+
+    def _scaled(self, cluster: str) -> dict[str, int]:
+        """``namespace/name`` -> that Deployment's spec.replicas, from the cache (the operator names an endpoint's
+        Deployment like it, and a deploy refuses a name whose Deployment is someone else's)."""
+        return {f"{_meta(d).get('namespace')}/{_meta(d).get('name')}": int((d.get("spec") or {}).get("replicas") or 0)
+                for d in self._items(cluster, "deployments")}
 
     @verb(Role.OPERATOR)
     def test_endpoint(self, principal: Principal, cluster: str, name: str,
@@ -361,7 +370,7 @@ def _check_routing(name: str, spec: Mapping[str, Any], update: EndpointUpdate) -
                                                                                        "current": current})
 
 
-def _view(cluster: str, kind: EndpointKind, obj: Mapping[str, Any]) -> EndpointView:
+def _view(cluster: str, kind: EndpointKind, obj: Mapping[str, Any], scaled: Mapping[str, int]) -> EndpointView:
     meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
     detail = status.get("deploymentStatus") or {}
     seen = detail.get("status") or {}
@@ -388,9 +397,8 @@ def _view(cluster: str, kind: EndpointKind, obj: Mapping[str, Any]) -> EndpointV
         source=source, instance_types=[t for t in types if t], state=status.get("state"),
         message=str(detail.get("message") or ""), replicas=int(status.get("replicas") or 0),
         available=int(seen.get("availableReplicas") or 0), desired=int(spec.get("replicas", 1)),
-        autoscaling=Autoscaling(min_replicas=int(scaling.get("minReplicaCount", 1)),
-                                max_replicas=int(scaling.get("maxReplicaCount", 5)))
-        if isinstance(scaling, dict) else None,
+        scaled_to=scaled.get(f"{meta.get('namespace')}/{meta.get('name')}"),
+        autoscaling=managed_scaling.autoscaling_of(scaling) if isinstance(scaling, dict) else None,
         routing=render.routing_of(dict(spec)), kv_cache=kv,
         service=f"{meta.get('name')}:{port}",
         conditions=[EndpointCondition(type=str(c.get("type")), status=str(c.get("status")), reason=c.get("reason"),

@@ -105,11 +105,69 @@ class KvCache(RequestModel):
                                description="the L2 backend's URL, e.g. redis://redis.ns-team-a.svc.cluster.local:6379")
 
 
+#: an Amazon Managed Service for Prometheus workspace, the only server the CRD's ``serverAddress`` accepts
+AMP_WORKSPACE = r"^https://aps-workspaces\.[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)*\.amazonaws\.com/workspaces/ws-[a-zA-Z0-9-]+$"
+TRIGGER_NAME = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+
+
+class PrometheusTrigger(RequestModel):
+    """A Prometheus metric KEDA scales on (one entry of autoScalingSpec.prometheusTriggerList)."""
+
+    name: str | None = Field(None, pattern=TRIGGER_NAME, description="the trigger's name (default: prometheus-<n>)")
+    query: str = Field(..., min_length=1, max_length=2000, description="the PromQL query whose value scales the "
+                       "pods, e.g. 'sum(vllm:num_requests_waiting{namespace=\"ns\"})'")
+    target_value: float = Field(..., gt=0, description="the value per pod (metric_type Average) or in all "
+                                "(Value) that one model pod should carry: KEDA asks for value / target_value pods")
+    metric_type: Literal["Average", "Value"] = Field("Average", description="Average: the target is per pod; "
+                                                     "Value: the query's whole value is compared with it")
+    activation_target_value: float | None = Field(None, ge=0, description="scale from 0 to 1 pod only above this "
+                                                  "value (needs min_replicas 0, as the CRD says)")
+    server_address: str | None = Field(None, pattern=AMP_WORKSPACE, description="the Amazon Managed Service for "
+                                       "Prometheus workspace to query, https://aps-workspaces.<region>.amazonaws.com"
+                                       "/workspaces/ws-…: the only kind of server the CRD accepts (default: the "
+                                       "operator's own)")
+
+
+class CloudWatchTrigger(RequestModel):
+    """A CloudWatch metric KEDA scales on (one entry of autoScalingSpec.cloudWatchTriggerList)."""
+
+    name: str | None = Field(None, pattern=TRIGGER_NAME, description="the trigger's name (default: cloudwatch-<n>)")
+    metric_name: str = Field(..., min_length=1, max_length=255, description="the CloudWatch metric, e.g. "
+                             "'Invocations'")
+    namespace: str = Field(..., min_length=1, max_length=255, description="its CloudWatch namespace, e.g. "
+                           "'AWS/SageMaker'")
+    dimensions: dict[str, str] = Field(default_factory=dict, max_length=30, description="the metric's dimensions, "
+                                       "name to value, e.g. {'EndpointName': 'llama'}")
+    stat: str = Field("Average", pattern=r"^(Average|Sum|Minimum|Maximum|SampleCount|p\d{1,2}(\.\d+)?)$",
+                      description="the statistic KEDA asks CloudWatch for (metricStat): Average, Sum, Minimum, "
+                      "Maximum, SampleCount or a percentile such as p99")
+    target_value: float = Field(..., gt=0, description="the value per pod (metric_type Average) or in all (Value)")
+    metric_type: Literal["Average", "Value"] = Field("Average", description="Average: the target is per pod; "
+                                                     "Value: the metric's whole value is compared with it")
+    activation_target_value: float | None = Field(None, ge=0, description="scale from 0 to 1 pod only above this "
+                                                  "value (needs min_replicas 0, as the CRD says)")
+    period: int | None = Field(None, ge=1, le=86400, description="the CloudWatch query's period in seconds "
+                               "(metricCollectionPeriod; default 300)")
+
+
 class Autoscaling(RequestModel):
-    """The operator's autoscaling (autoScalingSpec: KEDA scales the model pods between the bounds)."""
+    """The operator's autoscaling (autoScalingSpec): KEDA scales the model pods between the bounds on the
+    triggers' metrics; without triggers the bounds only hold the replicas in."""
 
     min_replicas: int = Field(1, ge=0, le=100, description="fewest model pods (minReplicaCount)")
     max_replicas: int = Field(5, ge=1, le=100, description="most model pods (maxReplicaCount)")
+    prometheus: list[PrometheusTrigger] = Field(default_factory=list, max_length=10, description="Prometheus "
+                                                "metrics to scale on (prometheusTriggerList)")
+    cloudwatch: list[CloudWatchTrigger] = Field(default_factory=list, max_length=10, description="CloudWatch "
+                                                "metrics to scale on (cloudWatchTriggerList)")
+    polling_interval: int | None = Field(None, ge=1, le=3600, description="seconds between KEDA's looks at the "
+                                         "triggers (pollingInterval; default 30)")
+    cooldown_period: int | None = Field(None, ge=0, le=86400, description="seconds after the last active trigger "
+                                        "before scaling to 0 (cooldownPeriod; default 300; with min_replicas 0)")
+    scale_up_stabilization: int | None = Field(None, ge=0, le=3600, description="the HPA's scale-up window in "
+                                               "seconds (scaleUpStabilizationTime; default 0)")
+    scale_down_stabilization: int | None = Field(None, ge=0, le=3600, description="the HPA's scale-down window in "
+                                                 "seconds (scaleDownStabilizationTime; default 300)")
 
 
 class EndpointRequest(RequestModel):
@@ -136,7 +194,8 @@ class EndpointRequest(RequestModel):
         "(a requiredDuringScheduling node affinity, NotIn); the CRD makes nodeAffinity exclusive with "
         "instanceTypes, so with both the instance types become the affinity's In term")
     replicas: int = Field(1, ge=0, le=100, description="model pods to start with (spec.replicas)")
-    autoscaling: Autoscaling | None = Field(None, description="let the operator scale between min and max replicas")
+    autoscaling: Autoscaling | None = Field(None, description="let the operator's KEDA scale between min and max "
+                                            "replicas on Prometheus or CloudWatch metrics (prometheus, cloudwatch)")
     kv_cache: KvCache | None = Field(None, description="tiered KV cache (InferenceEndpointConfig only)")
     routing: Routing | None = Field(None, description="intelligent routing strategy: prefixaware, kvaware, session "
                                     "or roundrobin. Only when the endpoint is first deployed: the operator rejects "
@@ -149,8 +208,8 @@ class EndpointUpdate(RequestModel):
     """Change a managed endpoint: the operator rolls its Deployment (a new image or args), or rescales it."""
 
     replicas: int | None = Field(None, ge=0, le=100, description="a new replica count (without autoscaling)")
-    autoscaling: Autoscaling | None = Field(None, description="new autoscaling bounds (the operator scales the "
-                                            "pods into them)")
+    autoscaling: Autoscaling | None = Field(None, description="the whole new autoscaling: bounds and triggers "
+                                            "(what it leaves out goes; the operator's KEDA follows)")
     image: str | None = Field(None, min_length=3, max_length=512, pattern=r"^[a-z0-9][a-zA-Z0-9./_:@-]+$",
                               description="a new server image (InferenceEndpointConfig only)")
     args: list[str] | None = Field(None, max_length=64, description="new server arguments (InferenceEndpointConfig "
@@ -213,6 +272,8 @@ class EndpointView(ResponseModel):
     replicas: int = Field(0, description="model pods the operator's Deployment has (status.replicas)")
     available: int = Field(0, description="of them available (deploymentStatus)")
     desired: int = Field(0, description="spec.replicas")
+    scaled_to: int | None = Field(None, description="the replicas the operator's Deployment asks for now (its "
+                                  "spec.replicas: what the autoscaler chose), none before it exists")
     autoscaling: Autoscaling | None = None
     routing: str | None = None
     kv_cache: str | None = Field(None, description="'L1', 'L1+L2 (redis)', … or none")

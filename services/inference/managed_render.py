@@ -2,9 +2,9 @@
 
 Pure functions: nothing here calls an API. The request-only rules come first (a worker for S3/FSx/Hugging Face
 sources and none for the JumpStart catalog; one instance type for a JumpStart model; L2 redis needs its URL;
-autoscaling bounds in order), then the rendered ``InferenceEndpointConfig`` / ``JumpStartModel`` is validated
-against the served ``v1`` openAPIV3Schema of the CRDs shipped in ``crds/`` (422 naming the schema's path), so a
-resource the API server would refuse never reaches an operation.
+autoscaling's bounds and triggers: ``managed_scaling.py``), then the rendered ``InferenceEndpointConfig`` /
+``JumpStartModel`` is validated against the served ``v1`` openAPIV3Schema of the CRDs shipped in ``crds/`` (422
+naming the schema's path), so a resource the API server would refuse never reaches an operation.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from services.errors import Invalid
+from services.inference import managed_scaling
 from services.inference.managed_models import (
-    Autoscaling,
     EndpointKind,
     EndpointRequest,
     FsxSource,
@@ -59,17 +59,11 @@ def check_request(request: EndpointRequest) -> None:
         raise Invalid("an L2 cache on redis needs kv_cache.l2_url (e.g. redis://redis.<ns>.svc.cluster.local:6379)",
                       details={"field": "kv_cache.l2_url"})
     if request.autoscaling is not None:
-        check_bounds(request.autoscaling)
+        managed_scaling.check(request.autoscaling)
     for value in request.instance_types:
         if not value.startswith("ml.") or len(value) > 40:
             raise Invalid(f"instance_types: {value!r} is not a HyperPod instance type such as ml.g5.8xlarge",
                           details={"field": "instance_types"})
-
-
-def check_bounds(scaling: Autoscaling) -> None:
-    if scaling.min_replicas > scaling.max_replicas:
-        raise Invalid(f"autoscaling.min_replicas {scaling.min_replicas} is above max_replicas {scaling.max_replicas}",
-                      details={"field": "autoscaling"})
 
 
 def kind_of(request: EndpointRequest) -> EndpointKind:
@@ -84,8 +78,7 @@ def render(request: EndpointRequest, token: SecretRef | None) -> dict[str, Any]:
         meta["annotations"] = {API_MODEL_ANNOTATION: api_model(request)}
     spec = _jumpstart(request) if kind is EndpointKind.JUMPSTART else _config(request, token)
     if request.autoscaling is not None:
-        spec["autoScalingSpec"] = {"minReplicaCount": request.autoscaling.min_replicas,
-                                   "maxReplicaCount": request.autoscaling.max_replicas}
+        spec["autoScalingSpec"] = managed_scaling.spec_of(request.autoscaling)
     return {"apiVersion": API_VERSION, "kind": kind.value, "metadata": meta, "spec": spec}
 
 

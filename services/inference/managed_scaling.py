@@ -1,0 +1,134 @@
+"""The metric-driven autoscaling of a managed endpoint: its ``autoScalingSpec`` (the operator renders a KEDA
+ScaledObject for the endpoint's Deployment from it), written from and read back into ``Autoscaling``.
+
+Pure functions. The rules the CRD's schema cannot say: the
+bounds in order, and an ``activationTargetValue`` only with ``minReplicaCount`` 0 (the CRD: "Only applicable if
+minReplicaCount = 0"). Triggers go in the list forms (``prometheusTriggerList``, ``cloudWatchTriggerList``, which
+take priority over the single ones); a single ``prometheusTrigger`` / ``cloudWatchTrigger`` someone else wrote is
+read back as a one-entry list.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.errors import Conflict, Invalid
+from services.inference.managed_models import Autoscaling, CloudWatchTrigger, PrometheusTrigger
+
+#: KEDA's ScaledObject CRD: the operator's autoscaling makes one per endpoint
+KEDA_CRD = "scaledobjects.keda.sh"
+#: Autoscaling's fields -> the autoScalingSpec keys each one writes
+KEYS: dict[str, tuple[str, ...]] = {
+    "min_replicas": ("minReplicaCount",), "max_replicas": ("maxReplicaCount",),
+    "prometheus": ("prometheusTriggerList", "prometheusTrigger"),
+    "cloudwatch": ("cloudWatchTriggerList", "cloudWatchTrigger"),
+    "polling_interval": ("pollingInterval",), "cooldown_period": ("cooldownPeriod",),
+    "scale_up_stabilization": ("scaleUpStabilizationTime",),
+    "scale_down_stabilization": ("scaleDownStabilizationTime",)}
+
+
+def check(scaling: Autoscaling) -> None:
+    """422 naming the field: bounds out of order, an activation value while min_replicas is not 0."""
+    if scaling.min_replicas > scaling.max_replicas:
+        raise Invalid(f"autoscaling.min_replicas {scaling.min_replicas} is above max_replicas {scaling.max_replicas}",
+                      details={"field": "autoscaling"})
+    triggers: list[tuple[str, PrometheusTrigger | CloudWatchTrigger]] = [
+        *(("prometheus", t) for t in scaling.prometheus), *(("cloudwatch", t) for t in scaling.cloudwatch)]
+    for index, (family, trigger) in enumerate(triggers):
+        if trigger.activation_target_value is not None and scaling.min_replicas != 0:
+            at = index if family == "prometheus" else index - len(scaling.prometheus)
+            field = f"autoscaling.{family}[{at}].activation_target_value"
+            raise Invalid(f"{field}: the activation value scales from 0 to 1 pod, so it applies only with "
+                          f"min_replicas 0 (the CRD: only applicable if minReplicaCount = 0); min_replicas is "
+                          f"{scaling.min_replicas}", details={"field": field})
+
+
+def require_keda(cluster: str, scaling: Autoscaling | None, crds: list[dict[str, Any]]) -> None:
+    """409 when triggers are asked for and the cluster serves no KEDA ScaledObject (``crds``: the cluster's CRDs;
+    the operator scales through one); bounds alone need none."""
+    if scaling is None or not (scaling.prometheus or scaling.cloudwatch):
+        return
+    if KEDA_CRD not in {(c.get("metadata") or {}).get("name") for c in crds}:
+        raise Conflict(f"cluster {cluster} serves no KEDA ({KEDA_CRD}): the inference operator's metric triggers "
+                       "are KEDA ScaledObjects. Install KEDA on the cluster (the first inference_scaling_set of a "
+                       "self-managed deployment installs ours), or deploy with bounds only",
+                       details={"field": "autoscaling", "crd": KEDA_CRD})
+
+
+def _prometheus(index: int, trigger: PrometheusTrigger) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": trigger.name or f"prometheus-{index}", "query": trigger.query,
+                           "targetValue": trigger.target_value, "metricType": trigger.metric_type}
+    if trigger.activation_target_value is not None:
+        out["activationTargetValue"] = trigger.activation_target_value
+    if trigger.server_address:
+        out["serverAddress"] = trigger.server_address
+    return out
+
+
+def _cloudwatch(index: int, trigger: CloudWatchTrigger) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": trigger.name or f"cloudwatch-{index}", "metricName": trigger.metric_name,
+                           "namespace": trigger.namespace,
+                           "dimensions": [{"name": k, "value": v} for k, v in sorted(trigger.dimensions.items())],
+                           "metricStat": trigger.stat, "targetValue": trigger.target_value,
+                           "metricType": trigger.metric_type}
+    if trigger.activation_target_value is not None:
+        out["activationTargetValue"] = trigger.activation_target_value
+    if trigger.period is not None:
+        out["metricCollectionPeriod"] = trigger.period
+    return out
+
+
+def spec_of(scaling: Autoscaling) -> dict[str, Any]:
+    """The ``autoScalingSpec`` for ``scaling``."""
+    spec: dict[str, Any] = {"minReplicaCount": scaling.min_replicas, "maxReplicaCount": scaling.max_replicas}
+    if scaling.prometheus:
+        spec["prometheusTriggerList"] = [_prometheus(i, t) for i, t in enumerate(scaling.prometheus)]
+    if scaling.cloudwatch:
+        spec["cloudWatchTriggerList"] = [_cloudwatch(i, t) for i, t in enumerate(scaling.cloudwatch)]
+    for field, (key,) in (("polling_interval", KEYS["polling_interval"]), ("cooldown_period", KEYS["cooldown_period"]),
+                          ("scale_up_stabilization", KEYS["scale_up_stabilization"]),
+                          ("scale_down_stabilization", KEYS["scale_down_stabilization"])):
+        if getattr(scaling, field) is not None:
+            spec[key] = getattr(scaling, field)
+    return spec
+
+
+def merged(current: dict[str, Any], update: Autoscaling) -> dict[str, Any]:
+    """``current`` (an autoScalingSpec) with the fields ``update`` gives replaced: a field it leaves out keeps its
+    value (so new bounds keep the triggers; ``prometheus: []`` drops them)."""
+    given = spec_of(update)
+    out = {k: v for k, v in current.items()
+           if not any(k in KEYS[f] for f in update.model_fields_set if f in KEYS)}
+    for field in update.model_fields_set:
+        for key in KEYS.get(field, ()):
+            if key in given:
+                out[key] = given[key]
+    return out
+
+
+def _triggers(spec: dict[str, Any], family: str) -> list[dict[str, Any]]:
+    many, one = KEYS[family]
+    found = spec.get(many) or ([spec[one]] if isinstance(spec.get(one), dict) else [])
+    return [t for t in found if isinstance(t, dict)]
+
+
+def autoscaling_of(spec: dict[str, Any]) -> Autoscaling:
+    """An ``autoScalingSpec`` as ``Autoscaling`` for the views (the CRD's defaults for what it leaves out; read
+    back as written, not validated again)."""
+    def number(value: Any) -> float | None:
+        return None if value is None else float(value)
+    prometheus = [PrometheusTrigger.model_construct(
+        name=t.get("name"), query=str(t.get("query") or ""), target_value=float(t.get("targetValue") or 0),
+        metric_type=t.get("metricType") or "Average", activation_target_value=number(t.get("activationTargetValue")),
+        server_address=t.get("serverAddress") or None) for t in _triggers(spec, "prometheus")]
+    cloudwatch = [CloudWatchTrigger.model_construct(
+        name=t.get("name"), metric_name=str(t.get("metricName") or ""), namespace=str(t.get("namespace") or ""),
+        dimensions={str(d.get("name")): str(d.get("value")) for d in t.get("dimensions") or []},
+        stat=str(t.get("metricStat") or "Average"), target_value=float(t.get("targetValue") or 0),
+        metric_type=t.get("metricType") or "Average", activation_target_value=number(t.get("activationTargetValue")),
+        period=t.get("metricCollectionPeriod")) for t in _triggers(spec, "cloudwatch")]
+    return Autoscaling.model_construct(
+        min_replicas=int(spec.get("minReplicaCount", 1)), max_replicas=int(spec.get("maxReplicaCount", 5)),
+        prometheus=prometheus, cloudwatch=cloudwatch, polling_interval=spec.get("pollingInterval"),
+        cooldown_period=spec.get("cooldownPeriod"), scale_up_stabilization=spec.get("scaleUpStabilizationTime"),
+        scale_down_stabilization=spec.get("scaleDownStabilizationTime"))
