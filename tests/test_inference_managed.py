@@ -154,7 +154,8 @@ def test_an_endpoint_deploys_serves_refuses_added_routing_scales_and_is_deleted(
     view = world.live.get(f"{BASE}/llama").json()
     seen.append(str(view))
     assert view["state"] == "DeploymentComplete" and view["source"] == "huggingface", view
-    assert view["autoscaling"] == {"min_replicas": 1, "max_replicas": 3} and view["available"] == 1
+    assert (view["autoscaling"]["min_replicas"], view["autoscaling"]["max_replicas"]) == (1, 3), view
+    assert view["autoscaling"]["prometheus"] == [] and view["available"] == 1
     assert any(c["type"] == "DeploymentComplete" and c["status"] == "True" for c in view["conditions"])
     listed_cli = cli(world, "inference", "endpoints", "list", CLUSTER)
     assert listed_cli.returncode == 0 and listed_cli.stdout.startswith(f"{NS}/llama "), listed_cli.stderr
@@ -263,7 +264,7 @@ def test_an_agent_deploys_tests_scales_and_deletes_a_managed_endpoint(operator: 
     assert seen["deployed"]["status"] == "succeeded", seen["deployed"]
     assert seen["answer"]["status"] == 200, seen["answer"]
     assert seen["scaled"]["status"] == "succeeded", seen["scaled"]
-    assert seen["detail"]["autoscaling"] == {"min_replicas": 2, "max_replicas": 2}
+    assert (seen["detail"]["autoscaling"]["min_replicas"], seen["detail"]["autoscaling"]["max_replicas"]) == (2, 2)
     assert seen["detail"]["replicas"] == 2, seen["detail"]
     assert seen["deleted"]["status"] == "succeeded"
     assert "agent-llama" not in {e["name"] for e in seen["listed"]["endpoints"]}
@@ -339,3 +340,151 @@ def test_a_test_call_is_refused_when_the_service_of_the_name_is_not_the_operator
                 if e.get("subresource") == "proxy"], "a test call was sent"
     world.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, "inferenceendpointconfigs", "imposter")
     world.core.delete_namespaced_service("imposter", NS)
+
+
+# --- metric-driven autoscaling: the operator's KEDA ScaledObject, the sandbox's KEDA scaling on the engine's metric
+
+EXTERNAL_METRICS = "v1beta1.external.metrics.k8s.io"
+#: the simulated vLLM's completed-requests counter, over the endpoint's pods (their `app` label is its name); at the
+#: tests' clock (500x) a 600 s polling interval is about a second and any test call crosses 1 request per 1000 s
+RATE_QUERY = 'sum(rate(vllm:request_success_total{{namespace="{ns}",app="{name}"}}[1m]))'
+
+
+def triggered(name: str, **extra: Any) -> dict[str, Any]:
+    scaling = {"min_replicas": 1, "max_replicas": 2, "polling_interval": 600,
+               "prometheus": [{"name": "request-rate", "query": RATE_QUERY.format(ns=NS, name=name),
+                               "target_value": 0.001}], **extra}
+    return endpoint(name, autoscaling=scaling)
+
+
+@pytest.fixture(scope="module")
+def keda(operator: JobWorld) -> JobWorld:
+    """KEDA's CRDs and its external metrics APIService, as a KEDA install leaves them (the APIService served
+    locally: the sandbox's aggregator then reports it Available without KEDA's metrics server running)."""
+    operator.install("keda")
+    registration = k8s.ApiregistrationV1Api(operator.api)
+    registration.create_api_service({"metadata": {"name": EXTERNAL_METRICS}, "spec": {
+        "group": "external.metrics.k8s.io", "version": "v1beta1", "groupPriorityMinimum": 100,
+        "versionPriority": 100}})
+    wait_until(lambda: any(c.type == "Available" and c.status == "True" for c in
+                           registration.read_api_service(EXTERNAL_METRICS).status.conditions or []),
+               60, "the external metrics APIService Available")
+    return operator
+
+
+def test_bad_triggers_and_a_cluster_without_keda_are_refused_before_any_write(operator: JobWorld) -> None:
+    world = operator
+    wait_until(lambda: world.live.get(BASE).json()["operator"], 60, "the operator's CRDs in the cache")
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    before = world.live.get("/api/v1/operations?kind=managed.deploy").json()
+    good = triggered("scaler")["autoscaling"]
+    bad = {"query": [{"target_value": 1}], "target": [{"query": "sum(x)", "target_value": 0}],
+           "server": [{"query": "sum(x)", "target_value": 1, "server_address": "http://prometheus:9090"}]}
+    for field, triggers in bad.items():
+        refused = world.live.post(BASE, endpoint("scaler", autoscaling={**good, "prometheus": triggers}))
+        assert refused.status_code == 422, (field, refused.text)
+        assert {"query": "query", "target": "target_value", "server": "server_address"}[field] in refused.text
+    activation = world.live.post(BASE, endpoint("scaler", autoscaling={**good, "prometheus": [
+        {"query": "sum(x)", "target_value": 1, "activation_target_value": 2}]}))
+    assert activation.status_code == 422, activation.text
+    assert activation.json()["error"]["details"]["field"] == "autoscaling.prometheus[0].activation_target_value"
+    cloudwatch = world.live.post(BASE, endpoint("scaler", autoscaling={**good, "prometheus": [], "cloudwatch": [
+        {"metric_name": "Invocations", "namespace": "AWS/SageMaker", "target_value": -1}]}))
+    assert cloudwatch.status_code == 422 and "target_value" in cloudwatch.text, cloudwatch.text
+    no_keda = world.live.post(BASE, triggered("scaler"))
+    assert no_keda.status_code == 409 and "scaledobjects.keda.sh" in no_keda.text, no_keda.text
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    assert world.live.get("/api/v1/operations?kind=managed.deploy").json() == before
+
+
+def _replicas(world: JobWorld, name: str) -> int:
+    return int(_deployment(world, name).spec.replicas)
+
+
+def test_a_prometheus_trigger_scales_the_endpoint_up_with_traffic_and_back_down(keda: JobWorld) -> None:
+    world = keda
+    wait_until(lambda: world.live.post(f"{BASE}/preview", triggered("scaler")).status_code == 200, 60,
+               "KEDA's CRD in the cache")
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    shown = world.live.post(f"{BASE}/preview", triggered("scaler"))
+    assert shown.status_code == 200, shown.text
+    assert shown.json()["manifest"]["spec"]["autoScalingSpec"] == {
+        "minReplicaCount": 1, "maxReplicaCount": 2, "pollingInterval": 600, "prometheusTriggerList": [
+            {"name": "request-rate", "query": RATE_QUERY.format(ns=NS, name="scaler"), "targetValue": 0.001,
+             "metricType": "Average"}]}
+    started = world.live.post(BASE, triggered("scaler"))
+    assert started.status_code == 202, started.text
+    assert finished(world, started.json()["operation"]["id"])["status"] == "succeeded"
+    resource: Any = world.custom.get_namespaced_custom_object(GROUP, VERSION, NS, "inferenceendpointconfigs", "scaler")
+    scaled: Any = world.custom.get_namespaced_custom_object("keda.sh", "v1alpha1", NS, "scaledobjects", "scaler")
+    assert [(o["kind"], o["uid"]) for o in scaled["metadata"]["ownerReferences"]] == [
+        ("InferenceEndpointConfig", resource["metadata"]["uid"])]
+    assert [(t["type"], t["metadata"]["threshold"]) for t in scaled["spec"]["triggers"]] == [("prometheus", "0.001")]
+
+    def hot() -> bool:
+        answer = world.live.post(f"{BASE}/scaler/test", {"prompt": "hello", "max_tokens": 4})
+        assert answer.status_code == 200, answer.text
+        return _replicas(world, "scaler") == 2
+    wait_until(hot, 120, "KEDA to scale the endpoint to its max on the request rate")
+    wait_until(lambda: world.live.get(f"{BASE}/scaler").json()["scaled_to"] == 2, 60, "the view's scaled_to 2")
+    view = world.live.get(f"{BASE}/scaler").json()
+    assert view["autoscaling"]["prometheus"][0]["query"] == RATE_QUERY.format(ns=NS, name="scaler"), view
+    assert view["desired"] == 1  # spec.replicas never changed: KEDA moved the Deployment
+    wait_until(lambda: _replicas(world, "scaler") == 1, 120, "KEDA to scale back to min once the traffic stopped")
+
+    # new bounds keep the trigger; the operator's ScaledObject follows
+    wider = patch(world, f"{BASE}/scaler", {"autoscaling": {"max_replicas": 3}})
+    assert wider.status_code == 202, wider.text
+    assert finished(world, wider.json()["operation"]["id"])["status"] == "succeeded"
+    wait_until(lambda: world.custom.get_namespaced_custom_object(
+        "keda.sh", "v1alpha1", NS, "scaledobjects", "scaler")["spec"]["maxReplicaCount"] == 3, 60, "max 3 followed")
+    assert len(world.live.get(f"{BASE}/scaler").json()["autoscaling"]["prometheus"]) == 1
+    made = {e.get("resource") for e in ledger.writes(since=mark, service="kubernetes")}
+    assert not {r for r in made if r and ("scaledobjects" in r or "horizontalpodautoscalers" in r)}, made
+    gone = delete(world, f"{BASE}/scaler")
+    assert finished(world, gone.json()["operation"]["id"])["status"] == "succeeded"
+
+
+def test_an_agent_scales_a_managed_endpoint_on_a_metric_following_the_playbook(keda: JobWorld) -> None:
+    world = keda
+    token = world.live.make_token("operator")
+    playbook = set(yaml.safe_load(PLAYBOOK.read_text().split("---")[1])["tools"])
+    used: list[str] = []
+    one = {"cluster": CLUSTER, "name": "agent-scaler"}
+
+    async def agent() -> dict[str, Any]:
+        async with bridge(world.live.url, token, "inference,clusters,operations,system") as client:
+            started = await call(client, "inference_endpoints_deploy", {"cluster": CLUSTER,
+                                                                        **triggered("agent-scaler")}, used)
+            deployed = await follow(client, started["operation"]["id"], used, timeout=180)
+            with anyio.fail_after(120):  # traffic until the endpoint reads scaled to its max
+                hot = await call(client, "inference_endpoints_get", one, used)
+                while hot["scaled_to"] != 2:
+                    await call(client, "inference_endpoints_test", {**one, "prompt": "hi", "max_tokens": 4}, used)
+                    hot = await call(client, "inference_endpoints_get", one, used)
+            with anyio.fail_after(120):  # no traffic: it reads back at its min
+                cool = await call(client, "inference_endpoints_get", one, used)
+                while cool["scaled_to"] != 1:
+                    await anyio.sleep(0.2)  # between two looks; what ends the wait is what it reads
+                    cool = await call(client, "inference_endpoints_get", one, used)
+            retarget = await call(client, "inference_endpoints_update", {**one, "autoscaling": {"prometheus": [
+                {"name": "request-rate", "query": RATE_QUERY.format(ns=NS, name="agent-scaler"),
+                 "target_value": 5}]}}, used)
+            retargeted = await follow(client, retarget["operation"]["id"], used, timeout=180)
+            detail = await call(client, "inference_endpoints_get", one, used)
+            deleting = await call(client, "inference_endpoints_delete", one, used)
+            deleted = await follow(client, deleting["operation"]["id"], used, timeout=180)
+            return {"deployed": deployed, "hot": hot, "cool": cool, "retargeted": retargeted, "detail": detail,
+                    "deleted": deleted}
+
+    seen = anyio.run(agent)
+    assert seen["deployed"]["status"] == "succeeded", seen["deployed"]
+    assert seen["hot"]["scaled_to"] == 2 and seen["hot"]["desired"] == 1, seen["hot"]
+    assert seen["cool"]["scaled_to"] == 1, seen["cool"]
+    assert seen["retargeted"]["status"] == "succeeded", seen["retargeted"]
+    assert seen["detail"]["autoscaling"]["prometheus"][0]["target_value"] == 5
+    assert seen["detail"]["autoscaling"]["max_replicas"] == 2  # bounds kept: the update gave only the trigger
+    assert seen["deleted"]["status"] == "succeeded"
+    assert set(used) <= playbook, f"tools outside the playbook: {set(used) - playbook}"

@@ -9,7 +9,8 @@ For an ``InferenceEndpointConfig`` ``<name>`` it makes, owned by it (deleting it
   ``worker.probes`` (default: a ``tcpSocket`` readiness probe on the invocation port); its
   replicas are ``spec.replicas`` (default 1), kept within ``autoScalingSpec`` ``minReplicaCount`` /
   ``maxReplicaCount`` (defaults 1/5) when autoscaling is set: once made, the replicas are the autoscaler's, and
-  new bounds move them into the bounds (no scaling metric is modelled);
+  new bounds move them into the bounds;
+* with autoscaling triggers, a KEDA ScaledObject that scales the Deployment on them (:mod:`.inference_autoscaling`);
 * a ClusterIP Service ``<name>`` on the invocation port, selecting the Deployment's pods;
 * the status: ``state`` (``DeploymentInProgress`` until every replica is available, then
   ``DeploymentComplete``), conditions ``DeploymentInProgress`` / ``DeploymentComplete`` (status True/False),
@@ -32,7 +33,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import operator_support, processes
+from . import inference_autoscaling, operator_support, processes
 from .backends import Request, Response
 from .cluster import Cluster, WriteOptions, clone
 from .engine_cli import engine_argv
@@ -66,7 +67,7 @@ def desired_replicas(spec: dict[str, Any]) -> int:
 
 def bounded(scaling: dict[str, Any], replicas: int) -> int:
     """``replicas`` within ``autoScalingSpec``'s ``minReplicaCount`` / ``maxReplicaCount`` (defaults 1/5), as the
-    operator's autoscaler (KEDA's HPA) holds them: no metric is modelled, so between the bounds they stay."""
+    operator's autoscaler (KEDA's HPA) holds them: between the bounds only its triggers' ScaledObject moves them."""
     low = int(scaling.get("minReplicaCount", DEFAULT_MIN))
     high = int(scaling.get("maxReplicaCount", DEFAULT_MAX))
     return max(low, min(replicas, high))
@@ -165,6 +166,7 @@ def _reconcile(cluster: Cluster, key: Key, loc: Loc) -> None:
             _update_deployment(cluster, deployment, want)
     if cluster.store.get(SERVICE_KEY, loc) is None:
         operator_support.create(cluster, SERVICE_KEY, namespace, service_body(config), MANAGER)
+    inference_autoscaling.reconcile(cluster, config, LABEL, MANAGER)
     _status(cluster, key, config, cluster.store.get(DEPLOY_KEY, loc), "")
 
 

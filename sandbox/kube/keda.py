@@ -5,7 +5,8 @@ For a ScaledObject ``<name>`` it makes the HorizontalPodAutoscaler ``keda-hpa-<n
 ScaledObject deletes it; a change reaches it at the next poll, KEDA's reconcile being asynchronous: until then
 ``Ready`` is the previous spec's): the ScaledObject's target, ``minReplicas``
 max(``minReplicaCount``, 1) (default 0), ``maxReplicas`` ``maxReplicaCount`` (default 100), one ``External`` metric
-``s<i>-prometheus`` per trigger with an ``AverageValue`` target of the trigger's ``threshold``. Every
+``s<i>-prometheus`` per trigger with a target of the trigger's ``threshold``, of its ``metricType``
+(``AverageValue`` by default, or ``Value``). Every
 ``pollingInterval`` (default 30 s, on the cluster's clock) it evaluates each trigger's ``query`` against the
 ``/metrics`` the target's pods serve (the simulated engines' Prometheus counters; no Prometheus server is asked,
 ``serverAddress`` is not dialled) and scales the target through its scale subresource as KEDA and the HPA would:
@@ -23,8 +24,9 @@ The query subset: ``[sum|avg|max|min] ( [rate|increase] ( METRIC[{label="value",
 name with optional equality matchers, over the series of every pod of the target (each with the target labels
 Prometheus adds under the product's scrape config: the pod's labels, sanitized, plus ``namespace`` and
 ``pod``), optionally the per-second rate (or increase) since the previous poll, aggregated (``sum`` when no
-aggregation is named). Anything else makes the ScaledObject ``Ready=False``. Not modelled: other trigger types,
-``Value``/``Utilization`` metric types, cooldown and HPA stabilization windows (a poll scales at once),
+aggregation is named). Anything else makes the ScaledObject ``Ready=False``. A trigger's ``metricType`` ``Value``
+scales as the HPA does for a ``Value`` target (``ceil(current * value / threshold)``). Not modelled: other trigger
+types, the ``Utilization`` metric type, cooldown and HPA stabilization windows (a poll scales at once),
 ``fallback``, ``advanced`` HPA settings, pausing annotations, ScaledJobs.
 """
 
@@ -126,14 +128,22 @@ def _target(spec: dict[str, Any]) -> dict[str, str]:
             "name": str(ref.get("name", ""))}
 
 
+def _target_of(trigger: dict[str, Any]) -> dict[str, str]:
+    """The HPA metric target of a trigger: its ``metricType`` (``AverageValue`` by default) and threshold, a
+    canonical quantity as the API server stores it."""
+    threshold = _quantity(float((trigger.get("metadata") or {}).get("threshold", "1")))
+    if trigger.get("metricType") == "Value":
+        return {"type": "Value", "value": threshold}
+    return {"type": "AverageValue", "averageValue": threshold}
+
+
 def hpa_body(so: Obj) -> Obj:
     spec = so.get("spec") or {}
     name = so["metadata"]["name"]
     low, high = _bounds(spec)
     metrics = [{"type": "External", "external": {
         "metric": {"name": f"s{i}-{t.get('type')}", "selector": {"matchLabels": {NAME_LABEL: name}}},
-        "target": {"type": "AverageValue",  # canonical, as the API server stores a quantity
-                   "averageValue": _quantity(float((t.get("metadata") or {}).get("threshold", "1")))}}}
+        "target": _target_of(t)}}
         for i, t in enumerate(spec.get("triggers") or [])]
     return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
             "metadata": {"name": f"keda-hpa-{name}", "ownerReferences": [owner_ref(so)],
@@ -314,7 +324,7 @@ class _Poller:
             _write(cluster, so, "", None)  # nothing answered: keep the replicas
             return
         active = any(v > float((t.get("metadata") or {}).get("activationThreshold", 0)) for v, t in known)
-        wanted = max(math.ceil(v / float(t["metadata"]["threshold"])) for v, t in known)
+        wanted = max(_wanted(v, t, current) for v, t in known)
         desired = 0 if low == 0 and not active else max(max(low, 1), min(wanted, high))
         if desired != current:
             cluster.update_scale(rt, namespace, target["name"], "merge", {"spec": {"replicas": desired}},
@@ -360,7 +370,7 @@ class _Poller:
         now = cluster.now_iso()
         metrics = [{"type": "External", "external": {
             "metric": m["external"]["metric"],
-            "current": {"averageValue": _quantity(v)}}}
+            "current": {"value" if m["external"]["target"].get("type") == "Value" else "averageValue": _quantity(v)}}}
             for m, v in zip(hpa["spec"].get("metrics") or [], values, strict=False) if v is not None]
         write_status(cluster, HPA_KEY, hpa, {
             "currentReplicas": current, "desiredReplicas": desired, "currentMetrics": metrics,
@@ -388,6 +398,13 @@ class _Poller:
                                      "the HPA controller was able to get the target's current scale", now),
                            condition(hpa, "ScalingActive", "False", "FailedGetExternalMetric", message, now)]},
                      MANAGER)
+
+
+def _wanted(value: float, trigger: dict[str, Any], current: int) -> int:
+    """The HPA's replicas for one trigger: ``AverageValue`` (the default) ``ceil(value / threshold)``; ``Value``
+    ``ceil(current * value / threshold)`` (at least one current replica counted)."""
+    ratio = value / float(trigger["metadata"]["threshold"])
+    return math.ceil(ratio * max(current, 1) if trigger.get("metricType") == "Value" else ratio)
 
 
 def _quantity(value: float) -> str:

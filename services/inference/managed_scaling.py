@@ -35,7 +35,7 @@ def check(scaling: Autoscaling) -> None:
     triggers: list[tuple[str, PrometheusTrigger | CloudWatchTrigger]] = [
         *(("prometheus", t) for t in scaling.prometheus), *(("cloudwatch", t) for t in scaling.cloudwatch)]
     for index, (family, trigger) in enumerate(triggers):
-        if trigger.activation_target_value is not None and scaling.min_replicas != 0:
+        if trigger.activation_target_value and scaling.min_replicas != 0:  # the CRD's default 0 is no activation
             at = index if family == "prometheus" else index - len(scaling.prometheus)
             field = f"autoscaling.{family}[{at}].activation_target_value"
             raise Invalid(f"{field}: the activation value scales from 0 to 1 pod, so it applies only with "
