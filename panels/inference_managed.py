@@ -1,7 +1,8 @@
 """Managed endpoints section of the inference pane: the cluster's HyperPod inference operator endpoints
 (InferenceEndpointConfig and JumpStartModel: the operator's state, replicas, autoscaling bounds, routing, KV
 cache), a request editor (the same JSON body as ``inference_endpoints_deploy``) with preview and deploy, new
-autoscaling bounds for the selected endpoint, a test request and delete. Redrawn from operation events of the
+autoscaling bounds or a Prometheus metric trigger for the selected endpoint (the replicas its autoscaler asks for
+show as ``scaled_to``), a test request and delete. Redrawn from operation events of the
 ``managed.*`` kinds, no polling; renders alone in a notebook.
 
 The section holds no rules: it calls the managed endpoints' verbs (``services/inference/managed.py``) in a worker
@@ -28,10 +29,16 @@ from services.clusters import Clusters
 from services.errors import ServiceError
 from services.events import Event, EventBus
 from services.inference.managed import DELETE_KIND, DEPLOY_KIND, UPDATE_KIND, ManagedEndpoints
-from services.inference.managed_models import Autoscaling, EndpointRequest, EndpointUpdate, EndpointView
+from services.inference.managed_models import (
+    Autoscaling,
+    EndpointRequest,
+    EndpointUpdate,
+    EndpointView,
+    PrometheusTrigger,
+)
 from services.inference.models import EndpointTest
 
-COLUMNS = ["name", "kind", "state", "replicas", "autoscaling", "routing", "kv_cache", "model", "message"]
+COLUMNS = ["name", "kind", "state", "replicas", "scaled_to", "autoscaling", "routing", "kv_cache", "model", "message"]
 KINDS = {DEPLOY_KIND, UPDATE_KIND, DELETE_KIND}
 EXAMPLE = {"name": "llama", "source": {"type": "s3", "bucket": "my-models", "region": "us-west-2",
                                        "location": "llama31_8b"},
@@ -40,9 +47,17 @@ EXAMPLE = {"name": "llama", "source": {"type": "s3", "bucket": "my-models", "reg
            "instance_types": ["ml.g5.8xlarge"], "autoscaling": {"min_replicas": 1, "max_replicas": 2}}
 
 
+def _scaling(scaling: Autoscaling | None) -> str:
+    if scaling is None:
+        return ""
+    triggers = [f"{t.name} ≥ {t.target_value:g}" for t in scaling.prometheus] + \
+        [f"{t.namespace}/{t.metric_name} ≥ {t.target_value:g}" for t in scaling.cloudwatch]
+    return f"{scaling.min_replicas}-{scaling.max_replicas}" + (f" on {', '.join(triggers)}" if triggers else "")
+
+
 def endpoints_frame(endpoints: list[EndpointView]) -> pd.DataFrame:
     rows = [{"name": e.name, "kind": e.kind.value, "state": e.state or "", "replicas": f"{e.available}/{e.replicas}",
-             "autoscaling": f"{e.autoscaling.min_replicas}-{e.autoscaling.max_replicas}" if e.autoscaling else "",
+             "scaled_to": "" if e.scaled_to is None else str(e.scaled_to), "autoscaling": _scaling(e.autoscaling),
              "routing": e.routing or "", "kv_cache": e.kv_cache or "", "model": e.model or "", "message": e.message}
             for e in endpoints]
     return pd.DataFrame(rows, columns=COLUMNS)
@@ -64,6 +79,8 @@ class ManagedState(ClusterScoped):
     selected = param.String(default="", doc="the endpoint chosen in the table")
     min_replicas = param.Integer(default=1, bounds=(0, 100))
     max_replicas = param.Integer(default=2, bounds=(1, 100))
+    query = param.String(default="", doc="a PromQL query the operator's KEDA scales the selected endpoint on")
+    target = param.Number(default=1.0, doc="the query's value one model pod should carry")
     prompt = param.String(default="Say hello in one short sentence.")
     preview = param.String(default="", doc="the previewed resource as YAML")
     answer = param.String(default="", doc="the last test answer")
@@ -105,6 +122,15 @@ class ManagedState(ClusterScoped):
             return _refused(exc)
         return f"scaling {name} to {self.min_replicas}-{self.max_replicas} replicas ({view.id})"
 
+    def trigger(self, principal: Principal, cluster: str, name: str) -> str:
+        try:
+            update = EndpointUpdate(autoscaling=Autoscaling.model_validate({"prometheus": [
+                PrometheusTrigger(name="pane", query=self.query, target_value=self.target)]}))
+            view, _created = self.service.update_endpoint(principal, cluster, name, update)
+        except (ValidationError, ServiceError) as exc:
+            return _refused(exc)
+        return f"scaling {name} on {self.query} (target {self.target:g} per pod) ({view.id})"
+
     def delete(self, principal: Principal, cluster: str, name: str) -> str:
         try:
             view, _created = self.service.delete_endpoint(principal, cluster, name)
@@ -139,18 +165,24 @@ class ManagedSection(ScopedPane, pn.viewable.Viewer):
         self.max_replicas = pn.widgets.IntInput.from_param(s.max_replicas, name="Max replicas", width=120)
         self.scale_button = pn.widgets.Button(label="Set bounds", disabled=not operator,
                                               css_classes=["managed-scale"])
+        self.query = pn.widgets.TextInput.from_param(s.query, name="Scale on (PromQL)",
+                                                     placeholder="sum(vllm:num_requests_waiting{app=\"llama\"})")
+        self.target = pn.widgets.FloatInput.from_param(s.target, name="Target per pod", width=120)
+        self.trigger_button = pn.widgets.Button(label="Set trigger", disabled=not operator,
+                                                css_classes=["managed-trigger"])
         self.delete_button = pn.widgets.Button(label="Delete selected", disabled=not operator,
                                                css_classes=["managed-delete"])
         self.prompt = pn.widgets.TextInput.from_param(s.prompt, name="Prompt")
         self.test_button = pn.widgets.Button(label="Send", disabled=not operator, css_classes=["managed-test"])
         if not operator:
-            for button in (self.preview_button, self.deploy_button, self.scale_button, self.delete_button,
-                           self.test_button):
+            for button in (self.preview_button, self.deploy_button, self.scale_button, self.trigger_button,
+                           self.delete_button, self.test_button):
                 button.description = "needs the operator role"
         self.table = ReadOnlyTable(endpoints_frame([]), selectable=1, sizing_mode="stretch_width",
                                    css_classes=["managed-table"], empty="No managed endpoints yet.")
         for button, handler in ((self.preview_button, self._preview), (self.deploy_button, self._deploy),
-                                (self.scale_button, self._scale), (self.delete_button, self._delete),
+                                (self.scale_button, self._scale), (self.trigger_button, self._trigger),
+                                (self.delete_button, self._delete),
                                 (self.test_button, self._test)):
             button.on_click(handler)
         self.table.param.watch(self._on_selection, "selection")
@@ -186,6 +218,11 @@ class ManagedSection(ScopedPane, pn.viewable.Viewer):
         if said is not None:
             self.state.message = said
 
+    async def _trigger(self, _event: Any) -> None:
+        said = await self._selected(self.state.trigger)
+        if said is not None:
+            self.state.message = said
+
     async def _delete(self, _event: Any) -> None:
         said = await self._selected(self.state.delete)
         if said is not None:
@@ -201,8 +238,9 @@ class ManagedSection(ScopedPane, pn.viewable.Viewer):
         return pn.Column(
             pn.pane.Markdown("### Managed endpoints (HyperPod inference operator)\nA model from S3, FSx, Hugging "
                              "Face or the JumpStart catalog, run by the operator: tiered KV cache, intelligent "
-                             "routing (chosen at deploy only), autoscaling. Needs the `hyperpod_inference_operator` "
-                             "feature."),
+                             "routing (chosen at deploy only), autoscaling on Prometheus or CloudWatch metrics "
+                             "(`autoscaling.prometheus` / `autoscaling.cloudwatch` in the request; needs KEDA). Needs "
+                             "the `hyperpod_inference_operator` feature."),
             self.body,
             pn.Row(self.token, self.preview_button, self.deploy_button),
             pn.pane.Markdown(self.state.param.message, css_classes=["managed-message"]),
@@ -210,6 +248,7 @@ class ManagedSection(ScopedPane, pn.viewable.Viewer):
                                                                          disabled=True, height=300))),
             self.table,
             pn.Row(self.min_replicas, self.max_replicas, self.scale_button, self.delete_button),
+            pn.Row(self.query, self.target, self.trigger_button),
             pn.Row(self.prompt, self.test_button),
             pn.pane.Markdown(self.state.param.answer, css_classes=["managed-answer"]),
             sizing_mode="stretch_width",

@@ -7,8 +7,12 @@ endpoint deploys with its token only in a Secret the resource owns, answers a te
 has intelligent routing refused with the CRD's words and zero writes, scales through its autoscaling bounds (the
 operator's Deployment follows) and is deleted with everything the operator made; a JumpStart model deploys and
 serves; an agent follows ``skills/deploy-model.md`` through a real MCP client; the inference pane's managed
-section previews, deploys, tests, rescales and deletes a JumpStart model; and a test call is refused, sending
-nothing, when the Service of the endpoint's name is not the operator's."""
+section previews, deploys, tests, rescales and deletes a JumpStart model; a test call is refused, sending
+nothing, when the Service of the endpoint's name is not the operator's. Metric-driven autoscaling: bad triggers are
+refused (422 naming the field) and triggers on a cluster without KEDA (409), with zero writes; with KEDA's CRDs a
+Prometheus trigger on the simulated vLLM's request counter makes the operator render a ScaledObject the sandbox's KEDA
+scales the endpoint's Deployment with: up to its max under test traffic and back to its min after, through REST, an
+agent on MCP and the pane's trigger form, while the product itself writes no ScaledObject or HPA."""
 
 from __future__ import annotations
 
@@ -444,6 +448,41 @@ def test_a_prometheus_trigger_scales_the_endpoint_up_with_traffic_and_back_down(
     made = {e.get("resource") for e in ledger.writes(since=mark, service="kubernetes")}
     assert not {r for r in made if r and ("scaledobjects" in r or "horizontalpodautoscalers" in r)}, made
     gone = delete(world, f"{BASE}/scaler")
+    assert finished(world, gone.json()["operation"]["id"])["status"] == "succeeded"
+
+
+def test_the_pane_section_sets_a_metric_trigger_and_shows_it(keda: JobWorld, tmp_path: Path) -> None:
+    world = keda
+    started = world.live.post(BASE, endpoint("pane-scaler", autoscaling={"min_replicas": 1, "max_replicas": 2}))
+    assert finished(world, started.json()["operation"]["id"])["status"] == "succeeded"
+    who = Principal("pane-operator", Role.OPERATOR, "t-op", "api")
+    with world.server.imported(tmp_path / "product", CLUSTER, who) as services:
+        pane = InferencePane(services.inference, services.clusters, services.bus, who,
+                             managed=services.managed_inference)
+        section = pane.managed
+        assert section is not None
+        wait_until(lambda: section.state.reload() or "pane-scaler" in list(section.table.value["name"]), 60,
+                   "the table to list the endpoint")
+        row = list(section.table.value["name"]).index("pane-scaler")
+        assert section.table.value.iloc[row]["autoscaling"] == "1-2"
+        section._on_selection(type("E", (), {"new": [row]})())
+        section.state.query, section.state.target = RATE_QUERY.format(ns=NS, name="pane-scaler"), 0.5
+        asyncio.run(section._trigger(None))
+        assert "scaling pane-scaler on sum(rate(" in section.state.message, section.state.message
+        op = services.engine.list(OperationQuery(kind="managed.update", limit=1))[0]
+        wait_until(lambda: services.engine.run_until_idle(op.id).status == "succeeded", 120, "the pane's trigger")
+        wait_until(lambda: section.state.reload() or
+                   section.table.value.iloc[row]["autoscaling"] == "1-2 on pane ≥ 0.5", 60, "the trigger shown")
+        assert section.table.value.iloc[row]["scaled_to"] == "1"
+    def threshold() -> str | None:
+        try:
+            found: Any = world.custom.get_namespaced_custom_object("keda.sh", "v1alpha1", NS, "scaledobjects",
+                                                                   "pane-scaler")
+        except ApiException:
+            return None
+        return str(found["spec"]["triggers"][0]["metadata"]["threshold"])
+    wait_until(lambda: threshold() == "0.5", 60, "the operator's ScaledObject on the pane's trigger")
+    gone = delete(world, f"{BASE}/pane-scaler")
     assert finished(world, gone.json()["operation"]["id"])["status"] == "succeeded"
 
 

@@ -65,7 +65,12 @@ DEPLOY_DOC = ("A managed endpoint is run by the HyperPod inference operator (409
               "makes a JumpStartModel on exactly one instance type. instance_types is a preference list; "
               "avoid_labels keeps pods off nodes (e.g. Spot); kv_cache sets L1 CPU offload and an L2 backend "
               "(redis with l2_url, or tieredstorage); routing (prefixaware, kvaware, session, roundrobin) can only be "
-              "chosen now: the operator rejects adding it later; autoscaling sets min/max replicas. The resource is "
+              "chosen now: the operator rejects adding it later; autoscaling sets min/max replicas and the metrics "
+              "the operator's KEDA scales on: prometheus [{query, target_value, metric_type Average|Value, "
+              "server_address (an AMP workspace only)}] and cloudwatch [{metric_name, namespace, dimensions, stat, "
+              "target_value}], polling_interval, cooldown_period, stabilization windows; activation_target_value "
+              "needs min_replicas 0; triggers need KEDA on the cluster (409 naming scaledobjects.keda.sh). The "
+              "resource is "
               "checked against the operator's CRD schema (422 naming the field's path) and by the API server's dry "
               "run. Names are unique per cluster across managed endpoints and self-managed deployments.")
 
@@ -86,18 +91,23 @@ ROUTES: list[Route] = [
           open_world=True,
           description="Every InferenceEndpointConfig and JumpStartModel InstantStart made in the cluster, from watch "
                       "caches: the operator's state (DeploymentInProgress, DeploymentComplete, DeploymentFailed, …) "
-                      "and message, replicas and available, autoscaling bounds, routing, KV cache, model source and "
+                      "and message, replicas and available, scaled_to (the replicas the autoscaler asks the operator's "
+                      "Deployment for now), autoscaling bounds and triggers, routing, KV cache, model source and "
                       "instance types; operator false when the hyperpod_inference_operator feature is off."),
     Route("GET", BASE + "/{name}", "inference_endpoints_get", "One managed inference endpoint",
           role_of(ManagedEndpoints.describe_endpoint), _get, response=EndpointView, path_params=ONE, tag=TAG,
           open_world=True,
-          description="One managed endpoint: the operator's state, conditions and message, replicas (desired, "
-                      "running, available), autoscaling bounds, routing, KV cache and the Service tests go through."),
+          description="One managed endpoint: the operator's state, conditions and message, replicas (desired: "
+                      "spec.replicas; scaled_to: what the autoscaler asks the operator's Deployment for now; running; "
+                      "available), autoscaling bounds and triggers, routing, KV cache and the Service tests go "
+                      "through. Poll it to watch metric-driven scaling."),
     Route("PATCH", BASE + "/{name}", "inference_endpoints_update", "Change a managed inference endpoint",
           role_of(ManagedEndpoints.update_endpoint), _update, body=EndpointUpdate, response=Accepted,
           path_params=ONE, read_only=False, idempotent=False, status=202, tag=TAG, open_world=True,
-          description="Operator: operation managed.update. replicas rescales; autoscaling sets new min/max bounds "
-                      "(the operator's autoscaler moves the pods into them); image or args roll the operator's "
+          description="Operator: operation managed.update. replicas rescales; autoscaling changes only the fields "
+                      "it gives: new min/max bounds (the operator's autoscaler moves the pods into them), new "
+                      "prometheus or cloudwatch triggers (an empty list removes them; the operator's KEDA "
+                      "ScaledObject follows), polling or cooldown; image or args roll the operator's "
                       "Deployment (InferenceEndpointConfig only). Adding intelligent routing to an endpoint deployed "
                       "without it is refused (409 quoting the CRD: the operator rejects it); delete and deploy again "
                       "instead."),

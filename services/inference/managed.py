@@ -165,6 +165,7 @@ class ManagedEndpoints:
         warnings = []
         if not request.instance_types and not request.avoid_labels and kind is EndpointKind.CONFIG:
             warnings.append("no instance type given: the operator may place the pods on any node with the resources")
+        warnings.extend(managed_scaling.warnings(request.autoscaling))
         if request.routing is not None:
             warnings.append(f"intelligent routing ({request.routing.value}) is fixed for the endpoint's life: "
                             + render.ROUTING_RULE)

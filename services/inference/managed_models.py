@@ -124,8 +124,9 @@ class PrometheusTrigger(RequestModel):
                                                   "value (needs min_replicas 0, as the CRD says)")
     server_address: str | None = Field(None, pattern=AMP_WORKSPACE, description="the Amazon Managed Service for "
                                        "Prometheus workspace to query, https://aps-workspaces.<region>.amazonaws.com"
-                                       "/workspaces/ws-…: the only kind of server the CRD accepts (default: the "
-                                       "operator's own)")
+                                       "/workspaces/ws-…: the only kind of server the CRD accepts (an in-cluster "
+                                       "Prometheus cannot be named); left out, the operator's KEDA asks the one it "
+                                       "is configured with")
 
 
 class CloudWatchTrigger(RequestModel):

@@ -55,6 +55,16 @@ def require_keda(cluster: str, scaling: Autoscaling | None, crds: list[dict[str,
                        details={"field": "autoscaling", "crd": KEDA_CRD})
 
 
+def warnings(scaling: Autoscaling | None) -> list[str]:
+    """What a preview should say about the triggers."""
+    if scaling is None:
+        return []
+    unaddressed = [t.name or f"prometheus-{i}" for i, t in enumerate(scaling.prometheus) if not t.server_address]
+    return [f"prometheus trigger {', '.join(unaddressed)} names no server_address: the operator's KEDA asks the "
+            "Prometheus it is configured with; the CRD accepts only an Amazon Managed Service for Prometheus "
+            "workspace there, never an in-cluster Prometheus"] if unaddressed else []
+
+
 def _prometheus(index: int, trigger: PrometheusTrigger) -> dict[str, Any]:
     out: dict[str, Any] = {"name": trigger.name or f"prometheus-{index}", "query": trigger.query,
                            "targetValue": trigger.target_value, "metricType": trigger.metric_type}
