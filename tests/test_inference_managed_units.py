@@ -1,20 +1,29 @@
 """Rendering managed endpoints, without a cluster: every model source, the tiered KV cache, intelligent routing,
 the instance-type preference and the node affinity render resources the shipped CRDs' schemas accept; a resource
-that breaks the schema is refused naming each path; the request rules the schema cannot say are refused."""
+that breaks the schema is refused naming each path; the request rules the schema cannot say are refused; autoscaling
+triggers render the CRD's trigger lists, read back, update only what is given, and become a ScaledObject (the
+sandbox operator's) that KEDA's shipped CRD accepts."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
+import yaml
+from pydantic import ValidationError
 
+from sandbox.kube import inference_autoscaling
 from services.errors import Invalid
 from services.inference import managed_render as render
-from services.inference.managed_models import EndpointRequest
+from services.inference import managed_scaling
+from services.inference.managed_models import Autoscaling, EndpointRequest
 from services.secrets import SecretRef
 
 WORKER = {"image": "lmcache/vllm-openai:v0.3.7", "args": ["/opt/ml/model", "--served-model-name", "chat"],
           "port": 8000, "gpus": 1, "cpu": "6", "memory": "30Gi", "env": {"MAX_MODEL_LEN": "4096"}}
+KEDA_CRD = Path(__file__).resolve().parents[1] / "services" / "components" / "crds" / "keda.sh_scaledobjects.yaml"
 SOURCES: list[dict[str, Any]] = [
     {"type": "s3", "bucket": "models-bucket", "region": "us-west-2", "location": "llama31_8b", "prefetch": True},
     {"type": "fsx", "file_system_id": "fs-0123456789abcdef0", "location": "/models/llama", "mount_name": "abcdef"},
@@ -90,3 +99,61 @@ def test_a_jumpstart_model_renders_and_a_broken_resource_names_each_path() -> No
 def test_rules_the_schema_cannot_say_are_refused(body: dict[str, Any], says: str) -> None:
     with pytest.raises(Invalid, match=says):
         render.check_request(EndpointRequest.model_validate(body))
+
+
+SCALED = {"min_replicas": 0, "max_replicas": 4, "polling_interval": 15, "scale_down_stabilization": 60,
+          "prometheus": [{"name": "waiting", "query": "sum(vllm:num_requests_waiting)", "target_value": 4,
+                          "activation_target_value": 1,
+                          "server_address": "https://aps-workspaces.us-west-2.amazonaws.com/workspaces/ws-a1b2"}],
+          "cloudwatch": [{"name": "invocations", "metric_name": "Invocations", "namespace": "AWS/SageMaker",
+                          "stat": "Sum",
+                          "dimensions": {"EndpointName": "chat", "VariantName": "AllTraffic"}, "target_value": 10.5,
+                          "metric_type": "Value"}]}
+
+
+def test_triggers_render_the_crd_lists_and_read_back_and_a_partial_update_keeps_the_rest() -> None:
+    manifest = rendered({"name": "chat", "source": SOURCES[0], "worker": WORKER, "autoscaling": SCALED})
+    spec = manifest["spec"]["autoScalingSpec"]
+    assert spec["prometheusTriggerList"][0] == {
+        "name": "waiting", "query": "sum(vllm:num_requests_waiting)", "targetValue": 4.0, "metricType": "Average",
+        "activationTargetValue": 1.0, "serverAddress": SCALED["prometheus"][0]["server_address"]}
+    assert spec["cloudWatchTriggerList"][0]["dimensions"] == [{"name": "EndpointName", "value": "chat"},
+                                                               {"name": "VariantName", "value": "AllTraffic"}]
+    assert (spec["pollingInterval"], spec["scaleDownStabilizationTime"]) == (15, 60)
+    back = managed_scaling.autoscaling_of(spec).model_dump(exclude_none=True)
+    assert back == Autoscaling.model_validate(SCALED).model_dump(exclude_none=True)
+    wider = managed_scaling.merged(spec, Autoscaling.model_validate({"max_replicas": 6}))
+    assert wider["maxReplicaCount"] == 6 and wider["prometheusTriggerList"] == spec["prometheusTriggerList"]
+    dropped = managed_scaling.merged(spec, Autoscaling.model_validate({"prometheus": []}))
+    assert "prometheusTriggerList" not in dropped and dropped["cloudWatchTriggerList"] == spec["cloudWatchTriggerList"]
+
+
+def test_an_activation_value_needs_min_zero_and_the_crd_refuses_an_in_cluster_prometheus() -> None:
+    with pytest.raises(Invalid) as refused:
+        rendered({"name": "chat", "source": SOURCES[0], "worker": WORKER,
+                  "autoscaling": {**SCALED, "min_replicas": 1}})
+    assert refused.value.details == {"field": "autoscaling.prometheus[0].activation_target_value"}
+    with pytest.raises(ValidationError, match="server_address"):
+        Autoscaling.model_validate({"prometheus": [
+            {"query": "q", "target_value": 1, "server_address": "http://prometheus.monitoring:9090"}]})
+
+
+def test_the_sandbox_operator_renders_a_scaled_object_valid_under_the_keda_crd() -> None:
+    manifest = rendered({"name": "chat", "source": SOURCES[0], "worker": WORKER, "autoscaling": SCALED})
+    config = {**manifest, "metadata": {**manifest["metadata"], "namespace": "ns", "uid": "u-1"}}
+    obj = inference_autoscaling.scaled_object_body(config, "endpoint")
+    assert obj is not None
+    crd = yaml.safe_load(KEDA_CRD.read_text())
+    jsonschema.validate(obj, crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    prometheus, cloudwatch = obj["spec"]["triggers"]
+    assert (prometheus["type"], prometheus["metricType"], prometheus["metadata"]) == ("prometheus", "AverageValue", {
+        "query": "sum(vllm:num_requests_waiting)", "threshold": "4", "activationThreshold": "1",
+        "serverAddress": SCALED["prometheus"][0]["server_address"]})
+    assert (cloudwatch["type"], cloudwatch["metricType"]) == ("aws-cloudwatch", "Value")
+    assert {k: cloudwatch["metadata"][k] for k in ("dimensionName", "dimensionValue", "targetMetricValue",
+                                                   "metricStat")} == {
+        "dimensionName": "EndpointName;VariantName", "dimensionValue": "chat;AllTraffic",
+        "targetMetricValue": "10.5", "metricStat": "Sum"}
+    assert (obj["spec"]["minReplicaCount"], obj["spec"]["maxReplicaCount"]) == (0, 4)
+    bounds_only = {**config, "spec": {**config["spec"], "autoScalingSpec": {"minReplicaCount": 1}}}
+    assert inference_autoscaling.scaled_object_body(bounds_only, "endpoint") is None
