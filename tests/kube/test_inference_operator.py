@@ -1,7 +1,8 @@
 """The HyperPod inference operator in the emulator, through the official client: an InferenceEndpointConfig
 becomes a Deployment of its worker (replicas within its autoscaling bounds) and a ClusterIP Service, its status
 goes DeploymentInProgress -> DeploymentComplete, a vLLM worker runs the simulated engine and any other worker
-the generic model server, both reached through the Service proxy; deleting the config deletes what it made."""
+the generic model server, both reached through the Service proxy; deleting the config deletes what it made;
+autoscaling triggers become a KEDA ScaledObject the config owns, gone once the triggers are."""
 
 from __future__ import annotations
 
@@ -109,3 +110,36 @@ def test_a_jumpstart_model_is_served_and_a_name_already_taken_fails(served: Serv
     status, headers, text = proxy_call(served.api, "POST", "/api/v1/namespaces/default/services/js:http/proxy/"
                                        "invocations", {"inputs": "hi"}, {"Content-Type": "application/json"})
     assert status == 200 and headers["x-sandbox-pod"].startswith("js-") and json.loads(text)["pod"].startswith("js-")
+
+
+def test_autoscaling_triggers_become_an_owned_scaled_object_that_goes_with_them(served: Served) -> None:
+    """With KEDA's CRDs the operator renders the endpoint's ScaledObject from autoScalingSpec's triggers (the
+    sandbox's KEDA then scales on it: tests/test_inference_managed.py); triggers removed, it goes."""
+    install_component_crds(served.cluster, "keda")
+    query = 'sum(vllm:num_requests_waiting{app="scaled"})'
+    custom = _apply(served, _config("scaled", {
+        "image": "vllm/vllm-openai:v0.7.2", "modelInvocationPort": {"containerPort": 8000, "name": "http"},
+        "args": ["--model", "/opt/ml/model", "--served-model-name", "scaled", "--port", "8000"]},
+        autoScalingSpec={"minReplicaCount": 1, "maxReplicaCount": 3, "pollingInterval": 5,
+                         "prometheusTriggerList": [{"name": "waiting", "query": query, "targetValue": 4,
+                                                    "metricType": "Value"}]}))
+
+    def scaled_object() -> dict[str, Any] | None:
+        found = [o for o in custom.list_namespaced_custom_object("keda.sh", "v1alpha1", "default",
+                                                                 "scaledobjects")["items"]
+                 if o["metadata"]["name"] == "scaled"]
+        return found[0] if found else None
+    made = wait_until(scaled_object, 60, "the operator's ScaledObject")
+    config = custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "scaled")
+    assert [(o["kind"], o["uid"]) for o in made["metadata"]["ownerReferences"]] == [
+        ("InferenceEndpointConfig", config["metadata"]["uid"])]
+    assert made["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "scaled"}
+    assert (made["spec"]["minReplicaCount"], made["spec"]["maxReplicaCount"], made["spec"]["pollingInterval"]) == \
+        (1, 3, 5)
+    assert made["spec"]["triggers"] == [{"type": "prometheus", "name": "waiting", "metricType": "Value",
+                                         "metadata": {"query": query, "threshold": "4",
+                                                      "activationThreshold": "0"}}]  # the CRD's default
+    custom.patch_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "scaled",
+                                          {"spec": {"autoScalingSpec": {"prometheusTriggerList": None}}})
+    wait_until(lambda: scaled_object() is None, 60, "the ScaledObject gone with the triggers")
+    custom.delete_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "scaled")

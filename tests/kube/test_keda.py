@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from sandbox.kube import keda
 from sandbox.kube.components import install_component_crds
 from sandbox.kube.keda import Query, parse_query
 from tests.kube.serving_support import Served, chat, served, serving
@@ -174,3 +175,12 @@ def test_an_api_service_is_available_once_its_service_has_a_ready_pod(served: Se
     assert _available(served) == "True"
     groups = {g.name for g in client.ApisApi(served.api).get_api_versions().groups}
     assert "apiregistration.k8s.io" in groups
+
+
+def test_a_value_trigger_gives_the_hpa_a_value_target() -> None:
+    so = {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": "chat", "uid": "u-1"},
+          "spec": {"scaleTargetRef": {"name": "chat"}, "triggers": [
+        {"type": "prometheus", "metricType": "Value", "metadata": {"query": "sum(x)", "threshold": "4"}},
+        {"type": "prometheus", "metadata": {"query": "sum(y)", "threshold": "0.5"}}]}}
+    targets = [m["external"]["target"] for m in keda.hpa_body(so)["spec"]["metrics"]]
+    assert targets == [{"type": "Value", "value": "4"}, {"type": "AverageValue", "averageValue": "500m"}]
