@@ -32,6 +32,7 @@ from services.errors import Conflict, Invalid, NotFound
 from services.inference import checks, egress, manifest, names, scaledobject, testcall, tokens
 from services.inference.command import IMAGES, ServeCommand, parse
 from services.inference.endpoint_metrics import EndpointScraper, ready_pods
+from services.inference.kobjects import meta as _meta
 from services.inference.models import (
     DeploymentList,
     DeploymentPlan,
@@ -76,10 +77,6 @@ TEST_CALLS_PER_PRINCIPAL = 2
 
 def inference_target(cluster: str, name: str) -> str:
     return f"{cluster_target(cluster)}/inference/{name}"
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
 
 
 class Inference:

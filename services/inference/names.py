@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from services.errors import Conflict, Transient
 from services.inference import managed_render
+from services.inference.kobjects import meta as _meta
 from services.inference.managed_models import EndpointKind
 from services.inference.manifest import INFERENCE_LABEL, POOL_LABEL
 from services.inference.router_manifest import FOR_ANNOTATION, ROUTER_LABEL
@@ -34,10 +35,6 @@ def cached(informers: Informers, cluster: str, resource: str) -> list[dict[str, 
         raise Transient(f"the {resource} of {cluster} have not been listed yet ({informer.error or 'listing'}); "
                         "ask again shortly", delay=2.0)
     return informer.items()
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
 
 
 def _ours(obj: Mapping[str, Any]) -> Mapping[str, str]:

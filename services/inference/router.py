@@ -30,6 +30,9 @@ from services.errors import Conflict, Invalid, NotFound, ServiceError
 from services.inference import DELETE_KIND as DEPLOYMENT_DELETE_KIND
 from services.inference import checks, inference_target, manifest, names, service_view, testcall
 from services.inference import router_manifest as rm
+from services.inference.kobjects import labels as _labels
+from services.inference.kobjects import live_ready as _ready
+from services.inference.kobjects import meta as _meta
 from services.inference.models import EndpointTest, EndpointTestResult
 from services.inference.router_metrics import RouterMetricsReader
 from services.inference.router_models import (
@@ -62,23 +65,9 @@ _SAMPLE = re.compile(r'^(sgl_router_[a-z_]+)(?:\{([^}]*)\})?\s+([-+0-9.eEinfNa]+
 _LABEL = re.compile(r'([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"')
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    return _meta(obj).get("labels") or {}
-
-
 def _is_router(obj: Mapping[str, Any], name: str | None = None) -> bool:
     mine = _labels(obj).get(rm.ROUTER_LABEL)
     return _labels(obj).get(MANAGED_BY) == "instantstart" and mine is not None and (name is None or mine == name)
-
-
-def _ready(pod: Mapping[str, Any]) -> bool:
-    status = pod.get("status") or {}
-    return status.get("phase") == "Running" and any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
 def parse_metrics(text: str) -> list[tuple[str, dict[str, str], float]]:
