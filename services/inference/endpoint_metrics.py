@@ -21,13 +21,14 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import urllib3
 from kubernetes import client as k8s
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from services.errors import NotFound, ServiceError
 from services.inference.manifest import INFERENCE_LABEL
@@ -82,20 +83,26 @@ def ready_pods(namespace: str, name: str, port: int, pods: list[dict[str, Any]])
     return out
 
 
+def samples(text: str) -> Iterator[Sample]:
+    """Every sample of a Prometheus text page (``prometheus_client``'s parser: name, labels, value; a counter's
+    samples keep their ``_total``); a malformed page raises ValueError."""
+    for family in text_string_to_metric_families(text):
+        yield from family.samples
+
+
 def parse(text: str, engine: str) -> PodSample:
     """The engine's figures in one ``/metrics`` answer (samples summed over labels, e.g. per finish reason)."""
     histogram, tokens_name, requests_name = NAMES[engine]
     buckets: dict[float, float] = {}
     tokens = requests = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == f"{histogram}_bucket":
-                bound = float(sample.labels["le"])
-                buckets[bound] = buckets.get(bound, 0.0) + sample.value
-            elif sample.name == f"{tokens_name}_total":
-                tokens += sample.value
-            elif sample.name == f"{requests_name}_total":
-                requests += sample.value
+    for sample in samples(text):
+        if sample.name == f"{histogram}_bucket":
+            bound = float(sample.labels["le"])
+            buckets[bound] = buckets.get(bound, 0.0) + sample.value
+        elif sample.name == f"{tokens_name}_total":
+            tokens += sample.value
+        elif sample.name == f"{requests_name}_total":
+            requests += sample.value
     return PodSample(tuple(sorted(buckets.items())), tokens, requests)
 
 
