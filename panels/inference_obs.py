@@ -7,7 +7,6 @@ served, so the event loop never waits on the pod proxy or a log read.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +14,7 @@ import panel as pn
 import param
 from pydantic import ValidationError
 
+from panels.live import in_worker
 from services.auth import Principal
 from services.errors import ServiceError
 from services.inference import Inference
@@ -80,7 +80,7 @@ class InferenceObs(pn.viewable.Viewer):
         name = self._selected()
         if not name:
             return None
-        return await asyncio.get_running_loop().run_in_executor(None, fn, self._principal(), self._cluster(), name)
+        return await in_worker(fn, self._principal(), self._cluster(), name)
 
     async def refresh_metrics(self, _event: Any = None) -> None:
         shown = await self._run(self.state.read_metrics)

@@ -9,7 +9,6 @@ event loop never waits on Kubernetes; the verbs check the role again.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +18,7 @@ import param
 from pydantic import ValidationError
 
 from panels.live import LiveRefresh
-from panels.scoped import ClusterScoped
+from panels.scoped import ClusterScoped, ScopedPane
 from panels.tables import ReadOnlyTable
 from services.auth import Principal, Role
 from services.clusters import Clusters
@@ -101,7 +100,7 @@ class PoolState(ClusterScoped):
         return f"HTTP {result.status} in {result.elapsed_ms} ms" + (f" from {pod}" if pod else ""), result.text or ""
 
 
-class PoolBoard(pn.viewable.Viewer):
+class PoolBoard(ScopedPane, pn.viewable.Viewer):
     """The model-pool board; ``follow``: the inference pane's state, whose cluster the board shows."""
 
     def __init__(self, pools: Pools, clusters: Clusters, bus: EventBus, principal: Principal,
@@ -147,14 +146,6 @@ class PoolBoard(pn.viewable.Viewer):
     def _on_operation(self, events: list[Event]) -> None:
         if any(e.data.get("kind") in KINDS for e in events):
             self._refresh()
-
-    def _refresh(self) -> None:
-        if not self._ops.spawn(self.state.refresh):
-            self.state.reload()
-
-    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(None, fn, self.state.current(), self.state.cluster,
-                                                                *args)
 
     async def _act(self, what: str) -> None:
         self.state.message = await self._run(self.state.act, what)

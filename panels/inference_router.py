@@ -10,7 +10,6 @@ thread when served, and assigns their answers on the session's event loop; the v
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -18,8 +17,8 @@ import pandas as pd
 import panel as pn
 from pydantic import ValidationError
 
-from panels.live import LiveRefresh
-from panels.scoped import ClusterScoped
+from panels.live import LiveRefresh, in_worker
+from panels.scoped import ClusterScoped, redraw, refresh
 from panels.tables import ReadOnlyTable
 from services.auth import Principal, Role
 from services.errors import ServiceError
@@ -146,22 +145,18 @@ class RouterSection(pn.viewable.Viewer):
             self._refresh()
 
     def _refresh(self) -> None:
-        if not self._ops.spawn(self._reload):  # outside a served session: at once
-            self.load()
-
-    async def _reload(self) -> None:
-        self.apply(await asyncio.get_running_loop().run_in_executor(None, self.fetch))
+        redraw(self._ops, self)
 
     async def _create(self, _event: Any) -> None:
-        self.message.object = await asyncio.get_running_loop().run_in_executor(None, self.create)
-        await self._reload()
+        self.message.object = await in_worker(self.create)
+        await refresh(self)
 
     async def _delete(self, _event: Any) -> None:
-        self.message.object = await asyncio.get_running_loop().run_in_executor(None, self.delete)
-        await self._reload()
+        self.message.object = await in_worker(self.delete)
+        await refresh(self)
 
     async def _counts(self, _event: Any) -> None:
-        self.counts.object = await asyncio.get_running_loop().run_in_executor(None, self.describe)
+        self.counts.object = await in_worker(self.describe)
 
     def __panel__(self) -> pn.viewable.Viewable:
         return pn.Column(

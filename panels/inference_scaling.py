@@ -7,7 +7,6 @@ It holds no rules: every button calls one verb in a worker thread when served; t
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +15,7 @@ import panel as pn
 import param
 from pydantic import ValidationError
 
+from panels.live import in_worker
 from services.auth import Principal
 from services.errors import ServiceError
 from services.inference.scaling import REMOVE_KIND, SET_KIND, InferenceScaling
@@ -119,7 +119,7 @@ class ScalingPanel(pn.viewable.Viewer):
         return verb(principal, cluster, name)
 
     async def run(self, verb: Callable[[Principal, str, str], str]) -> None:
-        self.state.status = await asyncio.get_running_loop().run_in_executor(None, self._call, verb)
+        self.state.status = await in_worker(self._call, verb)
 
     def changed(self, kinds: set[str]) -> None:
         """Operation events of these kinds arrived: show the selected deployment's autoscaling again."""
