@@ -18,6 +18,7 @@ import param
 from pydantic import ValidationError
 
 from panels.live import LiveRefresh
+from panels.refusals import refused
 from panels.scoped import ClusterScoped, ScopedPane
 from panels.tables import ReadOnlyTable
 from services.auth import Principal, Role
@@ -37,10 +38,6 @@ def pods_frame(pools: list[PoolView]) -> pd.DataFrame:
              "restarts": pod.restarts, "service": pod.assigned_to or "(unassigned)"}
             for pool in pools for pod in pool.pods]
     return pd.DataFrame(rows, columns=COLUMNS)
-
-
-def _invalid(exc: ValidationError) -> str:
-    return "invalid: " + "; ".join(e["msg"] for e in exc.errors())
 
 
 class NoSelection(Exception):
@@ -78,24 +75,20 @@ class PoolState(ClusterScoped):
                 view, _ = self.verbs.release(principal, cluster, pool, PoolRelease(service=self.service, pods=pods))
             else:
                 view, _ = self.verbs.scale_pool(principal, cluster, pool, PoolScale(replicas=self.replicas))
-        except ValidationError as exc:
-            return _invalid(exc)
+        except (ValidationError, ServiceError) as exc:
+            return refused(exc)
         except NoSelection as exc:
             return str(exc)
-        except ServiceError as exc:
-            return f"refused ({exc.code}): {exc.message}"
         return f"{what} {pool}: {', '.join(pods) if what != 'scale' else self.replicas} ({view.id})"
 
     def test(self, principal: Principal, cluster: str) -> tuple[str, str]:
         try:
             pool, _ = self._pool()
             result = self.verbs.test_service(principal, cluster, pool, self.service, EndpointTest(max_tokens=16))
-        except ValidationError as exc:
-            return _invalid(exc), ""
+        except (ValidationError, ServiceError) as exc:
+            return refused(exc), ""
         except NoSelection as exc:
             return str(exc), ""
-        except ServiceError as exc:
-            return f"refused ({exc.code}): {exc.message}", ""
         pod = result.headers.get("x-sandbox-pod")
         return f"HTTP {result.status} in {result.elapsed_ms} ms" + (f" from {pod}" if pod else ""), result.text or ""
 

@@ -18,6 +18,7 @@ import panel as pn
 from pydantic import ValidationError
 
 from panels.live import LiveRefresh, in_worker
+from panels.refusals import refused
 from panels.scoped import ClusterScoped, redraw, refresh
 from panels.tables import ReadOnlyTable
 from services.auth import Principal, Role
@@ -112,10 +113,8 @@ class RouterSection(pn.viewable.Viewer):
             request = RouterRequest(name=self.router_name.value or f"{deployment}-router", deployment=deployment,
                                     policy=self.policy.value, cache_threshold=self.cache_threshold.value)
             view, _ = self.routers.create_router(self.scope.current(), self.scope.cluster, request)
-        except ValidationError as exc:
-            return "invalid: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        except ServiceError as exc:
-            return f"refused ({exc.code}): {exc.message}"
+        except (ValidationError, ServiceError) as exc:
+            return refused(exc)
         return f"routing {deployment} through {request.name} ({view.id})"
 
     def describe(self) -> str:
@@ -132,7 +131,7 @@ class RouterSection(pn.viewable.Viewer):
         try:
             view, _ = self.routers.delete_router(self.scope.current(), self.scope.cluster, self.chosen)
         except ServiceError as exc:
-            return f"refused ({exc.code}): {exc.message}"
+            return refused(exc)
         return f"deleting router {self.chosen} ({view.id})"
 
     # ----- handlers ----------------------------------------------------------------------------------------
