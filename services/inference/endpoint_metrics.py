@@ -31,6 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from services.errors import NotFound, ServiceError
+from services.inference import kobjects as ko
 from services.inference.manifest import INFERENCE_LABEL
 from services.inference.obs_models import EndpointMetrics
 from services.kube import KubeClients
@@ -76,9 +77,8 @@ def ready_pods(namespace: str, name: str, port: int, pods: list[dict[str, Any]])
     """Deployment ``name``'s ready pods in the pods cache (no API call), its engine listening on ``port``."""
     out = []
     for pod in pods:
-        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-        if meta.get("namespace") == namespace and (meta.get("labels") or {}).get(INFERENCE_LABEL) == name \
-                and status.get("ready"):
+        meta = ko.meta(pod)
+        if meta.get("namespace") == namespace and ko.labels(pod).get(INFERENCE_LABEL) == name and ko.cached_ready(pod):
             out.append(PodTarget(namespace, str(meta.get("name")), port))
     return out
 

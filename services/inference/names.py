@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from services.errors import Conflict, Transient
 from services.inference import managed_render
+from services.inference.kobjects import labels as _labels
 from services.inference.kobjects import meta as _meta
 from services.inference.managed_models import EndpointKind
 from services.inference.manifest import INFERENCE_LABEL, POOL_LABEL
@@ -38,7 +39,7 @@ def cached(informers: Informers, cluster: str, resource: str) -> list[dict[str, 
 
 
 def _ours(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    labels: Mapping[str, str] = _meta(obj).get("labels") or {}
+    labels = _labels(obj)
     return labels if labels.get(MANAGED_BY) == "instantstart" else {}
 
 
