@@ -343,7 +343,8 @@ class Routers:
         served: dict[str, int] = {}
         totals = {"sgl_router_requests_total": 0, "sgl_router_cache_hits_total": 0,
                   "sgl_router_cache_misses_total": 0}
-        for metric, labels, value, *_ in found:
+        for sample in found:
+            metric, labels, value = sample.name, sample.labels, sample.value
             if metric == "sgl_router_processed_requests_total":
                 host = re.sub(r"^https?://", "", labels.get("worker", "")).rsplit(":", 1)[0]
                 pod = by_ip.get(host, labels.get("worker", ""))
