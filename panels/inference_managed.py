@@ -22,6 +22,7 @@ import yaml
 from pydantic import ValidationError
 
 from panels.live import LiveRefresh
+from panels.refusals import refused
 from panels.scoped import ClusterScoped, ScopedPane
 from panels.tables import ReadOnlyTable
 from services.auth import Principal, Role
@@ -63,14 +64,6 @@ def endpoints_frame(endpoints: list[EndpointView]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _refused(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        return "invalid: " + "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-    if isinstance(exc, ServiceError):
-        return f"refused ({exc.code}): {exc.message}"
-    return f"invalid: {exc}"
-
-
 class ManagedState(ClusterScoped):
     items_param = "endpoints"
 
@@ -101,7 +94,7 @@ class ManagedState(ClusterScoped):
         try:
             shown = self.service.preview_endpoint(principal, cluster, self.request(""))
         except (ValidationError, ServiceError, ValueError) as exc:
-            return _refused(exc), ""
+            return refused(exc), ""
         return "; ".join([f"{shown.kind.value} accepted", *shown.warnings]), yaml.safe_dump(shown.manifest,
                                                                                             sort_keys=False)
 
@@ -110,7 +103,7 @@ class ManagedState(ClusterScoped):
             request = self.request(token)
             view, _created = self.service.deploy_endpoint(principal, cluster, request)
         except (ValidationError, ServiceError, ValueError) as exc:
-            return _refused(exc)
+            return refused(exc)
         return f"deploying {request.name} ({view.id}); the table shows the operator's state"
 
     def scale(self, principal: Principal, cluster: str, name: str) -> str:
@@ -119,7 +112,7 @@ class ManagedState(ClusterScoped):
                                                             max_replicas=self.max_replicas))
             view, _created = self.service.update_endpoint(principal, cluster, name, update)
         except (ValidationError, ServiceError) as exc:
-            return _refused(exc)
+            return refused(exc)
         return f"scaling {name} to {self.min_replicas}-{self.max_replicas} replicas ({view.id})"
 
     def trigger(self, principal: Principal, cluster: str, name: str) -> str:
@@ -135,14 +128,14 @@ class ManagedState(ClusterScoped):
         try:
             view, _created = self.service.delete_endpoint(principal, cluster, name)
         except ServiceError as exc:
-            return _refused(exc)
+            return refused(exc)
         return f"deleting {name} ({view.id})"
 
     def test(self, principal: Principal, cluster: str, name: str) -> tuple[str, str]:
         try:
             result = self.service.test_endpoint(principal, cluster, name, EndpointTest(prompt=self.prompt))
         except (ValidationError, ServiceError) as exc:
-            return _refused(exc), ""
+            return refused(exc), ""
         shown = result.text if result.text is not None else json.dumps(result.answer, indent=1)[:4000]
         return f"HTTP {result.status} in {result.elapsed_ms} ms", shown
 
