@@ -121,7 +121,7 @@ class ManagedState(ClusterScoped):
                 PrometheusTrigger(name="pane", query=self.query, target_value=self.target)]}))
             view, _created = self.service.update_endpoint(principal, cluster, name, update)
         except (ValidationError, ServiceError) as exc:
-            return _refused(exc)
+            return refused(exc)
         return f"scaling {name} on {self.query} (target {self.target:g} per pod) ({view.id})"
 
     def delete(self, principal: Principal, cluster: str, name: str) -> str:
