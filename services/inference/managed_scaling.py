@@ -95,11 +95,9 @@ def spec_of(scaling: Autoscaling) -> dict[str, Any]:
         spec["prometheusTriggerList"] = [_prometheus(i, t) for i, t in enumerate(scaling.prometheus)]
     if scaling.cloudwatch:
         spec["cloudWatchTriggerList"] = [_cloudwatch(i, t) for i, t in enumerate(scaling.cloudwatch)]
-    for field, (key,) in (("polling_interval", KEYS["polling_interval"]), ("cooldown_period", KEYS["cooldown_period"]),
-                          ("scale_up_stabilization", KEYS["scale_up_stabilization"]),
-                          ("scale_down_stabilization", KEYS["scale_down_stabilization"])):
+    for field in ("polling_interval", "cooldown_period", "scale_up_stabilization", "scale_down_stabilization"):
         if getattr(scaling, field) is not None:
-            spec[key] = getattr(scaling, field)
+            spec[KEYS[field][0]] = getattr(scaling, field)
     return spec
 
 
