@@ -12,7 +12,8 @@ nothing, when the Service of the endpoint's name is not the operator's. Metric-d
 refused (422 naming the field) and triggers on a cluster without KEDA (409), with zero writes; with KEDA's CRDs a
 Prometheus trigger on the simulated vLLM's request counter makes the operator render a ScaledObject the sandbox's KEDA
 scales the endpoint's Deployment with: up to its max under test traffic and back to its min after, through REST, an
-agent on MCP and the pane's trigger form, while the product itself writes no ScaledObject or HPA."""
+agent on MCP and the pane's trigger form, while the product itself writes no ScaledObject or HPA; a CloudWatch
+trigger scales it on the metric the test puts into the sandbox's CloudWatch."""
 
 from __future__ import annotations
 
@@ -34,9 +35,11 @@ from kubernetes.client.exceptions import ApiException
 from panels.inference import InferencePane
 from services.auth import Principal, Role
 from services.operations import OperationQuery
+from services.settings import Settings
 from tests.jobs_support import CLUSTER, JobWorld, cli, job_world
 from tests.ledger import CallLedger
 from tests.mcp_support import bridge, call, follow
+from tests.sandbox_support import client
 from tests.support import wait_until
 from tests.test_inference import PLAYBOOK, VLLM
 
@@ -483,6 +486,33 @@ def test_the_pane_section_sets_a_metric_trigger_and_shows_it(keda: JobWorld, tmp
         return str(found["spec"]["triggers"][0]["metadata"]["threshold"])
     wait_until(lambda: threshold() == "0.5", 60, "the operator's ScaledObject on the pane's trigger")
     gone = delete(world, f"{BASE}/pane-scaler")
+    assert finished(world, gone.json()["operation"]["id"])["status"] == "succeeded"
+
+
+def test_a_cloudwatch_trigger_scales_the_endpoint_on_the_metric_the_test_puts(keda: JobWorld, tmp_path: Path) -> None:
+    """The sandbox's KEDA reads the sandbox's CloudWatch: the test's PutMetricData moves the replicas."""
+    world = keda
+    cloudwatch = client(Settings(data_dir=tmp_path, sandbox=True, sandbox_aws_port=world.server.aws_port),
+                        "cloudwatch")
+    dimensions = {"EndpointName": "cw-scaler"}
+
+    def put(value: float) -> None:
+        cloudwatch.put_metric_data(Namespace="InstantStart/Tests", MetricData=[{
+            "MetricName": "QueueDepth", "Value": value, "Unit": "Count",
+            "Dimensions": [{"Name": k, "Value": v} for k, v in dimensions.items()]}])
+    trigger = {"name": "queue", "metric_name": "QueueDepth", "namespace": "InstantStart/Tests",
+               "dimensions": dimensions, "stat": "Maximum", "target_value": 10, "period": 1}
+    started = world.live.post(BASE, endpoint("cw-scaler", autoscaling={
+        "min_replicas": 1, "max_replicas": 2, "polling_interval": 600, "cloudwatch": [trigger]}))
+    assert started.status_code == 202, started.text
+    assert finished(world, started.json()["operation"]["id"])["status"] == "succeeded"
+    put(25)  # 25 / 10 per pod: 3 pods wanted, 2 at most
+    wait_until(lambda: _replicas(world, "cw-scaler") == 2, 120, "KEDA to scale on the CloudWatch metric")
+    put(1)
+    wait_until(lambda: _replicas(world, "cw-scaler") == 1, 120, "KEDA to scale back once the metric fell")
+    scaled: Any = world.custom.get_namespaced_custom_object("keda.sh", "v1alpha1", NS, "scaledobjects", "cw-scaler")
+    assert [t["type"] for t in scaled["spec"]["triggers"]] == ["aws-cloudwatch"]
+    gone = delete(world, f"{BASE}/cw-scaler")
     assert finished(world, gone.json()["operation"]["id"])["status"] == "succeeded"
 
 

@@ -9,10 +9,10 @@ the endpoint's Deployment, ``minReplicaCount`` / ``maxReplicaCount`` (defaults 1
 per entry: ``prometheus`` (``query``, ``threshold`` = ``targetValue``, ``activationThreshold``, ``serverAddress``
 when given) or ``aws-cloudwatch`` (``namespace``, ``metricName``, ``dimensionName`` / ``dimensionValue`` joined by
 ``;``, ``targetMetricValue``, ``activationTargetMetricValue``, ``minMetricValue``, ``metricStat``,
-``metricStatPeriod``), ``metricType`` ``Average`` → ``AverageValue``. Triggers gone: the ScaledObject goes and the
-replicas stay where KEDA left them. The sandbox's KEDA (:mod:`.keda`) scales on the prometheus triggers;
-``aws-cloudwatch`` it does not simulate (the ScaledObject is then ``Ready=False``). Without KEDA's CRDs nothing is
-made (the product refuses triggers there).
+``metricStatPeriod`` from ``metricCollectionPeriod``, ``metricCollectionTime`` from ``metricCollectionStartTime``),
+``metricType`` ``Average`` → ``AverageValue``. Triggers gone: the ScaledObject goes and the replicas stay where KEDA
+left them. The sandbox's KEDA (:mod:`.keda`) scales on both kinds (CloudWatch: the sandbox's). Without KEDA's CRDs
+nothing is made (the product refuses triggers there).
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def _cloudwatch(trigger: dict[str, Any], index: int) -> dict[str, Any]:
             "activationTargetMetricValue": _number(trigger.get("activationTargetValue") or 0),
             "minMetricValue": _number(trigger.get("minValue") or 0),
             "metricStat": str(trigger.get("metricStat") or "Average"),
-            "metricStatPeriod": str(int(trigger.get("metricCollectionPeriod") or 300))}
+            "metricStatPeriod": str(int(trigger.get("metricCollectionPeriod") or 300)),
+            "metricCollectionTime": str(int(trigger.get("metricCollectionStartTime") or 300))}
     return {"type": "aws-cloudwatch", "name": str(trigger.get("name") or f"cloudwatch-{index}"),
             "metricType": "Value" if trigger.get("metricType") == "Value" else "AverageValue", "metadata": meta}
 

@@ -1,11 +1,11 @@
-"""KEDA's operator and its metrics adapter, for ``ScaledObject`` (``keda.sh/v1alpha1``) with ``prometheus``
-triggers, where KEDA's CRDs are installed.
+"""KEDA's operator and its metrics adapter, for ``ScaledObject`` (``keda.sh/v1alpha1``) with ``prometheus`` and
+``aws-cloudwatch`` (:mod:`.keda_cloudwatch`: the sandbox's CloudWatch) triggers, where KEDA's CRDs are installed.
 
 For a ScaledObject ``<name>`` it makes the HorizontalPodAutoscaler ``keda-hpa-<name>`` (owned by it; deleting the
 ScaledObject deletes it; a change reaches it at the next poll, KEDA's reconcile being asynchronous: until then
 ``Ready`` is the previous spec's): the ScaledObject's target, ``minReplicas``
 max(``minReplicaCount``, 1) (default 0), ``maxReplicas`` ``maxReplicaCount`` (default 100), one ``External`` metric
-``s<i>-prometheus`` per trigger with a target of the trigger's ``threshold``, of its ``metricType``
+``s<i>-<type>`` per trigger with a target of the trigger's ``threshold``, of its ``metricType``
 (``AverageValue`` by default, or ``Value``). Every
 ``pollingInterval`` (default 30 s, on the cluster's clock) it evaluates each trigger's ``query`` against the
 ``/metrics`` the target's pods serve (the simulated engines' Prometheus counters; no Prometheus server is asked,
@@ -41,7 +41,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from . import aggregator, backends, processes
+from . import aggregator, backends, keda_cloudwatch, processes
 from .backends import Request
 from .cluster import Cluster, WriteOptions
 from .errors import ApiError
@@ -131,7 +131,7 @@ def _target(spec: dict[str, Any]) -> dict[str, str]:
 def _target_of(trigger: dict[str, Any]) -> dict[str, str]:
     """The HPA metric target of a trigger: its ``metricType`` (``AverageValue`` by default) and threshold, a
     canonical quantity as the API server stores it."""
-    threshold = _quantity(float((trigger.get("metadata") or {}).get("threshold", "1")))
+    threshold = _quantity(_threshold(trigger))
     if trigger.get("metricType") == "Value":
         return {"type": "Value", "value": threshold}
     return {"type": "AverageValue", "averageValue": threshold}
@@ -156,9 +156,14 @@ def hpa_body(so: Obj) -> Obj:
 def _check(so: Obj) -> str:
     """Why KEDA refuses the ScaledObject ("" when it is fine)."""
     for trigger in (so.get("spec") or {}).get("triggers") or []:
-        if trigger.get("type") != "prometheus":
-            return f"trigger type {trigger.get('type')!r} is not simulated (only prometheus)"
         meta = trigger.get("metadata") or {}
+        if trigger.get("type") == keda_cloudwatch.TYPE:
+            problem = keda_cloudwatch.check(meta)
+            if problem:
+                return problem
+            continue
+        if trigger.get("type") != "prometheus":
+            return f"trigger type {trigger.get('type')!r} is not simulated (only prometheus and aws-cloudwatch)"
         if "query" not in meta or "threshold" not in meta:
             return "error parsing prometheus metadata: no query or threshold given"
         try:
@@ -323,7 +328,7 @@ class _Poller:
         if not known:
             _write(cluster, so, "", None)  # nothing answered: keep the replicas
             return
-        active = any(v > float((t.get("metadata") or {}).get("activationThreshold", 0)) for v, t in known)
+        active = any(v > _activation(t) for v, t in known)
         wanted = max(_wanted(v, t, current) for v, t in known)
         desired = 0 if low == 0 and not active else max(max(low, 1), min(wanted, high))
         if desired != current:
@@ -333,7 +338,10 @@ class _Poller:
         _write(cluster, so, "", active)
 
     def evaluate(self, cluster: Cluster, so: Obj, index: int, trigger: dict[str, Any], owner: Obj) -> float | None:
-        """The trigger's query over the target's pods' /metrics (None: no pod answered)."""
+        """The trigger's query over the target's pods' /metrics, or its CloudWatch metric (None: no pod answered,
+        CloudWatch did not)."""
+        if trigger.get("type") == keda_cloudwatch.TYPE:
+            return keda_cloudwatch.value(cluster, trigger.get("metadata") or {})
         query = parse_query(str(trigger["metadata"]["query"]))
         selector = parse_label_selector(label_selector_from_match((owner.get("spec") or {}).get("selector")))
         per_pod: list[float] = []
@@ -400,10 +408,21 @@ class _Poller:
                      MANAGER)
 
 
+def _threshold(trigger: dict[str, Any]) -> float:
+    meta = trigger.get("metadata") or {}
+    return float(meta.get("targetMetricValue" if trigger.get("type") == keda_cloudwatch.TYPE else "threshold", 1))
+
+
+def _activation(trigger: dict[str, Any]) -> float:
+    meta = trigger.get("metadata") or {}
+    return float(meta.get("activationTargetMetricValue" if trigger.get("type") == keda_cloudwatch.TYPE
+                          else "activationThreshold") or 0)
+
+
 def _wanted(value: float, trigger: dict[str, Any], current: int) -> int:
     """The HPA's replicas for one trigger: ``AverageValue`` (the default) ``ceil(value / threshold)``; ``Value``
     ``ceil(current * value / threshold)`` (at least one current replica counted)."""
-    ratio = value / float(trigger["metadata"]["threshold"])
+    ratio = value / _threshold(trigger)
     return math.ceil(ratio * max(current, 1) if trigger.get("metricType") == "Value" else ratio)
 
 
