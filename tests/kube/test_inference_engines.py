@@ -70,7 +70,7 @@ def _metric(text: str, name: str) -> float:
 def test_a_vllm_deployment_is_ready_once_loaded_and_answers_through_the_service_proxy(served: Served) -> None:
     _deploy(served, "llm", _container("vllm", args=[
         "--model", "Qwen/Qwen2.5-0.5B-Instruct", "--served-model-name", "qwen", "-tp", "2", "--port=8000"],
-        gpus=2, env=[{"name": "SANDBOX_LOAD_SECONDS", "value": "1600"}]))
+        gpus=2, env=[{"name": "SANDBOX_LOAD_SECONDS", "value": "4800"}]))  # 12 s of real time to see it loading
     pod = wait_until(lambda: next((p for p in _pods(served, "llm") if p.status.phase == "Running"), None),
                      timeout=60, message="the vLLM pod running")
     assert not _ready(pod)  # still loading: the readiness probe finds nothing listening
