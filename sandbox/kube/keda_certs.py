@@ -6,11 +6,13 @@ service, the metrics API server, the admission webhooks), keeps them in the Secr
 namespace (``ca.crt``, ``ca.key``, ``tls.crt``, ``tls.key``; every KEDA component mounts it at ``/certs``) and
 writes the CA into the ``caBundle`` of its APIService ``v1beta1.external.metrics.k8s.io``, so kube-aggregator
 can verify the metrics API server (keda.sh/docs/2.17/operate/security; :mod:`.aggregator` checks it). It does
-that with its ServiceAccount's rights: where RBAC does not grant them (``get``/``create``/``update`` on that
-Secret in its namespace, ``get``/``patch`` on APIServices), it logs ``unable to set up cert rotation`` with the
-API's refusal and exits 1, as the operator does. Without the flag it only runs (the certificates are then the
-user's). The rotation is level-based: a missing Secret or key is made again, a drifted ``caBundle`` is written
-again, each check ``RESYNC`` seconds of the cluster's clock apart. Not simulated: expiry and renewal, the
+that with its ServiceAccount's rights: where RBAC does not grant the rotator's (``list``/``watch``/``create``
+Secrets and ``get``/``update`` its own in its namespace, ``list``/``watch`` APIServices and ``get``/``update`` its
+own), it logs ``unable to set up cert rotation`` with the API's refusal and exits 1, as the operator does; without
+the leader-election Lease rights (``get``/``create``/``update`` in its namespace) it logs the refusal and waits,
+doing nothing. Without the flag it only runs (the certificates are then the user's). The rotation is
+level-based: a missing Secret or key is made again, a drifted ``caBundle`` is written again, each check
+``RESYNC`` seconds of the cluster's clock apart. Not simulated: expiry and renewal, the
 admission webhooks' ``caBundle``, the scaling itself (:mod:`.keda`).
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import json
 from typing import Any
 
 from cryptography import x509
@@ -46,9 +49,10 @@ def _operator(pod: Obj, container: dict[str, Any]) -> bool:
     return str(container.get("image", "")).rsplit(":", 1)[0].endswith("/kedacore/keda")
 
 
-def _rotation(argv: list[str]) -> bool:
-    values = [a.partition("=")[2] or "true" for a in argv if a.partition("=")[0] == "--enable-cert-rotation"]
-    return bool(values) and values[-1].lower() == "true"  # a boolean flag: the last one wins
+def _flag(argv: list[str], name: str) -> bool:
+    """A boolean flag of the operator (``--x``, ``--x=true``; the last one wins; off by default)."""
+    values = [a.partition("=")[2] or "true" for a in argv if a.partition("=")[0] == name]
+    return bool(values) and values[-1].lower() == "true"
 
 
 def dns_names(namespace: str, services: tuple[str, ...] = SERVICES) -> list[str]:
@@ -86,16 +90,15 @@ def make_certs(names: list[str], ca_common_name: str = CA_NAME,
             "tls.crt": cert.public_bytes(serialization.Encoding.PEM), "tls.key": private(key)}
 
 
-def granted(proc: Process, namespace: str, group: str, resource: str, verbs: set[str]) -> bool:
-    """Whether the pod's ServiceAccount holds ``verbs`` on ``group``/``resource`` in ``namespace`` ("" for a
-    cluster-scoped resource): through RoleBindings there, or ClusterRoleBindings (rules naming resourceNames
-    count, the Secret being one name)."""
+def granted(proc: Process, namespace: str, group: str, resource: str, verb: str, name: str = "") -> bool:
+    """Whether the pod's ServiceAccount may ``verb`` ``group``/``resource`` (the object ``name``, where one is
+    named) in ``namespace`` ("" for a cluster-scoped resource): through RoleBindings there or ClusterRoleBindings.
+    A rule with ``resourceNames`` grants only on those names, and never ``create``, ``list`` or ``watch``."""
     account = str((proc.pod_obj.get("spec") or {}).get("serviceAccountName") or "default")
     store = proc.cluster.store
     bindings = [b for _, b in store.items((RBAC, "clusterrolebindings"))]
     if namespace:
         bindings += [b for _, b in store.items((RBAC, "rolebindings"), namespace)]
-    held: set[str] = set()
     for binding in bindings:
         bound_in = binding["metadata"].get("namespace", "")
         if not any(s.get("kind") == "ServiceAccount" and s.get("name") == account
@@ -105,26 +108,37 @@ def granted(proc: Process, namespace: str, group: str, resource: str, verbs: set
         role = store.get((RBAC, "roles"), (bound_in, str(ref.get("name")))) if ref.get("kind") == "Role" \
             else store.get((RBAC, "clusterroles"), ("", str(ref.get("name"))))
         for rule in (role or {}).get("rules") or []:
-            if {group, "*"} & set(rule.get("apiGroups") or []) and {resource, "*"} & set(rule.get("resources") or []):
-                held |= set(rule.get("verbs") or [])
-    return "*" in held or verbs <= held
+            names = rule.get("resourceNames") or []
+            if {group, "*"} & set(rule.get("apiGroups") or []) and {resource, "*"} & set(rule.get("resources") or []) \
+                    and {verb, "*"} & set(rule.get("verbs") or []) \
+                    and (not names or (name in names and verb not in ("create", "list", "watch"))):
+                return True
+    return False
 
 
-def _forbidden(proc: Process, verb: str, resource: str, group: str, namespace: str) -> str:
+def _forbidden(proc: Process, verb: str, resource: str, group: str, namespace: str, name: str) -> str:
+    what = f"{resource}.{group}" if group else resource
     where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
-    return (f'{resource} is forbidden: User "system:serviceaccount:{proc.namespace}:'
-            f'{(proc.pod_obj.get("spec") or {}).get("serviceAccountName") or "default"}" cannot {verb} resource '
-            f'"{resource}" in API group "{group}"{where}')
+    return (f'{what}{f" {json.dumps(name)}" if name else ""} is forbidden: User "system:serviceaccount:'
+            f'{proc.namespace}:{(proc.pod_obj.get("spec") or {}).get("serviceAccountName") or "default"}" cannot '
+            f'{verb} resource "{resource}" in API group "{group}"{where}')
 
 
-def _missing_right(proc: Process) -> str:
-    for verb in ("get", "create", "update"):
-        if not granted(proc, proc.namespace, "", "secrets", {verb}):
-            return _forbidden(proc, verb, "secrets", "", proc.namespace)
-    for verb in ("get", "patch"):
-        if not granted(proc, "", "apiregistration.k8s.io", "apiservices", {verb}):
-            return _forbidden(proc, verb, "apiservices", "apiregistration.k8s.io", "")
+def _missing(proc: Process, needs: tuple[tuple[str, str, str, str], ...]) -> str:
+    """The API's refusal of the first (group, resource, verb, name) in ``needs`` RBAC does not grant ("": none)."""
+    for group, resource, verb, name in needs:
+        namespace = "" if resource == "apiservices" else proc.namespace
+        if not granted(proc, namespace, group, resource, verb, name):
+            return _forbidden(proc, verb, resource, group, namespace, name)
     return ""
+
+
+LEADER_ELECTION = tuple(("coordination.k8s.io", "leases", v, "operator.keda.sh") for v in ("get", "create", "update"))
+# the rotator's informer lists and watches Secrets, reads and writes its own; it reads and updates the APIService
+CERT_ROTATION = (*(("", "secrets", v, "") for v in ("list", "watch", "create")),
+                 *(("", "secrets", v, SECRET) for v in ("get", "update")),
+                 *(("apiregistration.k8s.io", "apiservices", v, API_SERVICE) for v in ("get", "update")),
+                 *(("apiregistration.k8s.io", "apiservices", v, "") for v in ("list", "watch")))
 
 
 def rotate(proc: Process) -> None:
@@ -154,13 +168,17 @@ def rotate(proc: Process) -> None:
 def operate(proc: Process) -> int:
     proc.log("INFO\tsetup\tStarting manager (KEDA operator simulated by the InstantStart sandbox on pod "
              f"{proc.pod})")
-    if not _rotation(proc.argv):
+    rotation = _flag(proc.argv, "--enable-cert-rotation")
+    why = _missing(proc, CERT_ROTATION) if rotation else ""
+    if why:
+        proc.log(f"ERROR\tsetup\tunable to set up cert rotation\t{json.dumps({'error': why})}")
+        return 1
+    held = _missing(proc, LEADER_ELECTION) if _flag(proc.argv, "--leader-elect") else ""
+    if held or not rotation:  # without the lease nothing runs, as without leader election rights
+        if held:
+            proc.log(f"E leaderelection.go] error retrieving resource lock {proc.namespace}/operator.keda.sh: {held}")
         proc.sleep(float("inf"))
         return 0
-    why = _missing_right(proc)
-    if why:
-        proc.log(f"ERROR\tsetup\tunable to set up cert rotation\t{{\"error\": \"{why}\"}}")
-        return 1
     while True:
         try:
             rotate(proc)

@@ -6,10 +6,12 @@ outside the sandbox's subset leaves it Ready=False; deleting it deletes its HPA.
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+import yaml
+from kubernetes import client, utils
 
 from sandbox.kube.components import install_component_crds
 from sandbox.kube.keda import Query, parse_query
@@ -205,3 +207,32 @@ def test_an_api_service_is_available_once_its_service_has_a_ready_pod_and_its_ca
     wait_until(lambda: _available_reason(served) == "FailedDiscoveryCheck", 60, "Available=False: another CA")
     assert _available_message(served).endswith("x509: certificate signed by unknown authority")
     assert proxy_call(served.api, "GET", discovery)[0] == 503
+
+
+def test_the_operator_makes_its_certificates_with_the_shipped_rbac_and_not_without_its_role(served: Served) -> None:
+    """The shipped KEDA manifest without the Role keda-operator-certs: the operator cannot create kedaorg-certs and
+    exits ('unable to set up cert rotation'), the APIService stays FailedDiscoveryCheck; with the Role it writes the
+    certificates and injects its CA, and the APIService is Available."""
+    docs = [d for d in yaml.safe_load_all(Path("services/components/manifests/keda.yaml").read_text()) if d]
+    certs_role = [d for d in docs if d["kind"] in ("Role", "RoleBinding") and d["metadata"]["name"] ==
+                  "keda-operator-certs"]
+    assert len(certs_role) == 2
+    utils.create_from_yaml(served.api, yaml_objects=[d for d in docs if d not in certs_role])
+    wait_until(lambda: _available_reason(served) == "FailedDiscoveryCheck", 60, "the metrics server's cert unverified")
+
+    def exited() -> str:
+        pods = served.core.list_namespaced_pod("keda", label_selector="app=keda-operator").items
+        status = pods[0].status.container_statuses if pods else None
+        ended = status and (status[0].last_state.terminated or status[0].state.terminated)
+        return served.core.read_namespaced_pod_log(pods[0].metadata.name, "keda", previous=bool(
+            status[0].last_state.terminated)) if ended and ended.exit_code == 1 else ""
+    log = wait_until(exited, 60, "the operator to exit without the Role")
+    assert 'unable to set up cert rotation' in log and 'cannot create resource \\"secrets\\"' in log, log
+    assert not served.core.list_namespaced_secret("keda", field_selector="metadata.name=kedaorg-certs").items
+
+    utils.create_from_yaml(served.api, yaml_objects=certs_role)
+    wait_until(lambda: _available_reason(served) == "Passed", 120, "Available once the operator made its certs")
+    secret = served.core.read_namespaced_secret("kedaorg-certs", "keda")
+    assert set(secret.data) == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
+    api = client.ApiregistrationV1Api(served.api).read_api_service("v1beta1.external.metrics.k8s.io")
+    assert api.spec.ca_bundle == secret.data["ca.crt"]
