@@ -13,6 +13,7 @@ nothing verifies. Requests under a group/version an APIService registers are ans
 unavailable`` while it is not Available (:func:`unavailable`); an Available one is not proxied (nothing serves
 the group). Consumers ask :func:`available` (the KEDA controller, before reading its external metrics).
 """
+
 from __future__ import annotations
 
 import base64
