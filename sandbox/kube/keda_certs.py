@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from .cluster import WriteOptions
+from .cluster import Cluster, WriteOptions
 from .errors import ApiError
 from .processes import Process, program
 from .store import Obj
@@ -90,19 +90,20 @@ def make_certs(names: list[str], ca_common_name: str = CA_NAME,
             "tls.crt": cert.public_bytes(serialization.Encoding.PEM), "tls.key": private(key)}
 
 
-def granted(proc: Process, namespace: str, group: str, resource: str, verb: str, name: str = "") -> bool:
-    """Whether the pod's ServiceAccount may ``verb`` ``group``/``resource`` (the object ``name``, where one is
-    named) in ``namespace`` ("" for a cluster-scoped resource): through RoleBindings there or ClusterRoleBindings.
-    A rule with ``resourceNames`` grants only on those names, and never ``create``, ``list`` or ``watch``."""
-    account = str((proc.pod_obj.get("spec") or {}).get("serviceAccountName") or "default")
-    store = proc.cluster.store
+def granted(cluster: Cluster, account: tuple[str, str], namespace: str, group: str, resource: str, verb: str,
+            name: str = "") -> bool:
+    """Whether the ServiceAccount ``account`` (namespace, name) may ``verb`` ``group``/``resource`` (the object
+    ``name``, where one is named) in ``namespace`` ("" for a cluster-scoped resource): through RoleBindings there or
+    ClusterRoleBindings. A rule with ``resourceNames`` grants only on those names, and never ``create``, ``list``
+    or ``watch``."""
+    store = cluster.store
     bindings = [b for _, b in store.items((RBAC, "clusterrolebindings"))]
     if namespace:
         bindings += [b for _, b in store.items((RBAC, "rolebindings"), namespace)]
     for binding in bindings:
         bound_in = binding["metadata"].get("namespace", "")
-        if not any(s.get("kind") == "ServiceAccount" and s.get("name") == account
-                   and (s.get("namespace") or bound_in) == proc.namespace for s in binding.get("subjects") or []):
+        if not any(s.get("kind") == "ServiceAccount" and (s.get("namespace") or bound_in, s.get("name")) == account
+                   for s in binding.get("subjects") or []):
             continue
         ref = binding.get("roleRef") or {}
         role = store.get((RBAC, "roles"), (bound_in, str(ref.get("name")))) if ref.get("kind") == "Role" \
@@ -126,9 +127,10 @@ def _forbidden(proc: Process, verb: str, resource: str, group: str, namespace: s
 
 def _missing(proc: Process, needs: tuple[tuple[str, str, str, str], ...]) -> str:
     """The API's refusal of the first (group, resource, verb, name) in ``needs`` RBAC does not grant ("": none)."""
+    account = (proc.namespace, str((proc.pod_obj.get("spec") or {}).get("serviceAccountName") or "default"))
     for group, resource, verb, name in needs:
         namespace = "" if resource == "apiservices" else proc.namespace
-        if not granted(proc, namespace, group, resource, verb, name):
+        if not granted(proc.cluster, account, namespace, group, resource, verb, name):
             return _forbidden(proc, verb, resource, group, namespace, name)
     return ""
 

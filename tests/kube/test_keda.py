@@ -15,7 +15,7 @@ from kubernetes import client, utils
 
 from sandbox.kube.components import install_component_crds
 from sandbox.kube.keda import Query, parse_query
-from sandbox.kube.keda_certs import dns_names, make_certs
+from sandbox.kube.keda_certs import dns_names, granted, make_certs
 from tests.kube.serving_support import Served, chat, proxy_call, served, serving
 from tests.support import wait_until
 
@@ -236,3 +236,15 @@ def test_the_operator_makes_its_certificates_with_the_shipped_rbac_and_not_witho
     assert set(secret.data) == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
     api = client.ApiregistrationV1Api(served.api).read_api_service("v1beta1.external.metrics.k8s.io")
     assert api.spec.ca_bundle == secret.data["ca.crt"]
+
+    # and no more on Secrets and Leases than that (KEDA's chart): read and write its own Secret, never patch or
+    # delete one, read no other; its Lease only in its own namespace
+    operator = ("keda", "keda-operator")
+
+    def may(namespace: str, resource: str, verb: str, name: str = "") -> bool:
+        group = "coordination.k8s.io" if resource == "leases" else ""
+        return granted(served.cluster, operator, namespace, group, resource, verb, name)
+    assert all(may("keda", "secrets", v, "kedaorg-certs") for v in ("get", "create", "update"))
+    assert not any(may("keda", "secrets", v, "kedaorg-certs") for v in ("patch", "delete"))
+    assert not may("keda", "secrets", "get", "other") and not may("default", "secrets", "get", "other")
+    assert may("keda", "leases", "update", "operator.keda.sh") and not may("default", "leases", "create")
