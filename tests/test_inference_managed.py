@@ -536,7 +536,6 @@ def test_an_agent_scales_a_managed_endpoint_on_a_metric_following_the_playbook(k
             with anyio.fail_after(120):  # no traffic: it reads back at its min
                 cool = await call(client, "inference_endpoints_get", one, used)
                 while cool["scaled_to"] != 1:
-                    await anyio.sleep(0.2)  # between two looks; what ends the wait is what it reads
                     cool = await call(client, "inference_endpoints_get", one, used)
             retarget = await call(client, "inference_endpoints_update", {**one, "autoscaling": {"prometheus": [
                 {"name": "request-rate", "query": RATE_QUERY.format(ns=NS, name="agent-scaler"),

@@ -209,8 +209,9 @@ class EndpointUpdate(RequestModel):
     """Change a managed endpoint: the operator rolls its Deployment (a new image or args), or rescales it."""
 
     replicas: int | None = Field(None, ge=0, le=100, description="a new replica count (without autoscaling)")
-    autoscaling: Autoscaling | None = Field(None, description="the whole new autoscaling: bounds and triggers "
-                                            "(what it leaves out goes; the operator's KEDA follows)")
+    autoscaling: Autoscaling | None = Field(None, description="autoscaling changes: only the fields given change "
+                                            "(new bounds keep the triggers; prometheus: [] removes them); the "
+                                            "operator's KEDA follows")
     image: str | None = Field(None, min_length=3, max_length=512, pattern=r"^[a-z0-9][a-zA-Z0-9./_:@-]+$",
                               description="a new server image (InferenceEndpointConfig only)")
     args: list[str] | None = Field(None, max_length=64, description="new server arguments (InferenceEndpointConfig "
