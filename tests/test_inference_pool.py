@@ -4,10 +4,12 @@ business=unassigned and leaves business out of its selector; bad requests are re
 Kubernetes write; a pool of three deploys, a service claims one pod and answers from it, then is reassigned to the
 two others and answers only from them, while every pod keeps its uid, restart count and owner (the ReplicaSet made
 no replacement); a scale below the pods services hold is refused with zero writes, a scale to what they hold
-removes the unassigned pod; the Inference pane's model-pool board shows a row per pod and releases, tests and
-assigns the selected pod; a router, KEDA autoscaling or a managed endpoint of its name is refused naming the pool,
-with no write; an agent reads and tests the pool through a real MCP client; the pool's delete takes
-its services' Services."""
+removes the unassigned pod; a pod changed between the assign's read and its relabel (409 on the stale
+resourceVersion) is judged again, and an assign that loses a pod to a rival fails naming it and gives back what it
+had claimed; a scale-in is refused while a held pod is not Ready; the Inference pane's model-pool board shows a
+row per pod and releases, tests and assigns the selected pod; a router, KEDA autoscaling or a managed endpoint of
+its name is refused naming the pool, with no write; an agent reads and tests the pool through a real MCP client;
+the pool's delete takes its services' Services."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from kubernetes import client as k8s
 from panels.inference import InferencePane
 from panels.inference_pool import PoolBoard
 from services.auth import Principal, Role
+from services.inference.pool_models import PoolAssign, PoolRelease
 from tests.jobs_support import CLUSTER, JobWorld, job_world
 from tests.ledger import CallLedger
 from tests.mcp_support import bridge, call
@@ -159,6 +162,88 @@ def test_the_board_shows_pod_rows_and_releases_tests_and_assigns_the_selection(w
         asyncio.run(board._assign(None))
         assert board.state.message.startswith(f"assign warm: {pod}"), board.state.message
         settle("assign")
+
+
+def _patches(ledger: CallLedger, since: int, pod: str) -> list[int]:
+    return [e["status"] for e in ledger.writes(since=since, service="kubernetes")
+            if e.get("resource") == "pods" and e.get("name") == pod and e.get("verb") == "patch"]
+
+
+def test_a_pod_changed_between_read_and_relabel_is_judged_again_and_a_lost_one_leaves_no_partial_claim(
+        world: JobWorld, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rival writer changes a pod after the assign read it and before its patch: the API server refuses the
+    stale resourceVersion (409). A harmless change is read again and the pod claimed; a rival claim of the pod
+    fails the assign naming it, and the pod it had already relabelled goes back to the pool (all or nothing)."""
+    assert finished(world, world.live.post(f"{BASE}/warm/scale", {"replicas": 3}))["status"] == "succeeded"
+    chat = sorted(n for n, p in pods(world).items() if p.metadata.labels["business"] == "chat")
+    assert finished(world, world.live.post(f"{BASE}/warm/release", {"service": "chat", "pods": chat[1:]}))[
+        "status"] == "succeeded"  # chat keeps one pod: two are free
+    wait_until(lambda: (d := world.live.get(f"{BASE}/warm").json())["unassigned"] == 2 and all(
+        p["ready"] for p in d["pods"]), 120, "two new unassigned pods Ready")
+    free = sorted(n for n, p in pods(world).items() if p.metadata.labels["business"] == "unassigned")
+    first, second = free
+    operator = Principal("race-operator", Role.OPERATOR, "t-op", "api")
+    ledger = CallLedger(world.live)
+    with world.server.imported(tmp_path / "product", CLUSTER, operator) as services:
+        rest = services.kube.api_client(CLUSTER).rest_client
+        real, rival = rest.request, {}
+
+        def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            if method == "PATCH" and url.endswith(f"/pods/{second}") and rival:  # after the stage's read
+                world.core.patch_namespaced_pod(second, NS, {"metadata": rival.pop("patch")})
+            return real(method, url, *args, **kwargs)
+        monkeypatch.setattr(rest, "request", request)
+
+        def assign() -> tuple[Any, int]:
+            mark = ledger.mark()
+            op, _ = services.pools.assign(operator, CLUSTER, "warm", PoolAssign(service="code", pods=[first, second]))
+            return wait_until(lambda: (v := services.engine.run_until_idle(op.id)).status.terminal and v, 60,
+                              "the assign to end"), mark
+
+        rival["patch"] = {"annotations": {"example.com/audited": "yes"}}
+        done, mark = assign()
+        assert done.status == "succeeded", done
+        assert _patches(ledger, mark, second) == [200, 409, 200]  # the rival's, the stale one, the retry on fresh
+        assert {n: p.metadata.labels["business"] for n, p in pods(world).items() if n in free} == \
+            {first: "code", second: "code"}
+        released, _ = services.pools.release(operator, CLUSTER, "warm", PoolRelease(service="code"))
+        assert services.engine.run_until_idle(released.id).status == "succeeded"
+
+        rival["patch"] = {"labels": {"business": "other"}}  # another writer claims the pod first
+        lost, mark = assign()
+        assert lost.status == "failed" and lost.error is not None, lost
+        assert f"{second} is held by the service other now" in lost.error["message"], lost.error
+        assert f"{first} went back to the pool" in lost.error["message"], lost.error
+        assert _patches(ledger, mark, second) == [200, 409]
+        assert _patches(ledger, mark, first) == [200, 200]  # claimed, then given back
+        now = {n: p.metadata.labels["business"] for n, p in pods(world).items() if n in free}
+        assert now == {first: "unassigned", second: "other"}, now
+        assert "code" not in {s.metadata.name for s in world.core.list_namespaced_service(NS).items}
+        world.core.patch_namespaced_pod(second, NS, {"metadata": {"labels": {"business": "unassigned"}}})
+
+
+def test_a_scale_in_is_refused_while_a_held_pod_is_not_ready(world: JobWorld) -> None:
+    """The ReplicaSet removes pods that are not Ready first, whatever their deletion cost: while a pod a service
+    holds is not Ready, a scale-in is refused (409 naming it) before any write."""
+    held = sorted(n for n, p in pods(world).items() if p.metadata.labels["business"] == "chat")
+    assert len(pods(world)) == 3 and len(held) == 1
+    sick = held[0]
+    world.core.patch_namespaced_pod_status(sick, NS, {"status": {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "ReadinessProbeFailed"}]}})
+    wait_until(lambda: not next(p for p in world.live.get(f"{BASE}/warm").json()["pods"] if p["name"] == sick)[
+        "ready"], 60, "the held pod not Ready in the product's view")
+    scales = len(world.live.get("/api/v1/operations?kind=inference.pool.scale").json())
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    refused = world.live.post(f"{BASE}/warm/scale", {"replicas": 2})
+    assert refused.status_code == 409 and sick in refused.text and "not Ready" in refused.text, refused.text
+    assert refused.json()["error"]["details"]["not_ready"] == [sick]
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    assert len(world.live.get("/api/v1/operations?kind=inference.pool.scale").json()) == scales
+    world.core.patch_namespaced_pod_status(sick, NS, {"status": {"conditions": [
+        {"type": "Ready", "status": "True"}]}})
+    wait_until(lambda: all(p["ready"] for p in world.live.get(f"{BASE}/warm").json()["pods"]), 60,
+               "the pod Ready again")
 
 
 def test_a_router_autoscaling_or_an_endpoint_on_the_pool_is_refused_naming_the_pool(world: JobWorld) -> None:
