@@ -78,12 +78,16 @@ ROUTES: list[Route] = [
     Route("GET", BASE, "inference_routers_list", "A cluster's SGLang routers", role_of(Routers.list_routers), _list,
           response=RouterList, path_params=CLUSTER, tag=TAG, open_world=True,
           description="Every router InstantStart made in the cluster: its deployment, policy and knobs, phase, "
-                      "workers (pods, ready) and Service, from watch caches (request counts: inference_routers_get)."),
+                      "workers (pods, ready) and Service, from watch caches (request counts: inference_routers_get). "
+                      "A router whose Deployment is gone but whose Service is left is listed with phase 'Orphaned' "
+                      "and left ['Service']: inference_routers_delete removes what it left."),
     Route("GET", BASE + "/{name}", "inference_routers_get", "One SGLang router, with its request counts",
           role_of(Routers.describe_router), _get, response=RouterView, path_params=ONE, tag=TAG, open_world=True,
           description="One router: policy and knobs, workers with the requests the router sent each "
                       "(sgl_router_processed_requests_total), all requests, cache hits and misses, read from its "
-                      "Prometheus metrics (metrics_error says why when they cannot be read)."),
+                      "Prometheus metrics (metrics_error says why when they cannot be read). A router whose "
+                      "Deployment is gone is phase 'Orphaned', left naming every object of it still there (read "
+                      "live): inference_routers_delete removes them."),
     Route("PATCH", BASE + "/{name}", "inference_routers_update", "Change a router's policy knobs",
           role_of(Routers.update_router), _update, body=RouterUpdate, response=Accepted, path_params=ONE,
           read_only=False, idempotent=False, status=202, tag=TAG, open_world=True,

@@ -43,7 +43,13 @@ from services.inference.router_models import (
     RouterView,
     WorkerView,
 )
-from services.inference.router_stages import RouterApplyStage, RouterDeleteStage, RouterRolloutStage, apply_objects
+from services.inference.router_stages import (
+    RouterApplyStage,
+    RouterDeleteStage,
+    RouterRolloutStage,
+    apply_objects,
+    leftovers,
+)
 from services.inference.stages import InferenceDeps
 from services.informers import Informers
 from services.kube import KubeClients
@@ -295,18 +301,27 @@ class Routers:
 
     @verb(Role.VIEWER)
     def list_routers(self, principal: Principal, cluster: str) -> RouterList:
-        """Every router of the cluster, from the watch caches (no metrics: describe_router reads them)."""
+        """Every router of the cluster, from the watch caches (no metrics: describe_router reads them); a router
+        whose Deployment is gone and whose Service is left is listed ``Orphaned``."""
         self.registry.get(cluster)
         pods, services = self._items(cluster, "pods"), self._items(cluster, "services")
         views = [self._view(cluster, d, pods, services) for d in self._items(cluster, "deployments")
                  if _is_router(d, str(_meta(d).get("name")))]
+        seen = {(v.namespace, v.name) for v in views}
+        views += [_orphan(cluster, str(_meta(s).get("namespace")), str(_meta(s).get("name")), ["Service"])
+                  for s in services if _is_router(s, str(_meta(s).get("name")))
+                  and (str(_meta(s).get("namespace")), str(_meta(s).get("name"))) not in seen]
         return RouterList(cluster=cluster, routers=sorted(views, key=lambda v: (v.namespace, v.name)))
 
     @verb(Role.VIEWER)
     def describe_router(self, principal: Principal, cluster: str, name: str) -> RouterView:
         """One router: policy and knobs, its workers (Ready or not), and the request counts from its Prometheus
-        metrics."""
-        dep = self._find(cluster, name)
+        metrics. A router whose Deployment is gone is shown ``Orphaned`` with the objects it left (read live)."""
+        try:
+            dep = self._find(cluster, name)
+        except NotFound:
+            namespace, _ = self._find_remains(cluster, name)
+            return _orphan(cluster, namespace, name, leftovers(self.deps, cluster, namespace, name))
         view = self._view(cluster, dep, self._items(cluster, "pods"), self._items(cluster, "services"))
         core = k8s.CoreV1Api(self.kube.api_client(cluster))
         pods = [core.api_client.sanitize_for_serialization(p) for p in core.list_namespaced_pod(
@@ -403,6 +418,12 @@ class Routers:
         self.audit.record(principal, "inference.router.test", inference_target(cluster, name),
                           {"api": request.api, "max_tokens": request.max_tokens}, f"status {result.status}")
         return result
+
+
+def _orphan(cluster: str, namespace: str, name: str, left: list[str]) -> RouterView:
+    return RouterView(name=name, namespace=namespace, cluster=cluster, deployment="", phase="Orphaned", left=left,
+                      message=f"its Deployment is gone; left: {', '.join(left) or 'nothing'}: "
+                      "inference_routers_delete removes them")
 
 
 def _knobs(request: RouterRequest) -> RouterKnobs:

@@ -125,8 +125,12 @@ class RouterView(ResponseModel):
     deployment: str
     knobs: RouterKnobs | None = None
     selector: str = ""
-    phase: Literal["Available", "Progressing", "Failed"] = "Progressing"
+    phase: Literal["Available", "Progressing", "Failed", "Orphaned"] = Field(
+        "Progressing", description="'Orphaned': the router's Deployment is gone and other objects of it are left "
+        "(listed in left): inference_routers_delete removes them")
     message: str = ""
+    left: list[str] = Field(default_factory=list, description="Orphaned: the kinds of the router's objects still "
+                            "there (the list sees its Service in the cache; inference_routers_get reads all live)")
     workers: list[WorkerView] = Field(default_factory=list)
     requests_total: int | None = Field(None, description="inference requests the router received (sgl_router_"
                                        "requests_total of the completions and generate routes; not its probes), "
