@@ -8,7 +8,8 @@ removes the unassigned pod; a pod changed between the assign's read and its rela
 resourceVersion) is judged again, and an assign that loses a pod to a rival fails naming it and gives back what it
 had claimed; a scale-in is refused while a held pod is not Ready; the Inference pane's model-pool board shows a
 row per pod and releases, tests and assigns the selected pod; a router, KEDA autoscaling or a managed endpoint of
-its name is refused naming the pool, with no write; an agent reads and tests the pool through a real MCP client;
+its name is refused naming the pool, with no write; a router for one pool service routes to the pods it holds and
+gains a worker when the service is assigned another pod; an agent reads and tests the pool through a real MCP client;
 the pool's delete takes its services' Services."""
 
 from __future__ import annotations
@@ -246,9 +247,48 @@ def test_a_scale_in_is_refused_while_a_held_pod_is_not_ready(world: JobWorld) ->
                "the pod Ready again")
 
 
+def test_a_router_for_a_pool_service_routes_to_the_pods_it_holds_and_follows_reassignment(world: JobWorld) -> None:
+    """The router discovers the pool's pods the service holds (pool selector + business=<service>): requests
+    sharing a prefix land on the service's pod, and assigning it another pod gives the router a second worker.
+    An unknown pool or service is refused (404) before any write."""
+    routers = f"/api/v1/clusters/{CLUSTER}/inference/routers"
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    for body, said in (({"deployment": "nope", "pool_service": "chat"}, "inference_pool_list"),
+                       ({"deployment": "warm", "pool_service": "nope"}, "inference_pool_assign")):
+        refused = world.live.post(routers, {"name": "chat-router", **body})
+        assert refused.status_code == 404 and said in refused.text, refused.text
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    assert world.live.get("/api/v1/operations?kind=inference.router.create").json() == []
+    shown = world.live.post(f"{routers}/preview", {"name": "chat-router", "deployment": "warm",
+                                                   "pool_service": "chat"})
+    assert shown.status_code == 200 and shown.json()["selector"] == "instantstart.io/inference=warm,business=chat"
+    assert finished(world, world.live.post(routers, {"name": "chat-router", "deployment": "warm",
+                                                     "pool_service": "chat"}))["status"] == "succeeded"
+    held = {n for n, p in pods(world).items() if p.metadata.labels["business"] == "chat"}
+    prefix = "You are a careful assistant for the InstantStart docs. Question: "
+    served = set()
+    for question in ("what is a pool?", "what is a service?", "what is a pod?"):
+        answer = world.live.post(f"{routers}/chat-router/test", {"prompt": prefix + question, "max_tokens": 4})
+        assert answer.status_code == 200 and answer.json()["status"] == 200, answer.text
+        served.add(answer.json()["headers"]["x-sandbox-pod"])
+    assert len(held) == 1 and served == held, served
+    extra = sorted(n for n, p in pods(world).items() if p.metadata.labels["business"] == "unassigned")[0]
+    assert finished(world, world.live.post(f"{BASE}/warm/assign", {"service": "chat", "pods": [extra]}))[
+        "status"] == "succeeded"
+    wait_until(lambda: world.live.get(f"{routers}/chat-router").json()["active_workers"] == 2, 60,
+               "the router to discover the service's second pod")
+    described = world.live.get(f"{routers}/chat-router").json()
+    assert {w["pod"] for w in described["workers"]} == held | {extra}, described
+    assert described["pool_service"] == "chat", described
+    gone = httpx2.delete(world.live.url + f"{routers}/chat-router", headers=world.live.headers(), timeout=30)
+    assert finished(world, gone)["status"] == "succeeded"
+
+
 def test_a_router_autoscaling_or_an_endpoint_on_the_pool_is_refused_naming_the_pool(world: JobWorld) -> None:
-    """A pool's services are what clients call: a router over the whole pool, KEDA (which would fight the pool's
-    scale-in guard) and a managed endpoint of the pool's name are refused (409 naming the pool), with no write."""
+    """A pool's services are what clients call: a router over the whole pool (no pool_service), KEDA (which would
+    fight the pool's scale-in guard) and a managed endpoint of the pool's name are refused (409 naming the pool),
+    with no write."""
     world.install("inference-operator")  # the managed path's CRDs, so its name check is reached
     wait_until(lambda: world.live.get(f"/api/v1/clusters/{CLUSTER}/inference/endpoints").json()["operator"], 60,
                "the operator's CRDs in the cache")
@@ -258,7 +298,7 @@ def test_a_router_autoscaling_or_an_endpoint_on_the_pool_is_refused_naming_the_p
     for path in (f"{routers}/preview", routers):
         refused = world.live.post(path, {"name": "front", "deployment": "warm"})
         assert refused.status_code == 409 and "warm is a model pool" in refused.text, refused.text
-        assert "per pool service is not supported" in refused.text, refused.text
+        assert "give pool_service" in refused.text, refused.text
     scaled = httpx2.put(world.live.url + f"/api/v1/clusters/{CLUSTER}/inference/deployments/warm/scaling",
                         json={"max_replicas": 3, "request_rate": 1.0}, headers=world.live.headers(), timeout=60)
     assert scaled.status_code == 409 and "model pool" in scaled.text and "inference_pool_scale" in scaled.text, \
@@ -270,8 +310,9 @@ def test_a_router_autoscaling_or_an_endpoint_on_the_pool_is_refused_naming_the_p
     assert named.status_code == 409 and "already has a model pool 'warm'" in named.text, named.text
     assert "inference_pool_delete" in named.text, named.text
     ledger.assert_no_writes(since=mark, service="kubernetes")
-    for kind in ("inference.router.create", "inference.scaling.set", "managed.deploy"):
-        assert world.live.get(f"/api/v1/operations?kind={kind}").json() == [], kind
+    for kind in ("inference.router.create", "inference.scaling.set", "managed.deploy"):  # the router of chat aside
+        made = world.live.get(f"/api/v1/operations?kind={kind}").json()
+        assert [o for o in made if o["target"] != f"cluster/{CLUSTER}/inference/chat-router"] == [], kind
 
 
 def test_an_agent_reads_and_tests_the_pool_and_its_delete_takes_the_services(world: JobWorld) -> None:

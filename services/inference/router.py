@@ -6,11 +6,13 @@ exists and is InstantStart's (404), the router's name is free in its namespace o
 inference deployment or other router has it (409) — and the API server dry-runs every object, before any
 operation row; then an operation on ``cluster/<c>/inference/<name>`` applies them: the target a deployment, a
 pool and a managed endpoint of that name use too, so a create of another path's name in flight is refused (409
-naming it). ``delete_router`` finds a router by any object with its labels (a Deployment deleted out of band
-leaves the rest to delete). Reads answer from the watch caches; ``describe_router`` also reads the router's
-Prometheus metrics (``sgl_router_*``) through the Kubernetes API's pod proxy (bounded and kept a few seconds:
-:mod:`services.inference.router_metrics`), and ``test_router`` sends one OpenAI-compatible request through the
-router's Service, so the answer names the worker pod that served it.
+naming it). The workers are a deployment's pods, or a model pool's pods one pool service holds (``pool_service``:
+an unknown pool 404, a pool without it 409, a service the pool has not 404). ``delete_router`` finds a router
+by any object with its labels (a Deployment deleted out of band leaves the rest to delete). Reads answer from
+the watch caches; ``describe_router`` also reads the router's Prometheus metrics (``sgl_router_*``) through the
+Kubernetes API's pod proxy (bounded and kept a few seconds: :mod:`services.inference.router_metrics`), and
+``test_router`` sends one OpenAI-compatible request through the router's Service, so the answer names the worker
+pod that served it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from services.inference import DELETE_KIND as DEPLOYMENT_DELETE_KIND
 from services.inference import checks, inference_target, manifest, names, service_view, testcall
 from services.inference import router_manifest as rm
 from services.inference.models import EndpointTest, EndpointTestResult
+from services.inference.pool_stages import BUSINESS
+from services.inference.pool_stages import pool_service as pool_service_of
 from services.inference.router_metrics import RouterMetricsReader
 from services.inference.router_models import (
     RouterKnobs,
@@ -132,16 +136,29 @@ class Routers:
     def _items(self, cluster: str, resource: str) -> list[dict[str, Any]]:
         return names.cached(self.informers, cluster, resource)
 
-    def _worker_deployment(self, cluster: str, name: str) -> dict[str, Any]:
-        if checks.pool_named(self._items(cluster, "deployments"), name) is not None:
-            raise Conflict(f"{name} is a model pool, not a self-managed deployment: clients call a pool's services "
-                           "(inference_pool_assign), and a router over the whole pool would also send requests to "
-                           "its unassigned pods and to every other service's; a router per pool service is not "
-                           "supported: put the router in front of a deployment made with inference_deploy",
-                           details={"field": "deployment", "pool": name})
+    def _worker_deployment(self, cluster: str, name: str, pool_service: str | None = None) -> dict[str, Any]:
+        pool = checks.pool_named(self._items(cluster, "deployments"), name)
+        if pool is not None and pool_service is None:
+            raise Conflict(f"{name} is a model pool: a router over the whole pool would also send requests to its "
+                           "unassigned pods and to every other service's; give pool_service, the pool's service "
+                           "whose pods the router routes to (inference_pool_get lists them)",
+                           details={"field": "pool_service", "pool": name})
+        if pool is not None:
+            namespace = _meta(pool).get("namespace")
+            if not any(_meta(s).get("namespace") == namespace and _meta(s).get("name") == pool_service
+                       and pool_service_of(s, name) for s in self._items(cluster, "services")):
+                raise NotFound(f"the pool {name} has no service {pool_service!r}; inference_pool_assign makes one",
+                               details={"field": "pool_service"})
+            return dict(pool)
         for dep in self._items(cluster, "deployments"):
             if _meta(dep).get("name") == name and checks.ours(dep, name):
+                if pool_service is not None:
+                    raise Invalid(f"pool_service is only for a model pool, and {name} is not one: leave it out",
+                                  details={"field": "pool_service"})
                 return dep
+        if pool_service is not None:
+            raise NotFound(f"no model pool {name!r} in cluster {cluster}; inference_pool_list lists them",
+                           details={"field": "deployment"})
         raise NotFound(f"no inference deployment {name!r} in cluster {cluster}; inference_list lists them",
                        details={"field": "deployment"})
 
@@ -216,9 +233,9 @@ class Routers:
         return int(port)
 
     def _plan(self, principal: Principal, cluster: str, name: str, deployment: str, knobs: RouterKnobs,
-              *, check_name: bool = True) -> RouterPlan:
+              *, pool_service: str | None = None, check_name: bool = True) -> RouterPlan:
         self.registry.get(cluster)
-        worker = self._worker_deployment(cluster, deployment)
+        worker = self._worker_deployment(cluster, deployment, pool_service)
         namespace = str(_meta(worker).get("namespace"))
         deleting = names.in_flight(self._engine, cluster, DEPLOYMENT_DELETE_KIND, name=deployment)
         if deleting is not None:
@@ -227,9 +244,9 @@ class Routers:
         if check_name:
             self._check_name(cluster, name, namespace)
         objects = rm.objects(name=name, namespace=namespace, deployment=deployment, knobs=knobs,
-                             worker_port=self._worker_port(cluster, worker))
-        return RouterPlan(cluster=cluster, name=name, namespace=namespace, deployment=deployment, knobs=knobs,
-                          manifests=objects, requested_by=principal.name)
+                             worker_port=self._worker_port(cluster, worker), pool_service=pool_service)
+        return RouterPlan(cluster=cluster, name=name, namespace=namespace, deployment=deployment,
+                          pool_service=pool_service, knobs=knobs, manifests=objects, requested_by=principal.name)
 
     def _dry_run(self, plan: RouterPlan) -> None:
         """The API server validates every object (schemas, admission) and stores nothing: a 422 names the field."""
@@ -240,11 +257,12 @@ class Routers:
     @verb(Role.OPERATOR)
     def preview_router(self, principal: Principal, cluster: str, request: RouterRequest) -> RouterPreview:
         """What a router create would make (every precheck, then the API server's dry run); nothing is made."""
-        plan = self._plan(principal, cluster, request.name, request.deployment, _knobs(request))
+        plan = self._plan(principal, cluster, request.name, request.deployment, _knobs(request),
+                          pool_service=request.pool_service)
         self._dry_run(plan)
         container = plan.manifests[3]["spec"]["template"]["spec"]["containers"][0]
         command = list(container["command"])
-        return RouterPreview(command=command, selector=rm.selector(request.deployment),
+        return RouterPreview(command=command, selector=rm.selector(request.deployment, request.pool_service),
                              worker_port=int(command[command.index("--service-discovery-port") + 1]),
                              manifests=plan.manifests)
 
@@ -258,7 +276,8 @@ class Routers:
         replay = self._engine.replayed(CREATE_KIND, principal, idempotency_key, same)
         if replay is not None:
             return replay, False
-        plan = self._plan(principal, cluster, request.name, request.deployment, _knobs(request))
+        plan = self._plan(principal, cluster, request.name, request.deployment, _knobs(request),
+                          pool_service=request.pool_service)
         self._dry_run(plan)
         return self._engine.submit(CREATE_KIND, plan, principal, idempotency_key)
 
@@ -278,7 +297,7 @@ class Routers:
         notes = _meta(live).get("annotations") or {}
         knobs = RouterKnobs.model_validate({**json.loads(str(notes.get(rm.KNOBS_ANNOTATION) or "{}")), **changes})
         plan = self._plan(principal, cluster, name, str(notes.get(rm.FOR_ANNOTATION) or ""), knobs,
-                          check_name=False)
+                          pool_service=notes.get(rm.SERVICE_ANNOTATION), check_name=False)
         plan.manifests = [m for m in plan.manifests if m["kind"] == "Deployment"]
         self._dry_run(plan)
         return self._engine.submit(UPDATE_KIND, plan, principal, idempotency_key)
@@ -328,7 +347,7 @@ class Routers:
             view.namespace, label_selector=f"{rm.ROUTER_LABEL}={name}").items]  # the cache has no IPs, no readiness
         if view.deployment:
             pods += [core.api_client.sanitize_for_serialization(p) for p in core.list_namespaced_pod(
-                view.namespace, label_selector=rm.selector(view.deployment)).items]
+                view.namespace, label_selector=rm.selector(view.deployment, view.pool_service)).items]
         ready = {str(_meta(p).get("name")): _ready(p) for p in pods}
         for worker in view.workers:
             worker.ready = ready.get(worker.pod, False)
@@ -341,6 +360,7 @@ class Routers:
         name, namespace = str(meta.get("name")), str(meta.get("namespace"))
         notes = meta.get("annotations") or {}
         worker_of = str(notes.get(rm.FOR_ANNOTATION) or "")
+        pool_service = notes.get(rm.SERVICE_ANNOTATION)
         knobs = RouterKnobs.model_validate(json.loads(str(notes[rm.KNOBS_ANNOTATION]))) \
             if notes.get(rm.KNOBS_ANNOTATION) else None
         available = int(status.get("availableReplicas") or 0)
@@ -354,11 +374,14 @@ class Routers:
             phase, message = "Progressing", "not ready (it is ready once it has found a worker)"
         workers = [WorkerView(pod=str(_meta(p).get("name")), phase=(p.get("status") or {}).get("phase")) for p in pods
                    if _meta(p).get("namespace") == namespace
-                   and (_labels(p)).get(manifest.INFERENCE_LABEL) == worker_of and worker_of]
+                   and (_labels(p)).get(manifest.INFERENCE_LABEL) == worker_of and worker_of
+                   and (pool_service is None or _labels(p).get(BUSINESS) == pool_service)]
         svc = next((s for s in services if _meta(s).get("namespace") == namespace and _meta(s).get("name") == name
                     and _is_router(s, name)), None)
-        return RouterView(name=name, namespace=namespace, cluster=cluster, deployment=worker_of, knobs=knobs,
-                          selector=rm.selector(worker_of) if worker_of else "", phase=phase, message=message,
+        return RouterView(name=name, namespace=namespace, cluster=cluster, deployment=worker_of,
+                          pool_service=pool_service, knobs=knobs,
+                          selector=rm.selector(worker_of, pool_service) if worker_of else "", phase=phase,
+                          message=message,
                           workers=sorted(workers, key=lambda w: w.pod),
                           service=service_view(svc) if svc is not None else None)
 
@@ -385,6 +408,8 @@ class Routers:
                 host = re.sub(r"^https?://", "", labels.get("worker", "")).rsplit(":", 1)[0]
                 pod = by_ip.get(host, labels.get("worker", ""))
                 served[pod] = served.get(pod, 0) + int(value)
+            elif metric == "sgl_router_active_workers":
+                view.active_workers = int(value)
             elif metric in totals and (metric != "sgl_router_requests_total" or labels.get("route") in ROUTED):
                 totals[metric] += int(value)
         view.requests_total = totals["sgl_router_requests_total"]
@@ -406,7 +431,9 @@ class Routers:
         dep = self._find(cluster, name)
         meta = _meta(dep)
         namespace = str(meta.get("namespace"))
-        worker = self._worker_deployment(cluster, str((meta.get("annotations") or {}).get(rm.FOR_ANNOTATION) or ""))
+        notes = meta.get("annotations") or {}
+        worker = self._worker_deployment(cluster, str(notes.get(rm.FOR_ANNOTATION) or ""),
+                                         notes.get(rm.SERVICE_ANNOTATION))
         model = str((_meta(worker).get("annotations") or {}).get(manifest.API_MODEL_ANNOTATION) or "")
         self._test_calls.acquire(principal)
         try:
