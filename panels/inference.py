@@ -25,6 +25,7 @@ from panels.inference_pool import PoolBoard
 from panels.inference_router import RouterSection
 from panels.inference_scaling import ScalingPanel
 from panels.live import LiveRefresh
+from panels.refusals import refused
 from panels.scoped import ClusterScoped, ScopedPane
 from panels.tables import ReadOnlyTable
 from services.auth import Principal, Role
@@ -62,10 +63,6 @@ def deployments_frame(deployments: list[DeploymentView]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _invalid(exc: ValidationError) -> str:
-    return "invalid: " + "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-
-
 class InferenceState(ClusterScoped):
     items_param = "deployments"
 
@@ -96,10 +93,8 @@ class InferenceState(ClusterScoped):
         """(message, manifests as YAML) for the form as it is (blocking: the checks read the cluster)."""
         try:
             shown = self.service.preview_deployment(principal, cluster, self.request(""))
-        except ValidationError as exc:
-            return _invalid(exc), ""
-        except ServiceError as exc:
-            return f"refused ({exc.code}): {exc.message}", ""
+        except (ValidationError, ServiceError) as exc:
+            return refused(exc), ""
         note = f"{shown.engine.value} serving {shown.api_model} on port {shown.port} " \
                f"(tensor-parallel {shown.tensor_parallel}, pipeline-parallel {shown.pipeline_parallel})"
         return "; ".join([note, *shown.warnings]), yaml.safe_dump_all(shown.manifests, sort_keys=False)
@@ -107,26 +102,22 @@ class InferenceState(ClusterScoped):
     def deploy(self, principal: Principal, cluster: str, token: str) -> str:
         try:
             view, _created = self.service.deploy(principal, cluster, self.request(token))
-        except ValidationError as exc:
-            return _invalid(exc)
-        except ServiceError as exc:
-            return f"refused ({exc.code}): {exc.message}"
+        except (ValidationError, ServiceError) as exc:
+            return refused(exc)
         return f"deploying {self.deployment} ({view.id}); the table shows it once its pods start"
 
     def delete(self, principal: Principal, cluster: str, name: str) -> str:
         try:
             view, _created = self.service.delete_deployment(principal, cluster, name)
         except ServiceError as exc:
-            return f"refused ({exc.code}): {exc.message}"
+            return refused(exc)
         return f"deleting {name} ({view.id})"
 
     def test(self, principal: Principal, cluster: str, name: str) -> tuple[str, str]:
         try:
             result = self.service.test_deployment(principal, cluster, name, EndpointTest(prompt=self.prompt))
-        except ValidationError as exc:
-            return _invalid(exc), ""
-        except ServiceError as exc:
-            return f"refused ({exc.code}): {exc.message}", ""
+        except (ValidationError, ServiceError) as exc:
+            return refused(exc), ""
         shown = result.text if result.text is not None else json.dumps(result.answer, indent=1)[:4000]
         return f"HTTP {result.status} in {result.elapsed_ms} ms", shown
 

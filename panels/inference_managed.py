@@ -21,6 +21,7 @@ import yaml
 from pydantic import ValidationError
 
 from panels.live import LiveRefresh
+from panels.refusals import refused
 from panels.scoped import ClusterScoped, ScopedPane
 from panels.tables import ReadOnlyTable
 from services.auth import Principal, Role
@@ -46,14 +47,6 @@ def endpoints_frame(endpoints: list[EndpointView]) -> pd.DataFrame:
              "routing": e.routing or "", "kv_cache": e.kv_cache or "", "model": e.model or "", "message": e.message}
             for e in endpoints]
     return pd.DataFrame(rows, columns=COLUMNS)
-
-
-def _refused(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        return "invalid: " + "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-    if isinstance(exc, ServiceError):
-        return f"refused ({exc.code}): {exc.message}"
-    return f"invalid: {exc}"
 
 
 class ManagedState(ClusterScoped):
@@ -84,7 +77,7 @@ class ManagedState(ClusterScoped):
         try:
             shown = self.service.preview_endpoint(principal, cluster, self.request(""))
         except (ValidationError, ServiceError, ValueError) as exc:
-            return _refused(exc), ""
+            return refused(exc), ""
         return "; ".join([f"{shown.kind.value} accepted", *shown.warnings]), yaml.safe_dump(shown.manifest,
                                                                                             sort_keys=False)
 
@@ -93,7 +86,7 @@ class ManagedState(ClusterScoped):
             request = self.request(token)
             view, _created = self.service.deploy_endpoint(principal, cluster, request)
         except (ValidationError, ServiceError, ValueError) as exc:
-            return _refused(exc)
+            return refused(exc)
         return f"deploying {request.name} ({view.id}); the table shows the operator's state"
 
     def scale(self, principal: Principal, cluster: str, name: str) -> str:
@@ -102,21 +95,21 @@ class ManagedState(ClusterScoped):
                                                             max_replicas=self.max_replicas))
             view, _created = self.service.update_endpoint(principal, cluster, name, update)
         except (ValidationError, ServiceError) as exc:
-            return _refused(exc)
+            return refused(exc)
         return f"scaling {name} to {self.min_replicas}-{self.max_replicas} replicas ({view.id})"
 
     def delete(self, principal: Principal, cluster: str, name: str) -> str:
         try:
             view, _created = self.service.delete_endpoint(principal, cluster, name)
         except ServiceError as exc:
-            return _refused(exc)
+            return refused(exc)
         return f"deleting {name} ({view.id})"
 
     def test(self, principal: Principal, cluster: str, name: str) -> tuple[str, str]:
         try:
             result = self.service.test_endpoint(principal, cluster, name, EndpointTest(prompt=self.prompt))
         except (ValidationError, ServiceError) as exc:
-            return _refused(exc), ""
+            return refused(exc), ""
         shown = result.text if result.text is not None else json.dumps(result.answer, indent=1)[:4000]
         return f"HTTP {result.status} in {result.elapsed_ms} ms", shown
 

@@ -7,7 +7,6 @@ served, so the event loop never waits on the pod proxy or a log read.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +14,8 @@ import panel as pn
 import param
 from pydantic import ValidationError
 
+from panels.live import in_worker
+from panels.refusals import refused
 from services.auth import Principal
 from services.errors import ServiceError
 from services.inference import Inference
@@ -48,16 +49,14 @@ class InferenceObsState(param.Parameterized):
         try:
             return metrics_text(name, self.service.describe_deployment(principal, cluster, name).metrics)
         except ServiceError as exc:
-            return f"refused ({exc.code}): {exc.message}"
+            return refused(exc)
 
     def read_logs(self, principal: Principal, cluster: str, name: str) -> str:
         try:
             query = InferenceLogQuery(tail=self.tail, grep=self.grep or None)
             return self.service.read_logs(principal, cluster, name, query).text
-        except ValidationError as exc:
-            return "invalid: " + "; ".join(str(e["msg"]) for e in exc.errors())
-        except ServiceError as exc:
-            return f"refused ({exc.code}): {exc.message}"
+        except (ValidationError, ServiceError) as exc:
+            return refused(exc)
 
 
 class InferenceObs(pn.viewable.Viewer):
@@ -80,7 +79,7 @@ class InferenceObs(pn.viewable.Viewer):
         name = self._selected()
         if not name:
             return None
-        return await asyncio.get_running_loop().run_in_executor(None, fn, self._principal(), self._cluster(), name)
+        return await in_worker(fn, self._principal(), self._cluster(), name)
 
     async def refresh_metrics(self, _event: Any = None) -> None:
         shown = await self._run(self.state.read_metrics)

@@ -9,7 +9,6 @@ event loop never waits on Kubernetes; the verbs check the role again.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +18,8 @@ import param
 from pydantic import ValidationError
 
 from panels.live import LiveRefresh
-from panels.scoped import ClusterScoped
+from panels.refusals import refused
+from panels.scoped import ClusterScoped, ScopedPane
 from panels.tables import ReadOnlyTable
 from services.auth import Principal, Role
 from services.clusters import Clusters
@@ -38,10 +38,6 @@ def pods_frame(pools: list[PoolView]) -> pd.DataFrame:
              "restarts": pod.restarts, "service": pod.assigned_to or "(unassigned)"}
             for pool in pools for pod in pool.pods]
     return pd.DataFrame(rows, columns=COLUMNS)
-
-
-def _invalid(exc: ValidationError) -> str:
-    return "invalid: " + "; ".join(e["msg"] for e in exc.errors())
 
 
 class NoSelection(Exception):
@@ -79,29 +75,25 @@ class PoolState(ClusterScoped):
                 view, _ = self.verbs.release(principal, cluster, pool, PoolRelease(service=self.service, pods=pods))
             else:
                 view, _ = self.verbs.scale_pool(principal, cluster, pool, PoolScale(replicas=self.replicas))
-        except ValidationError as exc:
-            return _invalid(exc)
+        except (ValidationError, ServiceError) as exc:
+            return refused(exc)
         except NoSelection as exc:
             return str(exc)
-        except ServiceError as exc:
-            return f"refused ({exc.code}): {exc.message}"
         return f"{what} {pool}: {', '.join(pods) if what != 'scale' else self.replicas} ({view.id})"
 
     def test(self, principal: Principal, cluster: str) -> tuple[str, str]:
         try:
             pool, _ = self._pool()
             result = self.verbs.test_service(principal, cluster, pool, self.service, EndpointTest(max_tokens=16))
-        except ValidationError as exc:
-            return _invalid(exc), ""
+        except (ValidationError, ServiceError) as exc:
+            return refused(exc), ""
         except NoSelection as exc:
             return str(exc), ""
-        except ServiceError as exc:
-            return f"refused ({exc.code}): {exc.message}", ""
         pod = result.headers.get("x-sandbox-pod")
         return f"HTTP {result.status} in {result.elapsed_ms} ms" + (f" from {pod}" if pod else ""), result.text or ""
 
 
-class PoolBoard(pn.viewable.Viewer):
+class PoolBoard(ScopedPane, pn.viewable.Viewer):
     """The model-pool board; ``follow``: the inference pane's state, whose cluster the board shows."""
 
     def __init__(self, pools: Pools, clusters: Clusters, bus: EventBus, principal: Principal,
@@ -147,14 +139,6 @@ class PoolBoard(pn.viewable.Viewer):
     def _on_operation(self, events: list[Event]) -> None:
         if any(e.data.get("kind") in KINDS for e in events):
             self._refresh()
-
-    def _refresh(self) -> None:
-        if not self._ops.spawn(self.state.refresh):
-            self.state.reload()
-
-    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(None, fn, self.state.current(), self.state.cluster,
-                                                                *args)
 
     async def _act(self, what: str) -> None:
         self.state.message = await self._run(self.state.act, what)

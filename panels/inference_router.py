@@ -10,7 +10,6 @@ thread when served, and assigns their answers on the session's event loop; the v
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -18,8 +17,9 @@ import pandas as pd
 import panel as pn
 from pydantic import ValidationError
 
-from panels.live import LiveRefresh
-from panels.scoped import ClusterScoped
+from panels.live import LiveRefresh, in_worker
+from panels.refusals import refused
+from panels.scoped import ClusterScoped, redraw, refresh
 from panels.tables import ReadOnlyTable
 from services.auth import Principal, Role
 from services.errors import ServiceError
@@ -114,10 +114,8 @@ class RouterSection(pn.viewable.Viewer):
             request = RouterRequest(name=self.router_name.value or f"{deployment}-router", deployment=deployment,
                                     policy=self.policy.value, cache_threshold=self.cache_threshold.value)
             view, _ = self.routers.create_router(self.scope.current(), self.scope.cluster, request)
-        except ValidationError as exc:
-            return "invalid: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        except ServiceError as exc:
-            return f"refused ({exc.code}): {exc.message}"
+        except (ValidationError, ServiceError) as exc:
+            return refused(exc)
         return f"routing {deployment} through {request.name} ({view.id})"
 
     def describe(self) -> str:
@@ -134,7 +132,7 @@ class RouterSection(pn.viewable.Viewer):
         try:
             view, _ = self.routers.delete_router(self.scope.current(), self.scope.cluster, self.chosen)
         except ServiceError as exc:
-            return f"refused ({exc.code}): {exc.message}"
+            return refused(exc)
         return f"deleting router {self.chosen} ({view.id})"
 
     # ----- handlers ----------------------------------------------------------------------------------------
@@ -147,22 +145,18 @@ class RouterSection(pn.viewable.Viewer):
             self._refresh()
 
     def _refresh(self) -> None:
-        if not self._ops.spawn(self._reload):  # outside a served session: at once
-            self.load()
-
-    async def _reload(self) -> None:
-        self.apply(await asyncio.get_running_loop().run_in_executor(None, self.fetch))
+        redraw(self._ops, self)
 
     async def _create(self, _event: Any) -> None:
-        self.message.object = await asyncio.get_running_loop().run_in_executor(None, self.create)
-        await self._reload()
+        self.message.object = await in_worker(self.create)
+        await refresh(self)
 
     async def _delete(self, _event: Any) -> None:
-        self.message.object = await asyncio.get_running_loop().run_in_executor(None, self.delete)
-        await self._reload()
+        self.message.object = await in_worker(self.delete)
+        await refresh(self)
 
     async def _counts(self, _event: Any) -> None:
-        self.counts.object = await asyncio.get_running_loop().run_in_executor(None, self.describe)
+        self.counts.object = await in_worker(self.describe)
 
     def __panel__(self) -> pn.viewable.Viewable:
         return pn.Column(

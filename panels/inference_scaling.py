@@ -7,7 +7,6 @@ It holds no rules: every button calls one verb in a worker thread when served; t
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +15,8 @@ import panel as pn
 import param
 from pydantic import ValidationError
 
+from panels.live import in_worker
+from panels.refusals import refused
 from services.auth import Principal
 from services.errors import ServiceError
 from services.inference.scaling import REMOVE_KIND, SET_KIND, InferenceScaling
@@ -62,22 +63,20 @@ class ScalingState(param.Parameterized):
         try:
             return describe(self.service.describe_scaling(principal, cluster, name))
         except ServiceError as exc:
-            return f"refused ({exc.code}): {exc.message}"
+            return refused(exc)
 
     def set(self, principal: Principal, cluster: str, name: str) -> str:
         try:
             view, _created = self.service.set_scaling(principal, cluster, name, self.request())
-        except ValidationError as exc:
-            return "invalid: " + "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-        except ServiceError as exc:
-            return f"refused ({exc.code}): {exc.message}"
+        except (ValidationError, ServiceError) as exc:
+            return refused(exc)
         return f"autoscaling {name} ({view.id})"
 
     def remove(self, principal: Principal, cluster: str, name: str) -> str:
         try:
             view, _created = self.service.remove_scaling(principal, cluster, name)
         except ServiceError as exc:
-            return f"refused ({exc.code}): {exc.message}"
+            return refused(exc)
         return f"removing the autoscaling of {name} ({view.id})"
 
 
@@ -119,7 +118,7 @@ class ScalingPanel(pn.viewable.Viewer):
         return verb(principal, cluster, name)
 
     async def run(self, verb: Callable[[Principal, str, str], str]) -> None:
-        self.state.status = await asyncio.get_running_loop().run_in_executor(None, self._call, verb)
+        self.state.status = await in_worker(self._call, verb)
 
     def changed(self, kinds: set[str]) -> None:
         """Operation events of these kinds arrived: show the selected deployment's autoscaling again."""

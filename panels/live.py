@@ -21,13 +21,19 @@ import inspect
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 import panel as pn
 
 from services.events import Event, EventBus
 
 Callback = Callable[[list[Event]], Awaitable[None] | None]
+T = TypeVar("T")
+
+
+async def in_worker(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a worker thread (the loop's default executor): a pane's event loop never waits on a verb."""
+    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
 
 class LiveRefresh:

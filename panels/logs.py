@@ -22,6 +22,7 @@ from typing import Any
 import panel as pn
 import param
 
+from panels.live import in_worker
 from services.auth import Principal
 from services.errors import ServiceError
 from services.logs import JobLogs, LogView
@@ -136,7 +137,7 @@ class LogsPane(pn.viewable.Viewer):
             self.state.message = "Choose a cluster and a job."
             return
         try:
-            self._view = await _in_worker(self.state.open_view)
+            self._view = await in_worker(self.state.open_view)
         except ServiceError as exc:
             self.state.message = exc.message
             return
@@ -180,7 +181,7 @@ class LogsPane(pn.viewable.Viewer):
     async def page_older(self) -> None:
         before = self._oldest
         try:
-            page = await _in_worker(self.state.older, before, self._shown + self._paged)
+            page = await in_worker(self.state.older, before, self._shown + self._paged)
         except ServiceError as exc:
             self.state.message = exc.message
             return
@@ -194,13 +195,13 @@ class LogsPane(pn.viewable.Viewer):
 
     async def run_search(self) -> None:
         try:
-            self.state.history = await _in_worker(self.state.search)
+            self.state.history = await in_worker(self.state.search)
         except ServiceError as exc:
             self.state.message = exc.message
 
     async def prepare_download(self) -> None:
         try:
-            data = await _in_worker(self.state.full_log)
+            data = await in_worker(self.state.full_log)
         except ServiceError as exc:
             self.state.message = exc.message
             return
@@ -232,7 +233,3 @@ class LogsPane(pn.viewable.Viewer):
         task = loop.create_task(coroutine())  # a notebook's kernel loop: keep the task until it ends
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-async def _in_worker(fn: Callable[..., Any], *args: Any) -> Any:
-    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)

@@ -5,19 +5,39 @@ loop. A subclass names the parameter its objects go to (``items_param``) and how
 
 from __future__ import annotations
 
-import asyncio
+import functools
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import panel as pn
 import param
 
-from panels.live import LiveRefresh
+from panels.live import LiveRefresh, in_worker
 from services.auth import Principal
 from services.clusters import Clusters
 from services.errors import ServiceError
 
 Read = tuple[list[str], str, list[Any], str]
+
+
+class Reads(Protocol):
+    """A pane's part that reads in ``fetch`` (blocking; assigns nothing, so it may run in a worker thread) and
+    assigns what it read in ``apply`` (on the pane's loop)."""
+
+    def fetch(self) -> Any: ...
+
+    def apply(self, read: Any, /) -> None: ...
+
+
+async def refresh(part: Reads) -> None:
+    """Read in a worker thread, assign on the loop."""
+    part.apply(await in_worker(part.fetch))
+
+
+def redraw(ops: LiveRefresh, part: Reads) -> None:
+    """Read again where the pane lives (a worker thread, then its loop), or at once where it has no loop."""
+    if not ops.spawn(functools.partial(refresh, part)):
+        part.apply(part.fetch())
 
 
 class ClusterScoped(param.Parameterized):
@@ -61,14 +81,14 @@ class ClusterScoped(param.Parameterized):
         self.apply(self.fetch())
 
     async def refresh(self) -> None:
-        self.apply(await asyncio.get_running_loop().run_in_executor(None, self.fetch))
+        await refresh(self)
 
 
 class ScopedPane:
-    """The handlers a pane over a :class:`ClusterScoped` state shares (the downloads pane, the inference pane and
-    its managed section): the cluster picker, a refresh that reads in a worker thread when the pane has a loop, a
-    verb called in a worker thread as the current principal on the chosen cluster, preview, and a submit that
-    sends the token widget's value once and clears it first."""
+    """The handlers a pane over a :class:`ClusterScoped` state shares (the downloads pane, the inference pane, its
+    managed section and its model-pool board): the cluster picker, a refresh that reads in a worker thread when
+    the pane has a loop, a verb called in a worker thread as the current principal on the chosen cluster, preview,
+    and a submit that sends the token widget's value once and clears it first."""
 
     state: Any  # the pane's ClusterScoped subclass, with the verbs' wrappers the handlers below call
     token: pn.widgets.PasswordInput
@@ -80,12 +100,10 @@ class ScopedPane:
         self.picker.value = self.state.cluster or None
 
     def _refresh(self) -> None:
-        if not self._ops.spawn(self.state.refresh):
-            self.state.reload()
+        redraw(self._ops, self.state)
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(None, fn, self.state.current(), self.state.cluster,
-                                                                *args)
+        return await in_worker(fn, self.state.current(), self.state.cluster, *args)
 
     async def _preview(self, _event: Any) -> None:
         self.state.busy = True

@@ -32,6 +32,8 @@ from services.errors import Conflict, Invalid, NotFound
 from services.inference import checks, egress, manifest, names, scaledobject, testcall, tokens
 from services.inference.command import IMAGES, ServeCommand, parse
 from services.inference.endpoint_metrics import EndpointScraper, ready_pods
+from services.inference.kobjects import labels as _labels
+from services.inference.kobjects import meta as _meta
 from services.inference.models import (
     DeploymentList,
     DeploymentPlan,
@@ -76,10 +78,6 @@ TEST_CALLS_PER_PRINCIPAL = 2
 
 def inference_target(cluster: str, name: str) -> str:
     return f"{cluster_target(cluster)}/inference/{name}"
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
 
 
 class Inference:
@@ -131,8 +129,8 @@ class Inference:
 
     def _ours(self, cluster: str) -> list[dict[str, Any]]:
         return [d for d in self.items(cluster, "deployments")  # model pools are pool.py's
-                if checks.ours(d, str((_meta(d).get("labels") or {}).get(manifest.INFERENCE_LABEL, "")))
-                and manifest.POOL_LABEL not in (_meta(d).get("labels") or {})]
+                if checks.ours(d, str(_labels(d).get(manifest.INFERENCE_LABEL, "")))
+                and manifest.POOL_LABEL not in _labels(d)]
 
     def live_deployment(self, cluster: str, name: str) -> dict[str, Any]:
         """The live Deployment of our inference deployment ``name`` (from the informer cache; NotFound when the
@@ -421,7 +419,7 @@ class Inference:
         else:
             phase, message = "Progressing", f"{available}/{want} available, {updated}/{want} updated"
         mine = [p for p in pods if _meta(p).get("namespace") == namespace
-                and (_meta(p).get("labels") or {}).get(manifest.INFERENCE_LABEL) == name]
+                and _labels(p).get(manifest.INFERENCE_LABEL) == name]
         svc = services.get((namespace, name))
         container = (spec.get("containers") or [{}])[0]
         return DeploymentView(

@@ -9,6 +9,7 @@ from typing import Any
 
 from services.errors import Conflict, Invalid
 from services.inference.command import ServeCommand
+from services.inference.kobjects import labels as _labels
 from services.inference.manifest import INFERENCE_LABEL, POOL_LABEL
 from services.inference.models import Exposure, ServiceSpec
 from services.training.manifests import MANAGED_BY, InstanceFacts
@@ -81,10 +82,6 @@ def pick_instance_types(facts: Mapping[str, InstanceFacts], gpus: int, wanted: s
                        "fewer GPUs per replica, or add an instance group with larger GPU instances",
                        details={"instance_types": offered})
     return fits
-
-
-def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    return (obj.get("metadata") or {}).get("labels") or {}
 
 
 def ours(obj: Mapping[str, Any], name: str) -> bool:

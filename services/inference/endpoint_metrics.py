@@ -21,15 +21,17 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import urllib3
 from kubernetes import client as k8s
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from services.errors import NotFound, ServiceError
+from services.inference import kobjects as ko
 from services.inference.manifest import INFERENCE_LABEL
 from services.inference.obs_models import EndpointMetrics
 from services.kube import KubeClients
@@ -75,11 +77,17 @@ def ready_pods(namespace: str, name: str, port: int, pods: list[dict[str, Any]])
     """Deployment ``name``'s ready pods in the pods cache (no API call), its engine listening on ``port``."""
     out = []
     for pod in pods:
-        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-        if meta.get("namespace") == namespace and (meta.get("labels") or {}).get(INFERENCE_LABEL) == name \
-                and status.get("ready"):
+        meta = ko.meta(pod)
+        if meta.get("namespace") == namespace and ko.labels(pod).get(INFERENCE_LABEL) == name and ko.cached_ready(pod):
             out.append(PodTarget(namespace, str(meta.get("name")), port))
     return out
+
+
+def samples(text: str) -> Iterator[Sample]:
+    """Every sample of a Prometheus text page (``prometheus_client``'s parser: name, labels, value; a counter's
+    samples keep their ``_total``); a malformed page raises ValueError."""
+    for family in text_string_to_metric_families(text):
+        yield from family.samples
 
 
 def parse(text: str, engine: str) -> PodSample:
@@ -87,15 +95,14 @@ def parse(text: str, engine: str) -> PodSample:
     histogram, tokens_name, requests_name = NAMES[engine]
     buckets: dict[float, float] = {}
     tokens = requests = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == f"{histogram}_bucket":
-                bound = float(sample.labels["le"])
-                buckets[bound] = buckets.get(bound, 0.0) + sample.value
-            elif sample.name == f"{tokens_name}_total":
-                tokens += sample.value
-            elif sample.name == f"{requests_name}_total":
-                requests += sample.value
+    for sample in samples(text):
+        if sample.name == f"{histogram}_bucket":
+            bound = float(sample.labels["le"])
+            buckets[bound] = buckets.get(bound, 0.0) + sample.value
+        elif sample.name == f"{tokens_name}_total":
+            tokens += sample.value
+        elif sample.name == f"{requests_name}_total":
+            requests += sample.value
     return PodSample(tuple(sorted(buckets.items())), tokens, requests)
 
 

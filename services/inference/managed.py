@@ -25,6 +25,7 @@ from services.clusters.registry import ClusterRegistry
 from services.errors import Conflict, Invalid, NotFound
 from services.inference import checks, inference_target, names, testcall, tokens
 from services.inference import managed_render as render
+from services.inference.kobjects import meta as _meta
 from services.inference.managed_models import (
     Autoscaling,
     EndpointCondition,
@@ -55,10 +56,6 @@ UPDATE_KIND = "managed.update"
 DELETE_KIND = "managed.delete"
 FEATURE = "hyperpod_inference_operator"
 TEST_CALLS_PER_PRINCIPAL = 2
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
 
 
 class ManagedEndpoints:

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from services.errors import Conflict, Transient
 from services.inference import managed_render
+from services.inference.kobjects import labels as _labels
+from services.inference.kobjects import meta as _meta
 from services.inference.managed_models import EndpointKind
 from services.inference.manifest import INFERENCE_LABEL, POOL_LABEL
 from services.inference.router_manifest import FOR_ANNOTATION, ROUTER_LABEL
@@ -36,12 +38,8 @@ def cached(informers: Informers, cluster: str, resource: str) -> list[dict[str, 
     return informer.items()
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
 def _ours(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    labels: Mapping[str, str] = _meta(obj).get("labels") or {}
+    labels = _labels(obj)
     return labels if labels.get(MANAGED_BY) == "instantstart" else {}
 
 

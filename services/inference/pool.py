@@ -24,6 +24,9 @@ from services.auth import Principal, Role
 from services.errors import Conflict, Invalid, NotFound
 from services.inference import Inference, checks, inference_target, manifest, testcall, tokens
 from services.inference.command import parse
+from services.inference.kobjects import cached_ready as _ready
+from services.inference.kobjects import labels as _labels
+from services.inference.kobjects import meta as _meta
 from services.inference.manifest import POOL_LABEL
 from services.inference.models import (
     DeploymentPlan,
@@ -58,20 +61,6 @@ SCALE_KIND = "inference.pool.scale"
 ASSIGN_KIND = "inference.pool.assign"
 RELEASE_KIND = "inference.pool.release"
 DELETE_KIND = "inference.pool.delete"
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    return _meta(obj).get("labels") or {}
-
-
-def _ready(pod: Mapping[str, Any]) -> bool:
-    """From the pods' watch cache (``informers.slim_pod``): Running with its Ready condition True."""
-    status = pod.get("status") or {}
-    return status.get("phase") == "Running" and bool(status.get("ready"))
 
 
 class Pools:

@@ -20,6 +20,7 @@ from kubernetes import client as k8s
 from services.clusters.create_base import FIELD_MANAGER
 from services.clusters.storage_stage import APPLY, MANAGED_LABEL
 from services.errors import Conflict, NotFound, Permanent, Transient
+from services.inference.kobjects import typed_ready as _ready
 from services.inference.manifest import INFERENCE_LABEL, POOL_LABEL, PORT_NAME, labels
 from services.inference.models import DeploymentPlan
 from services.inference.pool_models import UNASSIGNED, PoolClaim
@@ -68,11 +69,6 @@ def pool_service(svc: dict[str, Any], pool: str) -> bool:
     found = (svc.get("metadata") or {}).get("labels") or {}
     return found.get(POOL_LABEL) == pool and SERVICE_LABEL in found \
         and all(found.get(k) == v for k, v in MANAGED_LABEL.items())
-
-
-def _ready(pod: Any) -> bool:
-    return pod.status is not None and pod.status.phase == "Running" and any(
-        c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
 
 class ClaimStage(Stage[PoolClaim]):

@@ -32,6 +32,10 @@ from services.errors import Conflict, Invalid, NotFound, ServiceError
 from services.inference import DELETE_KIND as DEPLOYMENT_DELETE_KIND
 from services.inference import checks, inference_target, manifest, names, service_view, testcall
 from services.inference import router_manifest as rm
+from services.inference.endpoint_metrics import samples
+from services.inference.kobjects import labels as _labels
+from services.inference.kobjects import live_ready as _ready
+from services.inference.kobjects import meta as _meta
 from services.inference.models import EndpointTest, EndpointTestResult
 from services.inference.pool_stages import BUSINESS
 from services.inference.pool_stages import pool_service as pool_service_of
@@ -68,37 +72,11 @@ UPDATE_KIND = "inference.router.update"
 DELETE_KIND = "inference.router.delete"
 #: the inference routes of sgl_router_requests_total (its health and readiness probes are counted there too)
 ROUTED = ("/v1/chat/completions", "/v1/completions", "/generate")
-_SAMPLE = re.compile(r'^(sgl_router_[a-z_]+)(?:\{([^}]*)\})?\s+([-+0-9.eEinfNa]+)$')
-_LABEL = re.compile(r'([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"')
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    return _meta(obj).get("labels") or {}
 
 
 def _is_router(obj: Mapping[str, Any], name: str | None = None) -> bool:
     mine = _labels(obj).get(rm.ROUTER_LABEL)
     return _labels(obj).get(MANAGED_BY) == "instantstart" and mine is not None and (name is None or mine == name)
-
-
-def _ready(pod: Mapping[str, Any]) -> bool:
-    status = pod.get("status") or {}
-    return status.get("phase") == "Running" and any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-
-
-def parse_metrics(text: str) -> list[tuple[str, dict[str, str], float]]:
-    """The ``sgl_router_*`` samples of a Prometheus text page: (name, labels, value)."""
-    samples = []
-    for line in text.splitlines():
-        found = _SAMPLE.match(line.strip())
-        if found is not None:
-            samples.append((found.group(1), dict(_LABEL.findall(found.group(2) or "")), float(found.group(3))))
-    return samples
 
 
 class Routers:
@@ -393,8 +371,8 @@ class Routers:
         if router_pod is None:
             view.metrics_error = "no ready router pod to read metrics from"
             return
-        try:
-            text = self.metrics.text(cluster, view.namespace, str(_meta(router_pod).get("name")))
+        try:  # ValueError: an oversized page, or one Prometheus' parser refuses
+            found = list(samples(self.metrics.text(cluster, view.namespace, str(_meta(router_pod).get("name")))))
         except (ServiceError, urllib3.exceptions.HTTPError, ValueError) as exc:
             view.metrics_error = f"the router's metrics could not be read: {exc}"
             return
@@ -403,7 +381,8 @@ class Routers:
         served: dict[str, int] = {}
         totals = {"sgl_router_requests_total": 0, "sgl_router_cache_hits_total": 0,
                   "sgl_router_cache_misses_total": 0}
-        for metric, labels, value in parse_metrics(text):
+        for sample in found:
+            metric, labels, value = sample.name, sample.labels, sample.value
             if metric == "sgl_router_processed_requests_total":
                 host = re.sub(r"^https?://", "", labels.get("worker", "")).rsplit(":", 1)[0]
                 pod = by_ip.get(host, labels.get("worker", ""))

@@ -24,7 +24,7 @@ from services.clusters.storage_stage import APPLY
 from services.errors import NotFound, Permanent
 from services.inference.router_manifest import ROUTER_LABEL
 from services.inference.router_models import RouterPlan, RouterRef
-from services.inference.stages import InferenceDeps, container_trouble
+from services.inference.stages import InferenceDeps, container_trouble, read_deployment, rollout
 from services.stages import Done, Observed, Stage, StageContext, Wait
 from services.training.manifests import MANAGED_BY
 
@@ -51,13 +51,6 @@ def apply_objects(deps: InferenceDeps, cluster: str, manifests: list[dict[str, A
         meta = obj["metadata"]
         appliers[obj["kind"]](meta["name"], meta["namespace"], obj, field_manager=FIELD_MANAGER, force=True,
                               _content_type=APPLY, **extra)
-
-
-def read_router(deps: InferenceDeps, cluster: str, namespace: str, name: str) -> Any | None:
-    try:
-        return k8s.AppsV1Api(deps.kube.api_client(cluster)).read_namespaced_deployment(name, namespace)
-    except NotFound:
-        return None
 
 
 class RouterApplyStage(Stage[RouterPlan]):
@@ -91,13 +84,12 @@ class RouterRolloutStage(Stage[RouterPlan]):
 
     def poll(self, ctx: StageContext[RouterPlan]) -> Done | Wait:
         plan = ctx.request
-        dep = read_router(self.deps, plan.cluster, plan.namespace, plan.name)
+        dep = read_deployment(self.deps, plan.cluster, plan.namespace, plan.name)
         if dep is None:
             raise Permanent(f"the router Deployment {plan.namespace}/{plan.name} was deleted during its rollout")
-        status, want = dep.status, int(dep.spec.replicas if dep.spec.replicas is not None else 1)
-        observed = int(status.observed_generation or 0) >= int(dep.metadata.generation or 0)
-        updated, available = int(status.updated_replicas or 0), int(status.available_replicas or 0)
-        if observed and updated >= want and available >= want and int(status.replicas or 0) <= want:
+        now = rollout(dep)
+        want, available = now.want, now.available
+        if now.done:
             return Done(f"router {plan.name}: {available}/{want} available")
         pods: list[Any] = k8s.CoreV1Api(self.deps.kube.api_client(plan.cluster)).list_namespaced_pod(
             plan.namespace, label_selector=f"{ROUTER_LABEL}={plan.name}").items
@@ -140,7 +132,7 @@ class RouterDeleteStage(Stage[RouterRef]):
 
     def _left(self, ref: RouterRef) -> bool:
         """Whether the Deployment of that uid, or any other object with the router's labels, is still there."""
-        dep = read_router(self.deps, ref.cluster, ref.namespace, ref.name) if ref.uid else None
+        dep = read_deployment(self.deps, ref.cluster, ref.namespace, ref.name) if ref.uid else None
         if dep is not None and str(dep.metadata.uid) == ref.uid:
             return True
         return bool(leftovers(self.deps, ref.cluster, ref.namespace, ref.name))
@@ -167,7 +159,7 @@ class RouterDeleteStage(Stage[RouterRef]):
 
     def poll(self, ctx: StageContext[RouterRef]) -> Done | Wait:
         ref = ctx.request
-        dep = read_router(self.deps, ref.cluster, ref.namespace, ref.name) if ref.uid else None
+        dep = read_deployment(self.deps, ref.cluster, ref.namespace, ref.name) if ref.uid else None
         if dep is not None and str(dep.metadata.uid) == ref.uid:
             return Wait(2.0, f"waiting for the router Deployment {ref.namespace}/{ref.name} to go")
         return Done(f"router {ref.namespace}/{ref.name} deleted")

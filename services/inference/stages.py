@@ -61,6 +61,26 @@ def read_deployment(deps: InferenceDeps, cluster: str, namespace: str, name: str
         return None
 
 
+@dataclass(frozen=True)
+class Rollout:
+    """Where a Deployment read live stands in its rollout."""
+
+    want: int
+    updated: int
+    available: int
+    done: bool
+
+
+def rollout(dep: Any) -> Rollout:
+    """Done once the controller has seen the Deployment's generation and every wanted replica runs the new
+    template and is available, with no older replica left."""
+    status, want = dep.status, int(dep.spec.replicas if dep.spec.replicas is not None else 1)
+    observed = int(status.observed_generation or 0) >= int(dep.metadata.generation or 0)
+    updated, available = int(status.updated_replicas or 0), int(status.available_replicas or 0)
+    return Rollout(want, updated, available,
+                   observed and updated >= want and available >= want and int(status.replicas or 0) <= want)
+
+
 def pod_troubles(deps: InferenceDeps, cluster: str, namespace: str, name: str) -> tuple[list[str], list[str]]:
     """(pods that cannot start, with why and their last log line; pods the scheduler cannot place, with why), of
     the Deployment's current ReplicaSet only: an old one's crash-looping pods are what an update replaces."""
@@ -215,17 +235,17 @@ class RolloutStage(InferenceStage):
         dep = read_deployment(self.deps, plan.cluster, plan.namespace, plan.name)
         if dep is None:
             raise Permanent(f"the Deployment {plan.namespace}/{plan.name} was deleted during its rollout")
-        status, want = dep.status, int(dep.spec.replicas if dep.spec.replicas is not None else 1)
-        observed = int(status.observed_generation or 0) >= int(dep.metadata.generation or 0)
-        updated, available = int(status.updated_replicas or 0), int(status.available_replicas or 0)
+        now = rollout(dep)
+        want, updated, available = now.want, now.updated, now.available
         ctx.data["available"] = available
-        if observed and updated >= want and available >= want and int(status.replicas or 0) <= want:
+        if now.done:
             return Done(f"{plan.name}: {available}/{want} replicas available")
         failing, unplaced = pod_troubles(self.deps, plan.cluster, plan.namespace, plan.name)
         if failing:
             raise Permanent(f"{plan.name} cannot start: " + "; ".join(failing[:5]),
                             details={"pods": failing[:20]})
-        stalled = next((c for c in status.conditions or [] if c.type == "Progressing" and c.status == "False"), None)
+        stalled = next((c for c in dep.status.conditions or [] if c.type == "Progressing" and c.status == "False"),
+                       None)
         if stalled is not None:
             raise Permanent(f"{plan.name} stopped progressing: {stalled.reason}: {stalled.message}")
         if unplaced:
