@@ -281,6 +281,10 @@ def test_a_router_for_a_pool_service_routes_to_the_pods_it_holds_and_follows_rea
     described = world.live.get(f"{routers}/chat-router").json()
     assert {w["pod"] for w in described["workers"]} == held | {extra}, described
     assert described["pool_service"] == "chat", described
+    mark = ledger.mark()
+    fronted = httpx2.delete(world.live.url + f"{BASE}/warm", headers=world.live.headers(), timeout=30)
+    assert fronted.status_code == 409 and "inference_routers_delete chat-router" in fronted.text, fronted.text
+    ledger.assert_no_writes(since=mark, service="kubernetes")
     gone = httpx2.delete(world.live.url + f"{routers}/chat-router", headers=world.live.headers(), timeout=30)
     assert finished(world, gone)["status"] == "succeeded"
 

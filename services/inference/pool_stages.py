@@ -116,7 +116,7 @@ class ClaimStage(Stage[PoolClaim]):
         fresh read with its resourceVersion), and its Service goes when no pod of the service is left: an assign
         is all or nothing."""
         back = PoolClaim(**{**claim.model_dump(), "release": True})
-        given = []
+        given, stuck = [], []
         for pod in changed:
             for _ in range(5):  # a pod changing under the undo: read it again
                 try:
@@ -125,7 +125,13 @@ class ClaimStage(Stage[PoolClaim]):
                     break
                 except Transient:
                     continue
+            else:
+                stuck.append(pod)
         self._drop_service(core, claim)
+        if stuck:
+            raise Permanent(f"the assign could not finish and {', '.join(stuck)} kept changing while it was given "
+                            f"back: it may still serve {claim.service}; release it (inference_pool_release)",
+                            details={"pods": stuck, "service": claim.service})
         return given
 
     def _relabel(self, core: k8s.CoreV1Api, claim: PoolClaim, name: str) -> bool:

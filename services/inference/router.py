@@ -37,6 +37,7 @@ from services.inference.kobjects import labels as _labels
 from services.inference.kobjects import live_ready as _ready
 from services.inference.kobjects import meta as _meta
 from services.inference.models import EndpointTest, EndpointTestResult
+from services.inference.pool import DELETE_KIND as POOL_DELETE_KIND
 from services.inference.pool_stages import BUSINESS
 from services.inference.pool_stages import pool_service as pool_service_of
 from services.inference.router_metrics import RouterMetricsReader
@@ -215,7 +216,8 @@ class Routers:
         self.registry.get(cluster)
         worker = self._worker_deployment(cluster, deployment, pool_service)
         namespace = str(_meta(worker).get("namespace"))
-        deleting = names.in_flight(self._engine, cluster, DEPLOYMENT_DELETE_KIND, name=deployment)
+        deleting = names.in_flight(self._engine, cluster, DEPLOYMENT_DELETE_KIND, name=deployment) \
+            or names.in_flight(self._engine, cluster, POOL_DELETE_KIND, name=deployment)
         if deleting is not None:
             raise Conflict(f"the deployment {deployment} is being deleted (operation {deleting.id}): a router for it "
                            "would have no workers", details={"operation": deleting.id})
