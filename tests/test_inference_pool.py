@@ -211,7 +211,11 @@ def test_a_pod_changed_between_read_and_relabel_is_judged_again_and_a_lost_one_l
         assert services.engine.run_until_idle(released.id).status == "succeeded"
 
         rival["patch"] = {"labels": {"business": "other"}}  # another writer claims the pod first
+        board = PoolBoard(services.pools, services.clusters, services.bus, operator)
+        board.state.cluster = CLUSTER
         lost, mark = assign()
+        wait_until(lambda: second in board.state.message, 30, "the board to say why the assign failed")
+        assert board.state.message.startswith(f"assign failed ({lost.id})"), board.state.message
         assert lost.status == "failed" and lost.error is not None, lost
         assert f"{second} is held by the service other now" in lost.error["message"], lost.error
         assert f"{first} went back to the pool" in lost.error["message"], lost.error
