@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -201,14 +202,18 @@ def test_a_hundred_reads_cost_at_most_one_refresh_per_resource(seeded: tuple[Liv
     described = metric(live, "instantstart_aws_calls_total", operation="DescribeCluster")
     lists = metric(live, "instantstart_informer_lists_total", cluster="hp-eks")
     assert described > 0 and lists > 0, "the counters count"
+    started = time.monotonic()
     for _ in range(100):
         assert live.get("/api/v1/clusters/hp-eks").status_code == 200
-    for service in ("eks", "sagemaker"):  # one refresh per 15 s TTL (two if the reads straddle an expiry)
-        assert len(ledger.succeeded(service, "DescribeCluster", since=mark)) <= 2, service
+    # one refresh per 15 s TTL (services/awscache.py), two if the reads straddle an expiry; on a slow machine the
+    # hundred reads may outlast a TTL or more, and each TTL they span may cost one refresh more
+    refreshes = 2 + int((time.monotonic() - started) // 15.0)
+    for service in ("eks", "sagemaker"):
+        assert len(ledger.succeeded(service, "DescribeCluster", since=mark)) <= refreshes, service
     assert ledger.calls(cluster="hp-eks", verb="list", since=mark) == [], "nodes and pods come from the watch"
     assert ledger.calls(cluster="hp-eks", verb="get", since=mark) == []
     assert metric(live, "instantstart_informer_lists_total", cluster="hp-eks") == lists
-    assert metric(live, "instantstart_aws_calls_total", operation="DescribeCluster") - described <= 4
+    assert metric(live, "instantstart_aws_calls_total", operation="DescribeCluster") - described <= 2 * refreshes
     assert metric(live, "instantstart_informer_synced", cluster="hp-eks", resource="nodes") == 1
     lag = [line for line in live.get("/metrics").text.splitlines()
            if line.startswith('instantstart_informer_lag_seconds{cluster="hp-eks",resource="nodes"}')]

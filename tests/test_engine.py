@@ -224,6 +224,7 @@ def test_workers_drive_operations_and_restart_resumes(tmp_path: Path, world: Wor
     second.start()
     try:
         wait_until(lambda: second.get(op.id).status == Status.WAITING)
+        assert second.bus.drain()  # the subscriber runs on its own thread: the resume's event may not be in yet
         resumed = next(e for e in seen if e.data["id"] == op.id)
         assert resumed.data["status"] == "pending"
         assert {c["type"]: c["reason"] for c in resumed.data["conditions"]}["Progressing"] == "Resumed"

@@ -173,6 +173,6 @@ def test_a_key_error_inside_the_adapter_fails_the_stage_at_once_as_internal(
     assert failed.status == Status.FAILED
     assert failed.error is not None and failed.error["code"] == "internal" and failed.error["stage"] == "tag"
     assert "KeyError" in failed.error["message"] and failed.stages[0].retries == 0
-    logged = wait_until(lambda: [r for r in caplog.records if r.exc_info and r.exc_info[0] is KeyError], 5,
+    logged = wait_until(lambda: [r for r in caplog.records if r.exc_info and r.exc_info[0] is KeyError], 60,
                         "the traceback logged")
     assert "noSuchField" in str(logged[0].exc_info[1])

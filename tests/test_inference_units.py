@@ -80,9 +80,12 @@ def test_vllm_flags_are_not_abbreviated_but_sglang_ones_are() -> None:
 
 
 def test_vllm_arities_follow_the_engine_switches_take_no_value_lists_take_several_only_bools_negate() -> None:
-    serve = parse("vllm serve m/x --cudagraph-capture-sizes 8 16 --async-scheduling -dp 2 --no-enforce-eager")
-    assert serve.flags == {"--cudagraph-capture-sizes": "8 16", "--async-scheduling": None,
-                           "--data-parallel-size": "2", "--enforce-eager": None}
+    serve = parse("vllm serve m/x --cuda-graph-sizes 8 16 --async-scheduling -dp 2 --no-enforce-eager "
+                  "--no-enable-lora-bias")
+    assert serve.flags == {"--cuda-graph-sizes": "8 16", "--async-scheduling": None,
+                           "--data-parallel-size": "2", "--enforce-eager": None, "--enable-lora-bias": None}
+    with pytest.raises(Invalid, match="--cudagraph-capture-sizes"):  # after v0.11.0, the pinned image's tag
+        parse("vllm serve m/x --cudagraph-capture-sizes 8 16")
     with pytest.raises(Invalid, match="unexpected argument"):
         parse("vllm serve m/x --enable-sleep-mode 1")  # a switch takes no value: argparse leaves 1 over
     with pytest.raises(Invalid, match="has no flag --no-port"):

@@ -96,9 +96,12 @@ def test_a_manifest_job_is_submitted_made_ours_and_described_as_its_operator_run
     # the operator runs it: each pod's first training process crashes at step 2 and the HyperPod agent restarts
     # it in place, once per pod, against the job's budget
     assert world.finished(op)["status"] == "succeeded"
+    # the restart count (the job's status), its events and the pods come from three watch caches, and the
+    # operator writes each restart's event after the status that counts it: wait for all of them
     detail = wait_until(lambda: (d := describe(world, "llama-sft"))["restarts"]["used"] == 2 and all(
-        p["phase"] == "Running" for p in d["pods"]) and len(d["pods"]) == 2 and d, 120,
-                        "describe to show two running pods and two process-level restarts")
+        p["phase"] == "Running" for p in d["pods"]) and len(d["pods"]) == 2 and [
+        e["reason"] for e in d["events"]].count("ProcessLevelRestart") == 2 and d, 120,
+                        "describe to show two running pods and two process-level restarts with their events")
     assert detail["phase"] == "Running" and detail["kind"] == "HyperPodPyTorchJob" and detail["recipe"] == "manifest"
     assert detail["restarts"]["limit"] == 5 and detail["restarts"]["full_job_restarts_limit"] == 1
     assert detail["restarts"]["full_job_restarts_used"] == 0
@@ -136,7 +139,8 @@ def test_a_failed_job_shows_its_reason_and_is_cloned_then_deleted(world: JobWorl
     # (maxFullJobRestarts 1), the new pods fail the same way, and the operator ends the job Failed
     op = operation_of(submit(world, {"name": "fail-job", "manifest": hppj(launcher_flags=("--no-such-flag",))}))
     ended = world.finished(op)
-    detail = wait_until(lambda: (d := describe(world, "fail-job"))["phase"] == "Failed" and d, 120, "Failed")
+    detail = wait_until(lambda: (d := describe(world, "fail-job"))["phase"] == "Failed" and "Failed" in {
+        e["reason"] for e in d["events"]} and d, 120, "Failed, with its Failed event (written after the status)")
     assert detail["reason"].startswith("RestartBudgetExhausted: maxFullJobRestarts (1) exhausted"), detail["reason"]
     assert "fail-job-worker-" in detail["reason"]
     assert ended["status"] in ("succeeded", "failed"), ended  # it may have been Running for a moment
@@ -161,8 +165,9 @@ def test_a_failed_job_shows_its_reason_and_is_cloned_then_deleted(world: JobWorl
     assert clone["spec"]["replicaSpecs"][0]["template"]["metadata"]["labels"]["instantstart.io/job"] == "fail-job-2"
     # the clone runs the same refused command: it fails on its own, and its events stay its own
     world.finished(op)
-    wait_until(lambda: describe(world, "fail-job-2")["phase"] == "Failed", 120, "the clone to fail too")
-    clone_events = describe(world, "fail-job-2")["events"]
+    # the operator writes the Failed status before its Failed event: wait for both
+    clone_events = wait_until(lambda: (d := describe(world, "fail-job-2"))["phase"] == "Failed" and "Failed" in {
+        e["reason"] for e in d["events"]} and d["events"], 120, "the clone to fail too, with its Failed event")
     assert {"JobLevelRestart", "Failed"} <= {e["reason"] for e in clone_events}, clone_events
     assert all("fail-job-2" not in f"{e['object']} {e['message']}" for e in describe(world, "fail-job")["events"])
     op = operation_of(httpx2.delete(world.live.url + f"{BASE}/fail-job", headers=world.live.headers(), timeout=30))

@@ -69,8 +69,9 @@ def test_a_node_fault_restarts_the_job_within_budget_and_a_second_fails_it_on_ev
             first = await until(client, lambda d: running_node(d) is not None, used, "the job running")
             first_node = str(running_node(first))
             await fault(client, first_node)
-            again = await until(client, lambda d: running_node(d) not in (None, first_node), used,
-                                "the job restarted on another node")
+            # the pods and the events come from two watch caches: the NodeFault event may show after the new pod
+            again = await until(client, lambda d: running_node(d) not in (None, first_node) and any(
+                e["reason"] == "NodeFault" for e in d["events"]), used, "the job restarted on another node")
             second_node = str(running_node(again))
             await fault(client, second_node)
             failed = await until(client, lambda d: d["phase"] == "Failed", used, "the job Failed")

@@ -27,6 +27,7 @@ from . import (
     inference_engines,  # noqa: F401  (registers the simulated vLLM and SGLang servers with the kubelet)
     inference_operator,
     keda,
+    keda_certs,  # noqa: F401  (registers the simulated KEDA operator's certificate rotation with the kubelet)
     kubeflow,
     kuberay,
     load_balancers,
@@ -191,6 +192,7 @@ class Controllers:
                 work.claims = True
                 work.schedule |= event.key == volumes.PVC_KEY  # a bound claim lets its pods schedule
             elif event.key in (volumes.CONFIGMAP_KEY, ("", "secrets")) and event.type != "DELETED":
+                work.objects |= aggregator.woken_by(self.cluster, event)  # a server's certificate changed
                 # a bound pod waiting to mount it (or for a Secret its env names) starts now
                 work.pods |= {p for p, pod in self.cluster.store.items(POD_KEY, loc[0])
                               if (pod.get("spec") or {}).get("nodeName")

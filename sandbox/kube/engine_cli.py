@@ -46,13 +46,15 @@ class Spec:
     value: frozenset[str]
     switch: frozenset[str]
     optional: frozenset[str]
-    values: frozenset[str]
+    values: frozenset[str]  # nargs="+": one or more words
+    any_values: frozenset[str]  # nargs="*": zero or more words
     negatable: frozenset[str]
     allow_abbrev: bool  # argparse's default: an unambiguous prefix of a --flag stands for it
 
     @property
     def known(self) -> frozenset[str]:
-        return self.value | self.switch | self.optional | self.values | self.negatable | frozenset(self.aliases)
+        return (self.value | self.switch | self.optional | self.values | self.any_values | self.negatable
+                | frozenset(self.aliases))
 
 
 @functools.cache
@@ -62,7 +64,8 @@ def spec(engine: str) -> Spec:
                 served_name_flag=data["served_name_flag"], port_flag=data["port_flag"],
                 int_flags=frozenset(data["int_flags"]), aliases=dict(data["aliases"]),
                 allow_abbrev=bool(data.get("allow_abbrev", False)),
-                **{k: frozenset(data[k] or []) for k in ("value", "switch", "optional", "values", "negatable")})
+                **{k: frozenset(data.get(k) or []) for k in ("value", "switch", "optional", "values", "any_values",
+                                                              "negatable")})
 
 
 HUMAN_INT_FLAGS = frozenset({"--max-model-len"})  # vLLM parses these with its human_readable_int
@@ -196,12 +199,12 @@ def parse(engine: str, usage: str, argv: list[str]) -> Invocation:
             if flag in HUMAN_INT_FLAGS and human_int(value) is None:
                 raise fail(f"argument {name}: invalid human_readable_int value: {value!r}")
             inv.args[flag] = value
-        elif flag in s.values:
+        elif flag in s.values or flag in s.any_values:
             taken = [attached] if eq else []
             while not eq and i < len(argv) and not _is_option(argv[i]):
                 taken.append(argv[i])
                 i += 1
-            if not taken:
+            if not taken and flag in s.values:
                 raise fail(f"argument {name}: expected at least one argument")
             inv.args[flag] = taken
         else:

@@ -24,7 +24,7 @@ import yaml
 from tornado import iostream
 from tornado.web import RequestHandler
 
-from . import deletion, discovery, disruption, log_stream, proxy, tables
+from . import aggregator, deletion, discovery, disruption, log_stream, proxy, tables
 from .cluster import Cluster, WriteOptions
 from .errors import ApiError, bad_request, gone, method_not_allowed, not_found
 from .patch import PATCH_TYPES
@@ -230,6 +230,8 @@ class KubeHandler(RequestHandler):
                 raise not_found("", "", path)
         elif segs == ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] and method == "POST":
             self._access_review()
+        elif segs[0] == "apis" and len(segs) >= 3 and aggregator.unavailable(cluster, segs[1], segs[2]):
+            self._send_text(503, "service unavailable\n")  # kube-aggregator's proxy, its APIService not Available
         elif segs[0] == "apis":
             if len(segs) == 1:
                 self._send(200, discovery.api_group_list(types))
@@ -250,6 +252,12 @@ class KubeHandler(RequestHandler):
         review.update(apiVersion="authorization.k8s.io/v1", kind="SelfSubjectAccessReview",
                       status={"allowed": True, "reason": "the InstantStart sandbox does not enforce RBAC"})
         self._send(201, review)
+
+    def _send_text(self, code: int, text: str) -> None:
+        self.set_status(code)
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+        self.set_header("X-Content-Type-Options", "nosniff")
+        self.finish(text)
 
     def _send_or_404(self, doc: dict[str, Any] | None) -> None:
         if doc is None:

@@ -135,7 +135,8 @@ BUILTINS: tuple[ResourceType, ...] = (
     _rt("networking.k8s.io", "v1", "ingresses", "Ingress", True, ("ing",), status=True),
     _rt("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
         ("crd", "crds"), status=True),
-    # registered and checked for availability (aggregator.py); the groups they name are not proxied
+    # registered and checked for availability (aggregator.py): the groups of unavailable ones answer 503, the
+    # others are not proxied
     _rt("apiregistration.k8s.io", "v1", "apiservices", "APIService", False, status=True),
     # stored and served, never called: no request is sent to a webhook (sandbox/README.md)
     _rt("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration",

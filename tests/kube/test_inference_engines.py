@@ -70,7 +70,7 @@ def _metric(text: str, name: str) -> float:
 def test_a_vllm_deployment_is_ready_once_loaded_and_answers_through_the_service_proxy(served: Served) -> None:
     _deploy(served, "llm", _container("vllm", args=[
         "--model", "Qwen/Qwen2.5-0.5B-Instruct", "--served-model-name", "qwen", "-tp", "2", "--port=8000"],
-        gpus=2, env=[{"name": "SANDBOX_LOAD_SECONDS", "value": "1600"}]))
+        gpus=2, env=[{"name": "SANDBOX_LOAD_SECONDS", "value": "4800"}]))  # 12 s of real time to see it loading
     pod = wait_until(lambda: next((p for p in _pods(served, "llm") if p.status.phase == "Running"), None),
                      timeout=60, message="the vLLM pod running")
     assert not _ready(pod)  # still loading: the readiness probe finds nothing listening
@@ -192,15 +192,17 @@ def test_the_product_and_the_simulated_vllm_record_the_same_flags_aliases_and_no
     assert sorted(recorded ^ product.flags) == []
     assert simulated.aliases == product.aliases
     assert simulated.negatable == product.negatable
-    assert {"--async-scheduling", "--cudagraph-capture-sizes", "--structured-outputs-config"} <= recorded
+    # the v0.11.0 tag's files: present there, and flags of later commits the earlier lists carried are not
+    assert {"--async-scheduling", "--cuda-graph-sizes", "--structured-outputs-config", "--enable-lora-bias"} <= recorded
+    assert {"--cudagraph-capture-sizes", "--tokens-only", "--all2all-backend"}.isdisjoint(recorded)
 
 
 def test_the_product_and_the_simulated_sglang_record_the_same_flags_aliases_and_arities() -> None:
     product, simulated = flag_specs()[Engine.SGLANG], engine_cli.spec("sglang")
-    recorded = simulated.value | simulated.switch | simulated.optional | simulated.values | simulated.negatable
+    recorded = simulated.known - frozenset(simulated.aliases)
     assert sorted(recorded ^ product.flags) == []
     assert simulated.aliases == product.aliases
-    assert (simulated.switch, simulated.values, simulated.negatable) == (
+    assert (simulated.switch, simulated.values | simulated.any_values, simulated.negatable) == (
         product.switches, product.values, product.negatable)
     # v0.5.4's server_args.py: present there, and the newer flags the earlier lists carried are not
     assert {"--enable-metrics", "--hybrid-kvcache-ratio", "--lora-paths", "--ep-size"} <= recorded
@@ -208,9 +210,20 @@ def test_the_product_and_the_simulated_sglang_record_the_same_flags_aliases_and_
     assert product.aliases["--ep"] == "--ep-size" and len(recorded) == 266
 
 
+def test_sglang_nargs_star_flags_take_zero_words_and_nargs_plus_ones_at_least_one() -> None:
+    """argparse lets a nargs="*" flag end at the next option (``--lora-paths --port 30000``); a nargs="+" one
+    still needs a word (SGLang v0.5.4's server_args.py)."""
+    inv = engine_cli.parse("sglang", "launch_server.py", ["--model-path", "m", "--lora-paths", "--port", "30000",
+                                                          "--custom-weight-loader", "--lora-target-modules"])
+    assert (inv.args["--lora-paths"], inv.args["--custom-weight-loader"], inv.port) == ([], [], 30000)
+    assert inv.args["--lora-target-modules"] == []
+    with pytest.raises(engine_cli.EngineError, match="argument --cuda-graph-bs: expected at least one argument"):
+        engine_cli.parse("sglang", "launch_server.py", ["--model-path", "m", "--cuda-graph-bs", "--port", "1"])
+
+
 def test_a_vllm_command_the_product_accepts_starts_the_simulated_engine(served: Served) -> None:
     serve = parse("vllm serve Qwen/Qwen2.5-0.5B-Instruct --async-scheduling --no-enable-prefix-caching "
-                  "--cudagraph-capture-sizes 8 16 --max-model-len 32k -dp 1 --kv-sharing-fast-prefill "
+                  "--cuda-graph-sizes 8 16 --max-model-len 32k -dp 1 --kv-sharing-fast-prefill "
                   "--enable-log-requests --structured-outputs-config '{}' --served-model-name q -tp 2")
     container = _container("vllm", image=IMAGES[Engine.VLLM], command=serve.argv, gpus=serve.gpus_needed)
     assert _ready(_run_to_settled(served, "v011", container)), _log(served, "v011")

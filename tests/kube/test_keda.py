@@ -5,14 +5,18 @@ outside the sandbox's subset leaves it Ready=False; deleting it deletes its HPA.
 
 from __future__ import annotations
 
+import base64
+from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+import yaml
+from kubernetes import client, utils
 
 from sandbox.kube.components import install_component_crds
 from sandbox.kube.keda import Query, parse_query
-from tests.kube.serving_support import Served, chat, served, serving
+from sandbox.kube.keda_certs import dns_names, granted, make_certs
+from tests.kube.serving_support import Served, chat, proxy_call, served, serving
 from tests.support import wait_until
 
 __all__ = ["served", "serving"]
@@ -34,10 +38,13 @@ def _vllm(served: Served, name: str) -> None:
         "selector": labels, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}})
 
 
-def _metrics_api_server(served: Served, replicas: int = 1) -> None:
-    """KEDA's metrics API server (its Service and Deployment) as the release manifest has them."""
+def _metrics_api_server(served: Served, replicas: int = 1) -> str:
+    """KEDA's metrics API server (its Service and Deployment) as the release manifest has them, serving the
+    certificate of the Secret kedaorg-certs mounted at /certs; the CA that signed it (base64, a caBundle)."""
     labels = {"app": "keda-operator-metrics-apiserver"}
     served.core.create_namespace({"metadata": {"name": "keda"}})
+    certs = {k: base64.b64encode(v).decode() for k, v in make_certs(dns_names("keda")).items()}
+    served.core.create_namespaced_secret("keda", {"metadata": {"name": "kedaorg-certs"}, "data": certs})
     served.core.create_namespaced_service("keda", {"metadata": {"name": "keda-operator-metrics-apiserver"}, "spec": {
         "selector": labels, "ports": [{"name": "https", "port": 443, "targetPort": 6443}]}})
     client.AppsV1Api(served.api).create_namespaced_deployment("keda", {
@@ -45,16 +52,24 @@ def _metrics_api_server(served: Served, replicas: int = 1) -> None:
             "replicas": replicas, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels},
                                                                                     "spec": {"containers": [{
                 "name": "keda-operator-metrics-apiserver", "image": "ghcr.io/kedacore/keda-metrics-apiserver:2.17.1",
-                "ports": [{"name": "https", "containerPort": 6443}]}]}}}})
+                "ports": [{"name": "https", "containerPort": 6443}],
+                "volumeMounts": [{"name": "certificates", "mountPath": "/certs", "readOnly": True}]}],
+                "volumes": [{"name": "certificates", "secret": {"secretName": "kedaorg-certs", "optional": True}}]}}}})
+    return certs["ca.crt"]
 
 
-def _register(served: Served) -> None:
-    """The APIService registering KEDA's external metrics API."""
+def _register(served: Served, ca_bundle: str = "") -> None:
+    """The APIService registering KEDA's external metrics API (no caBundle: as KEDA's manifest ships it)."""
     client.ApiregistrationV1Api(served.api).create_api_service({
         "metadata": {"name": "v1beta1.external.metrics.k8s.io"}, "spec": {
             "service": {"name": "keda-operator-metrics-apiserver", "namespace": "keda"},
             "group": "external.metrics.k8s.io", "version": "v1beta1", "groupPriorityMinimum": 100,
-            "versionPriority": 100}})
+            "versionPriority": 100, **({"caBundle": ca_bundle} if ca_bundle else {})}})
+
+
+def _available_message(served: Served) -> str:
+    status = client.ApiregistrationV1Api(served.api).read_api_service("v1beta1.external.metrics.k8s.io").status
+    return next((c.message for c in (status.conditions if status else None) or [] if c.type == "Available"), "")
 
 
 def _available_reason(served: Served) -> str | None:
@@ -108,8 +123,7 @@ def test_a_scaled_object_scales_its_deployment_from_the_engines_metrics(served: 
     wait_until(failing, 60, "the HPA failing to get its external metric")
     assert apps.read_namespaced_deployment("llm", "default").spec.replicas == 1
 
-    _metrics_api_server(served)
-    _register(served)
+    _register(served, _metrics_api_server(served))
     wait_until(lambda: _available(served) == "True", 60, "the external metrics APIService Available")
     wait_until(lambda: apps.read_namespaced_deployment("llm", "default").spec.replicas == 3, 60,
                "the Deployment scaled to 3")
@@ -162,15 +176,75 @@ def test_a_missing_target_is_not_ready_until_it_appears(served: Served) -> None:
     assert client.AppsV1Api(served.api).read_namespaced_deployment("later", "default").spec.replicas == 2  # no metrics
 
 
-def test_an_api_service_is_available_once_its_service_has_a_ready_pod(served: Served) -> None:
-    """kube-aggregator's check: ServiceNotFound, then MissingEndpoints, then Passed; discovery lists the group."""
+def test_an_api_service_is_available_once_its_service_has_a_ready_pod_and_its_ca_verifies_it(served: Served) -> None:
+    """kube-aggregator's check: ServiceNotFound, then MissingEndpoints, then FailedDiscoveryCheck while no caBundle
+    or a caBundle of another CA fails TLS verification (requests to the group answered 503), then Passed once the
+    caBundle holds the CA that signed the server's certificate; discovery lists the group."""
+    registration = client.ApiregistrationV1Api(served.api)
+    name, discovery = "v1beta1.external.metrics.k8s.io", "/apis/external.metrics.k8s.io/v1beta1"
     _register(served)
     wait_until(lambda: _available_reason(served) == "ServiceNotFound", 60, "Available=False: no Service")
-    _metrics_api_server(served, replicas=0)
+    ca_bundle = _metrics_api_server(served, replicas=0)
     wait_until(lambda: _available_reason(served) == "MissingEndpoints", 60, "Available=False: no ready pod")
     client.AppsV1Api(served.api).patch_namespaced_deployment_scale(
         "keda-operator-metrics-apiserver", "keda", {"spec": {"replicas": 1}})
-    wait_until(lambda: _available_reason(served) == "Passed", 60, "Available once the metrics server runs")
-    assert _available(served) == "True"
+    wait_until(lambda: _available_reason(served) == "FailedDiscoveryCheck", 60, "Available=False: no caBundle")
+    ip = served.core.read_namespaced_service("keda-operator-metrics-apiserver", "keda").spec.cluster_ip
+    url = f"https://{ip}:443{discovery}"
+    assert _available_message(served) == (f'failing or missing response from {url}: Get "{url}": tls: failed to '
+                                          "verify certificate: x509: certificate signed by unknown authority")
+    status, _, text = proxy_call(served.api, "GET", discovery + "/namespaces/default/s0-prometheus")
+    assert (status, text) == (503, "service unavailable\n")
+
+    registration.patch_api_service(name, {"spec": {"caBundle": ca_bundle}})
+    wait_until(lambda: _available_reason(served) == "Passed", 60, "Available once the caBundle verifies the server")
+    assert _available(served) == "True" and proxy_call(served.api, "GET", discovery)[0] == 404  # not proxied
     groups = {g.name for g in client.ApisApi(served.api).get_api_versions().groups}
     assert "apiregistration.k8s.io" in groups
+
+    registration.patch_api_service(name, {"spec": {"caBundle": base64.b64encode(  # another CA's
+        make_certs(dns_names("keda"))["ca.crt"]).decode()}})
+    wait_until(lambda: _available_reason(served) == "FailedDiscoveryCheck", 60, "Available=False: another CA")
+    assert _available_message(served).endswith("x509: certificate signed by unknown authority")
+    assert proxy_call(served.api, "GET", discovery)[0] == 503
+
+
+def test_the_operator_makes_its_certificates_with_the_shipped_rbac_and_not_without_its_role(served: Served) -> None:
+    """The shipped KEDA manifest without the Role keda-operator-certs: the operator cannot create kedaorg-certs and
+    exits ('unable to set up cert rotation'), the APIService stays FailedDiscoveryCheck; with the Role it writes the
+    certificates and injects its CA, and the APIService is Available."""
+    docs = [d for d in yaml.safe_load_all(Path("services/components/manifests/keda.yaml").read_text()) if d]
+    certs_role = [d for d in docs if d["kind"] in ("Role", "RoleBinding") and d["metadata"]["name"] ==
+                  "keda-operator-certs"]
+    assert len(certs_role) == 2
+    utils.create_from_yaml(served.api, yaml_objects=[d for d in docs if d not in certs_role])
+    wait_until(lambda: _available_reason(served) == "FailedDiscoveryCheck", 60, "the metrics server's cert unverified")
+
+    def exited() -> str:
+        pods = served.core.list_namespaced_pod("keda", label_selector="app=keda-operator").items
+        status = pods[0].status.container_statuses if pods else None
+        ended = status and (status[0].last_state.terminated or status[0].state.terminated)
+        return served.core.read_namespaced_pod_log(pods[0].metadata.name, "keda", previous=bool(
+            status[0].last_state.terminated)) if ended and ended.exit_code == 1 else ""
+    log = wait_until(exited, 60, "the operator to exit without the Role")
+    assert 'unable to set up cert rotation' in log and 'cannot create resource \\"secrets\\"' in log, log
+    assert not served.core.list_namespaced_secret("keda", field_selector="metadata.name=kedaorg-certs").items
+
+    utils.create_from_yaml(served.api, yaml_objects=certs_role)
+    wait_until(lambda: _available_reason(served) == "Passed", 120, "Available once the operator made its certs")
+    secret = served.core.read_namespaced_secret("kedaorg-certs", "keda")
+    assert set(secret.data) == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
+    api = client.ApiregistrationV1Api(served.api).read_api_service("v1beta1.external.metrics.k8s.io")
+    assert api.spec.ca_bundle == secret.data["ca.crt"]
+
+    # and no more on Secrets and Leases than that (KEDA's chart): read and write its own Secret, never patch or
+    # delete one, read no other; its Lease only in its own namespace
+    operator = ("keda", "keda-operator")
+
+    def may(namespace: str, resource: str, verb: str, name: str = "") -> bool:
+        group = "coordination.k8s.io" if resource == "leases" else ""
+        return granted(served.cluster, operator, namespace, group, resource, verb, name)
+    assert all(may("keda", "secrets", v, "kedaorg-certs") for v in ("get", "create", "update"))
+    assert not any(may("keda", "secrets", v, "kedaorg-certs") for v in ("patch", "delete"))
+    assert not may("keda", "secrets", "get", "other") and not may("default", "secrets", "get", "other")
+    assert may("keda", "leases", "update", "operator.keda.sh") and not may("default", "leases", "create")

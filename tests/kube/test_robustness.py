@@ -247,8 +247,8 @@ def test_logs_follow_never_drops_a_line_written_between_the_read_and_the_subscri
     cluster.logs.append(key, "before", time.time())
     cluster.logs._lock = _LetsAWriterIn(cluster.logs, key, "racing")  # type: ignore[assignment]
     url = f"{kube_server.base_url}/k8s/clusters/{cluster_name}/api/v1/namespaces/default/pods/p/log?follow=true"
-    with urllib.request.urlopen(url, timeout=10) as r:
-        wait_until(lambda: cluster.logs._followers.get(key), 10, "the log follower's subscription")
+    with urllib.request.urlopen(url, timeout=60) as r:
+        wait_until(lambda: cluster.logs._followers.get(key), 60, "the log follower's subscription")
         kube_server.emulator.end_log(cluster_name, "default", "p", "main")
         assert r.read().decode() == "before\nracing\n"
 

@@ -76,7 +76,8 @@ def test_job_runs_to_completion_with_its_pods_env_and_logs(emulator: Emulator) -
     assert "Saving model checkpoint to /s3/jobs/llama/checkpoints/checkpoint-2" in text
     assert text.splitlines()[-1] == "Training completed: 8 steps; outputs in /s3/jobs/llama/outputs"
     assert "[rank8] step 8/8" in log_text(cluster, "llama-pods-1")
-    assert "Completed" in reasons(cluster, "llama")
+    # the operator writes the Completed condition, then its Completed event
+    wait_until(lambda: "Completed" in reasons(cluster, "llama"), timeout=60, message="the Completed event")
 
 
 def test_unknown_flag_fails_the_workload_and_then_the_job(emulator: Emulator) -> None:

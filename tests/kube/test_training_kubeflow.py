@@ -115,10 +115,12 @@ def test_auto_resume_restarts_on_node_faults_up_to_the_retry_count(emulator: Emu
             wait_until(lambda bad=node: master()["spec"].get("nodeName") not in (None, bad), timeout=60)
             annotations = job(cluster, "resume")["metadata"]["annotations"]
             assert annotations["sandbox.instantstart.io/auto-resume-count"] == "1"
-    wait_until(lambda: conditions(job(cluster, "resume")).get("Failed") == "True", timeout=60)
+    # the operator writes the Failed condition, then the second NodeFault event (no auto-resume left): wait for both
+    wait_until(lambda: conditions(job(cluster, "resume")).get("Failed") == "True" and [
+        e["reason"] for e in events_of(cluster, job(cluster, "resume"))].count("NodeFault") == 2, timeout=60,
+               message="Failed, with the second NodeFault event")
     failed = next(c for c in job(cluster, "resume")["status"]["conditions"] if c["type"] == "Failed")
     assert failed["message"].startswith("job-max-retry-count (1) exhausted after 1 auto-resumes: pod resume-master-0:")
-    assert [e["reason"] for e in events_of(cluster, job(cluster, "resume"))].count("NodeFault") == 2
 
 
 def test_suspend_and_resume(emulator: Emulator) -> None:

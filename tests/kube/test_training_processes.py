@@ -31,7 +31,8 @@ def test_a_bare_pod_runs_its_trainer_to_exit_0(emulator: Emulator) -> None:
     assert (terminated["exitCode"], terminated["reason"]) == (0, "Completed")
     assert terminated["startedAt"] <= terminated["finishedAt"]
     assert "[rank0] step 3/3" in log_text(cluster, "solo")
-    assert running(cluster) == []
+    # the kubelet writes the Succeeded status, then forgets the process
+    wait_until(lambda: running(cluster) == [], timeout=60, message="the ended process forgotten")
 
 
 def test_unclaimed_containers_keep_the_plain_kubelet(emulator: Emulator) -> None:
