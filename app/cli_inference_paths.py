@@ -38,7 +38,10 @@ def endpoint_text(e: dict[str, Any]) -> str:
 def router_line(r: dict[str, Any]) -> str:
     policy = (r.get("knobs") or {}).get("policy") or "-"
     running = sum(1 for w in r["workers"] if w.get("phase") == "Running")
-    return (f"{r['namespace']}/{r['name']:<24} {policy:<12} {r['phase']:<12} for {r['deployment']} "
+    if r["phase"] == "Orphaned":
+        return f"{r['namespace']}/{r['name']:<24} {policy:<12} Orphaned     left: {', '.join(r.get('left') or [])}"
+    workers = f"{r['deployment']}/{r['pool_service']}" if r.get("pool_service") else r["deployment"]
+    return (f"{r['namespace']}/{r['name']:<24} {policy:<12} {r['phase']:<12} for {workers} "
             f"({running}/{len(r['workers'])} workers running)")
 
 

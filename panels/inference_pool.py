@@ -1,7 +1,8 @@
 """The model-pool board of the inference pane: one row per pool pod (pool, pod, node, Ready, restarts, the service
 holding it), an Assign button that gives the selected pods to the named service, a Release button that gives them
 back, Scale for the selected pod's pool, and a test of the service. It follows the inference pane's cluster and
-is redrawn from ``inference.pool.*`` operation events, no polling.
+is redrawn from ``inference.pool.*`` operation events, no polling; a failed assign's reason is shown (its
+operation event).
 
 The board holds no rules: it calls the pool verbs (``services/inference/pool.py``) in a worker thread, so the
 event loop never waits on Kubernetes; the verbs check the role again.
@@ -137,6 +138,11 @@ class PoolBoard(ScopedPane, pn.viewable.Viewer):
         self.state.selected = [(rows.iloc[i]["pool"], rows.iloc[i]["pod"]) for i in event.new or [] if i < len(rows)]
 
     def _on_operation(self, events: list[Event]) -> None:
+        failed = [e.data for e in events if e.data.get("kind") == ASSIGN_KIND and e.data.get("status") == "failed"
+                  and e.data.get("cluster") == self.state.cluster]
+        if failed:  # e.g. a pod another writer took meanwhile: the assign gave back what it had claimed
+            self.state.message = f"assign failed ({failed[-1].get('id')}): " \
+                                 f"{(failed[-1].get('error') or {}).get('message', '')}"
         if any(e.data.get("kind") in KINDS for e in events):
             self._refresh()
 

@@ -33,7 +33,8 @@ POLICIES = ["cache_aware", "round_robin", "random", "power_of_two"]
 
 
 def routers_frame(routers: list[RouterView]) -> pd.DataFrame:
-    rows = [{"name": r.name, "deployment": r.deployment, "policy": r.knobs.policy if r.knobs else "",
+    rows = [{"name": r.name, "deployment": f"{r.deployment}/{r.pool_service}" if r.pool_service else r.deployment,
+             "policy": r.knobs.policy if r.knobs else "",
              "knobs": (f"cache {r.knobs.cache_threshold}, balance {r.knobs.balance_abs_threshold}/"
                        f"{r.knobs.balance_rel_threshold}") if r.knobs else "",
              "workers": f"{sum(w.phase == 'Running' for w in r.workers)}/{len(r.workers)} running", "phase": r.phase,

@@ -4,10 +4,13 @@ business=unassigned and leaves business out of its selector; bad requests are re
 Kubernetes write; a pool of three deploys, a service claims one pod and answers from it, then is reassigned to the
 two others and answers only from them, while every pod keeps its uid, restart count and owner (the ReplicaSet made
 no replacement); a scale below the pods services hold is refused with zero writes, a scale to what they hold
-removes the unassigned pod; the Inference pane's model-pool board shows a row per pod and releases, tests and
-assigns the selected pod; a router, KEDA autoscaling or a managed endpoint of its name is refused naming the pool,
-with no write; an agent reads and tests the pool through a real MCP client; the pool's delete takes
-its services' Services."""
+removes the unassigned pod; a pod changed between the assign's read and its relabel (409 on the stale
+resourceVersion) is judged again, and an assign that loses a pod to a rival fails naming it and gives back what it
+had claimed; a scale-in is refused while a held pod is not Ready; the Inference pane's model-pool board shows a
+row per pod and releases, tests and assigns the selected pod; a router, KEDA autoscaling or a managed endpoint of
+its name is refused naming the pool, with no write; a router for one pool service routes to the pods it holds and
+gains a worker when the service is assigned another pod; an agent reads and tests the pool through a real MCP client;
+the pool's delete takes its services' Services."""
 
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from kubernetes import client as k8s
 from panels.inference import InferencePane
 from panels.inference_pool import PoolBoard
 from services.auth import Principal, Role
+from services.inference.pool_models import PoolAssign, PoolRelease
 from tests.jobs_support import CLUSTER, JobWorld, job_world
 from tests.ledger import CallLedger
 from tests.mcp_support import bridge, call
@@ -161,9 +165,138 @@ def test_the_board_shows_pod_rows_and_releases_tests_and_assigns_the_selection(w
         settle("assign")
 
 
+def _patches(ledger: CallLedger, since: int, pod: str) -> list[int]:
+    return [e["status"] for e in ledger.writes(since=since, service="kubernetes")
+            if e.get("resource") == "pods" and e.get("name") == pod and e.get("verb") == "patch"]
+
+
+def test_a_pod_changed_between_read_and_relabel_is_judged_again_and_a_lost_one_leaves_no_partial_claim(
+        world: JobWorld, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rival writer changes a pod after the assign read it and before its patch: the API server refuses the
+    stale resourceVersion (409). A harmless change is read again and the pod claimed; a rival claim of the pod
+    fails the assign naming it, and the pod it had already relabelled goes back to the pool (all or nothing)."""
+    assert finished(world, world.live.post(f"{BASE}/warm/scale", {"replicas": 3}))["status"] == "succeeded"
+    chat = sorted(n for n, p in pods(world).items() if p.metadata.labels["business"] == "chat")
+    assert finished(world, world.live.post(f"{BASE}/warm/release", {"service": "chat", "pods": chat[1:]}))[
+        "status"] == "succeeded"  # chat keeps one pod: two are free
+    wait_until(lambda: (d := world.live.get(f"{BASE}/warm").json())["unassigned"] == 2 and all(
+        p["ready"] for p in d["pods"]), 120, "two new unassigned pods Ready")
+    free = sorted(n for n, p in pods(world).items() if p.metadata.labels["business"] == "unassigned")
+    first, second = free
+    operator = Principal("race-operator", Role.OPERATOR, "t-op", "api")
+    ledger = CallLedger(world.live)
+    with world.server.imported(tmp_path / "product", CLUSTER, operator) as services:
+        rest = services.kube.api_client(CLUSTER).rest_client
+        real, rival = rest.request, {}
+
+        def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            if method == "PATCH" and url.endswith(f"/pods/{second}") and rival:  # after the stage's read
+                world.core.patch_namespaced_pod(second, NS, {"metadata": rival.pop("patch")})
+            return real(method, url, *args, **kwargs)
+        monkeypatch.setattr(rest, "request", request)
+
+        def assign() -> tuple[Any, int]:
+            mark = ledger.mark()
+            op, _ = services.pools.assign(operator, CLUSTER, "warm", PoolAssign(service="code", pods=[first, second]))
+            return wait_until(lambda: (v := services.engine.run_until_idle(op.id)).status.terminal and v, 60,
+                              "the assign to end"), mark
+
+        rival["patch"] = {"annotations": {"example.com/audited": "yes"}}
+        done, mark = assign()
+        assert done.status == "succeeded", done
+        assert _patches(ledger, mark, second) == [200, 409, 200]  # the rival's, the stale one, the retry on fresh
+        assert {n: p.metadata.labels["business"] for n, p in pods(world).items() if n in free} == \
+            {first: "code", second: "code"}
+        released, _ = services.pools.release(operator, CLUSTER, "warm", PoolRelease(service="code"))
+        assert services.engine.run_until_idle(released.id).status == "succeeded"
+
+        rival["patch"] = {"labels": {"business": "other"}}  # another writer claims the pod first
+        board = PoolBoard(services.pools, services.clusters, services.bus, operator)
+        board.state.cluster = CLUSTER
+        lost, mark = assign()
+        wait_until(lambda: second in board.state.message, 30, "the board to say why the assign failed")
+        assert board.state.message.startswith(f"assign failed ({lost.id})"), board.state.message
+        assert lost.status == "failed" and lost.error is not None, lost
+        assert f"{second} is held by the service other now" in lost.error["message"], lost.error
+        assert f"{first} went back to the pool" in lost.error["message"], lost.error
+        assert _patches(ledger, mark, second) == [200, 409]
+        assert _patches(ledger, mark, first) == [200, 200]  # claimed, then given back
+        now = {n: p.metadata.labels["business"] for n, p in pods(world).items() if n in free}
+        assert now == {first: "unassigned", second: "other"}, now
+        assert "code" not in {s.metadata.name for s in world.core.list_namespaced_service(NS).items}
+        world.core.patch_namespaced_pod(second, NS, {"metadata": {"labels": {"business": "unassigned"}}})
+
+
+def test_a_scale_in_is_refused_while_a_held_pod_is_not_ready(world: JobWorld) -> None:
+    """The ReplicaSet removes pods that are not Ready first, whatever their deletion cost: while a pod a service
+    holds is not Ready, a scale-in is refused (409 naming it) before any write."""
+    held = sorted(n for n, p in pods(world).items() if p.metadata.labels["business"] == "chat")
+    assert len(pods(world)) == 3 and len(held) == 1
+    sick = held[0]
+    world.core.patch_namespaced_pod_status(sick, NS, {"status": {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "ReadinessProbeFailed"}]}})
+    wait_until(lambda: not next(p for p in world.live.get(f"{BASE}/warm").json()["pods"] if p["name"] == sick)[
+        "ready"], 60, "the held pod not Ready in the product's view")
+    scales = len(world.live.get("/api/v1/operations?kind=inference.pool.scale").json())
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    refused = world.live.post(f"{BASE}/warm/scale", {"replicas": 2})
+    assert refused.status_code == 409 and sick in refused.text and "not Ready" in refused.text, refused.text
+    assert refused.json()["error"]["details"]["not_ready"] == [sick]
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    assert len(world.live.get("/api/v1/operations?kind=inference.pool.scale").json()) == scales
+    world.core.patch_namespaced_pod_status(sick, NS, {"status": {"conditions": [
+        {"type": "Ready", "status": "True"}]}})
+    wait_until(lambda: all(p["ready"] for p in world.live.get(f"{BASE}/warm").json()["pods"]), 60,
+               "the pod Ready again")
+
+
+def test_a_router_for_a_pool_service_routes_to_the_pods_it_holds_and_follows_reassignment(world: JobWorld) -> None:
+    """The router discovers the pool's pods the service holds (pool selector + business=<service>): requests
+    sharing a prefix land on the service's pod, and assigning it another pod gives the router a second worker.
+    An unknown pool or service is refused (404) before any write."""
+    routers = f"/api/v1/clusters/{CLUSTER}/inference/routers"
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    for body, said in (({"deployment": "nope", "pool_service": "chat"}, "inference_pool_list"),
+                       ({"deployment": "warm", "pool_service": "nope"}, "inference_pool_assign")):
+        refused = world.live.post(routers, {"name": "chat-router", **body})
+        assert refused.status_code == 404 and said in refused.text, refused.text
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    assert world.live.get("/api/v1/operations?kind=inference.router.create").json() == []
+    shown = world.live.post(f"{routers}/preview", {"name": "chat-router", "deployment": "warm",
+                                                   "pool_service": "chat"})
+    assert shown.status_code == 200 and shown.json()["selector"] == "instantstart.io/inference=warm,business=chat"
+    assert finished(world, world.live.post(routers, {"name": "chat-router", "deployment": "warm",
+                                                     "pool_service": "chat"}))["status"] == "succeeded"
+    held = {n for n, p in pods(world).items() if p.metadata.labels["business"] == "chat"}
+    prefix = "You are a careful assistant for the InstantStart docs. Question: "
+    served = set()
+    for question in ("what is a pool?", "what is a service?", "what is a pod?"):
+        answer = world.live.post(f"{routers}/chat-router/test", {"prompt": prefix + question, "max_tokens": 4})
+        assert answer.status_code == 200 and answer.json()["status"] == 200, answer.text
+        served.add(answer.json()["headers"]["x-sandbox-pod"])
+    assert len(held) == 1 and served == held, served
+    extra = sorted(n for n, p in pods(world).items() if p.metadata.labels["business"] == "unassigned")[0]
+    assert finished(world, world.live.post(f"{BASE}/warm/assign", {"service": "chat", "pods": [extra]}))[
+        "status"] == "succeeded"
+    wait_until(lambda: world.live.get(f"{routers}/chat-router").json()["active_workers"] == 2, 60,
+               "the router to discover the service's second pod")
+    described = world.live.get(f"{routers}/chat-router").json()
+    assert {w["pod"] for w in described["workers"]} == held | {extra}, described
+    assert described["pool_service"] == "chat", described
+    mark = ledger.mark()
+    fronted = httpx2.delete(world.live.url + f"{BASE}/warm", headers=world.live.headers(), timeout=30)
+    assert fronted.status_code == 409 and "inference_routers_delete chat-router" in fronted.text, fronted.text
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    gone = httpx2.delete(world.live.url + f"{routers}/chat-router", headers=world.live.headers(), timeout=30)
+    assert finished(world, gone)["status"] == "succeeded"
+
+
 def test_a_router_autoscaling_or_an_endpoint_on_the_pool_is_refused_naming_the_pool(world: JobWorld) -> None:
-    """A pool's services are what clients call: a router over the whole pool, KEDA (which would fight the pool's
-    scale-in guard) and a managed endpoint of the pool's name are refused (409 naming the pool), with no write."""
+    """A pool's services are what clients call: a router over the whole pool (no pool_service), KEDA (which would
+    fight the pool's scale-in guard) and a managed endpoint of the pool's name are refused (409 naming the pool),
+    with no write."""
     world.install("inference-operator")  # the managed path's CRDs, so its name check is reached
     wait_until(lambda: world.live.get(f"/api/v1/clusters/{CLUSTER}/inference/endpoints").json()["operator"], 60,
                "the operator's CRDs in the cache")
@@ -173,7 +306,7 @@ def test_a_router_autoscaling_or_an_endpoint_on_the_pool_is_refused_naming_the_p
     for path in (f"{routers}/preview", routers):
         refused = world.live.post(path, {"name": "front", "deployment": "warm"})
         assert refused.status_code == 409 and "warm is a model pool" in refused.text, refused.text
-        assert "per pool service is not supported" in refused.text, refused.text
+        assert "give pool_service" in refused.text, refused.text
     scaled = httpx2.put(world.live.url + f"/api/v1/clusters/{CLUSTER}/inference/deployments/warm/scaling",
                         json={"max_replicas": 3, "request_rate": 1.0}, headers=world.live.headers(), timeout=60)
     assert scaled.status_code == 409 and "model pool" in scaled.text and "inference_pool_scale" in scaled.text, \
@@ -185,8 +318,9 @@ def test_a_router_autoscaling_or_an_endpoint_on_the_pool_is_refused_naming_the_p
     assert named.status_code == 409 and "already has a model pool 'warm'" in named.text, named.text
     assert "inference_pool_delete" in named.text, named.text
     ledger.assert_no_writes(since=mark, service="kubernetes")
-    for kind in ("inference.router.create", "inference.scaling.set", "managed.deploy"):
-        assert world.live.get(f"/api/v1/operations?kind={kind}").json() == [], kind
+    for kind in ("inference.router.create", "inference.scaling.set", "managed.deploy"):  # the router of chat aside
+        made = world.live.get(f"/api/v1/operations?kind={kind}").json()
+        assert [o for o in made if o["target"] != f"cluster/{CLUSTER}/inference/chat-router"] == [], kind
 
 
 def test_an_agent_reads_and_tests_the_pool_and_its_delete_takes_the_services(world: JobWorld) -> None:

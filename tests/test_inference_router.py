@@ -8,9 +8,9 @@ router's objects only (the workers stay). While a router fronts the deployment, 
 self-managed deploy of the router's name are refused before any write; a pending router create and a pending
 deployment delete refuse each other, and so do a pending router create and a deploy of its name (one operation
 target per name); the router pod's metrics are read once per few seconds however often it is described; a router
-whose Deployment was deleted out of band is still deleted whole (found by its Service, or by its ServiceAccount
-alone). The router's flag data is held equal to the sandbox's, and the simulated router refuses what the real
-one refuses."""
+whose Deployment was deleted out of band is listed and described Orphaned with what it left, and is still deleted
+whole (found by its Service, or by its ServiceAccount alone). The router's flag data is held equal to the
+sandbox's, and the simulated router refuses what the real one refuses."""
 
 from __future__ import annotations
 
@@ -275,13 +275,15 @@ def _absent(world: JobWorld, name: str = "qwen-router") -> bool:
     return True
 
 
-def test_a_router_whose_deployment_went_out_of_band_is_deleted_whole(world: JobWorld) -> None:
+def test_a_router_whose_deployment_went_out_of_band_is_listed_orphaned_and_deleted_whole(world: JobWorld) -> None:
     started = world.live.post(BASE, {"name": "orphan", "deployment": "qwen"})
     assert started.status_code == 202, started.text
     assert world.finished(started.json()["operation"]["id"], timeout=180)["status"] == "succeeded"
     k8s.AppsV1Api(world.api).delete_namespaced_deployment("orphan", NS)
-    wait_until(lambda: "orphan" not in {r["name"] for r in world.live.get(BASE).json()["routers"]}, 60,
-               "the router's Deployment gone from the cache")
+    wait_until(lambda: {(r["name"], r["phase"]) for r in world.live.get(BASE).json()["routers"]} == {
+        ("orphan", "Orphaned")}, 60, "the router listed Orphaned once its Deployment is gone from the cache")
+    (listed,) = world.live.get(BASE).json()["routers"]
+    assert listed["left"] == ["Service"] and "inference_routers_delete" in listed["message"], listed
     ledger = CallLedger(world.live)
     rbac = "rbac.authorization.k8s.io"
     for name, left in (("orphan", {"services", f"rolebindings.{rbac}", f"roles.{rbac}", "serviceaccounts"}),
@@ -290,6 +292,10 @@ def test_a_router_whose_deployment_went_out_of_band_is_deleted_whole(world: JobW
             world.core.create_namespaced_service_account(NS, {"metadata": {
                 "name": "stray", "labels": router_manifest.labels("stray")}})
         mark = ledger.mark()
+        shown = world.live.get(f"{BASE}/{name}").json()
+        assert shown["phase"] == "Orphaned" and len(shown["left"]) == len(left), shown
+        assert f"left: {', '.join(shown['left'])}" in shown["message"], shown
+        ledger.assert_no_writes(since=mark, service="kubernetes")
         gone = httpx2.delete(world.live.url + f"{BASE}/{name}", headers=world.live.headers(), timeout=30)
         assert gone.status_code == 202, gone.text
         assert world.finished(gone.json()["operation"]["id"], timeout=120)["status"] == "succeeded"

@@ -98,15 +98,18 @@ ROUTES: list[Route] = [
           tag=TAG, open_world=True,
           description="Operator: set the pool's pod count (operation inference.pool.scale; running pods are not "
                       "restarted). Refused with 409 naming the services and how many pods they hold when replicas "
-                      "is below that count: release pods first. On scale-in unassigned pods go first."),
+                      "is below that count: release pods first. On scale-in unassigned pods go first; a scale-in "
+                      "is refused (409 naming them, details.not_ready) while a pod a service holds is not Ready."),
     Route("POST", BASE + "/{name}/assign", "inference_pool_assign", "Give pool pods to a model service",
           role_of(Pools.assign), _assign, body=PoolAssign, response=Accepted, path_params=ONE, read_only=False,
           idempotent=False, status=202, tag=TAG, open_world=True,
           description="Operator: operation inference.pool.assign: apply the service's ClusterIP Service (named "
                       "after the service, selecting business=<service>) and relabel the chosen pods — count Ready "
                       "unassigned ones, or the named pods — so they serve it at once, without a restart. 409 when "
-                      "not enough Ready unassigned pods are there or a named pod is held. Then "
-                      "inference_pool_test answers from those pods."),
+                      "not enough Ready unassigned pods are there or a named pod is held. All or nothing: a pod "
+                      "another writer changes meanwhile is read again; one it then cannot have (held, gone, not "
+                      "Ready) fails the operation naming it, and the pods it had relabelled go back to the pool. "
+                      "Then inference_pool_test answers from those pods."),
     Route("POST", BASE + "/{name}/release", "inference_pool_release", "Give a service's pods back to the pool",
           role_of(Pools.release), _release, body=PoolRelease, response=Accepted, path_params=ONE, read_only=False,
           idempotent=False, status=202, tag=TAG, open_world=True,
@@ -117,7 +120,8 @@ ROUTES: list[Route] = [
           _delete, response=Accepted, path_params=ONE, read_only=False, destructive=True, idempotent=False,
           status=202, tag=TAG, open_world=True,
           description="Operator: delete the pool's Deployment and pods, its token Secret and its services' "
-                      "Services (operation inference.pool.delete). Only pools InstantStart made."),
+                      "Services (operation inference.pool.delete). Only pools InstantStart made; 409 while a "
+                      "router fronts one of its services (inference_routers_delete it first)."),
     Route("POST", BASE + "/{name}/services/{service}/test", "inference_pool_test",
           "Send one test request to a model service of a pool", role_of(Pools.test_service), _test,
           body=EndpointTest, response=EndpointTestResult, path_params=SERVICE, read_only=False, idempotent=False,

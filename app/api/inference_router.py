@@ -56,11 +56,13 @@ ROUTER_DOC = ("deployment names the inference deployment (inference_list) whose 
               "OpenAI to them, so vLLM deployments work too. policy 'cache_aware' (default) sends requests that "
               "share a prefix to the worker already holding it, unless the load is uneven beyond "
               "balance_abs_threshold and balance_rel_threshold; cache_threshold (0-1) is the share of the prefix a "
-              "worker must hold. Knobs out of range: 422; an unknown deployment: 404; a name in use: 409; a model "
-              "pool as deployment: 409 (clients call a pool's services, and a router over the whole pool would "
-              "also reach its unassigned pods and other services' pods; a router per pool service is not "
-              "supported); all before anything is made. The router's Service (ClusterIP, port 30000; "
-              "Prometheus metrics on 29000) takes the same name as the router.")
+              "worker must hold. For a model pool give deployment=<pool> and pool_service=<service>: the workers "
+              "are the pool's pods that service holds (selector adds business=<service>), so inference_pool_assign "
+              "and inference_pool_release change them. Knobs out of range: 422; an unknown deployment or pool, or "
+              "a pool_service the pool has not: 404; a name in use: 409; a pool without pool_service: 409 (a router "
+              "over the whole pool would also reach its unassigned pods and other services' pods); pool_service "
+              "on a deployment that is not a pool: 422; all before anything is made. The router's Service "
+              "(ClusterIP, port 30000; Prometheus metrics on 29000) takes the same name as the router.")
 
 ROUTES: list[Route] = [
     Route("POST", BASE + "/preview", "inference_routers_preview", "Preview an SGLang router for a deployment",
@@ -78,12 +80,16 @@ ROUTES: list[Route] = [
     Route("GET", BASE, "inference_routers_list", "A cluster's SGLang routers", role_of(Routers.list_routers), _list,
           response=RouterList, path_params=CLUSTER, tag=TAG, open_world=True,
           description="Every router InstantStart made in the cluster: its deployment, policy and knobs, phase, "
-                      "workers (pods, ready) and Service, from watch caches (request counts: inference_routers_get)."),
+                      "workers (pods, ready) and Service, from watch caches (request counts: inference_routers_get). "
+                      "A router whose Deployment is gone but whose Service is left is listed with phase 'Orphaned' "
+                      "and left ['Service']: inference_routers_delete removes what it left."),
     Route("GET", BASE + "/{name}", "inference_routers_get", "One SGLang router, with its request counts",
           role_of(Routers.describe_router), _get, response=RouterView, path_params=ONE, tag=TAG, open_world=True,
           description="One router: policy and knobs, workers with the requests the router sent each "
                       "(sgl_router_processed_requests_total), all requests, cache hits and misses, read from its "
-                      "Prometheus metrics (metrics_error says why when they cannot be read)."),
+                      "Prometheus metrics (metrics_error says why when they cannot be read). A router whose "
+                      "Deployment is gone is phase 'Orphaned', left naming every object of it still there (read "
+                      "live): inference_routers_delete removes them."),
     Route("PATCH", BASE + "/{name}", "inference_routers_update", "Change a router's policy knobs",
           role_of(Routers.update_router), _update, body=RouterUpdate, response=Accepted, path_params=ONE,
           read_only=False, idempotent=False, status=202, tag=TAG, open_world=True,

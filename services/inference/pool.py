@@ -22,7 +22,7 @@ from typing import Any
 
 from services.auth import Principal, Role
 from services.errors import Conflict, Invalid, NotFound
-from services.inference import Inference, checks, inference_target, manifest, testcall, tokens
+from services.inference import Inference, checks, inference_target, manifest, names, testcall, tokens
 from services.inference.command import parse
 from services.inference.kobjects import cached_ready as _ready
 from services.inference.kobjects import labels as _labels
@@ -284,11 +284,18 @@ class Pools:
     def delete_pool(self, principal: Principal, cluster: str, name: str,
                     idempotency_key: str | None = None) -> tuple[OperationView, bool]:
         """Delete the pool (``inference.pool.delete``): its Deployment (the uid seen now), pods, token Secrets
-        and, by owner reference, its services' Services."""
+        and, by owner reference, its services' Services. 409 while a router fronts one of its services."""
         replay = self._replayed(DELETE_KIND, principal, cluster, name, idempotency_key)
         if replay is not None:  # before the lookup: after the delete the pool is gone, the answer is not
             return replay, False
         meta = _meta(self._find(cluster, name))
+        routers = names.fronting_routers(self.inference.informers, cluster, str(meta.get("namespace")), name)
+        creating = names.in_flight(self._engine, cluster, names.ROUTER_CREATE_KIND, deployment=name)
+        if creating is not None:
+            routers.append(str(creating.request.get("name")))
+        if routers:
+            raise Conflict(f"the router {routers[0]} fronts a service of the pool {name}: delete the router first "
+                           f"(inference_routers_delete {routers[0]}), then the pool", details={"routers": routers})
         ref = DeploymentRef(cluster=cluster, name=name, namespace=str(meta.get("namespace")),
                             uid=str(meta.get("uid")), requested_by=principal.name)
         return self._engine.submit(DELETE_KIND, ref, principal, idempotency_key)

@@ -75,7 +75,9 @@ class ClaimStage(Stage[PoolClaim]):
     """Assign: apply the service's Service, then relabel each chosen pod ``business=<service>``. Release: relabel
     the service's chosen pods ``business=unassigned``, and delete the Service when none is left. Each pod is read,
     judged and patched with its resourceVersion; a pod already as wanted is skipped, so a resumed stage repeats
-    nothing."""
+    nothing. A pod that changed between the read and the patch (409) is read and judged again (a retry); an assign
+    that then cannot have it (another service holds it, it is gone or not Ready) fails naming it and gives back the
+    pods it had relabelled, so no partial claim is left."""
 
     name = "claim"
     expected_seconds = 2.0
@@ -92,10 +94,45 @@ class ClaimStage(Stage[PoolClaim]):
         if not claim.release:
             core.patch_namespaced_service(claim.service, claim.namespace, model_service(claim),
                                           field_manager=FIELD_MANAGER, force=True, _content_type=APPLY)
-        changed = [pod for pod in claim.pods if self._relabel(core, claim, pod)]
+        changed: list[str] = ctx.data.setdefault("changed", [])  # kept across a retry (a 409) and a resume
+        try:
+            for pod in claim.pods:
+                if pod not in changed and self._relabel(core, claim, pod):
+                    changed.append(pod)
+                    ctx.save()
+        except Permanent as exc:
+            if claim.release:
+                raise
+            given_back = self._undo(core, claim, changed)
+            raise Permanent(f"{exc.message}; nothing is assigned: "
+                            + (f"{', '.join(given_back)} went back to the pool" if given_back else
+                               "no pod had been relabelled"), details=exc.details) from None
         if claim.release and claim.drop_service:
             self._drop_service(core, claim)
         ctx.data["relabelled"] = changed
+
+    def _undo(self, core: k8s.CoreV1Api, claim: PoolClaim, changed: list[str]) -> list[str]:
+        """An assign that cannot finish gives back the pods it relabelled (each still the service's, checked on a
+        fresh read with its resourceVersion), and its Service goes when no pod of the service is left: an assign
+        is all or nothing."""
+        back = PoolClaim(**{**claim.model_dump(), "release": True})
+        given, stuck = [], []
+        for pod in changed:
+            for _ in range(5):  # a pod changing under the undo: read it again
+                try:
+                    if self._relabel(core, back, pod):
+                        given.append(pod)
+                    break
+                except Transient:
+                    continue
+            else:
+                stuck.append(pod)
+        self._drop_service(core, claim)
+        if stuck:
+            raise Permanent(f"the assign could not finish and {', '.join(stuck)} kept changing while it was given "
+                            f"back: it may still serve {claim.service}; release it (inference_pool_release)",
+                            details={"pods": stuck, "service": claim.service})
+        return given
 
     def _relabel(self, core: k8s.CoreV1Api, claim: PoolClaim, name: str) -> bool:
         """Relabel one pod unless it already is as wanted; False when nothing had to change."""
@@ -104,10 +141,11 @@ class ClaimStage(Stage[PoolClaim]):
         except NotFound:
             if claim.release:  # gone: it holds nothing any more
                 return False
-            raise Permanent(f"the pool pod {name} is gone: assign again to pick another") from None
+            raise Permanent(f"the pool pod {name} is gone: assign again to pick another",
+                            details={"pod": name}) from None
         found = dict(pod.metadata.labels or {})
         if found.get(INFERENCE_LABEL) != claim.pool or pod.metadata.deletion_timestamp is not None:
-            raise Permanent(f"{name} is not a live pod of the pool {claim.pool}")
+            raise Permanent(f"{name} is not a live pod of the pool {claim.pool}", details={"pod": name})
         holder = held_by(found)
         if claim.release:
             if holder != claim.service:
@@ -117,9 +155,10 @@ class ClaimStage(Stage[PoolClaim]):
             if holder == claim.service:
                 return False
             if holder is not None:
-                raise Permanent(f"{name} is held by the service {holder} now: release it first, or assign again")
+                raise Permanent(f"{name} is held by the service {holder} now: release it first, or assign again",
+                                details={"pod": name, "service": holder})
             if not _ready(pod):
-                raise Permanent(f"{name} is not Ready now: assign again to pick a Ready pod")
+                raise Permanent(f"{name} is not Ready now: assign again to pick a Ready pod", details={"pod": name})
             patch = {"labels": {BUSINESS: claim.service}, "annotations": {DELETION_COST: CLAIMED_COST}}
         try:
             core.patch_namespaced_pod(name, claim.namespace,

@@ -6,11 +6,13 @@ exists and is InstantStart's (404), the router's name is free in its namespace o
 inference deployment or other router has it (409) — and the API server dry-runs every object, before any
 operation row; then an operation on ``cluster/<c>/inference/<name>`` applies them: the target a deployment, a
 pool and a managed endpoint of that name use too, so a create of another path's name in flight is refused (409
-naming it). ``delete_router`` finds a router by any object with its labels (a Deployment deleted out of band
-leaves the rest to delete). Reads answer from the watch caches; ``describe_router`` also reads the router's
-Prometheus metrics (``sgl_router_*``) through the Kubernetes API's pod proxy (bounded and kept a few seconds:
-:mod:`services.inference.router_metrics`), and ``test_router`` sends one OpenAI-compatible request through the
-router's Service, so the answer names the worker pod that served it.
+naming it). The workers are a deployment's pods, or a model pool's pods one pool service holds (``pool_service``:
+an unknown pool 404, a pool without it 409, a service the pool has not 404). ``delete_router`` finds a router
+by any object with its labels (a Deployment deleted out of band leaves the rest to delete). Reads answer from
+the watch caches; ``describe_router`` also reads the router's Prometheus metrics (``sgl_router_*``) through the
+Kubernetes API's pod proxy (bounded and kept a few seconds: :mod:`services.inference.router_metrics`), and
+``test_router`` sends one OpenAI-compatible request through the router's Service, so the answer names the worker
+pod that served it.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ from services.inference.kobjects import labels as _labels
 from services.inference.kobjects import live_ready as _ready
 from services.inference.kobjects import meta as _meta
 from services.inference.models import EndpointTest, EndpointTestResult
+from services.inference.pool import DELETE_KIND as POOL_DELETE_KIND
+from services.inference.pool_stages import BUSINESS
+from services.inference.pool_stages import pool_service as pool_service_of
 from services.inference.router_metrics import RouterMetricsReader
 from services.inference.router_models import (
     RouterKnobs,
@@ -47,7 +52,13 @@ from services.inference.router_models import (
     RouterView,
     WorkerView,
 )
-from services.inference.router_stages import RouterApplyStage, RouterDeleteStage, RouterRolloutStage, apply_objects
+from services.inference.router_stages import (
+    RouterApplyStage,
+    RouterDeleteStage,
+    RouterRolloutStage,
+    apply_objects,
+    leftovers,
+)
 from services.inference.stages import InferenceDeps
 from services.informers import Informers
 from services.kube import KubeClients
@@ -104,16 +115,29 @@ class Routers:
     def _items(self, cluster: str, resource: str) -> list[dict[str, Any]]:
         return names.cached(self.informers, cluster, resource)
 
-    def _worker_deployment(self, cluster: str, name: str) -> dict[str, Any]:
-        if checks.pool_named(self._items(cluster, "deployments"), name) is not None:
-            raise Conflict(f"{name} is a model pool, not a self-managed deployment: clients call a pool's services "
-                           "(inference_pool_assign), and a router over the whole pool would also send requests to "
-                           "its unassigned pods and to every other service's; a router per pool service is not "
-                           "supported: put the router in front of a deployment made with inference_deploy",
-                           details={"field": "deployment", "pool": name})
+    def _worker_deployment(self, cluster: str, name: str, pool_service: str | None = None) -> dict[str, Any]:
+        pool = checks.pool_named(self._items(cluster, "deployments"), name)
+        if pool is not None and pool_service is None:
+            raise Conflict(f"{name} is a model pool: a router over the whole pool would also send requests to its "
+                           "unassigned pods and to every other service's; give pool_service, the pool's service "
+                           "whose pods the router routes to (inference_pool_get lists them)",
+                           details={"field": "pool_service", "pool": name})
+        if pool is not None:
+            namespace = _meta(pool).get("namespace")
+            if not any(_meta(s).get("namespace") == namespace and _meta(s).get("name") == pool_service
+                       and pool_service_of(s, name) for s in self._items(cluster, "services")):
+                raise NotFound(f"the pool {name} has no service {pool_service!r}; inference_pool_assign makes one",
+                               details={"field": "pool_service"})
+            return dict(pool)
         for dep in self._items(cluster, "deployments"):
             if _meta(dep).get("name") == name and checks.ours(dep, name):
+                if pool_service is not None:
+                    raise Invalid(f"pool_service is only for a model pool, and {name} is not one: leave it out",
+                                  details={"field": "pool_service"})
                 return dep
+        if pool_service is not None:
+            raise NotFound(f"no model pool {name!r} in cluster {cluster}; inference_pool_list lists them",
+                           details={"field": "deployment"})
         raise NotFound(f"no inference deployment {name!r} in cluster {cluster}; inference_list lists them",
                        details={"field": "deployment"})
 
@@ -188,20 +212,21 @@ class Routers:
         return int(port)
 
     def _plan(self, principal: Principal, cluster: str, name: str, deployment: str, knobs: RouterKnobs,
-              *, check_name: bool = True) -> RouterPlan:
+              *, pool_service: str | None = None, check_name: bool = True) -> RouterPlan:
         self.registry.get(cluster)
-        worker = self._worker_deployment(cluster, deployment)
+        worker = self._worker_deployment(cluster, deployment, pool_service)
         namespace = str(_meta(worker).get("namespace"))
-        deleting = names.in_flight(self._engine, cluster, DEPLOYMENT_DELETE_KIND, name=deployment)
+        deleting = names.in_flight(self._engine, cluster, DEPLOYMENT_DELETE_KIND, name=deployment) \
+            or names.in_flight(self._engine, cluster, POOL_DELETE_KIND, name=deployment)
         if deleting is not None:
             raise Conflict(f"the deployment {deployment} is being deleted (operation {deleting.id}): a router for it "
                            "would have no workers", details={"operation": deleting.id})
         if check_name:
             self._check_name(cluster, name, namespace)
         objects = rm.objects(name=name, namespace=namespace, deployment=deployment, knobs=knobs,
-                             worker_port=self._worker_port(cluster, worker))
-        return RouterPlan(cluster=cluster, name=name, namespace=namespace, deployment=deployment, knobs=knobs,
-                          manifests=objects, requested_by=principal.name)
+                             worker_port=self._worker_port(cluster, worker), pool_service=pool_service)
+        return RouterPlan(cluster=cluster, name=name, namespace=namespace, deployment=deployment,
+                          pool_service=pool_service, knobs=knobs, manifests=objects, requested_by=principal.name)
 
     def _dry_run(self, plan: RouterPlan) -> None:
         """The API server validates every object (schemas, admission) and stores nothing: a 422 names the field."""
@@ -212,11 +237,12 @@ class Routers:
     @verb(Role.OPERATOR)
     def preview_router(self, principal: Principal, cluster: str, request: RouterRequest) -> RouterPreview:
         """What a router create would make (every precheck, then the API server's dry run); nothing is made."""
-        plan = self._plan(principal, cluster, request.name, request.deployment, _knobs(request))
+        plan = self._plan(principal, cluster, request.name, request.deployment, _knobs(request),
+                          pool_service=request.pool_service)
         self._dry_run(plan)
         container = plan.manifests[3]["spec"]["template"]["spec"]["containers"][0]
         command = list(container["command"])
-        return RouterPreview(command=command, selector=rm.selector(request.deployment),
+        return RouterPreview(command=command, selector=rm.selector(request.deployment, request.pool_service),
                              worker_port=int(command[command.index("--service-discovery-port") + 1]),
                              manifests=plan.manifests)
 
@@ -230,7 +256,8 @@ class Routers:
         replay = self._engine.replayed(CREATE_KIND, principal, idempotency_key, same)
         if replay is not None:
             return replay, False
-        plan = self._plan(principal, cluster, request.name, request.deployment, _knobs(request))
+        plan = self._plan(principal, cluster, request.name, request.deployment, _knobs(request),
+                          pool_service=request.pool_service)
         self._dry_run(plan)
         return self._engine.submit(CREATE_KIND, plan, principal, idempotency_key)
 
@@ -250,7 +277,7 @@ class Routers:
         notes = _meta(live).get("annotations") or {}
         knobs = RouterKnobs.model_validate({**json.loads(str(notes.get(rm.KNOBS_ANNOTATION) or "{}")), **changes})
         plan = self._plan(principal, cluster, name, str(notes.get(rm.FOR_ANNOTATION) or ""), knobs,
-                          check_name=False)
+                          pool_service=notes.get(rm.SERVICE_ANNOTATION), check_name=False)
         plan.manifests = [m for m in plan.manifests if m["kind"] == "Deployment"]
         self._dry_run(plan)
         return self._engine.submit(UPDATE_KIND, plan, principal, idempotency_key)
@@ -273,25 +300,34 @@ class Routers:
 
     @verb(Role.VIEWER)
     def list_routers(self, principal: Principal, cluster: str) -> RouterList:
-        """Every router of the cluster, from the watch caches (no metrics: describe_router reads them)."""
+        """Every router of the cluster, from the watch caches (no metrics: describe_router reads them); a router
+        whose Deployment is gone and whose Service is left is listed ``Orphaned``."""
         self.registry.get(cluster)
         pods, services = self._items(cluster, "pods"), self._items(cluster, "services")
         views = [self._view(cluster, d, pods, services) for d in self._items(cluster, "deployments")
                  if _is_router(d, str(_meta(d).get("name")))]
+        seen = {(v.namespace, v.name) for v in views}
+        views += [_orphan(cluster, str(_meta(s).get("namespace")), str(_meta(s).get("name")), ["Service"])
+                  for s in services if _is_router(s, str(_meta(s).get("name")))
+                  and (str(_meta(s).get("namespace")), str(_meta(s).get("name"))) not in seen]
         return RouterList(cluster=cluster, routers=sorted(views, key=lambda v: (v.namespace, v.name)))
 
     @verb(Role.VIEWER)
     def describe_router(self, principal: Principal, cluster: str, name: str) -> RouterView:
         """One router: policy and knobs, its workers (Ready or not), and the request counts from its Prometheus
-        metrics."""
-        dep = self._find(cluster, name)
+        metrics. A router whose Deployment is gone is shown ``Orphaned`` with the objects it left (read live)."""
+        try:
+            dep = self._find(cluster, name)
+        except NotFound:
+            namespace, _ = self._find_remains(cluster, name)
+            return _orphan(cluster, namespace, name, leftovers(self.deps, cluster, namespace, name))
         view = self._view(cluster, dep, self._items(cluster, "pods"), self._items(cluster, "services"))
         core = k8s.CoreV1Api(self.kube.api_client(cluster))
         pods = [core.api_client.sanitize_for_serialization(p) for p in core.list_namespaced_pod(
             view.namespace, label_selector=f"{rm.ROUTER_LABEL}={name}").items]  # the cache has no IPs, no readiness
         if view.deployment:
             pods += [core.api_client.sanitize_for_serialization(p) for p in core.list_namespaced_pod(
-                view.namespace, label_selector=rm.selector(view.deployment)).items]
+                view.namespace, label_selector=rm.selector(view.deployment, view.pool_service)).items]
         ready = {str(_meta(p).get("name")): _ready(p) for p in pods}
         for worker in view.workers:
             worker.ready = ready.get(worker.pod, False)
@@ -304,6 +340,7 @@ class Routers:
         name, namespace = str(meta.get("name")), str(meta.get("namespace"))
         notes = meta.get("annotations") or {}
         worker_of = str(notes.get(rm.FOR_ANNOTATION) or "")
+        pool_service = notes.get(rm.SERVICE_ANNOTATION)
         knobs = RouterKnobs.model_validate(json.loads(str(notes[rm.KNOBS_ANNOTATION]))) \
             if notes.get(rm.KNOBS_ANNOTATION) else None
         available = int(status.get("availableReplicas") or 0)
@@ -317,11 +354,14 @@ class Routers:
             phase, message = "Progressing", "not ready (it is ready once it has found a worker)"
         workers = [WorkerView(pod=str(_meta(p).get("name")), phase=(p.get("status") or {}).get("phase")) for p in pods
                    if _meta(p).get("namespace") == namespace
-                   and (_labels(p)).get(manifest.INFERENCE_LABEL) == worker_of and worker_of]
+                   and (_labels(p)).get(manifest.INFERENCE_LABEL) == worker_of and worker_of
+                   and (pool_service is None or _labels(p).get(BUSINESS) == pool_service)]
         svc = next((s for s in services if _meta(s).get("namespace") == namespace and _meta(s).get("name") == name
                     and _is_router(s, name)), None)
-        return RouterView(name=name, namespace=namespace, cluster=cluster, deployment=worker_of, knobs=knobs,
-                          selector=rm.selector(worker_of) if worker_of else "", phase=phase, message=message,
+        return RouterView(name=name, namespace=namespace, cluster=cluster, deployment=worker_of,
+                          pool_service=pool_service, knobs=knobs,
+                          selector=rm.selector(worker_of, pool_service) if worker_of else "", phase=phase,
+                          message=message,
                           workers=sorted(workers, key=lambda w: w.pod),
                           service=service_view(svc) if svc is not None else None)
 
@@ -349,6 +389,8 @@ class Routers:
                 host = re.sub(r"^https?://", "", labels.get("worker", "")).rsplit(":", 1)[0]
                 pod = by_ip.get(host, labels.get("worker", ""))
                 served[pod] = served.get(pod, 0) + int(value)
+            elif metric == "sgl_router_active_workers":
+                view.active_workers = int(value)
             elif metric in totals and (metric != "sgl_router_requests_total" or labels.get("route") in ROUTED):
                 totals[metric] += int(value)
         view.requests_total = totals["sgl_router_requests_total"]
@@ -370,7 +412,9 @@ class Routers:
         dep = self._find(cluster, name)
         meta = _meta(dep)
         namespace = str(meta.get("namespace"))
-        worker = self._worker_deployment(cluster, str((meta.get("annotations") or {}).get(rm.FOR_ANNOTATION) or ""))
+        notes = meta.get("annotations") or {}
+        worker = self._worker_deployment(cluster, str(notes.get(rm.FOR_ANNOTATION) or ""),
+                                         notes.get(rm.SERVICE_ANNOTATION))
         model = str((_meta(worker).get("annotations") or {}).get(manifest.API_MODEL_ANNOTATION) or "")
         self._test_calls.acquire(principal)
         try:
@@ -382,6 +426,12 @@ class Routers:
         self.audit.record(principal, "inference.router.test", inference_target(cluster, name),
                           {"api": request.api, "max_tokens": request.max_tokens}, f"status {result.status}")
         return result
+
+
+def _orphan(cluster: str, namespace: str, name: str, left: list[str]) -> RouterView:
+    return RouterView(name=name, namespace=namespace, cluster=cluster, deployment="", phase="Orphaned", left=left,
+                      message=f"its Deployment is gone; left: {', '.join(left) or 'nothing'}: "
+                      "inference_routers_delete removes them")
 
 
 def _knobs(request: RouterRequest) -> RouterKnobs:

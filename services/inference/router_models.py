@@ -60,7 +60,12 @@ class RouterRequest(RouterKnobs):
     name: str = Field(..., pattern=NAME_PATTERN, description="the router's name: a DNS label of at most 40 "
                       "characters, also its Service's, ServiceAccount's and Role's name")
     deployment: str = Field(..., pattern=NAME_PATTERN, description="the inference deployment whose pods are the "
-                            "workers (inference_list); the router runs in its namespace")
+                            "workers (inference_list), or a model pool (inference_pool_list) with pool_service; the "
+                            "router runs in its namespace")
+    pool_service: str | None = Field(None, pattern=NAME_PATTERN, description="only when deployment is a model "
+                                     "pool: the pool's service whose pods are the workers (the pool's pods labelled "
+                                     "business=<service>, inference_pool_get lists them), so assigning or releasing "
+                                     "pods changes the router's workers")
 
 
 class RouterUpdate(RequestModel):
@@ -81,6 +86,7 @@ class RouterPlan(RequestModel):
     name: str
     namespace: str
     deployment: str
+    pool_service: str | None = None
     knobs: RouterKnobs
     manifests: list[dict[str, Any]] = Field(..., description="ServiceAccount, Role, RoleBinding, Deployment, "
                                             "Service (an update: the Deployment only)")
@@ -123,14 +129,22 @@ class RouterView(ResponseModel):
     namespace: str
     cluster: str
     deployment: str
+    pool_service: str | None = Field(None, description="the model pool's service whose pods are the workers, when "
+                                     "deployment is a pool")
     knobs: RouterKnobs | None = None
     selector: str = ""
-    phase: Literal["Available", "Progressing", "Failed"] = "Progressing"
+    phase: Literal["Available", "Progressing", "Failed", "Orphaned"] = Field(
+        "Progressing", description="'Orphaned': the router's Deployment is gone and other objects of it are left "
+        "(listed in left): inference_routers_delete removes them")
     message: str = ""
+    left: list[str] = Field(default_factory=list, description="Orphaned: the kinds of the router's objects still "
+                            "there (the list sees its Service in the cache; inference_routers_get reads all live)")
     workers: list[WorkerView] = Field(default_factory=list)
     requests_total: int | None = Field(None, description="inference requests the router received (sgl_router_"
                                        "requests_total of the completions and generate routes; not its probes), "
                                        "when its metrics were read")
+    active_workers: int | None = Field(None, description="the workers the router itself has discovered "
+                                       "(sgl_router_active_workers), when its metrics were read")
     cache_hits: int | None = None
     cache_misses: int | None = None
     metrics_error: str | None = Field(None, description="why the metrics could not be read, when they could not")

@@ -103,6 +103,26 @@ class RouterRolloutStage(Stage[RouterPlan]):
                           f"worker of {plan.deployment})")
 
 
+def _others(deps: InferenceDeps, cluster: str) -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
+    """(kind, read, delete) of a router's objects other than its Deployment, in deletion order."""
+    api = deps.kube.api_client(cluster)
+    core, rbac = k8s.CoreV1Api(api), k8s.RbacAuthorizationV1Api(api)
+    return [("Service", core.read_namespaced_service, core.delete_namespaced_service),
+            ("RoleBinding", rbac.read_namespaced_role_binding, rbac.delete_namespaced_role_binding),
+            ("Role", rbac.read_namespaced_role, rbac.delete_namespaced_role),
+            ("ServiceAccount", core.read_namespaced_service_account, core.delete_namespaced_service_account)]
+
+
+def leftovers(deps: InferenceDeps, cluster: str, namespace: str, name: str) -> list[str]:
+    """The kinds of the router's objects other than its Deployment that are there (read live, ours by labels)."""
+    left = []
+    for kind, read, _ in _others(deps, cluster):
+        with contextlib.suppress(NotFound):
+            if _ours(read(name, namespace), name):
+                left.append(kind)
+    return left
+
+
 class RouterDeleteStage(Stage[RouterRef]):
     name = "delete"
     expected_seconds = 10.0
@@ -110,25 +130,12 @@ class RouterDeleteStage(Stage[RouterRef]):
     def __init__(self, deps: InferenceDeps) -> None:
         self.deps = deps
 
-    def _others(self, ref: RouterRef) -> list[tuple[Callable[..., Any], Callable[..., Any]]]:
-        """(read, delete) of the router's objects other than its Deployment, in deletion order."""
-        api = self.deps.kube.api_client(ref.cluster)
-        core, rbac = k8s.CoreV1Api(api), k8s.RbacAuthorizationV1Api(api)
-        return [(core.read_namespaced_service, core.delete_namespaced_service),
-                (rbac.read_namespaced_role_binding, rbac.delete_namespaced_role_binding),
-                (rbac.read_namespaced_role, rbac.delete_namespaced_role),
-                (core.read_namespaced_service_account, core.delete_namespaced_service_account)]
-
     def _left(self, ref: RouterRef) -> bool:
         """Whether the Deployment of that uid, or any other object with the router's labels, is still there."""
         dep = read_deployment(self.deps, ref.cluster, ref.namespace, ref.name) if ref.uid else None
         if dep is not None and str(dep.metadata.uid) == ref.uid:
             return True
-        for read, _ in self._others(ref):
-            with contextlib.suppress(NotFound):
-                if _ours(read(ref.name, ref.namespace), ref.name):
-                    return True
-        return False
+        return bool(leftovers(self.deps, ref.cluster, ref.namespace, ref.name))
 
     def observe(self, ctx: StageContext[RouterRef]) -> Observed:
         if ctx.data.get("deleted"):
@@ -142,7 +149,7 @@ class RouterDeleteStage(Stage[RouterRef]):
                 k8s.AppsV1Api(self.deps.kube.api_client(ref.cluster)).delete_namespaced_deployment(
                     ref.name, ref.namespace, propagation_policy="Background",
                     body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=ref.uid)))
-        for read, delete in self._others(ref):
+        for _, read, delete in _others(self.deps, ref.cluster):
             with contextlib.suppress(NotFound):  # ours only (labels), and only the one just read (its uid)
                 found: Any = read(ref.name, ref.namespace)
                 if _ours(found, ref.name):
