@@ -9,7 +9,8 @@ operator's Deployment follows) and is deleted with everything the operator made;
 serves; an agent follows ``skills/deploy-model.md`` through a real MCP client; the inference pane's managed
 section previews, deploys, tests, rescales and deletes a JumpStart model; a test call is refused, sending
 nothing, when the Service of the endpoint's name is not the operator's. Metric-driven autoscaling: bad triggers are
-refused (422 naming the field) with zero writes, and a preview names KEDA as what a deploy installs first; the
+refused (422 naming the field) with zero writes, and so are triggers where a KEDA someone else installed runs (409);
+a preview names KEDA as what a deploy installs first; the
 first deploy with a trigger installs KEDA from the component registry (its objects written once, no Prometheus)
 and a second endpoint with triggers writes none of them again; a
 Prometheus trigger on the simulated vLLM's request counter makes the operator render a ScaledObject the sandbox's KEDA
@@ -44,6 +45,7 @@ from tests.mcp_support import bridge, call, follow
 from tests.sandbox_support import client
 from tests.support import wait_until
 from tests.test_inference import PLAYBOOK, VLLM
+from tests.test_inference_scaling import foreign_keda
 
 pytestmark = pytest.mark.slow
 BASE = f"/api/v1/clusters/{CLUSTER}/inference/endpoints"
@@ -407,6 +409,14 @@ def test_bad_triggers_are_refused_and_a_preview_names_keda_before_any_write(oper
     bounds = world.live.post(f"{BASE}/preview", endpoint("scaler", autoscaling={"min_replicas": 1, "max_replicas": 2}))
     assert bounds.status_code == 200 and bounds.json()["install"] == [], bounds.text
     ledger.assert_no_writes(since=mark, service="kubernetes")
+    with foreign_keda(world.api):  # one KEDA per cluster, as inference_scaling_set refuses
+        mark = ledger.mark()
+        foreign = world.live.post(BASE, triggered("scaler"))
+        assert foreign.status_code == 409 and "did not install" in foreign.text, foreign.text
+        bounds_only = world.live.post(f"{BASE}/preview", endpoint("scaler", autoscaling={"min_replicas": 1,
+                                                                                         "max_replicas": 2}))
+        assert bounds_only.status_code == 200, bounds_only.text  # no triggers: their KEDA is not ours to mind
+        ledger.assert_no_writes(since=mark, service="kubernetes")
     assert world.live.get("/api/v1/operations?kind=managed.deploy").json() == before
 
 
