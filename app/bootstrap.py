@@ -156,7 +156,7 @@ def build_services(settings: Settings, clock: Clock | None = None, *, exclusive:
     inference = Inference(registry, informers, kube, engine, audit, logs)
     pools = Pools(inference, engine)
     inference_scaling = InferenceScaling(inference, registry, aws, kube, engine, audit)
-    managed_inference = ManagedEndpoints(registry, informers, kube, engine, audit)
+    managed_inference = ManagedEndpoints(registry, informers, aws, kube, engine, audit)
     inference_routers = Routers(registry, informers, kube, engine, audit)
     for kind in [*features.kinds(), *nodes.kinds(), *groups.kinds(), *jobs.kinds(), *downloads.kinds(),
                  *inference.kinds(), *inference_scaling.kinds(), *managed_inference.kinds(),

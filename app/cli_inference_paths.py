@@ -20,8 +20,9 @@ def _path(args: argparse.Namespace, noun: str) -> str:
 
 
 def endpoint_line(e: dict[str, Any]) -> str:
+    scaled = "" if e.get("scaled_to") is None else f", scaled to {e['scaled_to']}"  # what the autoscaler chose
     return (f"{e['namespace']}/{e['name']:<24} {e['kind']:<24} {e.get('state') or '-':<22} "
-            f"{e['available']}/{e['desired']} available  {','.join(e['instance_types']) or '-'}  "
+            f"{e['available']}/{e['desired']} available{scaled}  {','.join(e['instance_types']) or '-'}  "
             f"{e.get('service') or 'no service'}  {e.get('model') or ''}")
 
 

@@ -232,7 +232,8 @@ class ManagedSection(ScopedPane, pn.viewable.Viewer):
             pn.pane.Markdown("### Managed endpoints (HyperPod inference operator)\nA model from S3, FSx, Hugging "
                              "Face or the JumpStart catalog, run by the operator: tiered KV cache, intelligent "
                              "routing (chosen at deploy only), autoscaling on Prometheus or CloudWatch metrics "
-                             "(`autoscaling.prometheus` / `autoscaling.cloudwatch` in the request; needs KEDA). Needs "
+                             "(`autoscaling.prometheus` / `autoscaling.cloudwatch` in the request; installs KEDA first "
+                             "where the cluster has none). Needs "
                              "the `hyperpod_inference_operator` feature."),
             self.body,
             pn.Row(self.token, self.preview_button, self.deploy_button),

@@ -310,13 +310,14 @@ class Informer:
             self._objects = objects
             self._version += 1
             self._synced_at = time.monotonic()
+        # cleared before the list is announced: a refresh woken by it reads no failure the list has healed
+        self.error = None
+        self.failure = None
         with self._listed:
             self.lists += 1
             self._listed.notify_all()
         if self.on_list is not None:
             self.on_list(self.cluster, self.kind.resource)
-        self.error = None
-        self.failure = None
         self.synced.set()
         self.attempted.set()
         self.bus.publish(Event("kube", "synced", {"cluster": self.cluster, "resource": self.kind.resource,

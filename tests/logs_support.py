@@ -102,7 +102,7 @@ def rest_server(services: Services) -> Iterator[tuple[str, str]]:
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    started.wait(10)
+    assert started.wait(60), "the server listening"
     try:
         yield f"http://127.0.0.1:{port}", token
     finally:

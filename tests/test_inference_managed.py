@@ -9,7 +9,10 @@ operator's Deployment follows) and is deleted with everything the operator made;
 serves; an agent follows ``skills/deploy-model.md`` through a real MCP client; the inference pane's managed
 section previews, deploys, tests, rescales and deletes a JumpStart model; a test call is refused, sending
 nothing, when the Service of the endpoint's name is not the operator's. Metric-driven autoscaling: bad triggers are
-refused (422 naming the field) and triggers on a cluster without KEDA (409), with zero writes; with KEDA's CRDs a
+refused (422 naming the field) with zero writes, and so are triggers where a KEDA someone else installed runs (409);
+a preview names KEDA as what a deploy installs first; the
+first deploy with a trigger installs KEDA from the component registry (its objects written once, no Prometheus)
+and a second endpoint with triggers writes none of them again; a
 Prometheus trigger on the simulated vLLM's request counter makes the operator render a ScaledObject the sandbox's KEDA
 scales the endpoint's Deployment with: up to its max under test traffic and back to its min after, through REST, an
 agent on MCP and the pane's trigger form, while the product itself writes no ScaledObject or HPA; a CloudWatch
@@ -42,6 +45,7 @@ from tests.mcp_support import bridge, call, follow
 from tests.sandbox_support import client
 from tests.support import wait_until
 from tests.test_inference import PLAYBOOK, VLLM
+from tests.test_inference_scaling import foreign_keda
 
 pytestmark = pytest.mark.slow
 BASE = f"/api/v1/clusters/{CLUSTER}/inference/endpoints"
@@ -158,6 +162,7 @@ def test_an_endpoint_deploys_serves_refuses_added_routing_scales_and_is_deleted(
     secret: Any = world.core.read_namespaced_secret(ref["name"], NS)
     assert [(o.kind, o.uid) for o in secret.metadata.owner_references] == [
         ("InferenceEndpointConfig", resource["metadata"]["uid"])]
+    wait_until(lambda: world.live.get(f"{BASE}/llama").json()["scaled_to"] == 1, 60, "the operator's Deployment cached")
     view = world.live.get(f"{BASE}/llama").json()
     seen.append(str(view))
     assert view["state"] == "DeploymentComplete" and view["source"] == "huggingface", view
@@ -166,7 +171,7 @@ def test_an_endpoint_deploys_serves_refuses_added_routing_scales_and_is_deleted(
     assert any(c["type"] == "DeploymentComplete" and c["status"] == "True" for c in view["conditions"])
     listed_cli = cli(world, "inference", "endpoints", "list", CLUSTER)
     assert listed_cli.returncode == 0 and listed_cli.stdout.startswith(f"{NS}/llama "), listed_cli.stderr
-    counts = f"{view['available']}/{view['desired']} available"
+    counts = f"{view['available']}/{view['desired']} available, scaled to {view['scaled_to']}"
     assert "DeploymentComplete" in listed_cli.stdout and counts in listed_cli.stdout, listed_cli.stdout
     described_cli = cli(world, "inference", "endpoints", "describe", CLUSTER, "llama", "--json")
     assert described_cli.returncode == 0 and json.loads(described_cli.stdout)["name"] == "llama", described_cli.stderr
@@ -193,7 +198,8 @@ def test_an_endpoint_deploys_serves_refuses_added_routing_scales_and_is_deleted(
     scaled = patch(world, f"{BASE}/llama", {"autoscaling": {"min_replicas": 2, "max_replicas": 3}})
     assert scaled.status_code == 202, scaled.text
     assert finished(world, scaled.json()["operation"]["id"])["status"] == "succeeded"
-    assert _deployment(world, "llama").spec.replicas == 2  # the operator's Deployment, moved into the bounds
+    wait_until(lambda: _deployment(world, "llama").spec.replicas == 2, 60,
+               "the operator's Deployment moved into the new bounds")
     wait_until(lambda: world.live.get(f"{BASE}/llama").json()["available"] == 2, 120, "two pods available")
     again = world.live.post(f"{BASE}/llama/test", {"prompt": "hello"}).json()
     assert again["status"] == 200, again  # the update kept the model name requests carry
@@ -215,7 +221,7 @@ def test_an_endpoint_deploys_serves_refuses_added_routing_scales_and_is_deleted(
             return bool(exc.status == 404)
         return False
     wait_until(collected, 60, "the operator's Deployment to go with its owner")
-    assert world.live.get(BASE).json()["endpoints"] == []
+    wait_until(lambda: world.live.get(BASE).json()["endpoints"] == [], 60, "the cached list to drop the endpoint")
     records = [str(o) for kind in KINDS for o in world.live.get(f"/api/v1/operations?kind={kind}").json()]
     audit = world.live.get("/api/v1/audit", params={"limit": 100}).text
     assert all(token not in text for text in [*seen, *records, audit])
@@ -364,22 +370,20 @@ def triggered(name: str, **extra: Any) -> dict[str, Any]:
     return endpoint(name, autoscaling=scaling)
 
 
-@pytest.fixture(scope="module")
-def keda(operator: JobWorld) -> JobWorld:
-    """KEDA's CRDs and its external metrics APIService, as a KEDA install leaves them (the APIService served
-    locally: the sandbox's aggregator then reports it Available without KEDA's metrics server running)."""
-    operator.install("keda")
-    registration = k8s.ApiregistrationV1Api(operator.api)
-    registration.create_api_service({"metadata": {"name": EXTERNAL_METRICS}, "spec": {
-        "group": "external.metrics.k8s.io", "version": "v1beta1", "groupPriorityMinimum": 100,
-        "versionPriority": 100}})
-    wait_until(lambda: any(c.type == "Available" and c.status == "True" for c in
-                           registration.read_api_service(EXTERNAL_METRICS).status.conditions or []),
-               60, "the external metrics APIService Available")
-    return operator
+#: what the product writes when it installs KEDA (services/components/manifests/keda.yaml, CRDs from the registry)
+KEDA_OBJECTS = {("deployments.apps", "keda", "keda-operator"),
+                ("customresourcedefinitions.apiextensions.k8s.io", None, "scaledobjects.keda.sh"),
+                ("customresourcedefinitions.apiextensions.k8s.io", None, "triggerauthentications.keda.sh"),
+                ("apiservices.apiregistration.k8s.io", None, EXTERNAL_METRICS)}
 
 
-def test_bad_triggers_and_a_cluster_without_keda_are_refused_before_any_write(operator: JobWorld) -> None:
+def keda_writes(ledger: CallLedger, since: int) -> list[tuple[str, str | None, str]]:
+    found = [(str(e.get("resource")), e.get("namespace") or None, str(e.get("name")))
+             for e in ledger.writes(since=since, service="kubernetes") if not e.get("subresource")]
+    return sorted(w for w in found if w in KEDA_OBJECTS)
+
+
+def test_bad_triggers_are_refused_and_a_preview_names_keda_before_any_write(operator: JobWorld) -> None:
     world = operator
     wait_until(lambda: world.live.get(BASE).json()["operator"], 60, "the operator's CRDs in the cache")
     ledger = CallLedger(world.live)
@@ -399,20 +403,59 @@ def test_bad_triggers_and_a_cluster_without_keda_are_refused_before_any_write(op
     cloudwatch = world.live.post(BASE, endpoint("scaler", autoscaling={**good, "prometheus": [], "cloudwatch": [
         {"metric_name": "Invocations", "namespace": "AWS/SageMaker", "target_value": -1}]}))
     assert cloudwatch.status_code == 422 and "target_value" in cloudwatch.text, cloudwatch.text
-    no_keda = world.live.post(BASE, triggered("scaler"))
-    assert no_keda.status_code == 409 and "scaledobjects.keda.sh" in no_keda.text, no_keda.text
+    shown = world.live.post(f"{BASE}/preview", triggered("scaler"))
+    assert shown.status_code == 200, shown.text
+    assert shown.json()["install"] == ["keda"], shown.text  # no Prometheus: a managed trigger never reads ours
+    assert any("first installs keda" in w for w in shown.json()["warnings"]), shown.text
+    bounds = world.live.post(f"{BASE}/preview", endpoint("scaler", autoscaling={"min_replicas": 1, "max_replicas": 2}))
+    assert bounds.status_code == 200 and bounds.json()["install"] == [], bounds.text
     ledger.assert_no_writes(since=mark, service="kubernetes")
+    with foreign_keda(world.api):  # one KEDA per cluster, as inference_scaling_set refuses
+        mark = ledger.mark()
+        foreign = world.live.post(BASE, triggered("scaler"))
+        assert foreign.status_code == 409 and "did not install" in foreign.text, foreign.text
+        bounds_only = world.live.post(f"{BASE}/preview", endpoint("scaler", autoscaling={"min_replicas": 1,
+                                                                                         "max_replicas": 2}))
+        assert bounds_only.status_code == 200, bounds_only.text  # no triggers: their KEDA is not ours to mind
+        ledger.assert_no_writes(since=mark, service="kubernetes")
     assert world.live.get("/api/v1/operations?kind=managed.deploy").json() == before
+
+
+def test_the_first_trigger_installs_keda_once_and_a_second_endpoint_installs_nothing(operator: JobWorld) -> None:
+    world = operator
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    first = world.live.post(BASE, triggered("keda-first"))
+    assert first.status_code == 202, first.text
+    op = finished(world, first.json()["operation"]["id"])
+    assert op["status"] == "succeeded", op
+    assert [s["name"] for s in op["stages"]] == ["components", "namespace", "apply", "ready"]
+    assert world.stage(op["id"], "components")["result"]["installed"] == ["keda"]
+    assert keda_writes(ledger, mark) == sorted(KEDA_OBJECTS)  # each once
+    assert not k8s.AppsV1Api(world.api).list_namespaced_deployment("instantstart-monitoring").items  # no Prometheus
+    registration = k8s.ApiregistrationV1Api(world.api).read_api_service(EXTERNAL_METRICS)
+    assert [(c.type, c.status) for c in registration.status.conditions] == [("Available", "True")]
+
+    again = ledger.mark()
+    second = world.live.post(BASE, endpoint("keda-second", autoscaling={
+        "min_replicas": 1, "max_replicas": 1, "cloudwatch": [
+            {"metric_name": "QueueDepth", "namespace": "InstantStart/Tests", "target_value": 10}]}))
+    assert second.status_code == 202, second.text
+    op = finished(world, second.json()["operation"]["id"])
+    assert op["status"] == "succeeded", op
+    assert [s["name"] for s in op["stages"]] == ["namespace", "apply", "ready"]
+    assert keda_writes(ledger, again) == []
+    for name in ("keda-first", "keda-second"):
+        gone = delete(world, f"{BASE}/{name}")
+        assert finished(world, gone.json()["operation"]["id"])["status"] == "succeeded"
 
 
 def _replicas(world: JobWorld, name: str) -> int:
     return int(_deployment(world, name).spec.replicas)
 
 
-def test_a_prometheus_trigger_scales_the_endpoint_up_with_traffic_and_back_down(keda: JobWorld) -> None:
-    world = keda
-    wait_until(lambda: world.live.post(f"{BASE}/preview", triggered("scaler")).status_code == 200, 60,
-               "KEDA's CRD in the cache")
+def test_a_prometheus_trigger_scales_the_endpoint_up_with_traffic_and_back_down(operator: JobWorld) -> None:
+    world = operator
     ledger = CallLedger(world.live)
     mark = ledger.mark()
     shown = world.live.post(f"{BASE}/preview", triggered("scaler"))
@@ -433,9 +476,9 @@ def test_a_prometheus_trigger_scales_the_endpoint_up_with_traffic_and_back_down(
     def hot() -> bool:
         answer = world.live.post(f"{BASE}/scaler/test", {"prompt": "hello", "max_tokens": 4})
         assert answer.status_code == 200, answer.text
-        return _replicas(world, "scaler") == 2
-    wait_until(hot, 120, "KEDA to scale the endpoint to its max on the request rate")
-    wait_until(lambda: world.live.get(f"{BASE}/scaler").json()["scaled_to"] == 2, 60, "the view's scaled_to 2")
+        # traffic until the view's cache shows it too: KEDA scales back down a poll after the traffic stops
+        return _replicas(world, "scaler") == 2 and world.live.get(f"{BASE}/scaler").json()["scaled_to"] == 2
+    wait_until(hot, 120, "KEDA to scale the endpoint to its max on the request rate (and the view to show it)")
     view = world.live.get(f"{BASE}/scaler").json()
     assert view["autoscaling"]["prometheus"][0]["query"] == RATE_QUERY.format(ns=NS, name="scaler"), view
     assert view["desired"] == 1  # spec.replicas never changed: KEDA moved the Deployment
@@ -454,8 +497,8 @@ def test_a_prometheus_trigger_scales_the_endpoint_up_with_traffic_and_back_down(
     assert finished(world, gone.json()["operation"]["id"])["status"] == "succeeded"
 
 
-def test_the_pane_section_sets_a_metric_trigger_and_shows_it(keda: JobWorld, tmp_path: Path) -> None:
-    world = keda
+def test_the_pane_section_sets_a_metric_trigger_and_shows_it(operator: JobWorld, tmp_path: Path) -> None:
+    world = operator
     started = world.live.post(BASE, endpoint("pane-scaler", autoscaling={"min_replicas": 1, "max_replicas": 2}))
     assert finished(world, started.json()["operation"]["id"])["status"] == "succeeded"
     who = Principal("pane-operator", Role.OPERATOR, "t-op", "api")
@@ -489,9 +532,10 @@ def test_the_pane_section_sets_a_metric_trigger_and_shows_it(keda: JobWorld, tmp
     assert finished(world, gone.json()["operation"]["id"])["status"] == "succeeded"
 
 
-def test_a_cloudwatch_trigger_scales_the_endpoint_on_the_metric_the_test_puts(keda: JobWorld, tmp_path: Path) -> None:
+def test_a_cloudwatch_trigger_scales_the_endpoint_on_the_metric_the_test_puts(operator: JobWorld,
+                                                                             tmp_path: Path) -> None:
     """The sandbox's KEDA reads the sandbox's CloudWatch: the test's PutMetricData moves the replicas."""
-    world = keda
+    world = operator
     cloudwatch = client(Settings(data_dir=tmp_path, sandbox=True, sandbox_aws_port=world.server.aws_port),
                         "cloudwatch")
     dimensions = {"EndpointName": "cw-scaler"}
@@ -508,16 +552,16 @@ def test_a_cloudwatch_trigger_scales_the_endpoint_on_the_metric_the_test_puts(ke
     assert finished(world, started.json()["operation"]["id"])["status"] == "succeeded"
     put(25)  # 25 / 10 per pod: 3 pods wanted, 2 at most
     wait_until(lambda: _replicas(world, "cw-scaler") == 2, 120, "KEDA to scale on the CloudWatch metric")
-    put(1)
-    wait_until(lambda: _replicas(world, "cw-scaler") == 1, 120, "KEDA to scale back once the metric fell")
+    # 1 on every poll: a lone put(1) may share KEDA's newest one-second bucket with the 25 (Maximum reads 25)
+    wait_until(lambda: put(1) or _replicas(world, "cw-scaler") == 1, 120, "KEDA to scale back once the metric fell")
     scaled: Any = world.custom.get_namespaced_custom_object("keda.sh", "v1alpha1", NS, "scaledobjects", "cw-scaler")
     assert [t["type"] for t in scaled["spec"]["triggers"]] == ["aws-cloudwatch"]
     gone = delete(world, f"{BASE}/cw-scaler")
     assert finished(world, gone.json()["operation"]["id"])["status"] == "succeeded"
 
 
-def test_an_agent_scales_a_managed_endpoint_on_a_metric_following_the_playbook(keda: JobWorld) -> None:
-    world = keda
+def test_an_agent_scales_a_managed_endpoint_on_a_metric_following_the_playbook(operator: JobWorld) -> None:
+    world = operator
     token = world.live.make_token("operator")
     playbook = set(yaml.safe_load(PLAYBOOK.read_text().split("---")[1])["tools"])
     used: list[str] = []

@@ -93,8 +93,8 @@ def test_the_preview_labels_pods_unassigned_and_bad_requests_write_nothing(world
 
 def test_reassignment_moves_traffic_without_restarts_and_scale_in_keeps_held_pods(world: JobWorld) -> None:
     assert finished(world, world.live.post(BASE, POOL))["status"] == "succeeded"
-    wait_until(lambda: all(p["ready"] for p in world.live.get(f"{BASE}/warm").json()["pods"]), 60,
-               "the pool's three pods Ready in the product's view")
+    wait_until(lambda: len(ps := world.live.get(f"{BASE}/warm").json()["pods"]) == 3 and all(p["ready"] for p in ps),
+               60, "the pool's three pods Ready in the product's view")
     before = pods(world)
     assert len(before) == 3 and all(p.metadata.labels["business"] == "unassigned" for p in before.values())
     first, *others = sorted(before)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -121,20 +122,29 @@ def test_an_sglang_deployment_with_metrics_is_accepted_with_sglang_queries(world
     k8s.AppsV1Api(world.api).delete_namespaced_deployment("loud", NS)
 
 
-def test_a_keda_someone_else_installed_is_refused_before_any_write(world: JobWorld) -> None:
-    apps, core = k8s.AppsV1Api(world.api), k8s.CoreV1Api(world.api)
+@contextmanager
+def foreign_keda(api: k8s.ApiClient) -> Iterator[None]:
+    """A keda-operator Deployment InstantStart did not install (without our label), while the block runs."""
+    apps, core = k8s.AppsV1Api(api), k8s.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": "keda"}})
     labels = {"app": "keda-operator"}
     apps.create_namespaced_deployment("keda", {"metadata": {"name": "keda-operator"}, "spec": {
         "replicas": 0, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
             "containers": [{"name": "keda-operator", "image": "ghcr.io/kedacore/keda:2.16.0"}]}}}})
-    ledger = CallLedger(world.live)
-    mark = ledger.mark()
-    refused = put(world, SCALING, RATE)
-    assert refused.status_code == 409 and "did not install" in refused.text, refused.text
-    ledger.assert_no_writes(since=mark, service="kubernetes")
-    apps.delete_namespaced_deployment("keda-operator", "keda")
-    wait_until(lambda: not apps.list_namespaced_deployment("keda").items, 60, "their keda-operator gone")
+    try:
+        yield
+    finally:
+        apps.delete_namespaced_deployment("keda-operator", "keda")
+        wait_until(lambda: not apps.list_namespaced_deployment("keda").items, 60, "their keda-operator gone")
+
+
+def test_a_keda_someone_else_installed_is_refused_before_any_write(world: JobWorld) -> None:
+    with foreign_keda(world.api):
+        ledger = CallLedger(world.live)
+        mark = ledger.mark()
+        refused = put(world, SCALING, RATE)
+        assert refused.status_code == 409 and "did not install" in refused.text, refused.text
+        ledger.assert_no_writes(since=mark, service="kubernetes")
 
 
 def test_a_preview_renders_both_triggers_and_installs_nothing(world: JobWorld) -> None:

@@ -82,7 +82,7 @@ def app(tmp_path: Path) -> Iterator[App]:
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    assert started.wait(10)
+    assert started.wait(60)
     yield app
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)

@@ -140,7 +140,9 @@ def test_an_informer_resumes_and_lists_again_when_its_version_is_gone(tmp_path: 
     cluster.create(node_type, None, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
     kube = KubeClients(AwsClients("us-west-2"), Clock(), ca_dir=tmp_path / "ca")
     kube.register_kubeconfig("c", emulator.write_kubeconfig("c", server.base_url, tmp_path / "c.yaml"))
-    informers = Informers(kube, EventBus(), retry_seconds=(0.05,))
+    announced: list[str | None] = []  # the informer's error as each list is announced (on_list)
+    informers = Informers(kube, EventBus(), retry_seconds=(0.05,),
+                          on_list=lambda name, resource: announced.append(informers.get(name, resource).error))
     try:
         nodes = informers.get("c", "nodes")
         assert nodes.wait_synced(timeout=300) and [n["metadata"]["name"] for n in nodes.items()] == ["n1"]
@@ -156,6 +158,8 @@ def test_an_informer_resumes_and_lists_again_when_its_version_is_gone(tmp_path: 
         wait_until(lambda: nodes.lists == lists + 1, 60, "a relist after 410 Gone")
         assert sorted(n["metadata"]["name"] for n in nodes.items()) == ["n1", "n2", "n3"]
         assert nodes.error is None
+        wait_until(lambda: len(announced) == 2, 60, "the relist announced")
+        assert announced == [None, None], "a list is announced (and waiters woken) with the old failure cleared"
     finally:
         informers.stop()
         server.stop()

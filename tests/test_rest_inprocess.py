@@ -58,7 +58,7 @@ def app(tmp_path: Path) -> Iterator[App]:
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    started.wait(5)
+    assert started.wait(60), "the in-process server listening"
     yield App(f"http://127.0.0.1:{port}", services, world, release, {"Authorization": f"Bearer {token}"})
     loop.call_soon_threadsafe(loop.stop)
     thread.join(5)

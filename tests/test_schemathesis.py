@@ -75,7 +75,7 @@ def throwaway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Throwaway]:
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    assert started.wait(10)
+    assert started.wait(60)
     try:
         yield Throwaway(f"http://127.0.0.1:{port}", {"admin": admin, "viewer": viewer}, len(routes))
     finally:

@@ -111,7 +111,7 @@ def test_a_base_exception_in_any_handler_is_a_500_not_an_exit(tmp_path: Path, mo
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    assert started.wait(10)
+    assert started.wait(60)
     base = f"http://127.0.0.1:{port}"
     try:
         for module in ("exits_on_import", "interrupts_on_import", "exits_on_import"):

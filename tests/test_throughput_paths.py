@@ -153,7 +153,7 @@ def test_a_cluster_read_on_the_loop_never_calls_aws_there(product: SandboxProduc
     thread = threading.Thread(target=run, name="the-loop", daemon=True)
     thread.start()
     try:
-        assert started.wait(10)
+        assert started.wait(60)
         first = get("/api/v1/clusters/fast")  # not cached yet: answered by a worker that read AWS
         assert first["eks_status"] == "ACTIVE" and first["hyperpod_status"] == "InService", first
         assert first["loading"] is False and first["nodes"] == 2
@@ -362,7 +362,7 @@ def test_the_fast_path_answers_as_the_handler_does_and_leaves_every_refusal_to_i
     thread = threading.Thread(target=run, name="the-loop", daemon=True)
     thread.start()
     try:
-        assert started.wait(10)
+        assert started.wait(60)
         assert both("/api/v1/status", viewer.token)[0] == 200  # its first request signs it in: the handler's
         wait_until(lambda: "200 /api/v1/status" in handled, 30, "the first sign-in answered by the handler")
         assert both("/api/v1/status", revoked.token)[0] == 200

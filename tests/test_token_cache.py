@@ -123,7 +123,7 @@ def test_loop_routes_answer_on_the_loop_thread_and_the_others_in_workers(tmp_pat
     thread = threading.Thread(target=run, name="the-loop", daemon=True)
     thread.start()
     try:
-        assert started.wait(10)
+        assert started.wait(60)
         for path in ("/api/v1/memory", "/api/v1/worker", "/api/v1/memory"):
             r = httpx2.get(f"http://127.0.0.1:{port}{path}", headers={"Authorization": f"Bearer {token}"}, timeout=10)
             assert r.status_code == 200 and r.json() == {"principal": "reader"}, r.text

@@ -69,9 +69,10 @@ DEPLOY_DOC = ("A managed endpoint is run by the HyperPod inference operator (409
               "the operator's KEDA scales on: prometheus [{query, target_value, metric_type Average|Value, "
               "server_address (an AMP workspace only)}] and cloudwatch [{metric_name, namespace, dimensions, stat, "
               "target_value}], polling_interval, cooldown_period, stabilization windows; activation_target_value "
-              "needs min_replicas 0; triggers need KEDA on the cluster (409 naming scaledobjects.keda.sh). The "
-              "resource is "
-              "checked against the operator's CRD schema (422 naming the field's path) and by the API server's dry "
+              "needs min_replicas 0; triggers on a cluster without KEDA install ours first (the operation's "
+              "components stage; the preview's install lists it), and another KEDA (the operator add-on's bundled "
+              "copy on, or one InstantStart did not install) is refused with 409. The resource is checked "
+              "against the operator's CRD schema (422 naming the field's path) and by the API server's dry "
               "run. Names are unique per cluster across managed endpoints and self-managed deployments.")
 
 ROUTES: list[Route] = [
@@ -79,11 +80,13 @@ ROUTES: list[Route] = [
           role_of(ManagedEndpoints.preview_endpoint), _preview, body=EndpointRequest, response=EndpointPreview,
           path_params=CLUSTER, read_only=True, tag=TAG, open_world=True,
           description="Operator: run every check of inference_endpoints_deploy and answer the custom resource it "
-                      "would apply, and warnings; nothing is created. " + DEPLOY_DOC),
+                      "would apply, the components it would install first (install: keda when triggers need it), and "
+                      "warnings; nothing is created. " + DEPLOY_DOC),
     Route("POST", BASE, "inference_endpoints_deploy", "Deploy a managed inference endpoint",
           role_of(ManagedEndpoints.deploy_endpoint), _deploy, body=EndpointRequest, response=Accepted,
           path_params=CLUSTER, read_only=False, idempotent=False, status=202, tag=TAG, open_world=True,
-          description="Operator: start operation managed.deploy (namespace, apply, ready: it ends when the operator "
+          description="Operator: start operation managed.deploy (components when triggers need KEDA, namespace, "
+                      "apply, ready: it ends when the operator "
                       "reports DeploymentComplete, or fails naming the operator's state and reason). " + DEPLOY_DOC
                       + " Follow it with operations_wait, then inference_endpoints_test."),
     Route("GET", BASE, "inference_endpoints_list", "A cluster's managed inference endpoints",
@@ -107,7 +110,8 @@ ROUTES: list[Route] = [
           description="Operator: operation managed.update. replicas rescales; autoscaling changes only the fields "
                       "it gives: new min/max bounds (the operator's autoscaler moves the pods into them), new "
                       "prometheus or cloudwatch triggers (an empty list removes them; the operator's KEDA "
-                      "ScaledObject follows), polling or cooldown; image or args roll the operator's "
+                      "ScaledObject follows; triggers on a cluster without KEDA install ours first), polling or "
+                      "cooldown; image or args roll the operator's "
                       "Deployment (InferenceEndpointConfig only). Adding intelligent routing to an endpoint deployed "
                       "without it is refused (409 quoting the CRD: the operator rejects it); delete and deploy again "
                       "instead."),

@@ -103,7 +103,8 @@ LOAD_BALANCER_CONTROLLER = Manifests("aws-load-balancer-controller", "v2.13.2",
                                      resource_type="Kubernetes Deployment + CRDs + webhooks", identity=LBC_ROLE)
 
 #: KEDA v2.17.1 (why this version: deploy/components.md) and the Prometheus its triggers query: installed by the
-#: first autoscaling of a self-managed inference deployment (services/inference/scaling.py), never at create
+#: first autoscaling of a self-managed inference deployment (services/inference/scaling.py; KEDA alone also by the
+#: first managed endpoint with metric triggers, managed_scaling.COMPONENTS), never at create
 KEDA = Manifests("keda", "v2.17.1", files=("keda.yaml",),
                  crds=("keda.sh_scaledobjects.yaml", "keda.sh_triggerauthentications.yaml"),
                  resource_type="Kubernetes Deployments + CRDs")

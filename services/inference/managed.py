@@ -3,13 +3,14 @@ model from S3, FSx or Hugging Face with our worker, ``JumpStartModel`` for a cat
 
 Its verbs are the only entry points for every face. ``preview_endpoint`` renders, validates against the shipped CRD
 and dry-runs; ``deploy_endpoint`` / ``update_endpoint`` / ``delete_endpoint`` precheck synchronously — the
-``hyperpod_inference_operator`` feature (its CRDs served), the name free in the cluster (no endpoint, no
-self-managed deployment, no Deployment or Service of the operator's name that is not the endpoint's), the source
-and worker rules, the CRD's schema, the operator's refusal to add intelligent routing to a deployed endpoint — before
-any operation row, then submit an operation on ``cluster/<c>/inference/<name>``, the self-managed path's target, so
-the two paths can never work on one name at once. Reads come from the watch caches of the two kinds. A Hugging Face
-token goes into its own Secret per request (``tokens.py``) that the resource then owns; no record, response or log
-holds it. ``test_endpoint`` calls the operator's Service through the Kubernetes API's service proxy.
+``hyperpod_inference_operator`` feature (its CRDs served), for metric triggers no KEDA but ours (``keda_install``; a
+deploy or update with triggers installs ours first where it is missing), the name free in the cluster (no endpoint,
+no self-managed deployment, no Deployment or Service of the operator's name that is not the endpoint's), the source
+and worker rules, the CRD's schema, the operator's refusal to add intelligent routing to a deployed endpoint —
+before any operation row, then submit an operation on ``cluster/<c>/inference/<name>``, the self-managed path's
+target, so the two paths can never work on one name at once. Reads come from the watch caches of the two kinds. A
+Hugging Face token goes into its own Secret per request (``tokens.py``) that the resource then owns; no record,
+response or log holds it. ``test_endpoint`` calls the operator's Service through the Kubernetes API's service proxy.
 """
 
 from __future__ import annotations
@@ -21,12 +22,16 @@ from kubernetes import client as k8s
 
 from services.audit import AuditLog
 from services.auth import Principal, Role
+from services.aws import AwsClients
 from services.clusters.registry import ClusterRegistry
+from services.components.families import KEDA
 from services.errors import Conflict, Invalid, NotFound
-from services.inference import checks, inference_target, managed_scaling, names, testcall, tokens
+from services.inference import checks, inference_target, keda_install, managed_scaling, names, testcall, tokens
 from services.inference import managed_render as render
+from services.inference.keda_install import ComponentsStage
 from services.inference.kobjects import meta as _meta
 from services.inference.managed_models import (
+    Autoscaling,
     EndpointCondition,
     EndpointKind,
     EndpointList,
@@ -46,6 +51,7 @@ from services.kube import KubeClients
 from services.limits import Slots
 from services.operations import Engine, OperationKind, OperationView
 from services.secrets import SecretRef
+from services.stages import Stage
 from services.training.downloads.manifest import ensure_namespace
 from services.verbs import verb
 
@@ -62,10 +68,11 @@ class ManagedEndpoints:
 
     noun = "inference"
 
-    def __init__(self, registry: ClusterRegistry, informers: Informers, kube: KubeClients, engine: Engine,
-                 audit: AuditLog) -> None:
+    def __init__(self, registry: ClusterRegistry, informers: Informers, aws: AwsClients, kube: KubeClients,
+                 engine: Engine, audit: AuditLog) -> None:
         self.registry = registry
         self.informers = informers
+        self.aws = aws
         self.kube = kube
         self.audit = audit
         self._engine = engine
@@ -74,14 +81,22 @@ class ManagedEndpoints:
 
     def kinds(self) -> list[OperationKind[Any]]:
         d = self.deps
+        stage_aws = self.aws.for_stages()
+        components: ComponentsStage[EndpointPlan] = ComponentsStage(
+            lambda p: keda_install.cluster_target(self.registry, stage_aws, self.kube, p.cluster),
+            managed_scaling.COMPONENTS)
+        deploy: tuple[Stage[EndpointPlan], ...] = (components, NamespaceStage(d), ApplyStage(d), ReadyStage(d))
+        update: tuple[Stage[EndpointPlan], ...] = (components, ApplyStage(d), ReadyStage(d))
         return [
-            OperationKind(DEPLOY_KIND, EndpointPlan, (NamespaceStage(d), ApplyStage(d), ReadyStage(d)),
+            OperationKind(DEPLOY_KIND, EndpointPlan, deploy, plan=lambda p: _stages(deploy, p),
                           target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
-                          description="deploy a managed inference endpoint (HyperPod inference operator)",
+                          description="deploy a managed inference endpoint (HyperPod inference operator); metric "
+                                      "triggers on a cluster without our KEDA install it first",
                           on_cancel=self._cancelled),
-            OperationKind(UPDATE_KIND, EndpointPlan, (ApplyStage(d), ReadyStage(d)),
+            OperationKind(UPDATE_KIND, EndpointPlan, update, plan=lambda p: _stages(update, p),
                           target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
-                          description="change a managed inference endpoint (the operator rolls or rescales it)"),
+                          description="change a managed inference endpoint (the operator rolls or rescales it); "
+                                      "metric triggers on a cluster without our KEDA install it first"),
             OperationKind(DELETE_KIND, EndpointRef, (DeleteStage(d),),
                           target=lambda r: inference_target(r.cluster, r.name), role=Role.OPERATOR,
                           description="delete a managed inference endpoint (what the operator made goes with it)"),
@@ -134,6 +149,15 @@ class ManagedEndpoints:
                                    "endpoint's name and refuses when another is there; choose another name",
                                    details={"kind": kind_name, "namespace": namespace})
 
+    def _keda(self, cluster: str, scaling: Autoscaling | None) -> list[str]:
+        """What triggers need installed first (KEDA from the registry, as a self-managed set installs it), after
+        the same refusal of another KEDA (409); nothing for bounds alone."""
+        if not managed_scaling.triggered(scaling):
+            return []
+        target = keda_install.cluster_target(self.registry, self.aws, self.kube, cluster)
+        keda_install.check_no_other_keda(target)
+        return keda_install.missing(target, managed_scaling.COMPONENTS)
+
     def _dry_run(self, cluster: str, manifest: dict[str, Any]) -> None:
         """The API server validates the resource (its schema, admission) and stores nothing; before the namespace
         exists (the operation makes it) the check runs in ``default``."""
@@ -156,18 +180,21 @@ class ManagedEndpoints:
         manifest = render.render(request, token)
         render.check_schema(manifest)
         self._require_operator(cluster, kind)
-        managed_scaling.require_keda(cluster, request.autoscaling, self._items(cluster, "customresourcedefinitions"))
+        install = self._keda(cluster, request.autoscaling)
         self._check_name(cluster, request.name, request.namespace)
         self._dry_run(cluster, manifest)
         warnings = []
         if not request.instance_types and not request.avoid_labels and kind is EndpointKind.CONFIG:
             warnings.append("no instance type given: the operator may place the pods on any node with the resources")
         warnings.extend(managed_scaling.warnings(request.autoscaling))
+        if install:
+            warnings.append(f"first installs {', '.join(install)} on {cluster} (KEDA {KEDA.version}): the operator's "
+                            "triggers are KEDA ScaledObjects")
         if request.routing is not None:
             warnings.append(f"intelligent routing ({request.routing.value}) is fixed for the endpoint's life: "
                             + render.ROUTING_RULE)
         return EndpointPlan(cluster=cluster, name=request.name, namespace=request.namespace, kind=kind,
-                            manifest=manifest, token=token, requested_by=principal.name), warnings
+                            manifest=manifest, token=token, install=install, requested_by=principal.name), warnings
 
     # ----- mutations ---------------------------------------------------------------------------------------
 
@@ -177,12 +204,13 @@ class ManagedEndpoints:
         token = _token(request)
         ref = tokens.new_ref(cluster, request.namespace, request.name) if token else None
         plan, warnings = self._plan(principal, cluster, request, ref)
-        return EndpointPreview(kind=plan.kind, manifest=plan.manifest, warnings=warnings)
+        return EndpointPreview(kind=plan.kind, manifest=plan.manifest, install=plan.install, warnings=warnings)
 
     @verb(Role.OPERATOR)
     def deploy_endpoint(self, principal: Principal, cluster: str, request: EndpointRequest,
                         idempotency_key: str | None = None) -> tuple[OperationView, bool]:
-        """Deploy a managed endpoint (prechecked; then ``managed.deploy``: namespace → apply → ready)."""
+        """Deploy a managed endpoint (prechecked; then ``managed.deploy``: [components →] namespace → apply →
+        ready; components installs KEDA when the request has triggers and the cluster has no KEDA of ours)."""
         def same(stored: dict[str, Any]) -> bool:
             return stored.get("cluster") == cluster and stored.get("name") == request.name
         replay = self._engine.replayed(DEPLOY_KIND, principal, idempotency_key, same)
@@ -237,11 +265,12 @@ class ManagedEndpoints:
                           details={"field": "image" if update.image is not None else "args"})
         if update.replicas is not None:
             spec["replicas"] = update.replicas
+        install: list[str] = []
         if update.autoscaling is not None:
             scaling = managed_scaling.merged(dict(spec.get("autoScalingSpec") or {}), update.autoscaling)
             now = managed_scaling.autoscaling_of(scaling)
             managed_scaling.check(now)
-            managed_scaling.require_keda(cluster, now, self._items(cluster, "customresourcedefinitions"))
+            install = self._keda(cluster, now)
             spec["autoScalingSpec"] = scaling
         if update.image is not None or update.args is not None:
             worker = dict(spec.get("worker") or {})
@@ -257,7 +286,7 @@ class ManagedEndpoints:
                     "spec": spec}
         render.check_schema(manifest)
         plan = EndpointPlan(cluster=cluster, name=name, namespace=namespace, kind=kind, manifest=manifest,
-                            requested_by=principal.name)
+                            install=install, requested_by=principal.name)
         return self._engine.submit(UPDATE_KIND, plan, principal, idempotency_key)
 
     @verb(Role.OPERATOR)
@@ -343,6 +372,11 @@ class ManagedEndpoints:
                            f"reference to the {kind.value} {name}), so a test call would reach something else: "
                            "find out what that Service is; the endpoint is tested once its Service is the operator's",
                            details={"service": f"{namespace}/{name}"})
+
+
+def _stages(stages: tuple[Stage[EndpointPlan], ...], plan: EndpointPlan) -> list[str]:
+    """The stages ``plan`` runs: ``components`` only when its submit found something to install."""
+    return [s.name for s in stages if s.name != ComponentsStage.name or plan.install]
 
 
 def _token(request: EndpointRequest) -> str:

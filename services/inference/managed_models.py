@@ -229,6 +229,8 @@ class EndpointPlan(RequestModel):
     kind: EndpointKind
     manifest: dict[str, Any] = Field(..., description="the custom resource, applied server-side")
     token: SecretRef | None = Field(None, description="where the Hugging Face token is kept (never its value)")
+    install: list[str] = Field(default_factory=list, description="the components the operation installs first "
+                                                                 "(KEDA, for triggers on a cluster without it)")
     requested_by: str
 
 
@@ -248,6 +250,9 @@ class EndpointPreview(ResponseModel):
 
     kind: EndpointKind
     manifest: dict[str, Any]
+    install: list[str] = Field(default_factory=list, description="the components the deploy would install first "
+                                                                 "(KEDA when triggers are given and the cluster "
+                                                                 "has none of ours)")
     warnings: list[str] = Field(default_factory=list)
 
 

@@ -1,7 +1,7 @@
 """The metric-driven autoscaling of a managed endpoint: its ``autoScalingSpec`` (the operator renders a KEDA
 ScaledObject for the endpoint's Deployment from it), written from and read back into ``Autoscaling``.
 
-Pure functions. The rules the CRD's schema cannot say: the
+Pure functions, and the components triggers need (:data:`COMPONENTS`). The rules the CRD's schema cannot say: the
 bounds in order, and an ``activationTargetValue`` only with ``minReplicaCount`` 0 (the CRD: "Only applicable if
 minReplicaCount = 0"). Triggers go in the list forms (``prometheusTriggerList``, ``cloudWatchTriggerList``, which
 take priority over the single ones); a single ``prometheusTrigger`` / ``cloudWatchTrigger`` someone else wrote is
@@ -12,11 +12,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.errors import Conflict, Invalid
+from services.components.families import KEDA
+from services.components.manifests import Manifests
+from services.errors import Invalid
 from services.inference.managed_models import Autoscaling, CloudWatchTrigger, PrometheusTrigger
 
-#: KEDA's ScaledObject CRD: the operator's autoscaling makes one per endpoint
-KEDA_CRD = "scaledobjects.keda.sh"
+#: what triggers install first: KEDA only. Our Prometheus is there for self-managed triggers, which query it in
+#: the cluster; a managed Prometheus trigger reads the Amazon Managed Service for Prometheus workspace in its
+#: server_address (the CRD's pattern refuses an in-cluster address) and a CloudWatch trigger reads CloudWatch, so
+#: no managed trigger ever reads it
+COMPONENTS: tuple[Manifests, ...] = (KEDA,)
 #: Autoscaling's fields -> the autoScalingSpec keys each one writes
 KEYS: dict[str, tuple[str, ...]] = {
     "min_replicas": ("minReplicaCount",), "max_replicas": ("maxReplicaCount",),
@@ -43,16 +48,10 @@ def check(scaling: Autoscaling) -> None:
                           f"{scaling.min_replicas}", details={"field": field})
 
 
-def require_keda(cluster: str, scaling: Autoscaling | None, crds: list[dict[str, Any]]) -> None:
-    """409 when triggers are asked for and the cluster serves no KEDA ScaledObject (``crds``: the cluster's CRDs;
-    the operator scales through one); bounds alone need none."""
-    if scaling is None or not (scaling.prometheus or scaling.cloudwatch):
-        return
-    if KEDA_CRD not in {(c.get("metadata") or {}).get("name") for c in crds}:
-        raise Conflict(f"cluster {cluster} serves no KEDA ({KEDA_CRD}): the inference operator's metric triggers "
-                       "are KEDA ScaledObjects. Install KEDA on the cluster (the first inference_scaling_set of a "
-                       "self-managed deployment installs ours), or deploy with bounds only",
-                       details={"field": "autoscaling", "crd": KEDA_CRD})
+def triggered(scaling: Autoscaling | None) -> bool:
+    """Whether ``scaling`` has metric triggers (the operator makes a KEDA ScaledObject only for them; bounds
+    alone need no KEDA)."""
+    return scaling is not None and bool(scaling.prometheus or scaling.cloudwatch)
 
 
 def warnings(scaling: Autoscaling | None) -> list[str]:

@@ -16,19 +16,18 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-import yaml
 from kubernetes import client as k8s
 
 from services.audit import AuditLog
 from services.auth import Principal, Role
 from services.aws import AwsClients
-from services.clusters.create_base import FIELD_MANAGER, cluster_tags
+from services.clusters.create_base import FIELD_MANAGER
 from services.clusters.registry import ClusterRegistry
 from services.components import Target, kubeapi
 from services.components.families import KEDA, ON_USE
-from services.components.manifests import MANAGED_LABEL, OURS
 from services.errors import Conflict, Invalid, NotFound
-from services.inference import Inference, checks, inference_target, manifest, scaledobject
+from services.inference import Inference, checks, inference_target, keda_install, manifest, scaledobject
+from services.inference.keda_install import ComponentsStage
 from services.inference.scaling_models import (
     ComponentView,
     ScalingPlan,
@@ -38,7 +37,6 @@ from services.inference.scaling_models import (
     ScalingView,
 )
 from services.inference.scaling_stages import (
-    ComponentsStage,
     ReadyStage,
     RemoveStage,
     ScaledObjectStage,
@@ -50,9 +48,6 @@ from services.verbs import verb
 
 SET_KIND = "inference.scaling.set"
 REMOVE_KIND = "inference.scaling.remove"
-INFERENCE_ADDON = "amazon-sagemaker-hyperpod-inference"
-KEDA_OPERATOR = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"namespace": "keda",
-                                                                               "name": "keda-operator"}}
 
 
 class InferenceScaling:
@@ -73,7 +68,8 @@ class InferenceScaling:
     def kinds(self) -> list[OperationKind[Any]]:
         d = self.deps
         return [
-            OperationKind(SET_KIND, ScalingPlan, (ComponentsStage(d), ScaledObjectStage(d), ReadyStage(d)),
+            OperationKind(SET_KIND, ScalingPlan,
+                          (ComponentsStage(d.target, ON_USE), ScaledObjectStage(d), ReadyStage(d)),
                           target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
                           description="autoscale a self-managed inference deployment with KEDA (installs KEDA and "
                                       "Prometheus on first use)"),
@@ -85,31 +81,7 @@ class InferenceScaling:
     # ----- facts ---------------------------------------------------------------------------------------------
 
     def _target(self, cluster: str) -> Target:
-        record = self.registry.get(cluster)
-        return Target(cluster=record.name, eks_cluster=record.eks_name, region=record.region,
-                      account=record.eks_arn.split(":")[4], tags=cluster_tags(record.name), aws=self.aws,
-                      kube=self.kube.api_client(record.name))
-
-    def _check_no_other_keda(self, target: Target) -> None:
-        """One KEDA per cluster: the inference operator add-on's bundled copy must be off, and no KEDA someone
-        else installed may run (two operators would fight over the same HPAs)."""
-        try:
-            addon: dict[str, Any] = target.client("eks").describe_addon(
-                clusterName=target.eks_cluster, addonName=INFERENCE_ADDON)["addon"]
-        except NotFound:
-            addon = {}
-        values = yaml.safe_load(addon.get("configurationValues") or "{}") if addon else {}
-        bundled = (values.get("keda") or {}).get("enabled") if isinstance(values, dict) else None
-        if addon and bundled is not False:
-            raise Conflict(f"the inference operator add-on of {target.cluster} runs its bundled KEDA (configuration "
-                           "keda.enabled is not false): turn it off in the add-on's configuration (features_update "
-                           "sets it so), then set autoscaling", details={"addon": INFERENCE_ADDON})
-        assert target.kube is not None
-        live = kubeapi.get(target.kube, KEDA_OPERATOR)
-        if live is not None and (live["metadata"].get("labels") or {}).get(MANAGED_LABEL) != OURS:
-            raise Conflict(f"{target.cluster} already runs a KEDA that InstantStart did not install (Deployment "
-                           "keda/keda-operator): remove it, or scale with it directly",
-                           details={"deployment": "keda/keda-operator"})
+        return keda_install.cluster_target(self.registry, self.aws, self.kube, cluster)
 
     def _plan(self, principal: Principal, cluster: str, name: str,
               request: ScalingRequest) -> tuple[ScalingPlan, list[str]]:
@@ -140,7 +112,7 @@ class InferenceScaling:
                            f"the flag with inference_update (command: {shlex.join(command)} --enable-metrics), then "
                            "set autoscaling", details={"missing_flag": "--enable-metrics"})
         target = self._target(cluster)
-        self._check_no_other_keda(target)
+        keda_install.check_no_other_keda(target)
         theirs = scaledobject.live(self.kube.api_client(cluster), namespace, name)
         if theirs is not None and not scaledobject.ours(theirs, name):
             raise Conflict(f"a ScaledObject {namespace}/{name} that InstantStart did not make already exists: delete "
@@ -151,7 +123,7 @@ class InferenceScaling:
         plan = ScalingPlan(cluster=cluster, eks_cluster=target.eks_cluster, region=target.region,
                            account=target.account, name=name, namespace=namespace, scaled_object=obj,
                            requested_by=principal.name)
-        return plan, [c.name for c in ON_USE if c.observe(target).missing]
+        return plan, keda_install.missing(target, ON_USE)
 
     def _dry_run(self, plan: ScalingPlan) -> bool:
         """The API server validates the ScaledObject against KEDA's CRD and stores nothing (a 422 names the

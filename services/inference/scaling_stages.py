@@ -1,14 +1,13 @@
 """The operations of inference autoscaling: ``inference.scaling.set`` (components → scaled_object → ready) and
 ``inference.scaling.remove`` (delete).
 
-``components`` reconciles the registry's KEDA and Prometheus (``services/components/families.py`` ``ON_USE``) on
-the cluster: it observes both and applies only what is missing or changed (so a second set finds them and writes
-nothing), then waits until KEDA's CRDs are established. ``scaled_object`` applies the ScaledObject server-side
-unless the live one carries the same digest. ``ready`` waits for KEDA's ``Ready`` condition and for KEDA's HPA to
-follow the applied spec (bounds, one metric per trigger with its threshold: after a re-set, ``Ready`` alone may
-still be the previous spec's), and fails with KEDA's reason when it refused the object. ``delete`` removes the
-ScaledObject it was asked about (its uid); KEDA's HPA goes with it (owner reference) and the Deployment keeps the
-replicas it had.
+``components`` (``keda_install.ComponentsStage``, shared with managed endpoints) reconciles the registry's KEDA and
+Prometheus (``services/components/families.py`` ``ON_USE``) on the cluster. ``scaled_object`` applies the
+ScaledObject server-side unless the live one carries the same digest. ``ready`` waits for KEDA's ``Ready`` condition
+and for KEDA's HPA to follow the applied spec (bounds, one metric per trigger with its threshold: after a re-set,
+``Ready`` alone may still be the previous spec's), and fails with KEDA's reason when it refused the object.
+``delete`` removes the ScaledObject it was asked about (its uid); KEDA's HPA goes with it (owner reference) and the
+Deployment keeps the replicas it had.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from kubernetes import client as k8s
 from services.aws import AwsClients
 from services.clusters.create_base import FIELD_MANAGER, cluster_tags
 from services.components import Target
-from services.components.families import ON_USE
 from services.errors import NotFound, Permanent
 from services.inference import scaledobject
 from services.inference.scaling_models import ScalingPlan, ScalingRef
@@ -40,51 +38,6 @@ class ScalingDeps:
     def target(self, plan: ScalingPlan) -> Target:
         return Target(cluster=plan.cluster, eks_cluster=plan.eks_cluster, region=plan.region, account=plan.account,
                       tags=cluster_tags(plan.cluster), aws=self.aws, kube=self.kube.api_client(plan.cluster))
-
-
-class ComponentsStage(Stage[ScalingPlan]):
-    """KEDA and Prometheus installed (once) and KEDA's CRDs established."""
-
-    name = "components"
-    expected_seconds = 60.0
-    deadline = 1800.0
-
-    def __init__(self, deps: ScalingDeps) -> None:
-        self.deps = deps
-
-    def _missing(self, ctx: StageContext[ScalingPlan]) -> dict[str, list[str]]:
-        target = self.deps.target(ctx.request)
-        return {c.name: c.observe(target).missing for c in ON_USE}
-
-    def observe(self, ctx: StageContext[ScalingPlan]) -> Observed:
-        if ctx.data.get("applied") is not None:
-            return Observed.IN_PROGRESS
-        return Observed.ABSENT if any(self._missing(ctx).values()) else Observed.IN_PROGRESS
-
-    def act(self, ctx: StageContext[ScalingPlan]) -> None:
-        target = self.deps.target(ctx.request)
-        applied: list[str] = []
-        for component in ON_USE:
-            observed = component.observe(target)
-            if observed.missing:
-                component.apply(target, observed)
-                applied.append(component.name)
-        ctx.data["applied"] = applied
-
-    def poll(self, ctx: StageContext[ScalingPlan]) -> Done | Wait:
-        target = self.deps.target(ctx.request)
-        waiting = []
-        for component in ON_USE:
-            observed = component.observe(target)
-            if observed.missing or not observed.settled:
-                waiting.append(f"{component.name}: {observed.detail or ', '.join(observed.missing)}")
-        if waiting:
-            return Wait(POLL, "waiting for " + "; ".join(waiting))
-        made = ctx.data.get("applied") or []
-        return Done(f"installed {', '.join(made)}" if made else "KEDA and Prometheus already installed")
-
-    def result(self, ctx: StageContext[ScalingPlan]) -> dict[str, Any]:
-        return {"installed": ctx.data.get("applied") or []}
 
 
 class ScaledObjectStage(Stage[ScalingPlan]):

@@ -151,18 +151,18 @@ def test_wait_for_condition_and_jsonpath(kubectl: Kubectl, kubectl_binary: str, 
     kubectl("apply", "-f", "-", stdin=DEPLOYMENT)
     listed = _lists_of(kube_server, cluster_name, "deployments")
     cond = _background(kubectl_binary, kubeconfig_path, tmp_path / "c1", "wait", "deploy/web",
-                       "--for=condition=Available", "--timeout=20s")
+                       "--for=condition=Available", "--timeout=120s")
     path = _background(kubectl_binary, kubeconfig_path, tmp_path / "c2", "wait", "deploy/web",
-                       "--for=jsonpath={.status.readyReplicas}=1", "--timeout=20s")
+                       "--for=jsonpath={.status.readyReplicas}=1", "--timeout=120s")
     # Both found the condition unmet in their list and watch from its resourceVersion: the change must
     # reach them through the watch.
-    wait_until(lambda: _lists_of(kube_server, cluster_name, "deployments") >= listed + 2, 20,
+    wait_until(lambda: _lists_of(kube_server, cluster_name, "deployments") >= listed + 2, 60,
                "both kubectl wait listing the deployment")
     available = {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"}
     kubectl("patch", "deploy", "web", "--subresource=status", "--type=merge", "-p",
             json.dumps({"status": {"readyReplicas": 1, "conditions": [available]}}))
     for proc in (cond, path):
-        out, err = proc.communicate(timeout=25)
+        out, err = proc.communicate(timeout=130)
         assert proc.returncode == 0, err
         assert "condition met" in out
 
@@ -175,10 +175,10 @@ def test_get_watch_shows_live_changes(kubectl: Kubectl, kubectl_binary: str, kub
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")) if proc.stdout else None)
     reader.start()
     # The list is printed (the watch then starts from its resourceVersion, so nothing after it is missed)
-    wait_until(lambda: any("first" in line for line in lines), 20, "kubectl printing the initial list")
+    wait_until(lambda: any("first" in line for line in lines), 60, "kubectl printing the initial list")
     kubectl("create", "-f", "-", stdin=_cm("second"))
     kubectl("delete", "cm", "second")
-    wait_until(lambda: any("DELETED" in line for line in lines), 20, "kubectl printing the DELETED event")
+    wait_until(lambda: any("DELETED" in line for line in lines), 60, "kubectl printing the DELETED event")
     proc.terminate()
     reader.join(5)
     events = [line.split()[:2] for line in lines[1:]]
@@ -200,7 +200,7 @@ def test_logs_and_follow(kubectl: Kubectl, kubectl_binary: str, kubeconfig_path:
     assert streamed == ["step 0\n", "step 1\n", "step 2\n"]
     emu.append_log(cluster_name, "default", "trainer", "main", "step 3")
     emu.end_log(cluster_name, "default", "trainer", "main")
-    out, err = follow.communicate(timeout=15)
+    out, err = follow.communicate(timeout=60)
     assert follow.returncode == 0, err
     assert out == "step 3\n"
 
@@ -216,5 +216,5 @@ def test_generators_and_delete_namespace(kubectl: Kubectl) -> None:
     assert kubectl("auth", "can-i", "delete", "pods").stdout.strip() == "yes"
     assert "deployment.apps/web" in kubectl("get", "all", "-n", "scratch").stdout
     assert json.loads(kubectl("get", "cm", "gen", "-n", "scratch", "-o", "json").stdout)["data"] == {"a": "b"}
-    kubectl("delete", "namespace", "scratch", "--timeout=20s")
+    kubectl("delete", "namespace", "scratch", "--timeout=120s", timeout=130)
     assert kubectl("get", "ns", "scratch", check=False).returncode == 1

@@ -42,7 +42,7 @@ def test_mounted_in_panel_server_with_token() -> None:
                       threaded=True, start=True, extra_patterns=emulator.url_patterns())
     try:
         status, body = wait_until(lambda: _get(port, "/k8s/clusters/eks-a/version", {"Authorization": "Bearer s3cret"}),
-                                  15, "the Panel server answering")
+                                  60, "the Panel server answering")
         assert status == 200 and body["minor"] == "31"
         status, body = _get(port, "/k8s/clusters/eks-a/api/v1/namespaces")
         assert status == 401 and body["reason"] == "Unauthorized"

@@ -131,7 +131,7 @@ def test_front_mounts_under_a_prefix_in_another_application(world: AwsWorld) -> 
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    ready.wait(5)
+    assert ready.wait(60), "the front listening"
     try:
         endpoint = f"http://127.0.0.1:{ports[0]}/aws"
         eks = boto3.client("eks", endpoint_url=endpoint, region_name="us-west-2", aws_access_key_id="testing",
