@@ -31,6 +31,7 @@ from services.inference.scaledobject import hpa_lag, render
 from services.inference.scaling_models import ScalingRequest
 from services.operations import OperationQuery
 from tests.jobs_support import CLUSTER, JobWorld, cli, job_world
+from tests.keda_support import KEDA_CRDS, THEIR_SERVER, their_keda
 from tests.ledger import CallLedger
 from tests.mcp_support import bridge, call, follow
 from tests.node_support import aws
@@ -124,7 +125,8 @@ def test_an_sglang_deployment_with_metrics_is_accepted_with_sglang_queries(world
 
 @contextmanager
 def foreign_keda(api: k8s.ApiClient) -> Iterator[None]:
-    """A keda-operator Deployment InstantStart did not install (without our label), while the block runs."""
+    """A keda-operator Deployment InstantStart did not install (without our label), in a namespace ``keda`` not ours,
+    while the block runs; both are gone after it (a later KEDA install must not find them)."""
     apps, core = k8s.AppsV1Api(api), k8s.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": "keda"}})
     labels = {"app": "keda-operator"}
@@ -135,7 +137,9 @@ def foreign_keda(api: k8s.ApiClient) -> Iterator[None]:
         yield
     finally:
         apps.delete_namespaced_deployment("keda-operator", "keda")
-        wait_until(lambda: not apps.list_namespaced_deployment("keda").items, 60, "their keda-operator gone")
+        core.delete_namespace("keda")
+        wait_until(lambda: not [n for n in core.list_namespace().items if n.metadata and n.metadata.name == "keda"],
+                   60, "their keda namespace gone")
 
 
 def test_a_keda_someone_else_installed_is_refused_before_any_write(world: JobWorld) -> None:
@@ -144,6 +148,17 @@ def test_a_keda_someone_else_installed_is_refused_before_any_write(world: JobWor
         mark = ledger.mark()
         refused = put(world, SCALING, RATE)
         assert refused.status_code == 409 and "did not install" in refused.text, refused.text
+        ledger.assert_no_writes(since=mark, service="kubernetes")
+
+
+def test_a_keda_in_another_namespace_is_refused_naming_its_objects_before_any_write(world: JobWorld) -> None:
+    """Found by its CRDs and external metrics APIService, not by a Deployment's name: nothing is applied over them."""
+    with their_keda(world):
+        ledger = CallLedger(world.live)
+        mark = ledger.mark()
+        for refused in (put(world, SCALING, RATE), world.live.post(f"{SCALING}/preview", RATE)):
+            assert refused.status_code == 409, refused.text
+            assert f"CustomResourceDefinition {KEDA_CRDS[0]}" in refused.text and THEIR_SERVER in refused.text
         ledger.assert_no_writes(since=mark, service="kubernetes")
 
 

@@ -70,8 +70,9 @@ DEPLOY_DOC = ("A managed endpoint is run by the HyperPod inference operator (409
               "server_address (an AMP workspace only)}] and cloudwatch [{metric_name, namespace, dimensions, stat, "
               "target_value}], polling_interval, cooldown_period, stabilization windows; activation_target_value "
               "needs min_replicas 0; triggers on a cluster without KEDA install ours first (the operation's "
-              "components stage; the preview's install lists it), and another KEDA (the operator add-on's bundled "
-              "copy on, or one InstantStart did not install) is refused with 409. The resource is checked "
+              "components stage; the preview's install lists it); another KEDA (the operator add-on's bundled "
+              "copy on, or one whose keda.sh CRDs someone else installed) scales them as it is: nothing is "
+              "installed and the preview's warnings name it. The resource is checked "
               "against the operator's CRD schema (422 naming the field's path) and by the API server's dry "
               "run. Names are unique per cluster across managed endpoints and self-managed deployments.")
 

@@ -112,7 +112,7 @@ class Manifests(Component):
         return docs
 
     @staticmethod
-    def _label(obj: dict[str, Any]) -> str:
+    def label(obj: dict[str, Any]) -> str:
         meta = obj["metadata"]
         where = f"{meta['namespace']}/" if meta.get("namespace") else ""
         return f"{obj['kind']} {where}{meta['name']}"
@@ -128,7 +128,7 @@ class Manifests(Component):
         foreign = False  # an object of ours by name, not by label: someone else installed the component
         for obj in self.objects(target):
             live = kubeapi.get(target.kube, obj)
-            label = self._label(obj)
+            label = self.label(obj)
             if live is not None and (live["metadata"].get("labels") or {}).get(MANAGED_LABEL) != OURS:
                 foreign = True
             if live is None or (live["metadata"].get("annotations") or {}).get(APPLIED) != \
@@ -163,12 +163,12 @@ class Manifests(Component):
         wanted = set(observed.missing)
         unserved = set(self.unserved(target))
         for obj in self.objects(target):
-            if self._label(obj) in wanted and obj["apiVersion"] not in unserved:
+            if self.label(obj) in wanted and obj["apiVersion"] not in unserved:
                 kubeapi.apply(target.kube, obj)
 
     def later(self, target: Target) -> set[str]:
         """The objects of kinds another component's CRDs serve (:data:`kubeapi.FROM_CRDS`): applied once served."""
-        return {self._label(o) for o in self.objects(target) if o["apiVersion"] in kubeapi.FROM_CRDS}
+        return {self.label(o) for o in self.objects(target) if o["apiVersion"] in kubeapi.FROM_CRDS}
 
     def unserved(self, target: Target) -> list[str]:
         """The API versions of :meth:`later` objects the cluster does not serve yet."""
@@ -196,7 +196,7 @@ class Manifests(Component):
                 if live is None or (live["metadata"].get("labels") or {}).get(MANAGED_LABEL) != OURS:
                     continue
                 (left.going if live["metadata"].get("deletionTimestamp") else left.to_delete).append(
-                    self._label(obj))
+                    self.label(obj))
         if self.identity is not None:
             left.to_delete.extend(self.identity.leftover(target))
         return left
@@ -205,7 +205,7 @@ class Manifests(Component):
         wanted = set(left.to_delete)
         if target.kube is not None:
             for obj in reversed(self.objects(target)):
-                if self._label(obj) in wanted:
+                if self.label(obj) in wanted:
                     kubeapi.delete(target.kube, obj)
         if self.identity is not None:
             self.identity.delete(target, [p for p in left.to_delete if p.startswith(("association:", "role:"))])

@@ -1,17 +1,21 @@
 """KEDA from the component registry, shared by the two inference paths that scale on metrics: a self-managed
 deployment's ScaledObject (``scaling.py``) and a managed endpoint's triggers (``managed.py``; the inference
-operator renders the ScaledObject, our KEDA scales it — the operator add-on's bundled copy stays off).
+operator renders the ScaledObject, any KEDA scales it).
 
-:func:`check_no_other_keda` is the synchronous refusal both run before any operation row (one KEDA per cluster);
-:func:`missing` names the components an operation would install, so a submit plans its ``components`` stage only
-when one is missing; :class:`ComponentsStage` reconciles them: it observes each and applies only what is missing or
-changed (a second operation finds them and writes nothing), then waits until they are settled (KEDA's CRDs
-established, its external metrics APIService Available).
+:func:`other_keda` finds a KEDA that is not ours by the objects every KEDA needs cluster-wide (its CRDs, the external
+metrics APIService) and the rest of our KEDA's names, whoever owns them; nothing is ever applied over such objects.
+Self-managed scaling refuses one (:func:`check_no_other_keda`, 409 before any operation row); a managed endpoint's
+triggers use one that serves ScaledObjects as it is and install nothing (``managed.py``). :func:`missing` names the
+components an operation would install, so a submit plans its ``components`` stage only when one is missing;
+:class:`ComponentsStage` reconciles them: it observes each and applies only what is missing or changed (a second
+operation finds them and writes nothing; objects someone else installed meanwhile fail it), then waits until they
+are settled (KEDA's CRDs established, its external metrics APIService Available).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import yaml
@@ -20,16 +24,17 @@ from services.aws import AwsClients
 from services.clusters.create_base import cluster_tags
 from services.clusters.registry import ClusterRegistry
 from services.components import Target, kubeapi
+from services.components.families import KEDA
 from services.components.manifests import MANAGED_LABEL, OURS, Manifests
-from services.errors import Conflict, NotFound
+from services.errors import Conflict, NotFound, Permanent
 from services.kube import KubeClients
 from services.models import RequestModel
 from services.stages import Done, Observed, Stage, StageContext, Wait
 
-__all__ = ["INFERENCE_ADDON", "ComponentsStage", "check_no_other_keda", "cluster_target", "missing"]
+__all__ = ["INFERENCE_ADDON", "ComponentsStage", "OtherKeda", "check_no_other_keda", "cluster_target", "missing",
+           "other_keda"]
 INFERENCE_ADDON = "amazon-sagemaker-hyperpod-inference"
-KEDA_OPERATOR = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"namespace": "keda",
-                                                                               "name": "keda-operator"}}
+SCALED_OBJECTS = "scaledobjects.keda.sh"
 POLL = 2.0
 R = TypeVar("R", bound=RequestModel)
 
@@ -42,26 +47,65 @@ def cluster_target(registry: ClusterRegistry, aws: AwsClients, kube: KubeClients
                   kube=kube.api_client(record.name))
 
 
-def check_no_other_keda(target: Target) -> None:
-    """One KEDA per cluster: the inference operator add-on's bundled copy must be off, and no KEDA someone else
-    installed may run (two operators would fight over the same HPAs)."""
+@dataclass(frozen=True)
+class OtherKeda:
+    """A KEDA InstantStart did not install: who runs it, which objects of our KEDA's names it holds, whether it
+    serves ScaledObjects (its ``scaledobjects.keda.sh`` CRD is there, or it is the add-on's bundled copy) and
+    whether it is that copy."""
+
+    who: str
+    objects: tuple[str, ...]
+    serves: bool
+    bundled: bool = False
+
+
+def other_keda(target: Target) -> OtherKeda | None:
+    """Any KEDA on the cluster that is not ours, found by what every KEDA needs cluster-wide whoever installed it
+    and wherever it runs — the ``keda.sh`` CRDs and the one ``v1beta1.external.metrics.k8s.io`` APIService — and
+    by every other object of our KEDA's names, not by one Deployment's name (a Helm chart, or the inference
+    operator's chart, runs it in ``kube-system`` or ``hyperpod-inference-system``): an object without our label
+    is someone else's, and applying ours over it would take their KEDA over. The inference operator add-on's
+    bundled copy counts too while its configuration leaves ``keda.enabled`` on (its objects may not exist yet)."""
     try:
         addon: dict[str, Any] = target.client("eks").describe_addon(
             clusterName=target.eks_cluster, addonName=INFERENCE_ADDON)["addon"]
     except NotFound:
         addon = {}
     values = yaml.safe_load(addon.get("configurationValues") or "{}") if addon else {}
-    bundled = (values.get("keda") or {}).get("enabled") if isinstance(values, dict) else None
-    if addon and bundled is not False:
-        raise Conflict(f"the inference operator add-on of {target.cluster} runs its bundled KEDA (configuration "
-                       "keda.enabled is not false): turn it off in the add-on's configuration (features_update "
-                       "sets it so), then set autoscaling", details={"addon": INFERENCE_ADDON})
+    bundled = bool(addon) and (not isinstance(values, dict) or (values.get("keda") or {}).get("enabled") is not False)
     assert target.kube is not None
-    live = kubeapi.get(target.kube, KEDA_OPERATOR)
-    if live is not None and (live["metadata"].get("labels") or {}).get(MANAGED_LABEL) != OURS:
-        raise Conflict(f"{target.cluster} already runs a KEDA that InstantStart did not install (Deployment "
-                       "keda/keda-operator): remove it, or scale with it directly",
-                       details={"deployment": "keda/keda-operator"})
+    theirs: list[str] = []
+    server = ""
+    for obj in KEDA.objects(target):
+        live = kubeapi.get(target.kube, obj)
+        if live is None or (live["metadata"].get("labels") or {}).get(MANAGED_LABEL) == OURS:
+            continue
+        theirs.append(Manifests.label(obj))
+        service = (live.get("spec") or {}).get("service") if obj["kind"] == "APIService" else None
+        if service:
+            server = f" (its metrics server: Service {service.get('namespace')}/{service.get('name')})"
+    if bundled:
+        return OtherKeda(f"the bundled KEDA of the inference operator add-on {INFERENCE_ADDON} (configuration "
+                         "keda.enabled is not false)", tuple(theirs), True, bundled=True)
+    if not theirs:
+        return None
+    serves = f"CustomResourceDefinition {SCALED_OBJECTS}" in theirs
+    return OtherKeda(f"a KEDA that InstantStart did not install{server}", tuple(theirs), serves)
+
+
+def check_no_other_keda(target: Target) -> None:
+    """Self-managed scaling's rule: one KEDA per cluster, ours (409 otherwise). Its ScaledObject queries our
+    Prometheus and its view reports our KEDA's version and health, so it neither shares another KEDA nor installs
+    ours over one (two operators would fight over the same HPAs and the one external metrics APIService)."""
+    other = other_keda(target)
+    if other is None:
+        return
+    if not other.bundled:
+        raise Conflict(f"{target.cluster} already runs {other.who}: {', '.join(other.objects)}; InstantStart "
+                       "applies nothing over them: remove that KEDA, or scale with it directly",
+                       details={"objects": list(other.objects)})
+    raise Conflict(f"{target.cluster} runs {other.who}: turn it off in the add-on's configuration (features_update "
+                   "sets it so), then set autoscaling", details={"addon": INFERENCE_ADDON})
 
 
 def missing(target: Target, components: Sequence[Manifests]) -> list[str]:
@@ -87,9 +131,13 @@ class ComponentsStage(Stage[R]):
 
     def act(self, ctx: StageContext[R]) -> None:
         target = self.target(ctx.request)
+        seen = [(component, component.observe(target)) for component in self.components]
+        foreign = [component.name for component, observed in seen if observed.foreign]
+        if foreign:  # someone else's install arrived after the submit's check: never apply over it
+            raise Permanent(f"objects of {', '.join(foreign)} that InstantStart did not install appeared on "
+                            f"{target.cluster} since the submit; nothing was applied over them")
         applied: list[str] = []
-        for component in self.components:
-            observed = component.observe(target)
+        for component, observed in seen:
             if observed.missing:
                 component.apply(target, observed)
                 applied.append(component.name)

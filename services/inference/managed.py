@@ -3,14 +3,15 @@ model from S3, FSx or Hugging Face with our worker, ``JumpStartModel`` for a cat
 
 Its verbs are the only entry points for every face. ``preview_endpoint`` renders, validates against the shipped CRD
 and dry-runs; ``deploy_endpoint`` / ``update_endpoint`` / ``delete_endpoint`` precheck synchronously — the
-``hyperpod_inference_operator`` feature (its CRDs served), for metric triggers no KEDA but ours (``keda_install``; a
-deploy or update with triggers installs ours first where it is missing), the name free in the cluster (no endpoint,
-no self-managed deployment, no Deployment or Service of the operator's name that is not the endpoint's), the source
-and worker rules, the CRD's schema, the operator's refusal to add intelligent routing to a deployed endpoint —
-before any operation row, then submit an operation on ``cluster/<c>/inference/<name>``, the self-managed path's
-target, so the two paths can never work on one name at once. Reads come from the watch caches of the two kinds. A
-Hugging Face token goes into its own Secret per request (``tokens.py``) that the resource then owns; no record,
-response or log holds it. ``test_endpoint`` calls the operator's Service through the Kubernetes API's service proxy.
+``hyperpod_inference_operator`` feature (its CRDs served), for metric triggers a KEDA (``keda_install``: any KEDA
+serving ScaledObjects is used as it is; otherwise a deploy or update with triggers installs ours first), the name
+free in the cluster (no endpoint, no self-managed deployment, no Deployment or Service of the operator's name that
+is not the endpoint's), the source and worker rules, the CRD's schema, the operator's refusal to add intelligent
+routing to a deployed endpoint — before any operation row, then submit an operation on
+``cluster/<c>/inference/<name>``, the self-managed path's target, so the two paths can never work on one name at
+once. Reads come from the watch caches of the two kinds. A Hugging Face token goes into its own Secret per request
+(``tokens.py``) that the resource then owns; no record, response or log holds it. ``test_endpoint`` calls the
+operator's Service through the Kubernetes API's service proxy.
 """
 
 from __future__ import annotations
@@ -91,12 +92,12 @@ class ManagedEndpoints:
             OperationKind(DEPLOY_KIND, EndpointPlan, deploy, plan=lambda p: _stages(deploy, p),
                           target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
                           description="deploy a managed inference endpoint (HyperPod inference operator); metric "
-                                      "triggers on a cluster without our KEDA install it first",
+                                      "triggers on a cluster without any KEDA install ours first",
                           on_cancel=self._cancelled),
             OperationKind(UPDATE_KIND, EndpointPlan, update, plan=lambda p: _stages(update, p),
                           target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
                           description="change a managed inference endpoint (the operator rolls or rescales it); "
-                                      "metric triggers on a cluster without our KEDA install it first"),
+                                      "metric triggers on a cluster without any KEDA install ours first"),
             OperationKind(DELETE_KIND, EndpointRef, (DeleteStage(d),),
                           target=lambda r: inference_target(r.cluster, r.name), role=Role.OPERATOR,
                           description="delete a managed inference endpoint (what the operator made goes with it)"),
@@ -149,14 +150,23 @@ class ManagedEndpoints:
                                    "endpoint's name and refuses when another is there; choose another name",
                                    details={"kind": kind_name, "namespace": namespace})
 
-    def _keda(self, cluster: str, scaling: Autoscaling | None) -> list[str]:
-        """What triggers need installed first (KEDA from the registry, as a self-managed set installs it), after
-        the same refusal of another KEDA (409); nothing for bounds alone."""
+    def _keda(self, cluster: str, scaling: Autoscaling | None) -> tuple[list[str], str | None]:
+        """What triggers need installed first (KEDA from the registry, as a self-managed set installs it) and, when
+        another KEDA serves ScaledObjects (the add-on's bundled copy, or one installed anywhere else), which: the
+        operator's ScaledObject works with any KEDA, so that one scales it and nothing is installed over it. Objects
+        of our KEDA's names that someone else holds without their CRD are refused (409); bounds alone need no KEDA."""
         if not managed_scaling.triggered(scaling):
-            return []
+            return [], None
         target = keda_install.cluster_target(self.registry, self.aws, self.kube, cluster)
-        keda_install.check_no_other_keda(target)
-        return keda_install.missing(target, managed_scaling.COMPONENTS)
+        other = keda_install.other_keda(target)
+        if other is not None and other.serves:
+            return [], other.who
+        if other is not None:
+            raise Conflict(f"{cluster} holds objects of KEDA's names that InstantStart did not install "
+                           f"({', '.join(other.objects)}) but no KEDA serving ScaledObjects: InstantStart applies "
+                           "nothing over them: remove them, or install that KEDA completely",
+                           details={"objects": list(other.objects)})
+        return keda_install.missing(target, managed_scaling.COMPONENTS), None
 
     def _dry_run(self, cluster: str, manifest: dict[str, Any]) -> None:
         """The API server validates the resource (its schema, admission) and stores nothing; before the namespace
@@ -180,7 +190,7 @@ class ManagedEndpoints:
         manifest = render.render(request, token)
         render.check_schema(manifest)
         self._require_operator(cluster, kind)
-        install = self._keda(cluster, request.autoscaling)
+        install, serving = self._keda(cluster, request.autoscaling)
         self._check_name(cluster, request.name, request.namespace)
         self._dry_run(cluster, manifest)
         warnings = []
@@ -190,6 +200,8 @@ class ManagedEndpoints:
         if install:
             warnings.append(f"first installs {', '.join(install)} on {cluster} (KEDA {KEDA.version}): the operator's "
                             "triggers are KEDA ScaledObjects")
+        if serving is not None:
+            warnings.append(f"the triggers' ScaledObject is scaled by {serving}, as it is: nothing is installed")
         if request.routing is not None:
             warnings.append(f"intelligent routing ({request.routing.value}) is fixed for the endpoint's life: "
                             + render.ROUTING_RULE)
@@ -210,7 +222,7 @@ class ManagedEndpoints:
     def deploy_endpoint(self, principal: Principal, cluster: str, request: EndpointRequest,
                         idempotency_key: str | None = None) -> tuple[OperationView, bool]:
         """Deploy a managed endpoint (prechecked; then ``managed.deploy``: [components →] namespace → apply →
-        ready; components installs KEDA when the request has triggers and the cluster has no KEDA of ours)."""
+        ready; components installs KEDA when the request has triggers and the cluster has no KEDA at all)."""
         def same(stored: dict[str, Any]) -> bool:
             return stored.get("cluster") == cluster and stored.get("name") == request.name
         replay = self._engine.replayed(DEPLOY_KIND, principal, idempotency_key, same)
@@ -270,7 +282,7 @@ class ManagedEndpoints:
             scaling = managed_scaling.merged(dict(spec.get("autoScalingSpec") or {}), update.autoscaling)
             now = managed_scaling.autoscaling_of(scaling)
             managed_scaling.check(now)
-            install = self._keda(cluster, now)
+            install, _ = self._keda(cluster, now)
             spec["autoScalingSpec"] = scaling
         if update.image is not None or update.args is not None:
             worker = dict(spec.get("worker") or {})
