@@ -147,6 +147,16 @@ def merged(current: dict[str, Any], update: Autoscaling) -> dict[str, Any]:
     return out
 
 
+def leftover(applied: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """The trigger keys of the applied spec's ``autoScalingSpec`` that ``wanted`` (the spec we applied) leaves out:
+    ones another field manager wrote, which server-side apply keeps although our apply dropped them. None when we
+    applied no ``autoScalingSpec``."""
+    if not isinstance(wanted.get("autoScalingSpec"), dict):
+        return []
+    have, want = applied.get("autoScalingSpec") or {}, wanted["autoScalingSpec"]
+    return [k for family in ("prometheus", "cloudwatch") for k in KEYS[family] if k in have and k not in want]
+
+
 def _triggers(spec: dict[str, Any], family: str) -> list[dict[str, Any]]:
     many, one = KEYS[family]
     found = spec.get(many) or ([spec[one]] if isinstance(spec.get(one), dict) else [])
