@@ -134,7 +134,8 @@ class InferencePane(ScopedPane, pn.viewable.Viewer):
         self.managed = ManagedSection(managed, clusters, bus, principal, current_principal) if managed else None
         self.routers = RouterSection(routers, self.state, bus, principal, lambda: self.state.selected) \
             if routers is not None else None
-        self.pool_board = PoolBoard(pools, clusters, bus, principal, current_principal, follow=self.state) \
+        self.pool_board = PoolBoard(pools, clusters, bus, principal, current_principal, follow=self.state,
+                                    routers=routers) \
             if pools is not None else None
         s = self.state.param
         self.picker = pn.widgets.Select(label="Cluster", options=[], width=240, css_classes=["inference-cluster"])

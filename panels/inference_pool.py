@@ -1,6 +1,7 @@
 """The model-pool board of the inference pane: one row per pool pod (pool, pod, node, Ready, restarts, the service
 holding it), an Assign button that gives the selected pods to the named service, a Release button that gives them
-back, Scale for the selected pod's pool, and a test of the service. It follows the inference pane's cluster and
+back, Scale for the selected pod's pool, a test of the service, and (given the router noun) a router for the selected
+pod's service (``panels/inference_pool_router.py``). It follows the inference pane's cluster and
 is redrawn from ``inference.pool.*`` operation events, no polling; a failed assign's reason is shown (its
 operation event).
 
@@ -18,6 +19,7 @@ import panel as pn
 import param
 from pydantic import ValidationError
 
+from panels.inference_pool_router import PoolRouterForm
 from panels.live import LiveRefresh
 from panels.refusals import refused
 from panels.scoped import ClusterScoped, ScopedPane
@@ -29,6 +31,7 @@ from services.events import Event, EventBus
 from services.inference.models import EndpointTest
 from services.inference.pool import ASSIGN_KIND, CREATE_KIND, DELETE_KIND, RELEASE_KIND, SCALE_KIND, Pools
 from services.inference.pool_models import PoolAssign, PoolRelease, PoolScale, PoolView
+from services.inference.router import Routers
 
 COLUMNS = ["pool", "pod", "node", "ready", "restarts", "service"]
 KINDS = {CREATE_KIND, SCALE_KIND, ASSIGN_KIND, RELEASE_KIND, DELETE_KIND}
@@ -95,13 +98,15 @@ class PoolState(ClusterScoped):
 
 
 class PoolBoard(ScopedPane, pn.viewable.Viewer):
-    """The model-pool board; ``follow``: the inference pane's state, whose cluster the board shows."""
+    """The model-pool board; ``follow``: the inference pane's state, whose cluster the board shows; ``routers``:
+    the router noun, for the board's router form."""
 
     def __init__(self, pools: Pools, clusters: Clusters, bus: EventBus, principal: Principal,
                  current_principal: Callable[[], Principal] | None = None, follow: param.Parameterized | None = None,
-                 **params: Any) -> None:
+                 routers: Routers | None = None, **params: Any) -> None:
         super().__init__(**params)
         self.state = PoolState(pools, clusters, principal, current_principal)
+        self.router_form = PoolRouterForm(routers, self.state, principal) if routers is not None else None
         s = self.state.param
         operator = principal.allows(Role.OPERATOR)
         self.service = pn.widgets.TextInput.from_param(s.service, name="Service", placeholder="chat")
@@ -169,6 +174,7 @@ class PoolBoard(ScopedPane, pn.viewable.Viewer):
             self.table,
             pn.Row(self.service, self.assign_button, self.release_button, self.test_button),
             pn.Row(self.replicas, self.scale_button),
+            *([self.router_form] if self.router_form is not None else []),
             pn.pane.Markdown(self.state.param.message, css_classes=["pool-message"]),
             pn.pane.Markdown(self.state.param.answer, css_classes=["pool-answer"]),
             sizing_mode="stretch_width",

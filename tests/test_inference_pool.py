@@ -9,7 +9,9 @@ resourceVersion) is judged again, and an assign that loses a pod to a rival fail
 had claimed; a scale-in is refused while a held pod is not Ready; the Inference pane's model-pool board shows a
 row per pod and releases, tests and assigns the selected pod; a router, KEDA autoscaling or a managed endpoint of
 its name is refused naming the pool, with no write; a router for one pool service routes to the pods it holds and
-gains a worker when the service is assigned another pod; an agent reads and tests the pool through a real MCP client;
+gains a worker when the service is assigned another pod; the board's router form previews and creates a router
+for the selected pod's service, and while it runs releasing all the service's pods is refused naming it (some
+stay releasable); an agent reads and tests the pool through a real MCP client;
 the pool's delete takes its services' Services."""
 
 from __future__ import annotations
@@ -91,8 +93,8 @@ def test_the_preview_labels_pods_unassigned_and_bad_requests_write_nothing(world
 
 def test_reassignment_moves_traffic_without_restarts_and_scale_in_keeps_held_pods(world: JobWorld) -> None:
     assert finished(world, world.live.post(BASE, POOL))["status"] == "succeeded"
-    wait_until(lambda: all(p["ready"] for p in world.live.get(f"{BASE}/warm").json()["pods"]), 60,
-               "the pool's three pods Ready in the product's view")
+    wait_until(lambda: len(ps := world.live.get(f"{BASE}/warm").json()["pods"]) == 3 and all(p["ready"] for p in ps),
+               60, "the pool's three pods Ready in the product's view")
     before = pods(world)
     assert len(before) == 3 and all(p.metadata.labels["business"] == "unassigned" for p in before.values())
     first, *others = sorted(before)
@@ -290,6 +292,50 @@ def test_a_router_for_a_pool_service_routes_to_the_pods_it_holds_and_follows_rea
     assert fronted.status_code == 409 and "inference_routers_delete chat-router" in fronted.text, fronted.text
     ledger.assert_no_writes(since=mark, service="kubernetes")
     gone = httpx2.delete(world.live.url + f"{routers}/chat-router", headers=world.live.headers(), timeout=30)
+    assert finished(world, gone)["status"] == "succeeded"
+
+
+def test_the_board_routes_a_service_and_releasing_all_its_pods_is_refused_while_a_router_fronts_it(
+        world: JobWorld, tmp_path: Path) -> None:
+    """The board's router form previews and creates a router for the selected pod's service (the router verbs);
+    while it runs, releasing every pod of the service is refused (409 naming the router) with no write, and
+    releasing some of them stays allowed."""
+    operator = Principal("board-router", Role.OPERATOR, "t-op", "api")
+    with world.server.imported(tmp_path / "product", CLUSTER, operator) as services:
+        pane = InferencePane(services.inference, services.clusters, services.bus, operator, pools=services.pools,
+                             routers=services.inference_routers)
+        board = pane.pool_board
+        assert board is not None and board.router_form is not None
+        form = board.router_form
+        wait_until(lambda: board.state.reload() or "chat" in set(board.table.value["service"]), 60,
+                   "the board's rows of chat")
+        rows = list(board.table.value["service"])
+        board._on_selection(type("E", (), {"new": [rows.index("(unassigned)")]})())
+        assert "serve no service" in form.preview()
+        board._on_selection(type("E", (), {"new": [rows.index("chat")]})())
+        form.router_name.value, form.cache_threshold.value = "board-router", 0.5
+        shown = form.preview()
+        assert "`instantstart.io/inference=warm,business=chat`" in shown and "--cache-threshold 0.5" in shown, shown
+        asyncio.run(form._create(None))
+        assert form.message.object.startswith("routing warm/chat through board-router ("), form.message.object
+        op_id = str(form.message.object).rsplit("(", 1)[-1].rstrip(")")
+        made = wait_until(lambda: (v := services.engine.run_until_idle(op_id)).status.terminal and v, 120,
+                          "the board's router create to end")
+        assert made.status == "succeeded", made
+    routers = f"/api/v1/clusters/{CLUSTER}/inference/routers"
+    wait_until(lambda: "board-router" in {r["name"] for r in world.live.get(routers).json()["routers"]}, 60,
+               "the router in the server's list")
+    chat = sorted(n for n, p in pods(world).items() if p.metadata.labels["business"] == "chat")
+    assert len(chat) == 2, chat
+    ledger = CallLedger(world.live)
+    mark = ledger.mark()
+    for body in ({"service": "chat"}, {"service": "chat", "pods": chat}):
+        refused = world.live.post(f"{BASE}/warm/release", body)
+        assert refused.status_code == 409 and "inference_routers_delete board-router" in refused.text, refused.text
+    ledger.assert_no_writes(since=mark, service="kubernetes")
+    assert finished(world, world.live.post(f"{BASE}/warm/release", {"service": "chat", "pods": chat[1:]}))[
+        "status"] == "succeeded"
+    gone = httpx2.delete(world.live.url + f"{routers}/board-router", headers=world.live.headers(), timeout=30)
     assert finished(world, gone)["status"] == "succeeded"
 
 

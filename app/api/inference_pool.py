@@ -115,7 +115,9 @@ ROUTES: list[Route] = [
           idempotent=False, status=202, tag=TAG, open_world=True,
           description="Operator: operation inference.pool.release: relabel the service's pods (all, or the named "
                       "ones) business=unassigned; they keep running warm and stop taking its traffic. Releasing "
-                      "every pod of a service deletes its Service."),
+                      "every pod of a service deletes its Service, so it is refused (409 naming the router, before any "
+                      "write) while a router fronts the service: inference_routers_delete it first; releasing some "
+                      "of its pods stays allowed."),
     Route("DELETE", BASE + "/{name}", "inference_pool_delete", "Delete a model pool", role_of(Pools.delete_pool),
           _delete, response=Accepted, path_params=ONE, read_only=False, destructive=True, idempotent=False,
           status=202, tag=TAG, open_world=True,

@@ -82,7 +82,9 @@ ROUTES: list[Route] = [
           description="Every router InstantStart made in the cluster: its deployment, policy and knobs, phase, "
                       "workers (pods, ready) and Service, from watch caches (request counts: inference_routers_get). "
                       "A router whose Deployment is gone but whose Service is left is listed with phase 'Orphaned' "
-                      "and left ['Service']: inference_routers_delete removes what it left."),
+                      "and left ['Service']: inference_routers_delete removes what it left. One with only its "
+                      "ServiceAccount, Role or RoleBinding left is not listed (not watched): inference_routers_get "
+                      "or inference_routers_delete by name finds it."),
     Route("GET", BASE + "/{name}", "inference_routers_get", "One SGLang router, with its request counts",
           role_of(Routers.describe_router), _get, response=RouterView, path_params=ONE, tag=TAG, open_world=True,
           description="One router: policy and knobs, workers with the requests the router sent each "

@@ -18,7 +18,7 @@ from services.inference.kobjects import labels as _labels
 from services.inference.kobjects import meta as _meta
 from services.inference.managed_models import EndpointKind
 from services.inference.manifest import INFERENCE_LABEL, POOL_LABEL
-from services.inference.router_manifest import FOR_ANNOTATION, ROUTER_LABEL
+from services.inference.router_manifest import FOR_ANNOTATION, ROUTER_LABEL, SERVICE_ANNOTATION
 from services.informers import Informers
 from services.operation_views import OperationQuery
 from services.operations import Engine, OperationView
@@ -77,11 +77,14 @@ def managed_kinds(informers: Informers, cluster: str) -> list[EndpointKind]:
     return [kind for kind in EndpointKind if managed_render.crd_name(kind) in served]
 
 
-def fronting_routers(informers: Informers, cluster: str, namespace: str, deployment: str) -> list[str]:
-    """The routers of ours in ``namespace`` whose workers are ``deployment``'s pods."""
+def fronting_routers(informers: Informers, cluster: str, namespace: str, deployment: str,
+                     service: str | None = None) -> list[str]:
+    """The routers of ours in ``namespace`` whose workers are ``deployment``'s pods (with ``service``: only those
+    fronting that pool service)."""
     return sorted(str(_meta(d).get("name")) for d in cached(informers, cluster, "deployments")
                   if _meta(d).get("namespace") == namespace and _ours(d).get(ROUTER_LABEL)
-                  and (_meta(d).get("annotations") or {}).get(FOR_ANNOTATION) == deployment)
+                  and (_meta(d).get("annotations") or {}).get(FOR_ANNOTATION) == deployment
+                  and (service is None or (_meta(d).get("annotations") or {}).get(SERVICE_ANNOTATION) == service))
 
 
 def in_flight(engine: Engine, cluster: str, kind: str, **request: str) -> OperationView | None:

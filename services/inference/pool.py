@@ -260,7 +260,8 @@ class Pools:
     def release(self, principal: Principal, cluster: str, name: str, request: PoolRelease,
                 idempotency_key: str | None = None) -> tuple[OperationView, bool]:
         """Give a service's pods back (``inference.pool.release``); releasing all of them deletes its Service.
-        404 when the service holds no pod of the pool; 409 when a named pod is not the service's."""
+        404 when the service holds no pod of the pool; 409 when a named pod is not the service's, and when all
+        of them would go while a router fronts the service (naming it: delete the router first)."""
         replay = self._replayed(RELEASE_KIND, principal, cluster, name, idempotency_key)
         if replay is not None:
             return replay, False
@@ -275,10 +276,27 @@ class Pools:
         if foreign:
             raise Conflict(f"{', '.join(foreign)} not held by the service {request.service} (it holds "
                            f"{', '.join(held)})", details={"pods": foreign, "held": held})
+        drop = set(chosen) == set(held)
+        if drop:
+            self._check_unfronted(cluster, str(meta.get("namespace")), name, request.service)
         claim = PoolClaim(cluster=cluster, pool=name, namespace=str(meta.get("namespace")), uid=str(meta.get("uid")),
                           service=request.service, port=self._port(dep), pods=chosen, release=True,
-                          drop_service=set(chosen) == set(held), requested_by=principal.name)
+                          drop_service=drop, requested_by=principal.name)
         return self._engine.submit(RELEASE_KIND, claim, principal, idempotency_key)
+
+    def _check_unfronted(self, cluster: str, namespace: str, pool: str, service: str) -> None:
+        """409 while a router fronts the pool service (or a router create for it is in flight): releasing all its
+        pods deletes its Service and would leave the router running with no workers."""
+        routers = names.fronting_routers(self.inference.informers, cluster, namespace, pool, service)
+        creating = names.in_flight(self._engine, cluster, names.ROUTER_CREATE_KIND, deployment=pool,
+                                   pool_service=service)
+        if creating is not None:
+            routers.append(str(creating.request.get("name")))
+        if routers:
+            raise Conflict(f"the router {routers[0]} fronts the service {service} of the pool {pool}: releasing all "
+                           "its pods would leave the router with no workers; delete the router first "
+                           f"(inference_routers_delete {routers[0]}), then release them, or release fewer pods",
+                           details={"routers": routers, "service": service})
 
     @verb(Role.OPERATOR)
     def delete_pool(self, principal: Principal, cluster: str, name: str,

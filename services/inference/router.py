@@ -301,7 +301,10 @@ class Routers:
     @verb(Role.VIEWER)
     def list_routers(self, principal: Principal, cluster: str) -> RouterList:
         """Every router of the cluster, from the watch caches (no metrics: describe_router reads them); a router
-        whose Deployment is gone and whose Service is left is listed ``Orphaned``."""
+        whose Deployment is gone and whose Service is left is listed ``Orphaned``. Its ServiceAccount, Role and
+        RoleBinding are not watched (three more watches per cluster for a rare state: an out-of-band delete, or a
+        create whose apply failed after them, which a create of that name again reuses): describe and delete by
+        name find a router with only those left."""
         self.registry.get(cluster)
         pods, services = self._items(cluster, "pods"), self._items(cluster, "services")
         views = [self._view(cluster, d, pods, services) for d in self._items(cluster, "deployments")
