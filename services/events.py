@@ -177,7 +177,7 @@ class EventBus:
         for subscription in subscriptions:
             subscription.join(timeout)
 
-    def drain(self, timeout: float = 10.0) -> bool:
+    def drain(self, timeout: float = 60.0) -> bool:
         """Wait until every subscriber has handled what was published so far (tests, orderly shutdown)."""
         deadline = time.monotonic() + timeout
         while True:

@@ -43,7 +43,7 @@ def node_cluster(folder: Path, nodes: int, *, recovery: str = "None", speed: int
         assert seed.returncode == 0, seed.stderr
         made = live.post("/api/v1/clusters/import", {"eks_cluster": "hp-eks", "hyperpod_cluster": "hp-eks"})
         assert made.status_code == 202, made.text
-        done = live.get(f"/api/v1/operations/{made.json()['operation']['id']}/wait?timeout=60").json()
+        done = live.get(f"/api/v1/operations/{made.json()['operation']['id']}/wait?timeout=120").json()
         assert done["status"] == "succeeded", done
         if recovery != "Automatic":  # as a user may run it: faults wait for an operator
             aws(server, "sagemaker").update_cluster(ClusterName="hp-eks", NodeRecovery=recovery)

@@ -75,7 +75,7 @@ class LiveServer:
         return {"Authorization": f"Bearer {token or self.admin_token}", **extra}
 
     def get(self, path: str, token: str | None = None, **kw: Any) -> httpx2.Response:
-        return httpx2.get(self.url + path, headers=self.headers(token), timeout=70, **kw)
+        return httpx2.get(self.url + path, headers=self.headers(token), timeout=130, **kw)
 
     def post(self, path: str, body: Any = None, token: str | None = None, headers: dict[str, str] | None = None,
              **kw: Any) -> httpx2.Response:

@@ -26,7 +26,7 @@ from panels.cluster_create import ClusterCreatePane
 from services.auth import Principal, Role
 from tests.ledger import CallLedger
 from tests.sandbox_support import SeededServer, seeded_server
-from tests.support import ROOT, LiveServer, clean_env
+from tests.support import ROOT, LiveServer, clean_env, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +42,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeededServer]:
     with seeded_server(tmp_path_factory.mktemp("faces"), EKS, nodes=1) as server:
         accepted = server.live.post("/api/v1/clusters/import", {"eks_cluster": EKS, "hyperpod_cluster": EKS})
         assert accepted.status_code == 202, accepted.text
-        done = server.live.get(f"/api/v1/operations/{accepted.json()['operation']['id']}/wait?timeout=60").json()
+        done = server.live.get(f"/api/v1/operations/{accepted.json()['operation']['id']}/wait?timeout=120").json()
         assert done["status"] == "succeeded", done
         yield server
 
@@ -256,12 +256,19 @@ def test_the_create_pane_offers_inspected_choices_plans_before_create_and_follow
         services.start()  # the engine runs it; its events bring every later version to the pane
         done = services.operations.wait_operation(admin, op.id, timeout=60)
         assert done.status.terminal, done
-        services.bus.drain()
-        assert state.operation is not None and state.operation.status == done.status
+        # the row ends before its last event is published: wait for that event to reach both tabs
+        ended = f"class='op-status'>{done.status.value}<"
+
+        def both_show_the_end() -> bool:
+            ours, theirs = state.operation, elsewhere.state.operation
+            return (ours is not None and ours.status == done.status and theirs is not None
+                    and theirs.status == done.status and ended in str(pane.progress.object))
+
+        wait_until(both_show_the_end, 60, "the operation's last event in both tabs")
         assert elsewhere.state.operation is not None and elsewhere.state.operation.id == op.id, "not adopted"
         assert elsewhere.state.operation.status == done.status
         shown = str(pane.progress.object)
-        assert f"<code>{op.id}</code>" in shown and f"class='op-status'>{done.status.value}<" in shown
+        assert f"<code>{op.id}</code>" in shown and ended in shown
         assert all(f"data-stage='{s.name}' data-status='{s.status}'" in shown for s in done.stages)
 
         state.target = "pane-new"

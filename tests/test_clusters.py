@@ -73,12 +73,12 @@ def test_import_read_live_and_forget(seeded: tuple[LiveServer, dict[str, str]]) 
     made = live.post("/api/v1/clusters/import", {"eks_cluster": "hp-eks", "hyperpod_cluster": "hp-eks"})
     assert made.status_code == 202, made.text
     op = made.json()["operation"]
-    done = live.get(f"/api/v1/operations/{op['id']}/wait?timeout=60").json()
+    done = live.get(f"/api/v1/operations/{op['id']}/wait?timeout=120").json()
     assert done["status"] == "succeeded", (done["error"], done["stages"])
     assert [s["name"] for s in done["stages"]] == ["register", "connect"]
     again = live.post("/api/v1/clusters/import", {"eks_cluster": "hp-eks", "hyperpod_cluster": "hp-eks"})
     assert again.status_code == 202
-    second = live.get(f"/api/v1/operations/{again.json()['operation']['id']}/wait?timeout=60").json()
+    second = live.get(f"/api/v1/operations/{again.json()['operation']['id']}/wait?timeout=120").json()
     assert second["status"] == "succeeded" and second["stages"][0]["acted"] is False, "registered once"
 
     by_cluster = live.get("/api/v1/operations?cluster=hp-eks").json()
@@ -165,7 +165,7 @@ def test_an_import_replayed_with_its_key_asks_aws_nothing(seeded: tuple[LiveServ
     first = live.post("/api/v1/clusters/import", body, headers=key)
     assert first.status_code == 202 and first.json()["created"] is True, first.text
     op_id = first.json()["operation"]["id"]
-    assert live.get(f"/api/v1/operations/{op_id}/wait?timeout=60").json()["status"] == "succeeded"
+    assert live.get(f"/api/v1/operations/{op_id}/wait?timeout=120").json()["status"] == "succeeded"
     ledger = CallLedger(live)
     mark = ledger.mark()
     again = live.post("/api/v1/clusters/import", body, headers=key)

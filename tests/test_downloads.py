@@ -64,7 +64,7 @@ def finish(server: SeededServer, op_id: str) -> dict[str, Any]:
     last: dict[str, Any] = {}
 
     def ended() -> dict[str, Any] | None:
-        view = server.live.get(f"/api/v1/operations/{op_id}/wait?timeout=20").json()
+        view = server.live.get(f"/api/v1/operations/{op_id}/wait?timeout=120").json()
         last.update(view)
         return view if view["status"] in ("succeeded", "failed", "cancelled") else None
     try:

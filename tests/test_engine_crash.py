@@ -43,7 +43,7 @@ def finish(data: Path) -> None:
     (data / "unblock").touch()
     proc = spawn(data)
     try:
-        wait_until(lambda: (row := op_row(data)) is not None and row["status"] == "succeeded", 30,
+        wait_until(lambda: (row := op_row(data)) is not None and row["status"] == "succeeded", 120,
                    "the resumed operation succeeding")
     finally:
         proc.terminate()
@@ -56,9 +56,9 @@ def test_sigkill_while_waiting_resumes_without_acting_again(tmp_path: Path) -> N
     proc = spawn(data, "submit", "alpha")
     try:
         wait_until(lambda: (row := op_row(data)) is not None and row["phase"] == "waiting" and row["acted"] == 1,
-                   30, "the stage acting once and waiting")
+                   120, "the stage acting once and waiting")
         polls = World(data / "world.json").load()["polls"]
-        wait_until(lambda: World(data / "world.json").load()["polls"] >= polls + 3, 30, "three more polls")
+        wait_until(lambda: World(data / "world.json").load()["polls"] >= polls + 3, 60, "three more polls")
     finally:
         kill(proc)
     assert World(data / "world.json").acts == 1
@@ -73,7 +73,7 @@ def test_sigkill_in_the_middle_of_act_observes_instead_of_acting_again(tmp_path:
     proc = spawn(data, "submit", "beta")
     try:
         # the side effect happened, the process hangs inside act(): phase is 'acting', acted still 0
-        wait_until(lambda: (data / "world.json").exists() and World(data / "world.json").acts == 1, 30,
+        wait_until(lambda: (data / "world.json").exists() and World(data / "world.json").acts == 1, 120,
                    "the side effect")
         row = op_row(data)
         assert row is not None and row["phase"] == "acting" and row["acted"] == 0

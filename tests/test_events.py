@@ -55,7 +55,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SeededSer
     with seeded_server(folder, NAME, nodes=2) as server:
         accepted = server.live.post("/api/v1/clusters/import", {"eks_cluster": NAME, "hyperpod_cluster": NAME})
         assert accepted.status_code == 202, accepted.text
-        done = server.live.get(f"/api/v1/operations/{accepted.json()['operation']['id']}/wait?timeout=60").json()
+        done = server.live.get(f"/api/v1/operations/{accepted.json()['operation']['id']}/wait?timeout=120").json()
         assert done["status"] == "succeeded", done
         writer = server.product(folder / "writer")
         try:

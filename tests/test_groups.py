@@ -33,7 +33,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeededServer]:
     with seeded_server(tmp_path_factory.mktemp("groups"), EKS, nodes=1) as server:
         accepted = server.live.post("/api/v1/clusters/import", {"eks_cluster": EKS, "hyperpod_cluster": EKS})
         assert accepted.status_code == 202, accepted.text
-        done = server.live.get(f"/api/v1/operations/{accepted.json()['operation']['id']}/wait?timeout=60").json()
+        done = server.live.get(f"/api/v1/operations/{accepted.json()['operation']['id']}/wait?timeout=120").json()
         assert done["status"] == "succeeded", done
         yield server
 
@@ -47,7 +47,7 @@ def finished(live: LiveServer, reply: httpx2.Response) -> dict[str, Any]:
     assert reply.status_code == 202, reply.text
     op_id = reply.json()["operation"]["id"]
     for _ in range(20):
-        view = dict(live.get(f"/api/v1/operations/{op_id}/wait?timeout=30").json())
+        view = dict(live.get(f"/api/v1/operations/{op_id}/wait?timeout=120").json())
         if view["status"] in ("succeeded", "failed", "cancelled"):
             return view
     raise AssertionError(f"{op_id} did not end")

@@ -26,7 +26,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeededServer]:
     with seeded_server(tmp_path_factory.mktemp("groups-mcp"), EKS, nodes=1) as server:
         accepted = server.live.post("/api/v1/clusters/import", {"eks_cluster": EKS, "hyperpod_cluster": EKS})
         assert accepted.status_code == 202, accepted.text
-        done = server.live.get(f"/api/v1/operations/{accepted.json()['operation']['id']}/wait?timeout=60").json()
+        done = server.live.get(f"/api/v1/operations/{accepted.json()['operation']['id']}/wait?timeout=120").json()
         assert done["status"] == "succeeded", done
         yield server
 

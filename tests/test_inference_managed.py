@@ -10,6 +10,7 @@ serves; an agent follows ``skills/deploy-model.md`` through a real MCP client; t
 section previews, deploys, tests, rescales and deletes a JumpStart model; a test call is refused, sending
 nothing, when the Service of the endpoint's name is not the operator's. Metric-driven autoscaling: bad triggers are
 refused (422 naming the field) with zero writes, and so are triggers where a KEDA someone else installed runs (409);
+``prometheus: []`` removes a trigger another field manager wrote;
 a preview names KEDA as what a deploy installs first; the
 first deploy with a trigger installs KEDA from the component registry (its objects written once, no Prometheus)
 and a second endpoint with triggers writes none of them again; a
@@ -390,19 +391,22 @@ def test_bad_triggers_are_refused_and_a_preview_names_keda_before_any_write(oper
     mark = ledger.mark()
     before = world.live.get("/api/v1/operations?kind=managed.deploy").json()
     good = triggered("scaler")["autoscaling"]
-    bad = {"query": [{"target_value": 1}], "target": [{"query": "sum(x)", "target_value": 0}],
-           "server": [{"query": "sum(x)", "target_value": 1, "server_address": "http://prometheus:9090"}]}
+    bad = {"query": [{"target_value": 1}], "target_value": [{"query": "sum(x)", "target_value": 0}],
+           "server_address": [{"query": "sum(x)", "target_value": 1, "server_address": "http://prometheus:9090"}]}
     for field, triggers in bad.items():
         refused = world.live.post(BASE, endpoint("scaler", autoscaling={**good, "prometheus": triggers}))
         assert refused.status_code == 422, (field, refused.text)
-        assert {"query": "query", "target": "target_value", "server": "server_address"}[field] in refused.text
+        assert [f["field"] for f in refused.json()["error"]["details"]["fields"]] == [
+            f"autoscaling.prometheus.0.{field}"], refused.text
     activation = world.live.post(BASE, endpoint("scaler", autoscaling={**good, "prometheus": [
         {"query": "sum(x)", "target_value": 1, "activation_target_value": 2}]}))
     assert activation.status_code == 422, activation.text
     assert activation.json()["error"]["details"]["field"] == "autoscaling.prometheus[0].activation_target_value"
     cloudwatch = world.live.post(BASE, endpoint("scaler", autoscaling={**good, "prometheus": [], "cloudwatch": [
         {"metric_name": "Invocations", "namespace": "AWS/SageMaker", "target_value": -1}]}))
-    assert cloudwatch.status_code == 422 and "target_value" in cloudwatch.text, cloudwatch.text
+    assert cloudwatch.status_code == 422, cloudwatch.text
+    assert [f["field"] for f in cloudwatch.json()["error"]["details"]["fields"]] == [
+        "autoscaling.cloudwatch.0.target_value"], cloudwatch.text
     shown = world.live.post(f"{BASE}/preview", triggered("scaler"))
     assert shown.status_code == 200, shown.text
     assert shown.json()["install"] == ["keda"], shown.text  # no Prometheus: a managed trigger never reads ours
@@ -445,6 +449,17 @@ def test_the_first_trigger_installs_keda_once_and_a_second_endpoint_installs_not
     assert op["status"] == "succeeded", op
     assert [s["name"] for s in op["stages"]] == ["namespace", "apply", "ready"]
     assert keda_writes(ledger, again) == []
+    # prometheus: [] removes a trigger another field manager wrote too (server-side apply alone would keep it)
+    plural = "inferenceendpointconfigs"
+    edited: Any = world.custom.get_namespaced_custom_object(GROUP, VERSION, NS, plural, "keda-second")
+    edited["spec"]["autoScalingSpec"]["prometheusTrigger"] = {"name": "edited", "query": "sum(y)", "targetValue": 1}
+    world.custom.replace_namespaced_custom_object(GROUP, VERSION, NS, plural, "keda-second", edited,
+                                                  field_manager="kubectl-edit")
+    removed = patch(world, f"{BASE}/keda-second", {"autoscaling": {"prometheus": []}})
+    assert finished(world, removed.json()["operation"]["id"])["status"] == "succeeded", removed.text
+    left = world.custom.get_namespaced_custom_object(GROUP, VERSION, NS, plural, "keda-second")["spec"]
+    assert [k for k in left["autoScalingSpec"] if k.startswith("prometheus")] == [], left
+    assert [t["name"] for t in left["autoScalingSpec"]["cloudWatchTriggerList"]] == ["cloudwatch-0"], left
     for name in ("keda-first", "keda-second"):
         gone = delete(world, f"{BASE}/{name}")
         assert finished(world, gone.json()["operation"]["id"])["status"] == "succeeded"

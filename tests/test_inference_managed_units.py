@@ -1,7 +1,8 @@
 """Rendering managed endpoints, without a cluster: every model source, the tiered KV cache, intelligent routing,
 the instance-type preference and the node affinity render resources the shipped CRDs' schemas accept; a resource
 that breaks the schema is refused naming each path; the request rules the schema cannot say are refused; autoscaling
-triggers render the CRD's trigger lists, read back, update only what is given, and become a ScaledObject (the
+triggers render the CRD's trigger lists, read back, update only what is given, are refused (naming the field) for
+what KEDA refuses (a statistic or period it does not take, a name used twice), and become a ScaledObject (the
 sandbox operator's) that KEDA's shipped CRD accepts."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from services.errors import Invalid
 from services.inference import managed_render as render
 from services.inference import managed_scaling
 from services.inference.managed_models import Autoscaling, EndpointRequest
+from services.models import parse
 from services.secrets import SecretRef
 
 WORKER = {"image": "lmcache/vllm-openai:v0.3.7", "args": ["/opt/ml/model", "--served-model-name", "chat"],
@@ -32,7 +34,7 @@ SOURCES: list[dict[str, Any]] = [
 
 
 def rendered(body: dict[str, Any], token: SecretRef | None = None) -> dict[str, Any]:
-    request = EndpointRequest.model_validate(body)
+    request = parse(EndpointRequest, body)  # as REST reads it: a schema error is a 422 listing the fields
     render.check_request(request)
     manifest = render.render(request, token)
     render.check_schema(manifest)
@@ -157,3 +159,57 @@ def test_the_sandbox_operator_renders_a_scaled_object_valid_under_the_keda_crd()
     assert (obj["spec"]["minReplicaCount"], obj["spec"]["maxReplicaCount"]) == (0, 4)
     bounds_only = {**config, "spec": {**config["spec"], "autoScalingSpec": {"minReplicaCount": 1}}}
     assert inference_autoscaling.scaled_object_body(bounds_only, "endpoint") is None
+
+
+def _refused_field(autoscaling: dict[str, Any]) -> str:
+    """The one field the 422 of a deploy with ``autoscaling`` names (the schema's or the precheck's)."""
+    with pytest.raises(Invalid) as refused:
+        rendered({"name": "chat", "source": SOURCES[0], "worker": WORKER, "autoscaling": autoscaling})
+    details = refused.value.details
+    return str(details["field"]) if "field" in details else ",".join(f["field"] for f in details["fields"])
+
+
+def cw(**extra: Any) -> dict[str, Any]:
+    return {"metric_name": "Invocations", "namespace": "AWS/SageMaker", "target_value": 1, **extra}
+
+
+@pytest.mark.parametrize(("cloudwatch", "field"), [
+    ([cw(stat="p99")], "autoscaling.cloudwatch.0.stat"),  # KEDA takes only the five statistics
+    ([cw(period=7)], "autoscaling.cloudwatch[0].period"),  # under 60: 1, 5, 10 or 30
+    ([cw(), cw(period=90)], "autoscaling.cloudwatch[1].period"),  # 60 or more: a multiple of 60
+    ([cw(period=600)], "autoscaling.cloudwatch[0].period"),  # the default collection time 300 is no multiple
+    ([cw(period=120, collection_time=300)], "autoscaling.cloudwatch[0].period"),
+])
+def test_cloudwatch_statistics_and_periods_keda_refuses_are_refused_naming_the_field(
+        cloudwatch: list[dict[str, Any]], field: str) -> None:
+    assert _refused_field({"cloudwatch": cloudwatch}) == field
+
+
+def test_a_period_keda_takes_renders_with_its_collection_time() -> None:
+    spec = rendered({"name": "chat", "source": SOURCES[0], "worker": WORKER, "autoscaling": {"cloudwatch": [
+        cw(period=600, collection_time=1200), cw(period=30)]}})["spec"]["autoScalingSpec"]
+    first, second = spec["cloudWatchTriggerList"]
+    assert (first["metricCollectionPeriod"], first["metricCollectionStartTime"]) == (600, 1200)
+    assert second["metricCollectionPeriod"] == 30 and "metricCollectionStartTime" not in second
+    assert managed_scaling.autoscaling_of(spec).cloudwatch[0].collection_time == 1200
+
+
+PROM = {"query": "sum(x)", "target_value": 1}
+
+
+@pytest.mark.parametrize(("autoscaling", "field"), [
+    ({"prometheus": [{**PROM, "name": "a"}, {**PROM, "name": "a"}]}, "autoscaling.prometheus[1].name"),
+    ({"prometheus": [{**PROM, "name": "a"}], "cloudwatch": [cw(name="a")]}, "autoscaling.cloudwatch[0].name"),
+    ({"prometheus": [{**PROM, "name": "prometheus-1"}, PROM]}, "autoscaling.prometheus[1].name"),  # a default
+])
+def test_a_trigger_name_used_twice_is_refused_naming_the_field(autoscaling: dict[str, Any], field: str) -> None:
+    assert _refused_field(autoscaling) == field
+
+
+def test_an_update_checks_the_merged_triggers_names() -> None:
+    current = rendered({"name": "chat", "source": SOURCES[0], "worker": WORKER,
+                        "autoscaling": SCALED})["spec"]["autoScalingSpec"]
+    merged = managed_scaling.merged(current, Autoscaling.model_validate({"cloudwatch": [cw(name="waiting")]}))
+    with pytest.raises(Invalid) as refused:
+        managed_scaling.check(managed_scaling.autoscaling_of(merged))
+    assert refused.value.details == {"field": "autoscaling.cloudwatch[0].name"}

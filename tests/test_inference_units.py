@@ -319,3 +319,33 @@ def test_a_pool_scale_in_is_unsafe_for_held_pods_that_are_not_ready() -> None:
     assert at_risk(pods, 2) == ["a"]  # one pod goes: the not-Ready claimed pod ranks first
     assert at_risk(pods, 3) == []  # nothing is removed
     assert at_risk([("a", "chat", True), ("b", None, True), ("c", None, False)], 1) == []  # cost protects a Ready one
+
+
+def test_only_running_and_ready_pods_are_scraped() -> None:
+    """A slim cached pod (``informers.slim_pod``) counts only when Running and Ready: a Pending pod whose cached
+    Ready is true has no engine to read yet."""
+    def pod(name: str, phase: str, ready: bool) -> dict[str, object]:
+        return {"metadata": {"name": name, "namespace": "ns", "labels": {manifest.INFERENCE_LABEL: "chat"}},
+                "status": {"phase": phase, "ready": ready}}
+    pods = [pod("a", "Running", True), pod("b", "Pending", True), pod("c", "Running", False)]
+    assert endpoint_metrics.ready_pods("ns", "chat", 8000, pods) == [endpoint_metrics.PodTarget("ns", "a", 8000)]
+
+
+def test_a_router_page_with_one_line_the_parser_refuses_reports_the_metrics_could_not_be_read() -> None:
+    """One malformed line fails the whole page (Prometheus' parser): the view says so and shows no counts. The
+    page is one the reader kept from a read just now (so no cluster is asked)."""
+    from services.inference.router import Routers
+    from services.inference.router_manifest import ROUTER_LABEL
+    from services.inference.router_metrics import RouterMetricsReader, _Kept
+    from services.inference.router_models import RouterView
+
+    page = "sgl_router_requests_total{route=\"/generate\"} 3\nsgl_router_active_workers two\n"
+    routers = Routers.__new__(Routers)
+    routers.metrics = RouterMetricsReader(kube=None, clock=lambda: 0.0)  # type: ignore[arg-type]
+    routers.metrics._kept[("c", "ns", "r-0")] = _Kept(at=0.0, text=page)
+    router_pod = {"metadata": {"name": "r-0", "namespace": "ns", "labels": {ROUTER_LABEL: "r"}},
+                  "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+    view = RouterView(name="r", namespace="ns", cluster="c", deployment="chat")
+    routers._read_metrics("c", view, [router_pod])
+    assert view.metrics_error is not None and view.metrics_error.startswith("the router's metrics could not be read")
+    assert view.requests_total is None and view.active_workers is None

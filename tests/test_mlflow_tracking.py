@@ -48,7 +48,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory, mlflow_url: str) -> Iterato
         assert seed.returncode == 0, seed.stderr
         made = live.post("/api/v1/clusters/import", {"eks_cluster": CLUSTER, "hyperpod_cluster": CLUSTER})
         assert made.status_code == 202, made.text
-        done = live.get(f"/api/v1/operations/{made.json()['operation']['id']}/wait?timeout=60").json()
+        done = live.get(f"/api/v1/operations/{made.json()['operation']['id']}/wait?timeout=120").json()
         assert done["status"] == "succeeded", done
         yield SeededServer(live, aws_port, kube_port)
     finally:
@@ -57,7 +57,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory, mlflow_url: str) -> Iterato
 
 def _end(live: LiveServer, op_id: str) -> dict[str, Any]:
     for _ in range(20):
-        view = live.get(f"/api/v1/operations/{op_id}/wait?timeout=60").json()
+        view = live.get(f"/api/v1/operations/{op_id}/wait?timeout=120").json()
         if view["status"] in ("succeeded", "failed", "cancelled"):
             return dict(view)
     raise AssertionError(f"{op_id} did not end")
@@ -91,9 +91,9 @@ def test_create_makes_the_role_then_the_server_once(seeded: SeededServer, create
     assert (view["status"], view["ready"], view["size"]) == ("Created", True, "Small")
     assert view["arn"] == f"arn:aws:sagemaker:us-west-2:123456789012:mlflow-tracking-server/{CLUSTER}-mlflow"
 
+    mark = ledger.mark()  # before the post: a fast worker may act before the 202 is read
     again = live.post(BASE, {})  # idempotent by name: an operation that changes nothing
     assert again.status_code == 202, again.text
-    mark = ledger.mark()
     assert _end(live, again.json()["operation"]["id"])["status"] == "succeeded"
     ledger.assert_no_writes(mark, service="sagemaker")
     ledger.assert_no_writes(mark, service="iam")

@@ -194,7 +194,7 @@ def test_tokens_create_list_revoke(server: LiveServer) -> None:
 
 def test_operations_retry_and_cancel_routes_check_state(server: LiveServer) -> None:
     op = server.post("/api/v1/backups", {"label": "ctl"}).json()["operation"]
-    done = server.get(f"/api/v1/operations/{op['id']}/wait?timeout=30").json()
+    done = server.get(f"/api/v1/operations/{op['id']}/wait?timeout=120").json()
     assert done["status"] == "succeeded"
     r = server.post(f"/api/v1/operations/{op['id']}/retry")
     assert r.status_code == 409 and error(r)["code"] == "conflict"

@@ -6,7 +6,6 @@ import asyncio
 import json
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,15 +65,13 @@ def app(tmp_path: Path) -> Iterator[App]:
 
 
 def get(app: App, path: str) -> httpx2.Response:
-    return httpx2.get(app.url + path, headers=app.headers, timeout=60)
+    return httpx2.get(app.url + path, headers=app.headers, timeout=90)
 
 
 def test_get_with_wait_answers_on_the_next_change(app: App) -> None:
     op_id = app.submit("slow")
-    deadline = time.monotonic() + 10
-    while get(app, f"/api/v1/operations/{op_id}").json()["status"] != "waiting" and time.monotonic() < deadline:
-        time.sleep(0.02)
-    first = get(app, f"/api/v1/operations/{op_id}").json()
+    first = wait_until(lambda: (v := get(app, f"/api/v1/operations/{op_id}").json())["status"] == "waiting" and v,
+                       60, "the operation waiting on its release file")
     threading.Timer(0.3, app.release.touch).start()
     changed = get(app, f"/api/v1/operations/{op_id}?wait=30").json()
     assert changed["version"] > first["version"]
@@ -92,20 +89,20 @@ def test_wait_times_out_with_the_current_state(app: App) -> None:
 
 def test_cancel_and_retry_through_rest(app: App) -> None:
     op_id = app.submit("cancel-me")
-    r = httpx2.post(f"{app.url}/api/v1/operations/{op_id}/cancel", headers=app.headers, timeout=10)
+    r = httpx2.post(f"{app.url}/api/v1/operations/{op_id}/cancel", headers=app.headers, timeout=60)
     assert r.status_code == 200
-    final = get(app, f"/api/v1/operations/{op_id}/wait?timeout=10").json()
+    final = get(app, f"/api/v1/operations/{op_id}/wait?timeout=60").json()
     assert final["status"] == "cancelled"
     assert {c["type"]: c["reason"] for c in final["conditions"]}["Succeeded"] == "Cancelled"
 
     app.world.update(faults=["permanent"])
     failing = app.submit("fail-once")
-    failed = get(app, f"/api/v1/operations/{failing}/wait?timeout=10").json()
+    failed = get(app, f"/api/v1/operations/{failing}/wait?timeout=60").json()
     assert failed["status"] == "failed" and failed["error"]["message"] == "quota exhausted"
     app.release.touch()
-    r = httpx2.post(f"{app.url}/api/v1/operations/{failing}/retry", headers=app.headers, timeout=10)
+    r = httpx2.post(f"{app.url}/api/v1/operations/{failing}/retry", headers=app.headers, timeout=60)
     assert r.status_code == 202 and r.json()["status_tool"] == "operations_get"
-    assert get(app, f"/api/v1/operations/{failing}/wait?timeout=10").json()["status"] == "succeeded"
+    assert get(app, f"/api/v1/operations/{failing}/wait?timeout=60").json()["status"] == "succeeded"
 
 
 def test_the_events_socket_filters_and_a_slow_reader_only_loses_its_own_events(app: App) -> None:

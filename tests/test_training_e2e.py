@@ -191,11 +191,13 @@ def test_a_job_logs_its_metrics_to_the_clusters_tracking_server(world: JobWorld)
         assert got.status_code == 200, got.text
         seen.update(got.json())
         series = {s["name"]: s["points"] for s in got.json()["series"]}
-        return series if len(series.get("loss", [])) >= 20 else None
+        # throughput comes in the same batches as loss but is its own series: wait for both
+        return series if min(len(series.get(n, [])) for n in ("loss", "throughput")) >= 20 else None
     try:
         series = wait_until(logged, 120, f"{name}'s metrics")
     except AssertionError as exc:  # say what the trainer printed about MLflow
         text = world.live.get(f"{BASE}/{name}/logs", params={"tail": 40}).text
         raise AssertionError(f"{exc}; last read {str(seen)[:1500]}; the job's last log lines: {text}") from exc
     assert [p["step"] for p in series["loss"]] == list(range(1, 21))
+    assert [p["step"] for p in series["throughput"]] == list(range(1, 21))
     assert all(p["value"] > 0 for p in series["throughput"])

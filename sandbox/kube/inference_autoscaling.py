@@ -9,10 +9,11 @@ the endpoint's Deployment, ``minReplicaCount`` / ``maxReplicaCount`` (defaults 1
 per entry: ``prometheus`` (``query``, ``threshold`` = ``targetValue``, ``activationThreshold``, ``serverAddress``
 when given) or ``aws-cloudwatch`` (``namespace``, ``metricName``, ``dimensionName`` / ``dimensionValue`` joined by
 ``;``, ``targetMetricValue``, ``activationTargetMetricValue``, ``minMetricValue``, ``metricStat``,
-``metricStatPeriod`` from ``metricCollectionPeriod``, ``metricCollectionTime`` from ``metricCollectionStartTime``),
-``metricType`` ``Average`` → ``AverageValue``. Triggers gone: the ScaledObject goes and the replicas stay where KEDA
-left them. The sandbox's KEDA (:mod:`.keda`) scales on both kinds (CloudWatch: the sandbox's). Without KEDA's CRDs
-nothing is made (the product refuses triggers there).
+``metricStatPeriod`` from ``metricCollectionPeriod``, ``metricCollectionTime`` from ``metricCollectionStartTime``,
+``awsRegion`` the cluster's: KEDA requires one and the ``autoScalingSpec`` has none, so the real operator must add
+it; an assumption, not in the CRD), ``metricType`` ``Average`` → ``AverageValue``. Triggers gone: the ScaledObject
+goes and the replicas stay where KEDA left them. The sandbox's KEDA (:mod:`.keda`) scales on both kinds (CloudWatch:
+the sandbox's). Without KEDA's CRDs nothing is made (the product refuses triggers there).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def _prometheus(trigger: dict[str, Any], index: int) -> dict[str, Any]:
             "metricType": "Value" if trigger.get("metricType") == "Value" else "AverageValue", "metadata": meta}
 
 
-def _cloudwatch(trigger: dict[str, Any], index: int) -> dict[str, Any]:
+def _cloudwatch(trigger: dict[str, Any], index: int, region: str) -> dict[str, Any]:
     dims = trigger.get("dimensions") or []
     meta = {"namespace": str(trigger.get("namespace") or ""), "metricName": str(trigger.get("metricName") or ""),
             "dimensionName": ";".join(str(d.get("name")) for d in dims),
@@ -58,19 +59,21 @@ def _cloudwatch(trigger: dict[str, Any], index: int) -> dict[str, Any]:
             "minMetricValue": _number(trigger.get("minValue") or 0),
             "metricStat": str(trigger.get("metricStat") or "Average"),
             "metricStatPeriod": str(int(trigger.get("metricCollectionPeriod") or 300)),
-            "metricCollectionTime": str(int(trigger.get("metricCollectionStartTime") or 300))}
+            "metricCollectionTime": str(int(trigger.get("metricCollectionStartTime") or 300)),
+            **({"awsRegion": region} if region else {})}
     return {"type": "aws-cloudwatch", "name": str(trigger.get("name") or f"cloudwatch-{index}"),
             "metricType": "Value" if trigger.get("metricType") == "Value" else "AverageValue", "metadata": meta}
 
 
-def scaled_object_body(config: Obj, label: str) -> Obj | None:
-    """The ScaledObject the operator makes of ``config`` (None: its autoscaling has no trigger)."""
+def scaled_object_body(config: Obj, label: str, region: str = "") -> Obj | None:
+    """The ScaledObject the operator makes of ``config`` (None: its autoscaling has no trigger); CloudWatch
+    triggers read ``region`` (the cluster's)."""
     scaling = (config.get("spec") or {}).get("autoScalingSpec")
     if not isinstance(scaling, dict):
         return None
     triggers = [*(_prometheus(t, i) for i, t in enumerate(
         _triggers(scaling, "prometheusTriggerList", "prometheusTrigger"))),
-                *(_cloudwatch(t, i) for i, t in enumerate(
+                *(_cloudwatch(t, i, region) for i, t in enumerate(
                     _triggers(scaling, "cloudWatchTriggerList", "cloudWatchTrigger")))]
     if not triggers:
         return None
@@ -96,7 +99,7 @@ def reconcile(cluster: Cluster, config: Obj, label: str, manager: str) -> None:
         return
     meta = config["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    want = scaled_object_body(config, label)
+    want = scaled_object_body(config, label, cluster.cloud[1] if cluster.cloud else "")
     have = cluster.store.get(SCALED_KEY, (namespace, name))
     owned = have is not None and any(r.get("uid") == meta["uid"] for r in have["metadata"].get("ownerReferences")
                                      or ())

@@ -33,6 +33,7 @@ types, the ``Utilization`` metric type, cooldown and HPA stabilization windows (
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import re
@@ -154,8 +155,14 @@ def hpa_body(so: Obj) -> Obj:
 
 
 def _check(so: Obj) -> str:
-    """Why KEDA refuses the ScaledObject ("" when it is fine)."""
-    for trigger in (so.get("spec") or {}).get("triggers") or []:
+    """Why KEDA refuses the ScaledObject ("" when it is fine): its ``ValidateTriggers`` (a trigger name given twice)
+    first, then each trigger's metadata."""
+    triggers = (so.get("spec") or {}).get("triggers") or []
+    names = [str(t["name"]) for t in triggers if t.get("name")]
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:
+        return f"triggerName {json.dumps(twice)} is defined multiple times in the ScaledObject, but it must be unique"
+    for trigger in triggers:
         meta = trigger.get("metadata") or {}
         if trigger.get("type") == keda_cloudwatch.TYPE:
             problem = keda_cloudwatch.check(meta)

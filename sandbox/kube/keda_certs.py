@@ -1,18 +1,21 @@
 """The KEDA operator's certificate rotation (``--enable-cert-rotation=true``), as a simulated program of the
 ``ghcr.io/kedacore/keda`` container.
 
-KEDA's operator makes a self-signed CA and one serving certificate for its services (the operator's gRPC
-service, the metrics API server, the admission webhooks), keeps them in the Secret ``kedaorg-certs`` of its own
-namespace (``ca.crt``, ``ca.key``, ``tls.crt``, ``tls.key``; every KEDA component mounts it at ``/certs``) and
-writes the CA into the ``caBundle`` of its APIService ``v1beta1.external.metrics.k8s.io``, so kube-aggregator
-can verify the metrics API server (keda.sh/docs/2.17/operate/security; :mod:`.aggregator` checks it). It does
-that with its ServiceAccount's rights: where RBAC does not grant the rotator's (``list``/``watch``/``create``
-Secrets and ``get``/``update`` its own in its namespace, ``list``/``watch`` APIServices and ``get``/``update`` its
-own), it logs ``unable to set up cert rotation`` with the API's refusal and exits 1, as the operator does; without
-the leader-election Lease rights (``get``/``create``/``update`` in its namespace) it logs the refusal and waits,
-doing nothing. Without the flag it only runs (the certificates are then the user's). The rotation is
-level-based: a missing Secret or key is made again, a drifted ``caBundle`` is written again, each check
-``RESYNC`` seconds of the cluster's clock apart. Not simulated: expiry and renewal, the
+KEDA's operator makes a self-signed CA and one serving certificate for its services (the operator's gRPC service,
+the metrics API server, the admission webhooks), keeps them in the Secret ``kedaorg-certs`` of its own namespace
+(``ca.crt``, ``ca.key``, ``tls.crt``, ``tls.key``; every KEDA component mounts it at ``/certs``) and writes the CA
+into the ``caBundle`` of its APIService ``v1beta1.external.metrics.k8s.io``, so kube-aggregator can verify the
+metrics API server (keda.sh/docs/2.17/operate/security; :mod:`.aggregator` checks it). It does that with its
+ServiceAccount's rights: where RBAC does not grant the rotator's (``list``/``watch``/``create`` Secrets and
+``get``/``update`` its own in its namespace, ``list``/``watch`` APIServices and ``get``/``update`` its own,
+``list``/``watch`` ValidatingWebhookConfigurations: KEDA registers its ``keda-admission`` webhook with the rotator
+as well as the APIService (kedacore/keda ``pkg/certificates/certificate_manager.go``), and the rotator's informer
+for that kind never syncs without them, whether or not the webhook is installed), it logs ``unable to set up cert
+rotation`` with the API's refusal and exits 1, as the operator does; without the leader-election Lease rights
+(``get``/``create``/``update`` in its namespace) it logs the refusal and waits, doing nothing. Without the flag it
+only runs (the certificates are then the user's). The rotation is level-based: a missing Secret or key is made
+again, a drifted ``caBundle`` is written again (both with updates, as cert-controller writes: no patch right
+needed), each check ``RESYNC`` seconds of the cluster's clock apart. Not simulated: expiry and renewal, the
 admission webhooks' ``caBundle``, the scaling itself (:mod:`.keda`).
 """
 
@@ -129,18 +132,29 @@ def _missing(proc: Process, needs: tuple[tuple[str, str, str, str], ...]) -> str
     """The API's refusal of the first (group, resource, verb, name) in ``needs`` RBAC does not grant ("": none)."""
     account = (proc.namespace, str((proc.pod_obj.get("spec") or {}).get("serviceAccountName") or "default"))
     for group, resource, verb, name in needs:
-        namespace = "" if resource == "apiservices" else proc.namespace
+        namespace = "" if resource in CLUSTER_SCOPED else proc.namespace
         if not granted(proc.cluster, account, namespace, group, resource, verb, name):
             return _forbidden(proc, verb, resource, group, namespace, name)
     return ""
 
 
+CLUSTER_SCOPED = ("apiservices", "validatingwebhookconfigurations")
 LEADER_ELECTION = tuple(("coordination.k8s.io", "leases", v, "operator.keda.sh") for v in ("get", "create", "update"))
-# the rotator's informer lists and watches Secrets, reads and writes its own; it reads and updates the APIService
+# the rotator's informers list and watch Secrets, APIServices and ValidatingWebhookConfigurations (the kinds of its
+# webhooks); it reads and writes its own Secret and reads and updates the APIService
 CERT_ROTATION = (*(("", "secrets", v, "") for v in ("list", "watch", "create")),
                  *(("", "secrets", v, SECRET) for v in ("get", "update")),
                  *(("apiregistration.k8s.io", "apiservices", v, API_SERVICE) for v in ("get", "update")),
-                 *(("apiregistration.k8s.io", "apiservices", v, "") for v in ("list", "watch")))
+                 *(("apiregistration.k8s.io", "apiservices", v, "") for v in ("list", "watch")),
+                 *(("admissionregistration.k8s.io", "validatingwebhookconfigurations", v, "")
+                   for v in ("list", "watch")))
+
+
+def _allowed(proc: Process, group: str, resource: str, verb: str, name: str) -> None:
+    """Refuse a write RBAC does not grant the operator, as the API server would (the rotator's writes are updates)."""
+    why = _missing(proc, ((group, resource, verb, name),))
+    if why:
+        raise ApiError(403, "Forbidden", why)
 
 
 def rotate(proc: Process) -> None:
@@ -154,15 +168,18 @@ def rotate(proc: Process) -> None:
                 "type": "kubernetes.io/tls", "data": made}
         rt = cluster.lookup("", "v1", "secrets")
         if secret is None:
+            _allowed(proc, "", "secrets", "create", "")
             cluster.create(rt, namespace, body, MANAGER)
         else:
-            cluster.patch(rt, namespace, SECRET, "merge", {"data": made}, MANAGER)
+            _allowed(proc, "", "secrets", "update", SECRET)
+            cluster.replace(rt, namespace, SECRET, {**secret, "data": made}, MANAGER)
         data = made
         proc.log(f'INFO\tcert-rotation\tcertificates written to secret "{namespace}/{SECRET}"')
     api = cluster.store.get(API_SERVICE_KEY, ("", API_SERVICE))
     if api is not None and (api.get("spec") or {}).get("caBundle") != data["ca.crt"]:
-        cluster.patch(cluster.lookup("apiregistration.k8s.io", "v1", "apiservices"), None, API_SERVICE, "merge",
-                      {"spec": {"caBundle": data["ca.crt"]}}, MANAGER)
+        _allowed(proc, "apiregistration.k8s.io", "apiservices", "update", API_SERVICE)
+        cluster.replace(cluster.lookup("apiregistration.k8s.io", "v1", "apiservices"), None, API_SERVICE,
+                        {**api, "spec": {**(api.get("spec") or {}), "caBundle": data["ca.crt"]}}, MANAGER)
         proc.log(f'INFO\tcert-rotation\tCA injected into the caBundle of APIService "{API_SERVICE}"')
 
 
@@ -184,6 +201,6 @@ def operate(proc: Process) -> int:
     while True:
         try:
             rotate(proc)
-        except ApiError as exc:  # a concurrent write: the next check writes again
+        except ApiError as exc:  # a concurrent write or a right revoked: the next check writes again
             proc.log(f"ERROR\tcert-rotation\t{exc.message}")
         proc.sleep(RESYNC)

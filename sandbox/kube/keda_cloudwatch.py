@@ -5,8 +5,11 @@ Metadata: ``namespace``, ``metricName``, ``dimensionName`` / ``dimensionValue`` 
 ``targetMetricValue`` (the threshold), ``activationTargetMetricValue`` (default 0), ``minMetricValue`` (the value
 when CloudWatch has no datapoint; default 0), ``metricStat`` (default ``Average``), ``metricStatPeriod`` (default
 300) and ``metricCollectionTime`` (default 300; the window, in real seconds, since CloudWatch keeps wall-clock
-timestamps). The value is the newest period's statistic in the window. Credentials: KEDA's own (the sandbox accepts
-any); ``awsRegion`` defaults to the cluster's. Not modelled: ``identityOwner``, TriggerAuthentication,
+timestamps), ``awsRegion`` (required, no default). Refused as KEDA's parser refuses them (kedacore/keda
+``pkg/scalers/aws_cloudwatch_scaler.go``, its messages): a ``metricStat`` other than CloudWatch's five statistics, a
+``metricStatPeriod`` other than 1, 5, 10, 30, 60 or a multiple of 60, a ``metricCollectionTime`` that is not a
+multiple of the period, no ``awsRegion``. The value is the newest period's statistic in the window. Credentials:
+KEDA's own (the sandbox accepts any). Not modelled: ``identityOwner``, TriggerAuthentication,
 ``metricEndTimeOffset``, expressions.
 """
 
@@ -22,6 +25,7 @@ TYPE = "aws-cloudwatch"
 _KEY_ID, _SECRET = "ASIAKEDAPODIDENTITY01", "sandbox-keda-operator"
 _CLIENTS: dict[tuple[str, str], Any] = {}
 _LOCK = threading.Lock()
+STATISTICS = ("SampleCount", "Average", "Sum", "Minimum", "Maximum")  # CloudWatch's Statistic values, in its order
 
 
 def check(meta: dict[str, Any]) -> str:
@@ -37,7 +41,31 @@ def check(meta: dict[str, Any]) -> str:
             float(meta.get(key) or 0)
     except ValueError as exc:
         return f"error parsing cloudwatch metadata: {exc}"
-    return ""
+    return _stat_problem(meta)
+
+
+def _stat_problem(meta: dict[str, Any]) -> str:
+    """KEDA's checks of ``metricStat``, ``metricStatPeriod``, ``metricCollectionTime`` and ``awsRegion``."""
+    stat = str(meta.get("metricStat") or "Average")
+    if stat not in STATISTICS:
+        return f"error parsing cloudwatch metadata: metricStat '{stat}' is not one of [{' '.join(STATISTICS)}]"
+    try:
+        period, window = (int(str(meta.get(k) or 300)) for k in ("metricStatPeriod", "metricCollectionTime"))
+    except ValueError as exc:
+        return f"error parsing cloudwatch metadata: {exc}"
+    if period < 1:
+        return f"error parsing cloudwatch metadata: metricStatPeriod can not be smaller than 1, however, {period} " \
+               "is provided"
+    if period < 60 and period not in (1, 5, 10, 30):
+        return "error parsing cloudwatch metadata: metricStatPeriod < 60 has to be one of [1, 5, 10, 30], however, " \
+               f"{period} is provided"
+    if period % 60 and period > 60:
+        return "error parsing cloudwatch metadata: metricStatPeriod >= 60 has to be a multiple of 60, however, " \
+               f"{period} is provided"
+    if window < 0 or window % period:
+        return "error parsing cloudwatch metadata: metricCollectionTime must be greater than 0 and a multiple of " \
+               f"metricStatPeriod({period}), {window} is given"
+    return "" if meta.get("awsRegion") else "error parsing cloudwatch metadata: no awsRegion given"
 
 
 def _client(endpoint: str, region: str) -> Any:
@@ -55,7 +83,7 @@ def value(cluster: Cluster, meta: dict[str, Any]) -> float | None:
     """The metric's newest value (None: the cluster has no cloud, or CloudWatch refused)."""
     if cluster.cloud is None:
         return None
-    endpoint, region = cluster.cloud
+    endpoint, _ = cluster.cloud
     names = [n for n in str(meta.get("dimensionName") or "").split(";") if n]
     values = str(meta.get("dimensionValue") or "").split(";")
     period = int(meta.get("metricStatPeriod") or 300)
@@ -65,7 +93,7 @@ def value(cluster: Cluster, meta: dict[str, Any]) -> float | None:
                    "Dimensions": [{"Name": n, "Value": v} for n, v in zip(names, values, strict=False)]},
         "Period": period, "Stat": str(meta.get("metricStat") or "Average")}}
     try:
-        answer = _client(endpoint, str(meta.get("awsRegion") or region)).get_metric_data(
+        answer = _client(endpoint, str(meta["awsRegion"])).get_metric_data(
             MetricDataQueries=[query], ScanBy="TimestampDescending",
             StartTime=now - datetime.timedelta(seconds=int(meta.get("metricCollectionTime") or 300)),
             EndTime=now + datetime.timedelta(seconds=1))

@@ -74,7 +74,9 @@ class PodTarget:
 
 
 def ready_pods(namespace: str, name: str, port: int, pods: list[dict[str, Any]]) -> list[PodTarget]:
-    """Deployment ``name``'s ready pods in the pods cache (no API call), its engine listening on ``port``."""
+    """Deployment ``name``'s ready pods in the pods cache (no API call), its engine listening on ``port``: Running
+    and Ready (:func:`~services.inference.kobjects.cached_ready`; a pod not Running has no engine to scrape even if
+    its cached Ready says otherwise)."""
     out = []
     for pod in pods:
         meta = ko.meta(pod)

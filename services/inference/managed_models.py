@@ -139,16 +139,19 @@ class CloudWatchTrigger(RequestModel):
                            "'AWS/SageMaker'")
     dimensions: dict[str, str] = Field(default_factory=dict, max_length=30, description="the metric's dimensions, "
                                        "name to value, e.g. {'EndpointName': 'llama'}")
-    stat: str = Field("Average", pattern=r"^(Average|Sum|Minimum|Maximum|SampleCount|p\d{1,2}(\.\d+)?)$",
-                      description="the statistic KEDA asks CloudWatch for (metricStat): Average, Sum, Minimum, "
-                      "Maximum, SampleCount or a percentile such as p99")
+    stat: Literal["Average", "Sum", "Minimum", "Maximum", "SampleCount"] = Field(
+        "Average", description="the statistic KEDA asks CloudWatch for (metricStat): Average, Sum, Minimum, Maximum "
+        "or SampleCount, the only ones KEDA's aws-cloudwatch scaler takes")
     target_value: float = Field(..., gt=0, description="the value per pod (metric_type Average) or in all (Value)")
     metric_type: Literal["Average", "Value"] = Field("Average", description="Average: the target is per pod; "
                                                      "Value: the metric's whole value is compared with it")
     activation_target_value: float | None = Field(None, ge=0, description="scale from 0 to 1 pod only above this "
                                                   "value (needs min_replicas 0, as the CRD says)")
     period: int | None = Field(None, ge=1, le=86400, description="the CloudWatch query's period in seconds "
-                               "(metricCollectionPeriod; default 300)")
+                               "(metricCollectionPeriod; default 300): 1, 5, 10, 30, 60 or a multiple of 60 that "
+                               "divides collection_time, as KEDA requires")
+    collection_time: int | None = Field(None, ge=1, le=86400, description="how far back, in seconds, the CloudWatch "
+                                        "query reads (metricCollectionStartTime; default 300): a multiple of period")
 
 
 class Autoscaling(RequestModel):

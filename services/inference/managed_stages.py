@@ -17,8 +17,8 @@ from kubernetes import client as k8s
 
 from services.clusters.create_base import FIELD_MANAGER
 from services.clusters.storage_stage import APPLY
-from services.errors import NotFound, Permanent
-from services.inference import tokens
+from services.errors import Invalid, NotFound, Permanent, Transient
+from services.inference import managed_scaling, tokens
 from services.inference.managed_models import EndpointKind, EndpointPlan, EndpointRef
 from services.inference.managed_render import GROUP, PLURALS, VERSION
 from services.kube import KubeClients
@@ -26,6 +26,7 @@ from services.stages import Done, Observed, Stage, StageContext, Wait
 from services.training.downloads.manifest import ensure_namespace
 
 POLL = 5.0
+JSON_PATCH = "application/json-patch+json"
 COMPLETE, FAILED = "DeploymentComplete", "DeploymentFailed"
 
 
@@ -68,7 +69,8 @@ class NamespaceStage(ManagedStage):
 
 
 class ApplyStage(ManagedStage):
-    """Server-side apply of the custom resource; the token's Secret becomes the resource's."""
+    """Server-side apply of the custom resource, then a JSON patch removing the triggers it dropped that another
+    field manager wrote (apply keeps those); the token's Secret becomes the resource's."""
 
     name = "apply"
     expected_seconds = 2.0
@@ -85,6 +87,9 @@ class ApplyStage(ManagedStage):
         applied = read_endpoint(self.deps, plan.cluster, plan.kind, plan.namespace, plan.name)
         if applied is None:
             raise Permanent(f"the {plan.kind.value} {plan.namespace}/{plan.name} was deleted as it was applied")
+        stale = managed_scaling.leftover(dict(applied.get("spec") or {}), dict(plan.manifest.get("spec") or {}))
+        if stale:
+            applied = self._remove(plan, applied, stale)
         meta = applied["metadata"]
         if plan.token is not None:
             owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": plan.kind.value, "name": plan.name,
@@ -98,6 +103,22 @@ class ApplyStage(ManagedStage):
                                 "the token") from None
             tokens.delete_older(self.deps.kube, plan.cluster, plan.namespace, plan.name, current)
         ctx.data["generation"] = int(meta.get("generation") or 1)
+
+    def _remove(self, plan: EndpointPlan, applied: dict[str, Any], keys: list[str]) -> dict[str, Any]:
+        """JSON-patch out the triggers the update removed that another field manager wrote, only on the object
+        just read (a ``test`` of its resourceVersion: a write in between retries the stage, which applies again)."""
+        ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": applied["metadata"]["resourceVersion"]},
+               *({"op": "remove", "path": f"/spec/autoScalingSpec/{key}"} for key in keys)]
+        try:
+            _custom(self.deps, plan.cluster).patch_namespaced_custom_object(
+                GROUP, VERSION, plan.namespace, PLURALS[plan.kind], plan.name, ops, _content_type=JSON_PATCH)
+        except Invalid as exc:
+            raise Transient(f"the {plan.kind.value} {plan.namespace}/{plan.name} changed while its removed triggers "
+                            f"({', '.join(keys)}) were taken out: applying again") from exc
+        after = read_endpoint(self.deps, plan.cluster, plan.kind, plan.namespace, plan.name)
+        if after is None:
+            raise Permanent(f"the {plan.kind.value} {plan.namespace}/{plan.name} was deleted as it was applied")
+        return after
 
     def result(self, ctx: StageContext[EndpointPlan]) -> dict[str, Any]:
         plan = ctx.request

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from kubernetes import client, utils
 
-from sandbox.kube import keda
+from sandbox.kube import inference_autoscaling, keda
 from sandbox.kube.components import install_component_crds
 from sandbox.kube.keda import Query, parse_query
 from sandbox.kube.keda_certs import dns_names, granted, make_certs
@@ -221,20 +221,25 @@ def test_the_operator_makes_its_certificates_with_the_shipped_rbac_and_not_witho
     utils.create_from_yaml(served.api, yaml_objects=[d for d in docs if d not in certs_role])
     wait_until(lambda: _available_reason(served) == "FailedDiscoveryCheck", 60, "the metrics server's cert unverified")
 
-    def exited() -> str:
+    def exited() -> str:  # the log of a run that exited 1 (the kubelet may restart it between the two reads)
         pods = served.core.list_namespaced_pod("keda", label_selector="app=keda-operator").items
         status = pods[0].status.container_statuses if pods else None
         ended = status and (status[0].last_state.terminated or status[0].state.terminated)
-        return served.core.read_namespaced_pod_log(pods[0].metadata.name, "keda", previous=bool(
+        log = served.core.read_namespaced_pod_log(pods[0].metadata.name, "keda", previous=bool(
             status[0].last_state.terminated)) if ended and ended.exit_code == 1 else ""
+        return log if "unable to set up cert rotation" in log else ""
     log = wait_until(exited, 60, "the operator to exit without the Role")
-    assert 'unable to set up cert rotation' in log and 'cannot create resource \\"secrets\\"' in log, log
+    assert 'cannot create resource \\"secrets\\"' in log, log
     assert not served.core.list_namespaced_secret("keda", field_selector="metadata.name=kedaorg-certs").items
 
+    # an incomplete Secret someone made: the rotator completes it with an update (the Role grants no patch)
+    served.core.create_namespaced_secret("keda", {"metadata": {"name": "kedaorg-certs"}, "data": {
+        "ca.crt": base64.b64encode(b"stale").decode()}})
     utils.create_from_yaml(served.api, yaml_objects=certs_role)
     wait_until(lambda: _available_reason(served) == "Passed", 120, "Available once the operator made its certs")
     secret = served.core.read_namespaced_secret("kedaorg-certs", "keda")
     assert set(secret.data) == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
+    assert ("keda-operator", "Update") in {(f.manager, f.operation) for f in secret.metadata.managed_fields}
     api = client.ApiregistrationV1Api(served.api).read_api_service("v1beta1.external.metrics.k8s.io")
     assert api.spec.ca_bundle == secret.data["ca.crt"]
 
@@ -247,8 +252,12 @@ def test_the_operator_makes_its_certificates_with_the_shipped_rbac_and_not_witho
         return granted(served.cluster, operator, namespace, group, resource, verb, name)
     assert all(may("keda", "secrets", v, "kedaorg-certs") for v in ("get", "create", "update"))
     assert not any(may("keda", "secrets", v, "kedaorg-certs") for v in ("patch", "delete"))
-    assert not may("keda", "secrets", "get", "other") and not may("default", "secrets", "get", "other")
+    assert not may("default", "secrets", "create") and not may("default", "secrets", "update", "other")
     assert may("keda", "leases", "update", "operator.keda.sh") and not may("default", "leases", "create")
+    # the rotator's informers on the kinds of its webhooks: ValidatingWebhookConfigurations as well as APIServices
+    assert all(granted(served.cluster, operator, "", group, resource, v) for v in ("list", "watch")
+               for group, resource in (("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+                                       ("apiregistration.k8s.io", "apiservices")))
 
 
 def test_a_value_trigger_gives_the_hpa_a_value_target() -> None:
@@ -258,3 +267,68 @@ def test_a_value_trigger_gives_the_hpa_a_value_target() -> None:
         {"type": "prometheus", "metadata": {"query": "sum(y)", "threshold": "0.5"}}]}}
     targets = [m["external"]["target"] for m in keda.hpa_body(so)["spec"]["metrics"]]
     assert targets == [{"type": "Value", "value": "4"}, {"type": "AverageValue", "averageValue": "500m"}]
+
+
+def _cloudwatch_trigger(**meta: str) -> dict[str, Any]:
+    return {"type": "aws-cloudwatch", "metadata": {
+        "namespace": "AWS/SageMaker", "metricName": "Invocations", "dimensionName": "EndpointName",
+        "dimensionValue": "chat", "targetMetricValue": "10", "awsRegion": "us-west-2", **meta}}
+
+
+def _refusal(*triggers: dict[str, Any]) -> str:
+    return keda._check({"spec": {"scaleTargetRef": {"name": "chat"}, "triggers": list(triggers)}})
+
+
+def test_keda_refuses_cloudwatch_metadata_as_its_scaler_parses_it() -> None:
+    """KEDA's aws-cloudwatch parser: the five statistics, its periods, a window that is a multiple of the period,
+    a region; its messages."""
+    assert _refusal(_cloudwatch_trigger()) == ""
+    assert _refusal(_cloudwatch_trigger(metricStat="Sum", metricStatPeriod="60", metricCollectionTime="300")) == ""
+    assert _refusal(_cloudwatch_trigger(metricStatPeriod="1200", metricCollectionTime="3600")) == ""
+    prefix = "error parsing cloudwatch metadata: "
+    assert _refusal(_cloudwatch_trigger(metricStat="p99")) == \
+        prefix + "metricStat 'p99' is not one of [SampleCount Average Sum Minimum Maximum]"
+    assert _refusal(_cloudwatch_trigger(metricStatPeriod="7")) == \
+        prefix + "metricStatPeriod < 60 has to be one of [1, 5, 10, 30], however, 7 is provided"
+    assert _refusal(_cloudwatch_trigger(metricStatPeriod="90")) == \
+        prefix + "metricStatPeriod >= 60 has to be a multiple of 60, however, 90 is provided"
+    assert _refusal(_cloudwatch_trigger(metricStatPeriod="600")) == prefix + \
+        "metricCollectionTime must be greater than 0 and a multiple of metricStatPeriod(600), 300 is given"
+    assert _refusal(_cloudwatch_trigger(awsRegion="")) == prefix + "no awsRegion given"
+
+
+def test_keda_refuses_a_trigger_name_given_twice() -> None:
+    prometheus = {"type": "prometheus", "metadata": {"query": "sum(x)", "threshold": "1"}}
+    assert _refusal({**prometheus, "name": "a"}, {**prometheus, "name": "b"}, prometheus, prometheus) == ""
+    assert _refusal({**prometheus, "name": "a"}, {**_cloudwatch_trigger(), "name": "a"}) == \
+        'triggerName "a" is defined multiple times in the ScaledObject, but it must be unique'
+
+
+def test_a_scaled_object_keda_refuses_is_not_ready_and_gets_no_hpa(served: Served) -> None:
+    install_component_crds(served.cluster, "keda")
+    custom = client.CustomObjectsApi(served.api)
+    twice = _scaled_object("twice", "llm", "sum(vllm:num_requests_running)")
+    twice["spec"]["triggers"] = [{**twice["spec"]["triggers"][0], "name": "a"}] * 2
+    percentile = {**_scaled_object("percentile", "llm", ""), "spec": {
+        "scaleTargetRef": {"name": "llm"}, "triggers": [_cloudwatch_trigger(metricStat="p99")]}}
+    for body in (twice, percentile):
+        custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, body)
+    for name, message in (("twice", 'triggerName "a" is defined multiple times'), ("percentile", "metricStat 'p99'")):
+        wait_until(lambda n=name: _conditions(custom, n).get("Ready") == "False", 60, f"{name} refused")
+        found = custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name)
+        ready = next(c for c in found["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["reason"] == "ScaledObjectCheckFailed" and message in ready["message"], ready
+    assert not client.AutoscalingV2Api(served.api).list_namespaced_horizontal_pod_autoscaler("default").items
+
+
+def test_the_operator_gives_cloudwatch_triggers_the_clusters_region() -> None:
+    """KEDA has no default region; the operator's ScaledObject names the cluster's (none without a cloud)."""
+    config = {"apiVersion": "inference.sagemaker.aws.amazon.com/v1", "kind": "InferenceEndpointConfig",
+              "metadata": {"name": "chat", "namespace": "ns", "uid": "u-1"}, "spec": {"autoScalingSpec": {
+                  "cloudWatchTrigger": {"namespace": "AWS/SageMaker", "metricName": "Invocations",
+                                        "dimensions": [{"name": "EndpointName", "value": "chat"}],
+                                        "targetValue": 10}}}}
+    for region, refusal in (("us-west-2", ""), ("", "error parsing cloudwatch metadata: no awsRegion given")):
+        so = inference_autoscaling.scaled_object_body(config, "endpoint", region)
+        assert so is not None and keda._check(so) == refusal
+        assert so["spec"]["triggers"][0]["metadata"].get("awsRegion", "") == region
