@@ -182,7 +182,7 @@ class EksSimulator(AccessOperations):
                             f"{addon_name} requires the add-on(s) {', '.join(missing)}; install them first.")
             return
         try:
-            install(self.kube, cluster_name, addon_name, self.region)
+            install(self.kube, cluster_name, addon_name, self.region, addon.get("configurationValues"))
         except Exception as exc:  # e.g. its namespace is Terminating: the add-on fails, the world ticks on
             _log.exception("sandbox EKS: installing add-on %s on %s failed", addon_name, cluster_name)
             self._set_issue(addon, "CREATE_FAILED" if addon["status"] == "CREATING" else "UPDATE_FAILED",

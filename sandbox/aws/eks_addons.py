@@ -1,13 +1,14 @@
 """The EKS add-on catalog and what an add-on does to its cluster, split from ``eks.py`` to keep both short.
 
-Versions are realistic (the HyperPod add-on documentation and the public EKS add-on catalogue of
-2026): the HyperPod add-ons with their eksbuild versions, the base networking add-ons, cert-manager, CSI drivers and
-metrics-server. An add-on that finishes installing applies the CRDs of its ``sandbox.kube.components``, its
-namespace and a controller Deployment labelled ``eks.amazonaws.com/addon``, with server-side apply under
-the field manager ``eks``, so re-installing is a no-op; its health is then that Deployment's
-(:func:`workload_health`): ACTIVE once every replica is available, DEGRADED with
-``InsufficientNumberOfReplicas`` while a replica cannot be scheduled. ``configurationValues`` are checked
-against the add-on's schema (:data:`SCHEMAS`, served by DescribeAddonConfiguration): unknown keys are refused.
+Versions are realistic (the HyperPod add-on documentation and the public EKS add-on catalogue of 2026): the HyperPod
+add-ons with their eksbuild versions, the base networking add-ons, cert-manager, CSI drivers and metrics-server. An
+add-on that finishes installing applies the CRDs of its ``sandbox.kube.components`` (but not those of one its
+``configurationValues`` switch off, ``<component>.enabled: false``, as Helm skips a disabled subchart), its
+namespace and a controller Deployment labelled ``eks.amazonaws.com/addon``, with server-side apply under the field
+manager ``eks``, so re-installing is a no-op; its health is then that Deployment's (:func:`workload_health`): ACTIVE
+once every replica is available, DEGRADED with ``InsufficientNumberOfReplicas`` while a replica cannot be scheduled.
+``configurationValues`` are checked against the add-on's schema (:data:`SCHEMAS`, served by
+DescribeAddonConfiguration): unknown keys are refused.
 """
 
 from __future__ import annotations
@@ -269,15 +270,21 @@ def workload_health(kube: Emulator | None, cluster_name: str, addon_name: str) -
     return STARTING
 
 
-def install(kube: Emulator | None, cluster_name: str, addon_name: str, region: str) -> None:
-    """Apply what an ACTIVE add-on runs: its CRDs, its CSIDriver, namespace and controller Deployment."""
+def install(kube: Emulator | None, cluster_name: str, addon_name: str, region: str,
+            configuration: str | None = None) -> None:
+    """Apply what an ACTIVE add-on runs: its CRDs (not those of a component its ``configuration`` switches off, as
+    Helm skips a disabled subchart: the inference add-on's bundled KEDA with ``keda.enabled`` false), its CSIDriver,
+    namespace and controller Deployment."""
     if kube is None or cluster_name not in kube.clusters:
         return
     from sandbox.kube import WriteOptions, install_component_crds
 
     spec = ADDONS[addon_name]
     cluster = kube.cluster(cluster_name)
+    values = yaml.safe_load(configuration or "{}")
     for component in spec.components:
+        if isinstance(values, dict) and (values.get(component) or {}).get("enabled") is False:
+            continue
         install_component_crds(cluster, component, manager="eks")
     opts = WriteOptions(manager="eks", force=True)
     if spec.csi_driver is not None:

@@ -71,3 +71,22 @@ def test_configuration_values_are_validated_against_the_schema(world: AwsWorld, 
                          configurationValues='{"nodeSelector": {"a": "b"}, "controller": {}}')
     assert "$.controller: is not defined in the schema" in info.value.response["Error"]["Message"]
     eks.update_addon(clusterName=name, addonName="coredns", configurationValues='{"nodeSelector": {"a": "b"}}')
+
+
+def test_a_component_the_configuration_switches_off_installs_no_crds(world: AwsWorld, aws: Clients,
+                                                                     unique: Callable[[str], str]) -> None:
+    """The inference add-on with ``keda.enabled`` false installs the operator's CRDs but not KEDA's."""
+    name = unique("eks")
+    eks = active_cluster(world, aws, name)
+    assert world.kube is not None
+    add_node(world.kube.cluster(name), "worker")
+    eks.create_addon(clusterName=name, addonName="cert-manager")
+    addon_status(world, eks, name, "cert-manager", "ACTIVE")
+    eks.create_addon(clusterName=name, addonName="amazon-sagemaker-hyperpod-inference",
+                     configurationValues=json.dumps({"keda": {"enabled": False}}))
+    addon_status(world, eks, name, "amazon-sagemaker-hyperpod-inference", "ACTIVE")
+    cluster = world.kube.cluster(name)
+    crds = {o["metadata"]["name"] for o in cluster.list(
+        cluster.builtin("apiextensions.k8s.io", "customresourcedefinitions"), None).items}
+    assert "inferenceendpointconfigs.inference.sagemaker.aws.amazon.com" in crds, sorted(crds)
+    assert not {c for c in crds if c.endswith(".keda.sh")}, sorted(crds)
