@@ -24,12 +24,10 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx2
 import panel as pn
 import pytest
 import yaml
@@ -40,8 +38,30 @@ from panels.inference import InferencePane
 from services.auth import Principal, Role
 from services.operations import OperationQuery
 from services.settings import Settings
-from tests.jobs_support import CLUSTER, JobWorld, cli, job_world
+from tests.jobs_support import CLUSTER, JobWorld, cli
 from tests.ledger import CallLedger
+from tests.managed_support import (
+    BASE,
+    EXTERNAL_METRICS,
+    GROUP,
+    KEDA_OBJECTS,
+    KINDS,
+    NS,
+    RATE_QUERY,
+    S3,
+    VERSION,
+    assert_no_operations,
+    delete,
+    deployment,
+    endpoint,
+    finished,
+    keda_writes,
+    operator,
+    patch,
+    replicas,
+    triggered,
+    world,
+)
 from tests.mcp_support import bridge, call, follow
 from tests.sandbox_support import client
 from tests.support import wait_until
@@ -49,50 +69,7 @@ from tests.test_inference import PLAYBOOK, VLLM
 from tests.test_inference_scaling import foreign_keda
 
 pytestmark = pytest.mark.slow
-BASE = f"/api/v1/clusters/{CLUSTER}/inference/endpoints"
-NS = "hyperpod-ns-inference"
-GROUP, VERSION = "inference.sagemaker.aws.amazon.com", "v1"
-WORKER = {"image": "lmcache/vllm-openai:v0.3.7", "args": ["/opt/ml/model", "--max-model-len", "4096"], "port": 8000,
-          "gpus": 1}
-KINDS = ("managed.deploy", "managed.update", "managed.delete")
-S3 = {"type": "s3", "bucket": "models-bucket", "region": "us-west-2", "location": "llama31_8b"}
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobWorld]:
-    """The operator's CRDs arrive with the first test that needs them (:func:`operator`): the first test sees a
-    cluster without the feature."""
-    with job_world(tmp_path_factory.mktemp("managed"), components=(), nodes=3) as made:
-        yield made
-
-
-@pytest.fixture(scope="module")
-def operator(world: JobWorld) -> JobWorld:
-    world.install("inference-operator")
-    return world
-
-
-def endpoint(name: str = "llama", **extra: Any) -> dict[str, Any]:
-    return {"name": name, "source": S3, "worker": WORKER, "instance_types": ["ml.g5.8xlarge"], **extra}
-
-
-def patch(world: JobWorld, path: str, body: dict[str, Any]) -> httpx2.Response:
-    return httpx2.patch(world.live.url + path, json=body, headers=world.live.headers(), timeout=30)
-
-
-def delete(world: JobWorld, path: str) -> httpx2.Response:
-    return httpx2.delete(world.live.url + path, headers=world.live.headers(), timeout=30)
-
-
-def assert_no_operations(world: JobWorld) -> None:
-    for kind in KINDS:
-        assert world.live.get(f"/api/v1/operations?kind={kind}").json() == [], kind
-
-
-def finished(world: JobWorld, op_id: str) -> dict[str, Any]:
-    return world.finished(op_id, timeout=180)
-
-
+__all__ = ["operator", "world"]  # the module's fixtures, one world for this module
 def test_without_the_operator_a_deploy_is_refused_naming_the_feature(world: JobWorld) -> None:
     ledger = CallLedger(world.live)
     mark = ledger.mark()
@@ -139,10 +116,6 @@ def test_bad_input_is_refused_before_any_operation_or_write(operator: JobWorld) 
     assert any("fixed for the endpoint's life" in w for w in shown.json()["warnings"])
     ledger.assert_no_writes(since=mark, service="kubernetes")
     assert_no_operations(world)
-
-
-def _deployment(world: JobWorld, name: str) -> Any:
-    return k8s.AppsV1Api(world.api).read_namespaced_deployment(name, NS)
 
 
 def test_an_endpoint_deploys_serves_refuses_added_routing_scales_and_is_deleted(operator: JobWorld) -> None:
@@ -199,7 +172,7 @@ def test_an_endpoint_deploys_serves_refuses_added_routing_scales_and_is_deleted(
     scaled = patch(world, f"{BASE}/llama", {"autoscaling": {"min_replicas": 2, "max_replicas": 3}})
     assert scaled.status_code == 202, scaled.text
     assert finished(world, scaled.json()["operation"]["id"])["status"] == "succeeded"
-    wait_until(lambda: _deployment(world, "llama").spec.replicas == 2, 60,
+    wait_until(lambda: deployment(world, "llama").spec.replicas == 2, 60,
                "the operator's Deployment moved into the new bounds")
     wait_until(lambda: world.live.get(f"{BASE}/llama").json()["available"] == 2, 120, "two pods available")
     again = world.live.post(f"{BASE}/llama/test", {"prompt": "hello"}).json()
@@ -217,7 +190,7 @@ def test_an_endpoint_deploys_serves_refuses_added_routing_scales_and_is_deleted(
 
     def collected() -> bool:
         try:
-            _deployment(world, "llama")
+            deployment(world, "llama")
         except ApiException as exc:
             return bool(exc.status == 404)
         return False
@@ -327,7 +300,7 @@ def test_the_pane_section_previews_deploys_tests_scales_and_deletes(operator: Jo
         assert "scaling pane-ds to 2-2" in section.state.message, section.state.message
         scaled = services.engine.list(OperationQuery(kind="managed.update", limit=1))[0]
         wait_until(lambda: services.engine.run_until_idle(scaled.id).status == "succeeded", 120, "the pane's scale")
-        assert k8s.AppsV1Api(world.api).read_namespaced_deployment("pane-ds", NS).spec.replicas == 2
+        assert k8s.AppsV1Api(world.api).read_namespaceddeployment("pane-ds", NS).spec.replicas == 2
         asyncio.run(section._delete(None))
         assert "deleting pane-ds" in section.state.message, section.state.message
         gone = services.engine.list(OperationQuery(kind="managed.delete", limit=1))[0]
@@ -357,32 +330,6 @@ def test_a_test_call_is_refused_when_the_service_of_the_name_is_not_the_operator
 
 
 # --- metric-driven autoscaling: the operator's KEDA ScaledObject, the sandbox's KEDA scaling on the engine's metric
-
-EXTERNAL_METRICS = "v1beta1.external.metrics.k8s.io"
-#: the simulated vLLM's completed-requests counter, over the endpoint's pods (their `app` label is its name); at the
-#: tests' clock (500x) a 600 s polling interval is about a second and any test call crosses 1 request per 1000 s
-RATE_QUERY = 'sum(rate(vllm:request_success_total{{namespace="{ns}",app="{name}"}}[1m]))'
-
-
-def triggered(name: str, **extra: Any) -> dict[str, Any]:
-    scaling = {"min_replicas": 1, "max_replicas": 2, "polling_interval": 600,
-               "prometheus": [{"name": "request-rate", "query": RATE_QUERY.format(ns=NS, name=name),
-                               "target_value": 0.001}], **extra}
-    return endpoint(name, autoscaling=scaling)
-
-
-#: what the product writes when it installs KEDA (services/components/manifests/keda.yaml, CRDs from the registry)
-KEDA_OBJECTS = {("deployments.apps", "keda", "keda-operator"),
-                ("customresourcedefinitions.apiextensions.k8s.io", None, "scaledobjects.keda.sh"),
-                ("customresourcedefinitions.apiextensions.k8s.io", None, "triggerauthentications.keda.sh"),
-                ("apiservices.apiregistration.k8s.io", None, EXTERNAL_METRICS)}
-
-
-def keda_writes(ledger: CallLedger, since: int) -> list[tuple[str, str | None, str]]:
-    found = [(str(e.get("resource")), e.get("namespace") or None, str(e.get("name")))
-             for e in ledger.writes(since=since, service="kubernetes") if not e.get("subresource")]
-    return sorted(w for w in found if w in KEDA_OBJECTS)
-
 
 def test_bad_triggers_are_refused_and_a_preview_names_keda_before_any_write(operator: JobWorld) -> None:
     world = operator
@@ -436,7 +383,7 @@ def test_the_first_trigger_installs_keda_once_and_a_second_endpoint_installs_not
     assert [s["name"] for s in op["stages"]] == ["components", "namespace", "apply", "ready"]
     assert world.stage(op["id"], "components")["result"]["installed"] == ["keda"]
     assert keda_writes(ledger, mark) == sorted(KEDA_OBJECTS)  # each once
-    assert not k8s.AppsV1Api(world.api).list_namespaced_deployment("instantstart-monitoring").items  # no Prometheus
+    assert not k8s.AppsV1Api(world.api).list_namespaceddeployment("instantstart-monitoring").items  # no Prometheus
     registration = k8s.ApiregistrationV1Api(world.api).read_api_service(EXTERNAL_METRICS)
     assert [(c.type, c.status) for c in registration.status.conditions] == [("Available", "True")]
 
@@ -465,10 +412,6 @@ def test_the_first_trigger_installs_keda_once_and_a_second_endpoint_installs_not
         assert finished(world, gone.json()["operation"]["id"])["status"] == "succeeded"
 
 
-def _replicas(world: JobWorld, name: str) -> int:
-    return int(_deployment(world, name).spec.replicas)
-
-
 def test_a_prometheus_trigger_scales_the_endpoint_up_with_traffic_and_back_down(operator: JobWorld) -> None:
     world = operator
     ledger = CallLedger(world.live)
@@ -492,12 +435,12 @@ def test_a_prometheus_trigger_scales_the_endpoint_up_with_traffic_and_back_down(
         answer = world.live.post(f"{BASE}/scaler/test", {"prompt": "hello", "max_tokens": 4})
         assert answer.status_code == 200, answer.text
         # traffic until the view's cache shows it too: KEDA scales back down a poll after the traffic stops
-        return _replicas(world, "scaler") == 2 and world.live.get(f"{BASE}/scaler").json()["scaled_to"] == 2
+        return replicas(world, "scaler") == 2 and world.live.get(f"{BASE}/scaler").json()["scaled_to"] == 2
     wait_until(hot, 120, "KEDA to scale the endpoint to its max on the request rate (and the view to show it)")
     view = world.live.get(f"{BASE}/scaler").json()
     assert view["autoscaling"]["prometheus"][0]["query"] == RATE_QUERY.format(ns=NS, name="scaler"), view
     assert view["desired"] == 1  # spec.replicas never changed: KEDA moved the Deployment
-    wait_until(lambda: _replicas(world, "scaler") == 1, 120, "KEDA to scale back to min once the traffic stopped")
+    wait_until(lambda: replicas(world, "scaler") == 1, 120, "KEDA to scale back to min once the traffic stopped")
 
     # new bounds keep the trigger; the operator's ScaledObject follows
     wider = patch(world, f"{BASE}/scaler", {"autoscaling": {"max_replicas": 3}})
@@ -566,9 +509,9 @@ def test_a_cloudwatch_trigger_scales_the_endpoint_on_the_metric_the_test_puts(op
     assert started.status_code == 202, started.text
     assert finished(world, started.json()["operation"]["id"])["status"] == "succeeded"
     put(25)  # 25 / 10 per pod: 3 pods wanted, 2 at most
-    wait_until(lambda: _replicas(world, "cw-scaler") == 2, 120, "KEDA to scale on the CloudWatch metric")
+    wait_until(lambda: replicas(world, "cw-scaler") == 2, 120, "KEDA to scale on the CloudWatch metric")
     # 1 on every poll: a lone put(1) may share KEDA's newest one-second bucket with the 25 (Maximum reads 25)
-    wait_until(lambda: put(1) or _replicas(world, "cw-scaler") == 1, 120, "KEDA to scale back once the metric fell")
+    wait_until(lambda: put(1) or replicas(world, "cw-scaler") == 1, 120, "KEDA to scale back once the metric fell")
     scaled: Any = world.custom.get_namespaced_custom_object("keda.sh", "v1alpha1", NS, "scaledobjects", "cw-scaler")
     assert [t["type"] for t in scaled["spec"]["triggers"]] == ["aws-cloudwatch"]
     gone = delete(world, f"{BASE}/cw-scaler")

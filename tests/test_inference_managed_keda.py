@@ -13,17 +13,15 @@ import pytest
 
 from services.auth import Principal, Role
 from services.inference.managed_models import EndpointRequest
-from tests import test_inference_managed as managed
 from tests.jobs_support import CLUSTER, JobWorld
 from tests.keda_support import THEIR_SERVER, their_keda
 from tests.ledger import CallLedger
+from tests.managed_support import BASE, NS, delete, finished, keda_writes, operator, triggered, world
 from tests.node_support import aws
 from tests.support import wait_until
-from tests.test_inference_managed import BASE, NS, delete, finished, keda_writes, triggered
 
 pytestmark = pytest.mark.slow
-#: the managed tests' fixtures: a world of this module's own with the operator's CRDs
-world, operator = managed.world, managed.operator
+__all__ = ["operator", "world"]  # the managed tests' fixtures: a world of this module's own
 INFERENCE_ADDON = "amazon-sagemaker-hyperpod-inference"
 
 
