@@ -300,7 +300,7 @@ def test_the_pane_section_previews_deploys_tests_scales_and_deletes(operator: Jo
         assert "scaling pane-ds to 2-2" in section.state.message, section.state.message
         scaled = services.engine.list(OperationQuery(kind="managed.update", limit=1))[0]
         wait_until(lambda: services.engine.run_until_idle(scaled.id).status == "succeeded", 120, "the pane's scale")
-        assert k8s.AppsV1Api(world.api).read_namespaceddeployment("pane-ds", NS).spec.replicas == 2
+        assert k8s.AppsV1Api(world.api).read_namespaced_deployment("pane-ds", NS).spec.replicas == 2
         asyncio.run(section._delete(None))
         assert "deleting pane-ds" in section.state.message, section.state.message
         gone = services.engine.list(OperationQuery(kind="managed.delete", limit=1))[0]
@@ -383,7 +383,7 @@ def test_the_first_trigger_installs_keda_once_and_a_second_endpoint_installs_not
     assert [s["name"] for s in op["stages"]] == ["components", "namespace", "apply", "ready"]
     assert world.stage(op["id"], "components")["result"]["installed"] == ["keda"]
     assert keda_writes(ledger, mark) == sorted(KEDA_OBJECTS)  # each once
-    assert not k8s.AppsV1Api(world.api).list_namespaceddeployment("instantstart-monitoring").items  # no Prometheus
+    assert not k8s.AppsV1Api(world.api).list_namespaced_deployment("instantstart-monitoring").items  # no Prometheus
     registration = k8s.ApiregistrationV1Api(world.api).read_api_service(EXTERNAL_METRICS)
     assert [(c.type, c.status) for c in registration.status.conditions] == [("Available", "True")]
 
