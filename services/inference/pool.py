@@ -73,6 +73,7 @@ class Pools:
 
     def kinds(self) -> list[OperationKind[Any]]:
         d = self.inference.deps
+        claim = ClaimStage(d)  # an assign that ends without success gives back the pods it marked
         return [
             OperationKind(CREATE_KIND, DeploymentPlan, (NamespaceStage(d), ApplyStage(d), RolloutStage(d)),
                           target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
@@ -81,9 +82,10 @@ class Pools:
             OperationKind(SCALE_KIND, DeploymentPlan, (ScaleStage(d), RolloutStage(d)),
                           target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
                           description="scale a model pool (never below the pods services hold)"),
-            OperationKind(ASSIGN_KIND, PoolClaim, (ClaimStage(d),),
+            OperationKind(ASSIGN_KIND, PoolClaim, (claim,),
                           target=lambda c: inference_target(c.cluster, c.pool), role=Role.OPERATOR,
-                          description="give pool pods to a model service by relabelling them (no restart)"),
+                          description="give pool pods to a model service by relabelling them (no restart)",
+                          on_unsuccessful=lambda op_id, c: claim.give_back(op_id, c, self._engine.clock)),
             OperationKind(RELEASE_KIND, PoolClaim, (ClaimStage(d),),
                           target=lambda c: inference_target(c.cluster, c.pool), role=Role.OPERATOR,
                           description="give a model service's pods back to its pool (business=unassigned)"),
