@@ -30,7 +30,9 @@ from kubernetes import client as k8s
 from panels.inference import InferencePane
 from panels.inference_pool import PoolBoard
 from services.auth import Principal, Role
+from services.errors import Permanent, Transient
 from services.inference.pool_models import PoolAssign, PoolRelease
+from services.inference.pool_stages import CLAIMED_BY
 from tests.jobs_support import CLUSTER, JobWorld, job_world
 from tests.ledger import CallLedger
 from tests.mcp_support import bridge, call
@@ -227,6 +229,109 @@ def test_a_pod_changed_between_read_and_relabel_is_judged_again_and_a_lost_one_l
         assert now == {first: "unassigned", second: "other"}, now
         assert "code" not in {s.metadata.name for s in world.core.list_namespaced_service(NS).items}
         world.core.patch_namespaced_pod(second, NS, {"metadata": {"labels": {"business": "unassigned"}}})
+
+
+def test_an_assign_that_ends_without_success_gives_back_exactly_its_own_pods(
+        world: JobWorld, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each pod an assign relabels carries its operation's id (written in the same patch as the label), so the
+    give-back reads its own pods from the API: a pod relabelled just before the stage died (the patch applied, its
+    answer lost) is found on the resume and given back when a later pod is lost; a cancel during a retry's
+    back-off gives back what was claimed; a give-back that cannot settle a pod goes on, names it and keeps the
+    assign's own error; a pod the service got meanwhile from someone else fails the assign (never a silent
+    success with fewer pods) and is not taken back."""
+    free = sorted(n for n, p in pods(world).items() if p.metadata.labels["business"] == "unassigned")
+    first, second = free
+    operator = Principal("undo-operator", Role.OPERATOR, "t-op", "api")
+    with world.server.imported(tmp_path / "product", CLUSTER, operator) as services:
+        rest = services.kube.api_client(CLUSTER).rest_client
+        real = rest.request
+        faults: dict[tuple[str, str], Any] = {}
+
+        def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            fault = faults.get((method, url.rsplit("/", 1)[-1]))
+            if fault == "rival" or (isinstance(fault, dict) and fault.get("before")):
+                change = fault["before"] if isinstance(fault, dict) else {"annotations": {"example.com/n": url}}
+                world.core.patch_namespaced_pod(second, NS, {"metadata": change})
+            if fault == "refuse":  # this patch never reaches the API server
+                raise Permanent("the API server refused the patch")
+            if fault == "claim, then refuse":
+                faults[(method, url.rsplit("/", 1)[-1])] = "refuse"
+            answer = real(method, url, *args, **kwargs)
+            if fault == "lost":  # applied, but the answer never came back: the stage could not remember it
+                faults.pop((method, url.rsplit("/", 1)[-1]))
+                raise Transient("the API server's answer was lost")
+            return answer
+        monkeypatch.setattr(rest, "request", request)
+
+        def assign() -> Any:
+            op, _ = services.pools.assign(operator, CLUSTER, "warm", PoolAssign(service="code", pods=[first, second]))
+            return op
+
+        def ended(op: Any) -> Any:
+            return wait_until(lambda: (v := services.engine.run_until_idle(op.id)).status.terminal and v, 60,
+                              "the assign to end")
+
+        def layout() -> dict[str, tuple[str, str | None]]:
+            return {n: (p.metadata.labels["business"], (p.metadata.annotations or {}).get(CLAIMED_BY))
+                    for n, p in pods(world).items() if n in free}
+
+        def unassign(pod: str) -> None:  # as another writer would, then seen by the product
+            world.core.patch_namespaced_pod(pod, NS, {"metadata": {"labels": {"business": "unassigned"}}})
+            wait_until(lambda: next(p for p in world.live.get(f"{BASE}/warm").json()["pods"] if p["name"] == pod)[
+                "assigned_to"] is None, 30, f"the product to see {pod} unassigned")
+
+        def has_code_service() -> bool:
+            return "code" in {s.metadata.name for s in world.core.list_namespaced_service(NS).items}
+
+        # the first pod's relabel applied but unremembered, then a rival takes the second one
+        faults[("PATCH", first)] = "lost"
+        faults[("PATCH", second)] = {"before": {"labels": {"business": "other"}}}
+        lost = ended(assign())
+        assert lost.status == "failed" and lost.error is not None, lost
+        assert f"{second} is held by the service other now" in lost.error["message"], lost.error
+        assert f"{first} went back to the pool" in lost.error["message"], lost.error
+        assert layout() == {first: ("unassigned", None), second: ("other", None)}
+        assert not has_code_service()
+
+        # a cancel while the second pod's retry waits on its back-off (a writer changes it before every patch)
+        faults[("PATCH", second)] = "rival"
+        unassign(second)
+        waiting = assign()
+        wait_until(lambda: services.engine.run_until_idle(waiting.id).status == "waiting"
+                   and layout()[first][0] == "code", 60, "the assign to wait on the second pod's back-off")
+        assert services.engine.cancel(waiting.id, operator).status == "cancelled"
+        assert layout() == {first: ("unassigned", None), second: ("unassigned", None)}
+        assert not has_code_service()
+
+        # the give-back of the first pod fails: the assign's own error stays, the pod is named as left claimed
+        faults[("PATCH", second)] = {"before": {"labels": {"business": "other"}}}
+        faults[("PATCH", first)] = "claim, then refuse"
+        stuck_op = assign()
+        stuck = ended(stuck_op)
+        faults.clear()
+        assert stuck.status == "failed" and stuck.error is not None, stuck
+        message = stuck.error["message"]
+        assert f"{second} is held by the service other now" in message and "the API server refused" in message
+        assert f"{first} could not be given back and may still serve code" in message, message
+        assert layout() == {first: ("code", stuck_op.id), second: ("other", None)}
+        assert has_code_service()  # it still serves the pod left claimed
+        wait_until(lambda: any(p["assigned_to"] == "code" for p in world.live.get(f"{BASE}/warm").json()["pods"]),
+                   30, "the product to see the pod left claimed")
+        released, _ = services.pools.release(operator, CLUSTER, "warm", PoolRelease(service="code"))
+        assert services.engine.run_until_idle(released.id).status == "succeeded"
+        assert layout()[first] == ("unassigned", None) and not has_code_service()
+
+        # the second pod is given to the same service by someone else meanwhile: the assign fails naming it
+        unassign(second)
+        faults[("PATCH", second)] = {"before": {"labels": {"business": "code"}}}
+        taken = ended(assign())
+        faults.clear()
+        assert taken.status == "failed" and taken.error is not None, taken
+        assert f"{second} already serves code: it was taken meanwhile" in taken.error["message"], taken.error
+        assert layout() == {first: ("unassigned", None), second: ("code", None)}
+        assert has_code_service()  # the pod it did not take still has its Service
+        unassign(second)
+        world.core.delete_namespaced_service("code", NS)
 
 
 def test_a_scale_in_is_refused_while_a_held_pod_is_not_ready(world: JobWorld) -> None:

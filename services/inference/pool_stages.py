@@ -59,6 +59,12 @@ def at_risk(pods: list[tuple[str, str | None, bool]], replicas: int) -> list[str
     return sorted(name for name, holder, ready in pods if holder is not None and not ready)
 
 
+def left_claimed(stuck: dict[str, str], service: str) -> str:
+    """What a give-back says of the pods it could not settle (``stuck``: why, per pod)."""
+    return (f"{', '.join(stuck)} could not be given back and may still serve {service} (" + "; ".join(stuck.values())
+            + "): release them (inference_pool_release)")
+
+
 def model_service(claim: PoolClaim) -> dict[str, Any]:
     """The service's Kubernetes Service: the pool's pods labelled ``business=<service>``, owned by the pool's
     Deployment (its delete takes the Service)."""
@@ -115,11 +121,11 @@ class ClaimStage(Stage[PoolClaim]):
             if claim.release:
                 raise
             given, stuck = self._undo(core, claim, ctx.operation_id, changed, ctx.clock)
-            said = (f"{', '.join(given)} went back to the pool" if given else "no pod had been relabelled")
+            said = [f"{', '.join(given)} went back to the pool"] if given else []
             if stuck:
-                said += (f"; {', '.join(stuck)} could not be given back and may still serve {claim.service} ("
-                         + "; ".join(stuck.values()) + "): release them (inference_pool_release)")
-            raise Permanent(f"{exc.message}; nothing is assigned: {said}",
+                said.append(left_claimed(stuck, claim.service))
+            raise Permanent(f"{exc.message}; " + ("; ".join(said) if stuck else "nothing is assigned: "
+                                                  + ("; ".join(said) or "no pod had been relabelled")),
                             details={**exc.details, "given_back": given, "stuck": sorted(stuck)}) from None
         if claim.release and claim.drop_service:
             self._drop_service(core, claim)
@@ -131,9 +137,8 @@ class ClaimStage(Stage[PoolClaim]):
         core = k8s.CoreV1Api(self.deps.kube.api_client(claim.cluster))
         _, stuck = self._undo(core, claim, operation_id, [], clock)
         if stuck:
-            raise Permanent(f"{', '.join(stuck)} could not be given back and may still serve {claim.service} ("
-                            + "; ".join(stuck.values()) + "): release them (inference_pool_release)",
-                            details={"stuck": sorted(stuck), "service": claim.service})
+            raise Permanent(left_claimed(stuck, claim.service), details={"stuck": sorted(stuck),
+                                                                         "service": claim.service})
 
     def _undo(self, core: k8s.CoreV1Api, claim: PoolClaim, operation_id: str, changed: list[str],
               clock: Clock) -> tuple[list[str], dict[str, str]]:
