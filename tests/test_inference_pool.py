@@ -30,9 +30,10 @@ from kubernetes import client as k8s
 from panels.inference import InferencePane
 from panels.inference_pool import PoolBoard
 from services.auth import Principal, Role
-from services.errors import Permanent, Transient
+from services.errors import Conflict, Permanent, Transient
 from services.inference.pool_models import PoolAssign, PoolRelease
 from services.inference.pool_stages import CLAIMED_BY
+from services.inference.router_models import RouterRequest
 from tests.jobs_support import CLUSTER, JobWorld, job_world
 from tests.ledger import CallLedger
 from tests.mcp_support import bridge, call
@@ -442,6 +443,33 @@ def test_the_board_routes_a_service_and_releasing_all_its_pods_is_refused_while_
         "status"] == "succeeded"
     gone = httpx2.delete(world.live.url + f"{routers}/board-router", headers=world.live.headers(), timeout=30)
     assert finished(world, gone)["status"] == "succeeded"
+
+
+def test_a_router_create_and_a_release_of_all_its_services_pods_refuse_each_other_while_in_flight(
+        world: JobWorld, tmp_path: Path) -> None:
+    """A release of every pod of a service deletes its Service: while one is in flight, a router create for the
+    service is refused naming it; while a router create for the service is in flight, releasing all its pods is
+    refused naming the router. Neither refusal writes anything."""
+    operator = Principal("race-router", Role.OPERATOR, "t-op", "api")
+    ledger = CallLedger(world.live)
+    with world.server.imported(tmp_path / "product", CLUSTER, operator) as services:
+        wait_until(lambda: any(s.name == "chat" and s.pods for s in services.pools.describe_pool(
+            operator, CLUSTER, "warm").services), 60, "the product to see chat's pods")
+        releasing, _ = services.pools.release(operator, CLUSTER, "warm", PoolRelease(service="chat"))
+        mark = ledger.mark()
+        with pytest.raises(Conflict, match=rf"being released \(operation {releasing.id}\)"):
+            services.inference_routers.create_router(operator, CLUSTER, RouterRequest(
+                name="late-router", deployment="warm", pool_service="chat"))
+        ledger.assert_no_writes(since=mark, service="kubernetes")
+        assert services.engine.cancel(releasing.id, operator).status == "cancelled"
+
+        creating, _ = services.inference_routers.create_router(operator, CLUSTER, RouterRequest(
+            name="early-router", deployment="warm", pool_service="chat"))
+        mark = ledger.mark()
+        with pytest.raises(Conflict, match="the router early-router fronts the service chat"):
+            services.pools.release(operator, CLUSTER, "warm", PoolRelease(service="chat"))
+        ledger.assert_no_writes(since=mark, service="kubernetes")
+        assert services.engine.cancel(creating.id, operator).status == "cancelled"
 
 
 def test_a_router_autoscaling_or_an_endpoint_on_the_pool_is_refused_naming_the_pool(world: JobWorld) -> None:

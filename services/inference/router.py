@@ -38,6 +38,7 @@ from services.inference.kobjects import live_ready as _ready
 from services.inference.kobjects import meta as _meta
 from services.inference.models import EndpointTest, EndpointTestResult
 from services.inference.pool import DELETE_KIND as POOL_DELETE_KIND
+from services.inference.pool import RELEASE_KIND as POOL_RELEASE_KIND
 from services.inference.pool_stages import BUSINESS
 from services.inference.pool_stages import pool_service as pool_service_of
 from services.inference.router_metrics import RouterMetricsReader
@@ -221,6 +222,13 @@ class Routers:
         if deleting is not None:
             raise Conflict(f"the deployment {deployment} is being deleted (operation {deleting.id}): a router for it "
                            "would have no workers", details={"operation": deleting.id})
+        releasing = names.in_flight(self._engine, cluster, POOL_RELEASE_KIND, pool=deployment, service=pool_service,
+                                    drop_service=True) if pool_service is not None else None
+        if releasing is not None:
+            raise Conflict(f"all the pods of the service {pool_service} of the pool {deployment} are being released "
+                           f"(operation {releasing.id}), which deletes its Service: a router for it would have no "
+                           "workers; assign pods to the service again once it ends",
+                           details={"operation": releasing.id})
         if check_name:
             self._check_name(cluster, name, namespace)
         objects = rm.objects(name=name, namespace=namespace, deployment=deployment, knobs=knobs,
