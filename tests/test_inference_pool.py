@@ -33,6 +33,7 @@ from services.auth import Principal, Role
 from services.errors import Conflict, Permanent, Transient
 from services.inference.pool_models import PoolAssign, PoolRelease
 from services.inference.pool_stages import CLAIMED_BY
+from services.inference.router_manifest import FOR_ANNOTATION, ROUTER_LABEL, SERVICE_ANNOTATION
 from services.inference.router_models import RouterRequest
 from tests.jobs_support import CLUSTER, JobWorld, job_world
 from tests.ledger import CallLedger
@@ -470,6 +471,41 @@ def test_a_router_create_and_a_release_of_all_its_services_pods_refuse_each_othe
             services.pools.release(operator, CLUSTER, "warm", PoolRelease(service="chat"))
         ledger.assert_no_writes(since=mark, service="kubernetes")
         assert services.engine.cancel(creating.id, operator).status == "cancelled"
+
+
+def test_a_release_that_would_leave_a_fronted_service_no_pod_fails_on_live_objects(
+        world: JobWorld, tmp_path: Path) -> None:
+    """The release's submit reads the caches: a release of some of a service's pods passes it, and when another
+    writer has released the rest meanwhile, the stage (on live objects) fails naming the router that fronts the
+    service, before any patch."""
+    operator = Principal("late-release", Role.OPERATOR, "t-op", "api")
+    first, second = sorted(n for n, p in pods(world).items() if p.metadata.labels["business"] == "unassigned")
+    apps = k8s.AppsV1Api(world.api)
+    router = {"metadata": {"name": "fronting-router", "labels": {ROUTER_LABEL: "fronting-router"},
+                           "annotations": {FOR_ANNOTATION: "warm", SERVICE_ANNOTATION: "code"}},
+              "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "fronting-router"}},
+                       "template": {"metadata": {"labels": {"app": "fronting-router"}},
+                                    "spec": {"containers": [{"name": "router", "image": "busybox"}]}}}}
+    ledger = CallLedger(world.live)
+    with world.server.imported(tmp_path / "product", CLUSTER, operator) as services:
+        assigned, _ = services.pools.assign(operator, CLUSTER, "warm", PoolAssign(service="code", pods=[first, second]))
+        assert services.engine.run_until_idle(assigned.id).status == "succeeded"
+        apps.create_namespaced_deployment(NS, router)
+        wait_until(lambda: len(next(s for s in services.pools.describe_pool(operator, CLUSTER, "warm").services
+                                    if s.name == "code").pods) == 2, 60, "the product to see code's two pods")
+        releasing, _ = services.pools.release(operator, CLUSTER, "warm", PoolRelease(service="code", pods=[first]))
+        world.core.patch_namespaced_pod(second, NS, {"metadata": {"labels": {"business": "unassigned"},
+                                                                  "annotations": {CLAIMED_BY: None}}})
+        mark = ledger.mark()
+        failed = services.engine.run_until_idle(releasing.id)
+        assert failed.status == "failed" and failed.error is not None, failed
+        assert "the router fronting-router fronts the service code" in failed.error["message"], failed.error
+        assert _patches(ledger, mark, first) == []
+        assert pods(world)[first].metadata.labels["business"] == "code"
+    apps.delete_namespaced_deployment("fronting-router", NS)
+    world.core.patch_namespaced_pod(first, NS, {"metadata": {"labels": {"business": "unassigned"},
+                                                             "annotations": {CLAIMED_BY: None}}})
+    world.core.delete_namespaced_service("code", NS)
 
 
 def test_a_router_autoscaling_or_an_endpoint_on_the_pool_is_refused_naming_the_pool(world: JobWorld) -> None:

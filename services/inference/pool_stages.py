@@ -27,11 +27,11 @@ from services.errors import Conflict, NotFound, Permanent, ServiceError, Transie
 from services.inference.kobjects import typed_ready as _ready
 from services.inference.manifest import INFERENCE_LABEL, POOL_LABEL, PORT_NAME, labels
 from services.inference.models import DeploymentPlan
-from services.inference.pool_models import UNASSIGNED, PoolClaim
+from services.inference.pool_models import BUSINESS, UNASSIGNED, PoolClaim
+from services.inference.router_manifest import FOR_ANNOTATION, ROUTER_LABEL, SERVICE_ANNOTATION
 from services.inference.stages import InferenceDeps
 from services.stages import Observed, Stage, StageContext
 
-BUSINESS = "business"
 SERVICE_LABEL = "instantstart.io/pool-service"
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 #: a claimed pod's deletion cost (unassigned pods have none, i.e. 0, and so go first on scale-in)
@@ -111,6 +111,8 @@ class ClaimStage(Stage[PoolClaim]):
         if not claim.release:
             core.patch_namespaced_service(claim.service, claim.namespace, model_service(claim),
                                           field_manager=FIELD_MANAGER, force=True, _content_type=APPLY)
+        else:
+            self._check_unfronted(core, claim)
         changed: list[str] = ctx.data.setdefault("changed", [])  # kept across a retry (a 409) and a resume
         try:
             for pod in claim.pods:
@@ -127,9 +129,26 @@ class ClaimStage(Stage[PoolClaim]):
             raise Permanent(f"{exc.message}; " + ("; ".join(said) if stuck else "nothing is assigned: "
                                                   + ("; ".join(said) or "no pod had been relabelled")),
                             details={**exc.details, "given_back": given, "stuck": sorted(stuck)}) from None
-        if claim.release and claim.drop_service:
+        if claim.release:  # all of them (or the rest went meanwhile): the Service goes
             self._drop_service(core, claim)
         ctx.data["relabelled"] = changed
+
+    def _check_unfronted(self, core: k8s.CoreV1Api, claim: PoolClaim) -> None:
+        """A release that would leave the service no pod while a router fronts it fails before any patch, on live
+        objects (its submit's check read the caches, which may not have seen another release yet)."""
+        selector = f"{INFERENCE_LABEL}={claim.pool},{BUSINESS}={claim.service}"
+        held: list[Any] = core.list_namespaced_pod(claim.namespace, label_selector=selector).items
+        if {str(p.metadata.name) for p in held if p.metadata.deletion_timestamp is None} - set(claim.pods):
+            return  # some pods stay the service's
+        apps = k8s.AppsV1Api(self.deps.kube.api_client(claim.cluster))
+        found: list[Any] = apps.list_namespaced_deployment(claim.namespace).items
+        routers = sorted(str(d.metadata.name) for d in found if ROUTER_LABEL in (d.metadata.labels or {})
+                         and (d.metadata.annotations or {}).get(FOR_ANNOTATION) == claim.pool
+                         and (d.metadata.annotations or {}).get(SERVICE_ANNOTATION) == claim.service)
+        if routers:
+            raise Permanent(f"the router {routers[0]} fronts the service {claim.service} of the pool {claim.pool} and "
+                            "this release would leave it no pod: delete the router first (inference_routers_delete "
+                            f"{routers[0]}), or release fewer pods", details={"routers": routers})
 
     def give_back(self, operation_id: str, claim: PoolClaim, clock: Clock) -> None:
         """An assign that ended without success (its retry budget or deadline spent, a bug, a cancel) gives back

@@ -39,7 +39,7 @@ from services.inference.kobjects import meta as _meta
 from services.inference.models import EndpointTest, EndpointTestResult
 from services.inference.pool import DELETE_KIND as POOL_DELETE_KIND
 from services.inference.pool import RELEASE_KIND as POOL_RELEASE_KIND
-from services.inference.pool_stages import BUSINESS
+from services.inference.pool_models import BUSINESS
 from services.inference.pool_stages import pool_service as pool_service_of
 from services.inference.router_metrics import RouterMetricsReader
 from services.inference.router_models import (
