@@ -30,6 +30,7 @@ from kubernetes import client as k8s
 from panels.inference import InferencePane
 from panels.inference_pool import PoolBoard
 from services.auth import Principal, Role
+from services.clusters.storage_stage import MANAGED_LABEL
 from services.errors import Conflict, Permanent, Transient
 from services.inference.pool_models import PoolAssign, PoolRelease
 from services.inference.pool_stages import CLAIMED_BY
@@ -470,7 +471,18 @@ def test_a_router_create_and_a_release_of_all_its_services_pods_refuse_each_othe
         with pytest.raises(Conflict, match="the router early-router fronts the service chat"):
             services.pools.release(operator, CLUSTER, "warm", PoolRelease(service="chat"))
         ledger.assert_no_writes(since=mark, service="kubernetes")
+        # the create's Service reaches the cache before its Deployment: the list says it is being made
+        world.core.create_namespaced_service(NS, {"metadata": {"name": "early-router", "labels": {
+            **MANAGED_LABEL, ROUTER_LABEL: "early-router"}}, "spec": {"ports": [{"port": 8080}]}})
+
+        def row() -> Any:
+            return next((r for r in services.inference_routers.list_routers(operator, CLUSTER).routers
+                         if r.name == "early-router"), None)
+        shown = wait_until(row, 30, "the router's Service in the product's list")
+        assert (shown.phase, shown.message) == ("Progressing", f"being created (operation {creating.id})"), shown
         assert services.engine.cancel(creating.id, operator).status == "cancelled"
+        assert row().phase == "Orphaned"
+        world.core.delete_namespaced_service("early-router", NS)
 
 
 def test_a_release_that_would_leave_a_fronted_service_no_pod_fails_on_live_objects(

@@ -309,7 +309,8 @@ class Routers:
     @verb(Role.VIEWER)
     def list_routers(self, principal: Principal, cluster: str) -> RouterList:
         """Every router of the cluster, from the watch caches (no metrics: describe_router reads them); a router
-        whose Deployment is gone and whose Service is left is listed ``Orphaned``. Its ServiceAccount, Role and
+        whose Deployment is gone and whose Service is left is listed ``Orphaned`` (``Progressing`` while its create
+        or delete is in flight). Its ServiceAccount, Role and
         RoleBinding are not watched (three more watches per cluster for a rare state: an out-of-band delete, or a
         create whose apply failed after them, which a create of that name again reuses): describe and delete by
         name find a router with only those left."""
@@ -318,10 +319,21 @@ class Routers:
         views = [self._view(cluster, d, pods, services) for d in self._items(cluster, "deployments")
                  if _is_router(d, str(_meta(d).get("name")))]
         seen = {(v.namespace, v.name) for v in views}
-        views += [_orphan(cluster, str(_meta(s).get("namespace")), str(_meta(s).get("name")), ["Service"])
+        views += [self._service_only(cluster, str(_meta(s).get("namespace")), str(_meta(s).get("name")))
                   for s in services if _is_router(s, str(_meta(s).get("name")))
                   and (str(_meta(s).get("namespace")), str(_meta(s).get("name"))) not in seen]
         return RouterList(cluster=cluster, routers=sorted(views, key=lambda v: (v.namespace, v.name)))
+
+    def _service_only(self, cluster: str, namespace: str, name: str) -> RouterView:
+        """A router whose Service the cache has without its Deployment: Orphaned, unless its create or delete is
+        in flight (the two watches see a create's Service first, and a delete's Service last)."""
+        view = _orphan(cluster, namespace, name, ["Service"])
+        for kind, doing in ((CREATE_KIND, "created"), (DELETE_KIND, "deleted")):
+            op = names.in_flight(self._engine, cluster, kind, name=name)
+            if op is not None:
+                return view.model_copy(update={"phase": "Progressing",
+                                               "message": f"being {doing} (operation {op.id})"})
+        return view
 
     @verb(Role.VIEWER)
     def describe_router(self, principal: Principal, cluster: str, name: str) -> RouterView:
