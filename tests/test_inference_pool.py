@@ -241,7 +241,8 @@ def test_an_assign_that_ends_without_success_gives_back_exactly_its_own_pods(
     answer lost) is found on the resume and given back when a later pod is lost; a cancel during a retry's
     back-off gives back what was claimed; a give-back that cannot settle a pod goes on, names it and keeps the
     assign's own error; a pod the service got meanwhile from someone else fails the assign (never a silent
-    success with fewer pods) and is not taken back."""
+    success with fewer pods) and is not taken back; a claimed pod that starts terminating is skipped by the
+    give-back (which still drops the Service), and a release of it succeeds."""
     free = sorted(n for n, p in pods(world).items() if p.metadata.labels["business"] == "unassigned")
     first, second = free
     operator = Principal("undo-operator", Role.OPERATOR, "t-op", "api")
@@ -260,6 +261,10 @@ def test_an_assign_that_ends_without_success_gives_back_exactly_its_own_pods(
             if fault == "claim, then refuse":
                 faults[(method, url.rsplit("/", 1)[-1])] = "refuse"
             answer = real(method, url, *args, **kwargs)
+            if fault == "then terminate":  # the claimed pod is evicted, held by a finalizer meanwhile
+                faults.pop((method, url.rsplit("/", 1)[-1]))
+                world.core.patch_namespaced_pod(first, NS, {"metadata": {"finalizers": ["example.com/hold"]}})
+                world.core.delete_namespaced_pod(first, NS)
             if fault == "lost":  # applied, but the answer never came back: the stage could not remember it
                 faults.pop((method, url.rsplit("/", 1)[-1]))
                 raise Transient("the API server's answer was lost")
@@ -335,6 +340,25 @@ def test_an_assign_that_ends_without_success_gives_back_exactly_its_own_pods(
         assert has_code_service()  # the pod it did not take still has its Service
         unassign(second)
         world.core.delete_namespaced_service("code", NS)
+
+        # a claimed pod starts terminating before a later pod is lost: the give-back skips it (it holds nothing any
+        # more) and still drops the Service; a release of it succeeds
+        faults[("PATCH", second)] = {"before": {"labels": {"business": "other"}}}
+        faults[("PATCH", first)] = "then terminate"
+        going = ended(assign())
+        faults.clear()
+        assert going.status == "failed" and going.error is not None, going
+        assert going.error["message"].startswith(f"{second} is held by the service other now"), going.error
+        assert "could not be given back" not in going.error["message"], going.error
+        assert not has_code_service()
+        wait_until(lambda: any(p["name"] == first and p["assigned_to"] == "code" for p in world.live.get(
+            f"{BASE}/warm").json()["pods"]), 30, "the product to see the terminating pod held")
+        released, _ = services.pools.release(operator, CLUSTER, "warm", PoolRelease(service="code", pods=[first]))
+        assert services.engine.run_until_idle(released.id).status == "succeeded"
+        world.core.patch_namespaced_pod(first, NS, {"metadata": {"finalizers": None}})
+        unassign(second)
+    wait_until(lambda: len(ps := world.live.get(f"{BASE}/warm").json()["pods"]) == 3 and all(p["ready"] for p in ps),
+               120, "the ReplicaSet's replacement of the terminated pod Ready")
 
 
 def test_a_scale_in_is_refused_while_a_held_pod_is_not_ready(world: JobWorld) -> None:

@@ -231,8 +231,9 @@ class ClaimStage(Stage[PoolClaim]):
 
     def _drop_service(self, core: k8s.CoreV1Api, claim: PoolClaim) -> None:
         selector = f"{INFERENCE_LABEL}={claim.pool},{BUSINESS}={claim.service}"
-        if core.list_namespaced_pod(claim.namespace, label_selector=selector).items:
-            return  # a pod was given to the service meanwhile: the Service still serves it
+        left: list[Any] = core.list_namespaced_pod(claim.namespace, label_selector=selector).items
+        if any(p.metadata.deletion_timestamp is None for p in left):
+            return  # a pod was given to the service meanwhile: the Service still serves it (a terminating one not)
         with contextlib.suppress(NotFound):
             svc: Any = core.read_namespaced_service(claim.service, claim.namespace)
             if pool_service(core.api_client.sanitize_for_serialization(svc), claim.pool):
