@@ -6,7 +6,11 @@ two others and answers only from them, while every pod keeps its uid, restart co
 no replacement); a scale below the pods services hold is refused with zero writes, a scale to what they hold
 removes the unassigned pod; a pod changed between the assign's read and its relabel (409 on the stale
 resourceVersion) is judged again, and an assign that loses a pod to a rival fails naming it and gives back what it
-had claimed; a scale-in is refused while a held pod is not Ready; the Inference pane's model-pool board shows a
+had claimed; an assign that ends any other way without success (a lost answer then a resume, a cancel, a
+give-back that cannot settle a pod, a pod taken meanwhile, a claimed pod terminating) gives back exactly the pods
+carrying its operation's mark; a router create and a release of all its service's pods refuse each other while in
+flight, and a release's stage refuses on live objects to leave a fronted service no pod; a scale-in is refused
+while a held pod is not Ready; the Inference pane's model-pool board shows a
 row per pod and releases, tests and assigns the selected pod; a router, KEDA autoscaling or a managed endpoint of
 its name is refused naming the pool, with no write; a router for one pool service routes to the pods it holds and
 gains a worker when the service is assigned another pod; the board's router form previews and creates a router
