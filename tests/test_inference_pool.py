@@ -35,7 +35,7 @@ from panels.inference import InferencePane
 from panels.inference_pool import PoolBoard
 from services.auth import Principal, Role
 from services.clusters.storage_stage import MANAGED_LABEL
-from services.errors import Conflict, Permanent, Transient
+from services.errors import Conflict, NotFound, Permanent, Transient
 from services.inference.pool_models import PoolAssign, PoolRelease
 from services.inference.pool_stages import CLAIMED_BY
 from services.inference.router_manifest import FOR_ANNOTATION, ROUTER_LABEL, SERVICE_ANNOTATION
@@ -246,7 +246,7 @@ def test_an_assign_that_ends_without_success_gives_back_exactly_its_own_pods(
     back-off gives back what was claimed; a give-back that cannot settle a pod goes on, names it and keeps the
     assign's own error; a pod the service got meanwhile from someone else fails the assign (never a silent
     success with fewer pods) and is not taken back; a claimed pod that starts terminating is skipped by the
-    give-back (which still drops the Service), and a release of it succeeds."""
+    give-back (which still drops the Service), a release of it succeeds and an assign cannot pick it."""
     free = sorted(n for n, p in pods(world).items() if p.metadata.labels["business"] == "unassigned")
     first, second = free
     operator = Principal("undo-operator", Role.OPERATOR, "t-op", "api")
@@ -359,6 +359,8 @@ def test_an_assign_that_ends_without_success_gives_back_exactly_its_own_pods(
             f"{BASE}/warm").json()["pods"]), 30, "the product to see the terminating pod held")
         released, _ = services.pools.release(operator, CLUSTER, "warm", PoolRelease(service="code", pods=[first]))
         assert services.engine.run_until_idle(released.id).status == "succeeded"
+        with pytest.raises(NotFound, match=f"{first} is not a pod of the pool"):  # terminating: never assigned
+            services.pools.assign(operator, CLUSTER, "warm", PoolAssign(service="code", pods=[first]))
         world.core.patch_namespaced_pod(first, NS, {"metadata": {"finalizers": None}})
         unassign(second)
     wait_until(lambda: len(ps := world.live.get(f"{BASE}/warm").json()["pods"]) == 3 and all(p["ready"] for p in ps),
