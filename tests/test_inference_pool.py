@@ -245,8 +245,8 @@ def test_an_assign_that_ends_without_success_gives_back_exactly_its_own_pods(
     answer lost) is found on the resume and given back when a later pod is lost; a cancel during a retry's
     back-off gives back what was claimed; a give-back that cannot settle a pod goes on, names it and keeps the
     assign's own error; a pod the service got meanwhile from someone else fails the assign (never a silent
-    success with fewer pods) and is not taken back; a claimed pod that starts terminating is skipped by the
-    give-back (which still drops the Service), a release of it succeeds and an assign cannot pick it."""
+    success with fewer pods) and is not taken back; a claimed pod that starts terminating fails the assign and is
+    skipped by the give-back (which still drops the Service), a release of it succeeds and an assign cannot pick it."""
     free = sorted(n for n, p in pods(world).items() if p.metadata.labels["business"] == "unassigned")
     first, second = free
     operator = Principal("undo-operator", Role.OPERATOR, "t-op", "api")
@@ -304,6 +304,15 @@ def test_an_assign_that_ends_without_success_gives_back_exactly_its_own_pods(
         assert f"{first} went back to the pool" in lost.error["message"], lost.error
         assert layout() == {first: ("unassigned", None), second: ("other", None)}
         assert not has_code_service()
+        faults.clear()
+        unassign(second)  # a retry of the failed assign claims both again (the given-back pod too)
+        services.engine.retry(lost.id, operator)
+        assert (again := ended(lost)).status == "succeeded", again.error
+        assert layout() == {first: ("code", lost.id), second: ("code", lost.id)}
+        wait_until(lambda: len(next(s.pods for s in services.pools.describe_pool(operator, CLUSTER, "warm").services
+                                    if s.name == "code")) == 2, 30, "the product to see code's two pods")
+        released, _ = services.pools.release(operator, CLUSTER, "warm", PoolRelease(service="code"))
+        assert services.engine.run_until_idle(released.id).status == "succeeded" and not has_code_service()
 
         # a cancel while the second pod's retry waits on its back-off (a writer changes it before every patch)
         faults[("PATCH", second)] = "rival"
@@ -345,14 +354,14 @@ def test_an_assign_that_ends_without_success_gives_back_exactly_its_own_pods(
         unassign(second)
         world.core.delete_namespaced_service("code", NS)
 
-        # a claimed pod starts terminating before a later pod is lost: the give-back skips it (it holds nothing any
-        # more) and still drops the Service; a release of it succeeds
+        # a claimed pod starts terminating while a later pod's claim is retried: the assign fails naming it, its
+        # give-back skips it (it holds nothing any more) and still drops the Service; a release of it succeeds
         faults[("PATCH", second)] = {"before": {"labels": {"business": "other"}}}
         faults[("PATCH", first)] = "then terminate"
         going = ended(assign())
         faults.clear()
         assert going.status == "failed" and going.error is not None, going
-        assert going.error["message"].startswith(f"{second} is held by the service other now"), going.error
+        assert going.error["message"].startswith(f"{first} is not a live pod of the pool warm"), going.error
         assert "could not be given back" not in going.error["message"], going.error
         assert not has_code_service()
         wait_until(lambda: any(p["name"] == first and p["assigned_to"] == "code" for p in world.live.get(

@@ -115,8 +115,8 @@ class ClaimStage(Stage[PoolClaim]):
             self._check_unfronted(core, claim)
         changed: list[str] = ctx.data.setdefault("changed", [])  # kept across a retry (a 409) and a resume
         try:
-            for pod in claim.pods:
-                if pod not in changed and self._relabel(core, claim, pod, ctx.operation_id):
+            for pod in claim.pods:  # each read again, even one remembered: a give-back may have undone it (a retry)
+                if self._relabel(core, claim, pod, ctx.operation_id) and pod not in changed:
                     changed.append(pod)
                     ctx.save()
         except Permanent as exc:
