@@ -54,7 +54,8 @@ class PoolRouterForm(pn.viewable.Viewer):
         self.message = pn.pane.Markdown("", css_classes=["pool-router-message"])
 
     def target(self) -> tuple[str, str]:
-        """(pool, service): the pool of the selected pods and the one service holding them, else the Service field."""
+        """(pool, service): the pool of the selected pods and the one service holding them; when the selected pods
+        are unassigned, the Service field names the service (a pod of the pool must be selected either way)."""
         picked = set(self.state.selected)
         if len({pool for pool, _ in picked}) != 1:
             raise NoService("select a pod of the service to route to in the board first")

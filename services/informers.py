@@ -58,7 +58,8 @@ def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     restarts = sum(int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or [])
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-    return {"metadata": {**_meta(obj), "uid": (obj.get("metadata") or {}).get("uid")},
+    meta = obj.get("metadata") or {}
+    return {"metadata": {**_meta(obj), "uid": meta.get("uid"), "deletionTimestamp": meta.get("deletionTimestamp")},
             "spec": {"nodeName": spec.get("nodeName")},
             "status": {"phase": status.get("phase"), "restarts": restarts, "ready": ready}}
 

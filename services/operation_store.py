@@ -332,6 +332,14 @@ class OperationStore:
         kind = self.kinds.get(row["kind"]) if row is not None else None
         if row is not None and kind is not None and kind.on_cancel is not None:
             kind.on_cancel(kind.request_model.model_validate(loads(row["request"])))
+        self.undo_unsuccessful(op_id)
+
+    def undo_unsuccessful(self, op_id: str) -> None:
+        """An operation that ended failed or cancelled: its kind's ``on_unsuccessful`` (safe to run again)."""
+        row = self.db.query_one("SELECT kind, request FROM operations WHERE id=?", (op_id,))
+        kind = self.kinds.get(row["kind"]) if row is not None else None
+        if row is not None and kind is not None and kind.on_unsuccessful is not None:
+            kind.on_unsuccessful(op_id, kind.request_model.model_validate(loads(row["request"])))
 
     def stopped_by_request(self, op_id: str) -> None:
         """After a worker ended an operation whose cancel was asked for while it stepped: :meth:`stop_outside`,
@@ -363,6 +371,11 @@ class OperationStore:
             self.audit_end(conn, row, "failed", where + exc.message)
         self.metrics.operation_finished(row["kind"], Status.FAILED.value)
         self.publish(op_id)
+        try:
+            self.undo_unsuccessful(op_id)
+        except Exception:  # the failure stands; cancelling the operation runs the undo again
+            log.warning("operation %s: undoing what the failed operation did failed; cancel it to retry", op_id,
+                        exc_info=True)
 
     def audit_end(self, conn: Any, row: Any, outcome: str, detail: str) -> None:
         who = Principal(row["actor"], Role(row["role"]), None, row["face"], row["client"])

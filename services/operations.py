@@ -236,12 +236,12 @@ class Engine:
         return self.get(op_id)
 
     def cancel(self, op_id: str, principal: Principal) -> OperationView:
-        """Stop an operation between steps. Nothing already done is undone; the evidence stays. A kind's
-        ``on_cancel`` then stops what still runs outside the engine (once the operation has ended cancelled;
-        cancelling a cancelled operation of such a kind runs it again)."""
+        """Stop an operation between steps; the evidence stays. A kind's ``on_cancel`` then stops what still runs
+        outside the engine, and its ``on_unsuccessful`` undoes what its kind undoes (once the operation has ended
+        cancelled; cancelling a cancelled operation of such a kind runs them again)."""
         principal.require(self._role_for(op_id))
         kind = self.kinds.get(self.get(op_id).kind)
-        stops = kind is not None and kind.on_cancel is not None
+        stops = kind is not None and (kind.on_cancel is not None or kind.on_unsuccessful is not None)
         with self.db.tx() as conn:
             row = self.store.row(conn, op_id)
             status = Status(row["status"])

@@ -141,6 +141,10 @@ class OperationKind(Generic[R]):
     #: what cancelling must stop outside the engine (a Job still running in the cluster), called once the
     #: operation has ended cancelled, whichever face asked for it (and again when it is cancelled again)
     on_cancel: Callable[[R], None] | None = None
+    #: what an operation that ends without success (failed, or cancelled) must undo outside the engine, given
+    #: its id and request: called once it has ended so, however it ended (a stage's error, its retry budget or
+    #: deadline, a bug, a cancel), and again when it is cancelled or fails again; it must be safe to run again
+    on_unsuccessful: Callable[[str, R], None] | None = None
 
     def stages_for(self, request: R) -> tuple[Stage[R], ...]:
         if self.plan is None:

@@ -356,6 +356,49 @@ def test_on_cancel_stops_what_runs_outside_once_the_operation_ends_cancelled(eng
     assert stopped == ["during", "waiting"]
 
 
+def test_on_unsuccessful_undoes_on_every_ending_but_success(engine: Engine, clock: FakeClock) -> None:
+    """A kind's on_unsuccessful gets the operation's id and request once it has ended failed (a stage's error, its
+    transient budget spent, a bug) or cancelled (while it waits); a success never runs it, and its own failure
+    leaves the failure as it was."""
+    undone: list[tuple[str, str]] = []
+    broken = {"now": False}
+
+    def undo(op_id: str, request: ThingRequest) -> None:
+        if broken["now"]:
+            raise RuntimeError("the cluster did not answer")
+        undone.append((op_id, request.name))
+
+    def raising(exc: Exception) -> Callable[[StageContext], Any]:
+        def step(ctx: StageContext) -> Any:
+            raise exc
+        return step
+
+    endings = {"permanent": _Scripted(on_act=raising(Permanent("boom"))),
+               "budget": _Scripted(on_poll=raising(Transient("busy", delay=1))),
+               "bug": _Scripted(on_act=raising(KeyError("x"))),
+               "cancelled": _Scripted(on_poll=lambda ctx: Wait(600, "long wait")),
+               "succeeded": _Scripted()}
+    ops = {}
+    for name, stage in endings.items():
+        engine.register(OperationKind(f"t.undo-{name}", ThingRequest, (stage,), lambda r: r.name,
+                                      on_unsuccessful=undo))
+        ops[name], _ = engine.submit(f"t.undo-{name}", ThingRequest(name=name), OPERATOR)
+    assert engine.run_until_idle(ops["cancelled"].id).status == Status.WAITING
+    assert engine.cancel(ops["cancelled"].id, OPERATOR).status == Status.CANCELLED
+    for _ in range(200):  # the budget's back-offs, on the fake clock
+        views = {name: engine.run_until_idle(op.id) for name, op in ops.items()}
+        if views["budget"].status.terminal:
+            break
+        clock.advance(120)
+    assert {name: v.status for name, v in views.items() if name != "cancelled"} == {
+        "permanent": Status.FAILED, "budget": Status.FAILED, "bug": Status.FAILED, "succeeded": Status.SUCCEEDED}
+    assert sorted(undone) == sorted((ops[n].id, n) for n in ("permanent", "budget", "bug", "cancelled"))
+    broken["now"] = True
+    failing, _ = engine.submit("t.undo-permanent", ThingRequest(name="again"), OPERATOR)
+    failed = engine.run_until_idle(failing.id)
+    assert failed.status == Status.FAILED and failed.error is not None and failed.error["message"] == "boom"
+
+
 def test_the_transient_budget_counts_failures_in_a_row(engine: Engine, clock: FakeClock) -> None:
     polls = {"n": 0}
 

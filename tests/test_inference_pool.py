@@ -6,7 +6,9 @@ two others and answers only from them, while every pod keeps its uid, restart co
 no replacement); a scale below the pods services hold is refused with zero writes, a scale to what they hold
 removes the unassigned pod; a pod changed between the assign's read and its relabel (409 on the stale
 resourceVersion) is judged again, and an assign that loses a pod to a rival fails naming it and gives back what it
-had claimed; a scale-in is refused while a held pod is not Ready; the Inference pane's model-pool board shows a
+had claimed (its other unsuccessful ends: test_inference_pool_undo.py); a router create and a release of all its
+service's pods refuse each other while in flight, and a release's stage refuses on live objects to leave a fronted
+service no pod; a scale-in is refused while a held pod is not Ready; the Inference pane's model-pool board shows a
 row per pod and releases, tests and assigns the selected pod; a router, KEDA autoscaling or a managed endpoint of
 its name is refused naming the pool, with no write; a router for one pool service routes to the pods it holds and
 gains a worker when the service is assigned another pod; the board's router form previews and creates a router
@@ -30,7 +32,12 @@ from kubernetes import client as k8s
 from panels.inference import InferencePane
 from panels.inference_pool import PoolBoard
 from services.auth import Principal, Role
+from services.clusters.storage_stage import MANAGED_LABEL
+from services.errors import Conflict
 from services.inference.pool_models import PoolAssign, PoolRelease
+from services.inference.pool_stages import CLAIMED_BY
+from services.inference.router_manifest import FOR_ANNOTATION, ROUTER_LABEL, SERVICE_ANNOTATION
+from services.inference.router_models import RouterRequest
 from tests.jobs_support import CLUSTER, JobWorld, job_world
 from tests.ledger import CallLedger
 from tests.mcp_support import bridge, call
@@ -337,6 +344,79 @@ def test_the_board_routes_a_service_and_releasing_all_its_pods_is_refused_while_
         "status"] == "succeeded"
     gone = httpx2.delete(world.live.url + f"{routers}/board-router", headers=world.live.headers(), timeout=30)
     assert finished(world, gone)["status"] == "succeeded"
+
+
+def test_a_router_create_and_a_release_of_all_its_services_pods_refuse_each_other_while_in_flight(
+        world: JobWorld, tmp_path: Path) -> None:
+    """A release of every pod of a service deletes its Service: while one is in flight, a router create for the
+    service is refused naming it; while a router create for the service is in flight, releasing all its pods is
+    refused naming the router. Neither refusal writes anything."""
+    operator = Principal("race-router", Role.OPERATOR, "t-op", "api")
+    ledger = CallLedger(world.live)
+    with world.server.imported(tmp_path / "product", CLUSTER, operator) as services:
+        wait_until(lambda: any(s.name == "chat" and s.pods for s in services.pools.describe_pool(
+            operator, CLUSTER, "warm").services), 60, "the product to see chat's pods")
+        releasing, _ = services.pools.release(operator, CLUSTER, "warm", PoolRelease(service="chat"))
+        mark = ledger.mark()
+        with pytest.raises(Conflict, match=rf"being released \(operation {releasing.id}\)"):
+            services.inference_routers.create_router(operator, CLUSTER, RouterRequest(
+                name="late-router", deployment="warm", pool_service="chat"))
+        ledger.assert_no_writes(since=mark, service="kubernetes")
+        assert services.engine.cancel(releasing.id, operator).status == "cancelled"
+
+        creating, _ = services.inference_routers.create_router(operator, CLUSTER, RouterRequest(
+            name="early-router", deployment="warm", pool_service="chat"))
+        mark = ledger.mark()
+        with pytest.raises(Conflict, match="the router early-router fronts the service chat"):
+            services.pools.release(operator, CLUSTER, "warm", PoolRelease(service="chat"))
+        ledger.assert_no_writes(since=mark, service="kubernetes")
+        # the create's Service reaches the cache before its Deployment: the list says it is being made
+        world.core.create_namespaced_service(NS, {"metadata": {"name": "early-router", "labels": {
+            **MANAGED_LABEL, ROUTER_LABEL: "early-router"}}, "spec": {"ports": [{"port": 8080}]}})
+
+        def row() -> Any:
+            return next((r for r in services.inference_routers.list_routers(operator, CLUSTER).routers
+                         if r.name == "early-router"), None)
+        shown = wait_until(row, 30, "the router's Service in the product's list")
+        assert (shown.phase, shown.message) == ("Progressing", f"being created (operation {creating.id})"), shown
+        assert services.engine.cancel(creating.id, operator).status == "cancelled"
+        assert row().phase == "Orphaned"
+        world.core.delete_namespaced_service("early-router", NS)
+
+
+def test_a_release_that_would_leave_a_fronted_service_no_pod_fails_on_live_objects(
+        world: JobWorld, tmp_path: Path) -> None:
+    """The release's submit reads the caches: a release of some of a service's pods passes it, and when another
+    writer has released the rest meanwhile, the stage (on live objects) fails naming the router that fronts the
+    service, before any patch."""
+    operator = Principal("late-release", Role.OPERATOR, "t-op", "api")
+    first, second = sorted(n for n, p in pods(world).items() if p.metadata.labels["business"] == "unassigned")
+    apps = k8s.AppsV1Api(world.api)
+    router = {"metadata": {"name": "fronting-router", "labels": {ROUTER_LABEL: "fronting-router"},
+                           "annotations": {FOR_ANNOTATION: "warm", SERVICE_ANNOTATION: "code"}},
+              "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "fronting-router"}},
+                       "template": {"metadata": {"labels": {"app": "fronting-router"}},
+                                    "spec": {"containers": [{"name": "router", "image": "busybox"}]}}}}
+    ledger = CallLedger(world.live)
+    with world.server.imported(tmp_path / "product", CLUSTER, operator) as services:
+        assigned, _ = services.pools.assign(operator, CLUSTER, "warm", PoolAssign(service="code", pods=[first, second]))
+        assert services.engine.run_until_idle(assigned.id).status == "succeeded"
+        apps.create_namespaced_deployment(NS, router)
+        wait_until(lambda: len(next(s for s in services.pools.describe_pool(operator, CLUSTER, "warm").services
+                                    if s.name == "code").pods) == 2, 60, "the product to see code's two pods")
+        releasing, _ = services.pools.release(operator, CLUSTER, "warm", PoolRelease(service="code", pods=[first]))
+        world.core.patch_namespaced_pod(second, NS, {"metadata": {"labels": {"business": "unassigned"},
+                                                                  "annotations": {CLAIMED_BY: None}}})
+        mark = ledger.mark()
+        failed = services.engine.run_until_idle(releasing.id)
+        assert failed.status == "failed" and failed.error is not None, failed
+        assert "the router fronting-router fronts the service code" in failed.error["message"], failed.error
+        assert _patches(ledger, mark, first) == []
+        assert pods(world)[first].metadata.labels["business"] == "code"
+    apps.delete_namespaced_deployment("fronting-router", NS)
+    world.core.patch_namespaced_pod(first, NS, {"metadata": {"labels": {"business": "unassigned"},
+                                                             "annotations": {CLAIMED_BY: None}}})
+    world.core.delete_namespaced_service("code", NS)
 
 
 def test_a_router_autoscaling_or_an_endpoint_on_the_pool_is_refused_naming_the_pool(world: JobWorld) -> None:

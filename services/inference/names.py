@@ -87,7 +87,7 @@ def fronting_routers(informers: Informers, cluster: str, namespace: str, deploym
                   and (service is None or (_meta(d).get("annotations") or {}).get(SERVICE_ANNOTATION) == service))
 
 
-def in_flight(engine: Engine, cluster: str, kind: str, **request: str) -> OperationView | None:
+def in_flight(engine: Engine, cluster: str, kind: str, **request: str | bool) -> OperationView | None:
     """An active operation of ``kind`` in ``cluster`` whose request has these fields (the newest)."""
     active = engine.list(OperationQuery(kind=kind, cluster=cluster, active=True, limit=500))
     return next((op for op in active if all(op.request.get(k) == v for k, v in request.items())), None)

@@ -37,6 +37,7 @@ from services.inference.models import (
     Exposure,
 )
 from services.inference.pool_models import (
+    BUSINESS,
     UNASSIGNED,
     PoolAssign,
     PoolClaim,
@@ -49,7 +50,7 @@ from services.inference.pool_models import (
     PoolServiceView,
     PoolView,
 )
-from services.inference.pool_stages import BUSINESS, ClaimStage, ScaleStage, at_risk, held_by, pool_service
+from services.inference.pool_stages import ClaimStage, ScaleStage, at_risk, held_by, pool_service
 from services.inference.stages import ApplyStage, DeleteStage, NamespaceStage, RolloutStage
 from services.operations import Engine, OperationKind, OperationView
 from services.secrets import SecretRef
@@ -73,6 +74,7 @@ class Pools:
 
     def kinds(self) -> list[OperationKind[Any]]:
         d = self.inference.deps
+        claim = ClaimStage(d)  # an assign that ends without success gives back the pods it marked
         return [
             OperationKind(CREATE_KIND, DeploymentPlan, (NamespaceStage(d), ApplyStage(d), RolloutStage(d)),
                           target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
@@ -81,9 +83,10 @@ class Pools:
             OperationKind(SCALE_KIND, DeploymentPlan, (ScaleStage(d), RolloutStage(d)),
                           target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
                           description="scale a model pool (never below the pods services hold)"),
-            OperationKind(ASSIGN_KIND, PoolClaim, (ClaimStage(d),),
+            OperationKind(ASSIGN_KIND, PoolClaim, (claim,),
                           target=lambda c: inference_target(c.cluster, c.pool), role=Role.OPERATOR,
-                          description="give pool pods to a model service by relabelling them (no restart)"),
+                          description="give pool pods to a model service by relabelling them (no restart)",
+                          on_unsuccessful=lambda op_id, c: claim.give_back(op_id, c, self._engine.clock)),
             OperationKind(RELEASE_KIND, PoolClaim, (ClaimStage(d),),
                           target=lambda c: inference_target(c.cluster, c.pool), role=Role.OPERATOR,
                           description="give a model service's pods back to its pool (business=unassigned)"),
@@ -105,11 +108,13 @@ class Pools:
                 return dep
         raise NotFound(f"no model pool {name!r} in cluster {cluster}; inference_pool_list lists them")
 
-    def _pods(self, cluster: str, dep: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def _pods(self, cluster: str, dep: Mapping[str, Any], *, live: bool = False) -> list[dict[str, Any]]:
+        """The pool's pods (``live``: without the terminating ones, which a claim or a scale cannot count on)."""
         name, namespace = _meta(dep).get("name"), _meta(dep).get("namespace")
         return sorted((p for p in self.inference.items(cluster, "pods")
                        if _meta(p).get("namespace") == namespace
-                       and _labels(p).get(manifest.INFERENCE_LABEL) == name), key=lambda p: str(_meta(p).get("name")))
+                       and _labels(p).get(manifest.INFERENCE_LABEL) == name
+                       and not (live and _meta(p).get("deletionTimestamp"))), key=lambda p: str(_meta(p).get("name")))
 
     # ----- create ------------------------------------------------------------------------------------------
 
@@ -178,7 +183,7 @@ class Pools:
             return replay, False
         dep = self._find(cluster, name)
         held: dict[str, list[str]] = {}
-        pods = self._pods(cluster, dep)
+        pods = self._pods(cluster, dep, live=True)
         for pod in pods:
             holder = held_by(dict(_labels(pod)))
             if holder is not None:
@@ -213,7 +218,7 @@ class Pools:
         meta = _meta(dep)
         namespace = str(meta.get("namespace"))
         self._check_service_name(cluster, namespace, name, request.service)
-        pods = self._pods(cluster, dep)
+        pods = self._pods(cluster, dep, live=True)
         free = [str(_meta(p).get("name")) for p in pods if held_by(dict(_labels(p))) is None and _ready(p)]
         if request.pods is not None:
             by_name = {str(_meta(p).get("name")): p for p in pods}

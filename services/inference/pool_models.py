@@ -13,6 +13,8 @@ from services.models import RequestModel, ResponseModel
 
 #: the value of the ``business`` label on a pool pod no service holds
 UNASSIGNED = "unassigned"
+#: the pod label naming the service that holds a pool pod (``unassigned``: none)
+BUSINESS = "business"
 PodName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?$")]
 
 

@@ -38,7 +38,8 @@ from services.inference.kobjects import live_ready as _ready
 from services.inference.kobjects import meta as _meta
 from services.inference.models import EndpointTest, EndpointTestResult
 from services.inference.pool import DELETE_KIND as POOL_DELETE_KIND
-from services.inference.pool_stages import BUSINESS
+from services.inference.pool import RELEASE_KIND as POOL_RELEASE_KIND
+from services.inference.pool_models import BUSINESS
 from services.inference.pool_stages import pool_service as pool_service_of
 from services.inference.router_metrics import RouterMetricsReader
 from services.inference.router_models import (
@@ -221,6 +222,13 @@ class Routers:
         if deleting is not None:
             raise Conflict(f"the deployment {deployment} is being deleted (operation {deleting.id}): a router for it "
                            "would have no workers", details={"operation": deleting.id})
+        releasing = names.in_flight(self._engine, cluster, POOL_RELEASE_KIND, pool=deployment, service=pool_service,
+                                    drop_service=True) if pool_service is not None else None
+        if releasing is not None:
+            raise Conflict(f"all the pods of the service {pool_service} of the pool {deployment} are being released "
+                           f"(operation {releasing.id}), which deletes its Service: a router for it would have no "
+                           "workers; assign pods to the service again once it ends",
+                           details={"operation": releasing.id})
         if check_name:
             self._check_name(cluster, name, namespace)
         objects = rm.objects(name=name, namespace=namespace, deployment=deployment, knobs=knobs,
@@ -301,7 +309,8 @@ class Routers:
     @verb(Role.VIEWER)
     def list_routers(self, principal: Principal, cluster: str) -> RouterList:
         """Every router of the cluster, from the watch caches (no metrics: describe_router reads them); a router
-        whose Deployment is gone and whose Service is left is listed ``Orphaned``. Its ServiceAccount, Role and
+        whose Deployment is gone and whose Service is left is listed ``Orphaned`` (``Progressing`` while its create
+        or delete is in flight). Its ServiceAccount, Role and
         RoleBinding are not watched (three more watches per cluster for a rare state: an out-of-band delete, or a
         create whose apply failed after them, which a create of that name again reuses): describe and delete by
         name find a router with only those left."""
@@ -310,10 +319,21 @@ class Routers:
         views = [self._view(cluster, d, pods, services) for d in self._items(cluster, "deployments")
                  if _is_router(d, str(_meta(d).get("name")))]
         seen = {(v.namespace, v.name) for v in views}
-        views += [_orphan(cluster, str(_meta(s).get("namespace")), str(_meta(s).get("name")), ["Service"])
+        views += [self._service_only(cluster, str(_meta(s).get("namespace")), str(_meta(s).get("name")))
                   for s in services if _is_router(s, str(_meta(s).get("name")))
                   and (str(_meta(s).get("namespace")), str(_meta(s).get("name"))) not in seen]
         return RouterList(cluster=cluster, routers=sorted(views, key=lambda v: (v.namespace, v.name)))
+
+    def _service_only(self, cluster: str, namespace: str, name: str) -> RouterView:
+        """A router whose Service the cache has without its Deployment: Orphaned, unless its create or delete is
+        in flight (the two watches see a create's Service first, and a delete's Service last)."""
+        view = _orphan(cluster, namespace, name, ["Service"])
+        for kind, doing in ((CREATE_KIND, "created"), (DELETE_KIND, "deleted")):
+            op = names.in_flight(self._engine, cluster, kind, name=name)
+            if op is not None:
+                return view.model_copy(update={"phase": "Progressing",
+                                               "message": f"being {doing} (operation {op.id})"})
+        return view
 
     @verb(Role.VIEWER)
     def describe_router(self, principal: Principal, cluster: str, name: str) -> RouterView:

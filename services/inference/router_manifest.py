@@ -19,7 +19,7 @@ from services.clusters.storage_stage import MANAGED_LABEL
 from services.inference.command import IMAGES
 from services.inference.manifest import INFERENCE_LABEL
 from services.inference.models import Engine
-from services.inference.pool_stages import BUSINESS
+from services.inference.pool_models import BUSINESS
 from services.inference.router_models import RouterKnobs
 from services.training.manifests import GPU
 
