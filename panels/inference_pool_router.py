@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import panel as pn
 from pydantic import ValidationError
 
-from panels.inference_router import POLICIES
+from panels.inference_router import router_fields, router_request
 from panels.live import in_worker
 from panels.refusals import refused
 from services.auth import Principal, Role
@@ -38,10 +38,7 @@ class PoolRouterForm(pn.viewable.Viewer):
         super().__init__()
         self.routers, self.state = routers, state
         operator = principal.allows(Role.OPERATOR)
-        self.router_name = pn.widgets.TextInput(label="Router name", placeholder="<service>-router", width=200)
-        self.policy = pn.widgets.Select(label="Policy", options=POLICIES, value="cache_aware", width=160)
-        self.cache_threshold = pn.widgets.FloatInput(label="Cache threshold", value=0.3, start=0.0, end=1.0,
-                                                     step=0.05, width=140)
+        self.router_name, self.policy, self.cache_threshold = router_fields("<service>-router")
         self.preview_button = pn.widgets.Button(label="Preview router", disabled=not operator,
                                                 css_classes=["pool-router-preview"])
         self.create_button = pn.widgets.Button(label="Route the service", disabled=not operator,
@@ -71,9 +68,8 @@ class PoolRouterForm(pn.viewable.Viewer):
 
     def request(self) -> RouterRequest:
         pool, service = self.target()
-        return RouterRequest(name=self.router_name.value or f"{service}-router", deployment=pool,
-                             pool_service=service, policy=self.policy.value,
-                             cache_threshold=self.cache_threshold.value)
+        return router_request((self.router_name, self.policy, self.cache_threshold), service, deployment=pool,
+                              pool_service=service)
 
     def preview(self) -> str:
         """What the create would make, checked by every precheck and the API server's dry run (blocking)."""

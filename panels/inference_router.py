@@ -30,6 +30,21 @@ from services.inference.router_models import RouterRequest, RouterView
 COLUMNS = ["name", "deployment", "policy", "knobs", "workers", "phase", "message"]
 KINDS = {CREATE_KIND, UPDATE_KIND, DELETE_KIND}
 POLICIES = ["cache_aware", "round_robin", "random", "power_of_two"]
+RouterFields = tuple[pn.widgets.TextInput, pn.widgets.Select, pn.widgets.FloatInput]
+
+
+def router_fields(placeholder: str) -> RouterFields:
+    """The router forms' knobs (router name, policy, cache threshold), as the section and the pool board show them."""
+    return (pn.widgets.TextInput(label="Router name", placeholder=placeholder, width=200),
+            pn.widgets.Select(label="Policy", options=POLICIES, value="cache_aware", width=160),
+            pn.widgets.FloatInput(label="Cache threshold", value=0.3, start=0.0, end=1.0, step=0.05, width=140))
+
+
+def router_request(fields: RouterFields, fronted: str, **target: str) -> RouterRequest:
+    """The request those knobs ask for; an empty name is ``<fronted>-router``."""
+    name, policy, cache_threshold = fields
+    return RouterRequest(name=name.value or f"{fronted}-router", policy=policy.value,
+                         cache_threshold=cache_threshold.value, **target)
 
 
 def routers_frame(routers: list[RouterView]) -> pd.DataFrame:
@@ -62,10 +77,7 @@ class RouterSection(pn.viewable.Viewer):
         self.rows: list[RouterView] = []
         self.chosen = ""
         operator = principal.allows(Role.OPERATOR)
-        self.router_name = pn.widgets.TextInput(label="Router name", placeholder="chat-router", width=200)
-        self.policy = pn.widgets.Select(label="Policy", options=POLICIES, value="cache_aware", width=160)
-        self.cache_threshold = pn.widgets.FloatInput(label="Cache threshold", value=0.3, start=0.0, end=1.0,
-                                                     step=0.05, width=140)
+        self.router_name, self.policy, self.cache_threshold = router_fields("chat-router")
         self.create_button = pn.widgets.Button(label="Route the selected deployment", disabled=not operator,
                                                css_classes=["router-create"])
         self.delete_button = pn.widgets.Button(label="Delete selected router", disabled=not operator,
@@ -111,8 +123,8 @@ class RouterSection(pn.viewable.Viewer):
         if not deployment:
             return "Select a deployment in the table above first."
         try:
-            request = RouterRequest(name=self.router_name.value or f"{deployment}-router", deployment=deployment,
-                                    policy=self.policy.value, cache_threshold=self.cache_threshold.value)
+            request = router_request((self.router_name, self.policy, self.cache_threshold), deployment,
+                                     deployment=deployment)
             view, _ = self.routers.create_router(self.scope.current(), self.scope.cluster, request)
         except (ValidationError, ServiceError) as exc:
             return refused(exc)
