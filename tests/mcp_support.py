@@ -8,8 +8,10 @@ import json
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+import yaml
 from mcp import Client, StdioServerParameters
 
 from tests.support import ROOT, clean_env
@@ -40,3 +42,8 @@ async def follow(client: Client, op_id: str, used: list[str], timeout: int = 60)
         if view["status"] in ENDED:
             return view
     raise AssertionError(f"{op_id} did not end")
+
+
+def playbook_tools(playbook: Path) -> set[str]:
+    """The tools a skill's front matter lists (what an agent following it may call)."""
+    return set(yaml.safe_load(playbook.read_text().split("---")[1])["tools"])

@@ -23,7 +23,6 @@ import anyio
 import httpx2
 import panel as pn
 import pytest
-import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
@@ -32,7 +31,7 @@ from services.auth import Principal, Role
 from services.operations import OperationQuery
 from tests.jobs_support import CLUSTER, JobWorld, cli, job_world
 from tests.ledger import CallLedger
-from tests.mcp_support import bridge, call, follow
+from tests.mcp_support import bridge, call, follow, playbook_tools
 from tests.node_support import aws
 from tests.support import wait_until
 
@@ -306,7 +305,7 @@ def test_an_engine_that_cannot_start_fails_the_deploy_naming_its_pod_and_an_upda
 
 def test_an_agent_deploys_tests_and_deletes_an_sglang_model_from_shared_storage(world: JobWorld) -> None:
     operator = world.live.make_token("operator")
-    playbook = set(yaml.safe_load(PLAYBOOK.read_text().split("---")[1])["tools"])
+    playbook = playbook_tools(PLAYBOOK)
     used: list[str] = []
     request = {"cluster": CLUSTER, "name": "agent-chat", "command": SGLANG, "gpus": 1}
 

@@ -30,7 +30,6 @@ from typing import Any
 import anyio
 import panel as pn
 import pytest
-import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
@@ -62,7 +61,7 @@ from tests.managed_support import (
     triggered,
     world,
 )
-from tests.mcp_support import bridge, call, follow
+from tests.mcp_support import bridge, call, follow, playbook_tools
 from tests.sandbox_support import client
 from tests.support import wait_until
 from tests.test_inference import PLAYBOOK, VLLM
@@ -222,7 +221,7 @@ def test_a_jumpstart_model_deploys_and_serves(operator: JobWorld) -> None:
 def test_an_agent_deploys_tests_scales_and_deletes_a_managed_endpoint(operator: JobWorld) -> None:
     world = operator
     token = world.live.make_token("operator")
-    playbook = set(yaml.safe_load(PLAYBOOK.read_text().split("---")[1])["tools"])
+    playbook = playbook_tools(PLAYBOOK)
     used: list[str] = []
     request = {"cluster": CLUSTER, **endpoint("agent-llama", autoscaling={"min_replicas": 1, "max_replicas": 2})}
     one = {"cluster": CLUSTER, "name": "agent-llama"}
@@ -521,7 +520,7 @@ def test_a_cloudwatch_trigger_scales_the_endpoint_on_the_metric_the_test_puts(op
 def test_an_agent_scales_a_managed_endpoint_on_a_metric_following_the_playbook(operator: JobWorld) -> None:
     world = operator
     token = world.live.make_token("operator")
-    playbook = set(yaml.safe_load(PLAYBOOK.read_text().split("---")[1])["tools"])
+    playbook = playbook_tools(PLAYBOOK)
     used: list[str] = []
     one = {"cluster": CLUSTER, "name": "agent-scaler"}
 

@@ -39,7 +39,7 @@ from services.inference.router_metrics import RouterMetricsReader
 from services.inference.router_models import RouterKnobs, RouterRequest, router_flags
 from tests.jobs_support import CLUSTER, JobWorld, cli, job_world
 from tests.ledger import CallLedger
-from tests.mcp_support import bridge, call, follow
+from tests.mcp_support import bridge, call, follow, playbook_tools
 from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
@@ -171,7 +171,7 @@ def test_cache_aware_routing_metrics_mcp_update_pane_and_delete(world: JobWorld,
             return await follow(client, changed["operation"]["id"], used)
     updated = anyio.run(agent)
     assert updated["status"] == "succeeded", updated
-    playbook = set(yaml.safe_load((ROOT / "skills/deploy-model.md").read_text().split("---")[1])["tools"])
+    playbook = playbook_tools(ROOT / "skills/deploy-model.md")
     assert set(used) <= playbook, f"tools outside the playbook: {set(used) - playbook}"
     turns = [ask(world, "qwen-router", PREFIX + "what is a cluster?") for _ in range(3)]
     assert set(turns) == workers, turns  # round_robin: every worker in turn, whatever the prefix

@@ -33,7 +33,7 @@ from services.operations import OperationQuery
 from tests.jobs_support import CLUSTER, JobWorld, cli, job_world
 from tests.keda_support import KEDA_CRDS, THEIR_SERVER, their_keda
 from tests.ledger import CallLedger
-from tests.mcp_support import bridge, call, follow
+from tests.mcp_support import bridge, call, follow, playbook_tools
 from tests.node_support import aws
 from tests.support import wait_until
 
@@ -307,7 +307,7 @@ def test_the_cli_sets_gets_and_removes_autoscaling(world: JobWorld) -> None:
 
 def test_an_agent_sets_reads_and_removes_a_queue_depth_trigger(world: JobWorld) -> None:
     operator = world.live.make_token("operator")
-    playbook = set(yaml.safe_load(PLAYBOOK.read_text().split("---")[1])["tools"])
+    playbook = playbook_tools(PLAYBOOK)
     used: list[str] = []
     one = {"cluster": CLUSTER, "name": "chat"}
     request = {**one, "min_replicas": 1, "max_replicas": 2, "queue_depth": 8}

@@ -11,10 +11,9 @@ from typing import Any
 
 import anyio
 import pytest
-import yaml
 
 from tests.jobs_support import CLUSTER, NS, JobWorld, hppj, job_world
-from tests.mcp_support import bridge, call, follow
+from tests.mcp_support import bridge, call, follow, playbook_tools
 
 pytestmark = pytest.mark.slow
 PLAYBOOK = Path(__file__).resolve().parents[1] / "skills" / "train-model.md"
@@ -40,7 +39,7 @@ def _exists(world: JobWorld) -> bool:
 
 def test_an_agent_submits_watches_suspends_and_deletes_a_job(world: JobWorld) -> None:
     operator = world.live.make_token("operator")
-    playbook = set(yaml.safe_load(PLAYBOOK.read_text().split("---")[1])["tools"])
+    playbook = playbook_tools(PLAYBOOK)
     used: list[str] = []
 
     async def agent() -> dict[str, Any]:

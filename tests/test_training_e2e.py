@@ -13,11 +13,10 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-import yaml
 
 from tests.jobs_support import BASE, BUCKET, CLUSTER, NS, JobWorld, job_world
 from tests.ledger import CallLedger
-from tests.mcp_support import bridge, call, follow
+from tests.mcp_support import bridge, call, follow, playbook_tools
 from tests.node_support import aws
 from tests.support import wait_until
 
@@ -68,7 +67,7 @@ def test_each_recipe_runs_to_completion_through_rest(world: JobWorld, recipe: st
 def test_an_agent_runs_each_recipe_to_completion_with_the_playbooks_tools(world: JobWorld) -> None:
     """skills/train-model.md through a real MCP client: per recipe, the preview, the submit, the operation, then
     polling the job's digest until it ends."""
-    playbook = set(yaml.safe_load(PLAYBOOK.read_text().split("---")[1])["tools"])
+    playbook = playbook_tools(PLAYBOOK)
     used: list[str] = []
 
     async def agent() -> dict[str, dict[str, Any]]:
