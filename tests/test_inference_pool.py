@@ -1,20 +1,20 @@
-"""Model pools against a real server in sandbox mode, on a seeded, imported cluster of three ml.g5.8xlarge nodes
-(one GPU each) where the sandbox's simulated vLLM runs the pods' commands: the preview's Deployment labels its pods
+"""Model pools against a real server in sandbox mode, on a seeded, imported cluster of three ml.g5.8xlarge nodes (one
+GPU each) where the sandbox's simulated vLLM runs the pods' commands: the preview's Deployment labels its pods
 business=unassigned and leaves business out of its selector; bad requests are refused before any operation or
 Kubernetes write; a pool of three deploys, a service claims one pod and answers from it, then is reassigned to the
-two others and answers only from them, while every pod keeps its uid, restart count and owner (the ReplicaSet made
-no replacement); a scale below the pods services hold is refused with zero writes, a scale to what they hold
-removes the unassigned pod; a pod changed between the assign's read and its relabel (409 on the stale
-resourceVersion) is judged again, and an assign that loses a pod to a rival fails naming it and gives back what it
-had claimed (its other unsuccessful ends: test_inference_pool_undo.py); a router create and a release of all its
-service's pods refuse each other while in flight, and a release's stage refuses on live objects to leave a fronted
-service no pod; a scale-in is refused while a held pod is not Ready; the Inference pane's model-pool board shows a
-row per pod and releases, tests and assigns the selected pod; a router, KEDA autoscaling or a managed endpoint of
-its name is refused naming the pool, with no write; a router for one pool service routes to the pods it holds and
-gains a worker when the service is assigned another pod; the board's router form previews and creates a router
-for the selected pod's service, and while it runs releasing all the service's pods is refused naming it (some
-stay releasable); an agent reads and tests the pool through a real MCP client;
-the pool's delete takes its services' Services."""
+two others and answers only from them, while every pod keeps its uid, restart count and owner (the ReplicaSet made no
+replacement); a scale below the pods services hold is refused with zero writes, a scale to what they hold removes the
+unassigned pod; a pod changed between the assign's read and its relabel (409 on the stale resourceVersion) is judged
+again, and an assign that loses a pod to a rival fails naming it and gives back what it had claimed (its other
+unsuccessful ends: test_inference_pool_undo.py); a router create and a release of all its service's pods refuse each
+other while in flight (the pool's delete is refused naming the create), and a release's stage refuses on live objects
+to leave a fronted service no pod; a scale-in is refused while a held pod is not Ready; the Inference pane's model-
+pool board shows a row per pod and releases, tests and assigns the selected pod; a router, KEDA autoscaling or a
+managed endpoint of its name is refused naming the pool, with no write; a router for one pool service routes to the
+pods it holds and gains a worker when the service is assigned another pod; the board's router form previews and
+creates a router for the selected pod's service, and while it runs releasing all the service's pods is refused naming
+it (some stay releasable); an agent reads and tests the pool through a real MCP client; the pool's delete takes its
+services' Services."""
 
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ from services.inference.pool_models import PoolAssign, PoolRelease
 from services.inference.pool_stages import CLAIMED_BY
 from services.inference.router_manifest import FOR_ANNOTATION, ROUTER_LABEL, SERVICE_ANNOTATION
 from services.inference.router_models import RouterRequest
+from services.operations import OperationQuery
 from tests.jobs_support import CLUSTER, JobWorld, job_world
 from tests.ledger import CallLedger
 from tests.mcp_support import bridge, call
@@ -174,7 +175,7 @@ def test_the_board_shows_pod_rows_and_releases_tests_and_assigns_the_selection(w
         settle("assign")
 
 
-def _patches(ledger: CallLedger, since: int, pod: str) -> list[int]:
+def pod_patches(ledger: CallLedger, since: int, pod: str) -> list[int]:
     return [e["status"] for e in ledger.writes(since=since, service="kubernetes")
             if e.get("resource") == "pods" and e.get("name") == pod and e.get("verb") == "patch"]
 
@@ -213,7 +214,7 @@ def test_a_pod_changed_between_read_and_relabel_is_judged_again_and_a_lost_one_l
         rival["patch"] = {"annotations": {"example.com/audited": "yes"}}
         done, mark = assign()
         assert done.status == "succeeded", done
-        assert _patches(ledger, mark, second) == [200, 409, 200]  # the rival's, the stale one, the retry on fresh
+        assert pod_patches(ledger, mark, second) == [200, 409, 200]  # the rival's, the stale one, the retry on fresh
         assert {n: p.metadata.labels["business"] for n, p in pods(world).items() if n in free} == \
             {first: "code", second: "code"}
         released, _ = services.pools.release(operator, CLUSTER, "warm", PoolRelease(service="code"))
@@ -228,8 +229,8 @@ def test_a_pod_changed_between_read_and_relabel_is_judged_again_and_a_lost_one_l
         assert lost.status == "failed" and lost.error is not None, lost
         assert f"{second} is held by the service other now" in lost.error["message"], lost.error
         assert f"{first} went back to the pool" in lost.error["message"], lost.error
-        assert _patches(ledger, mark, second) == [200, 409]
-        assert _patches(ledger, mark, first) == [200, 200]  # claimed, then given back
+        assert pod_patches(ledger, mark, second) == [200, 409]
+        assert pod_patches(ledger, mark, first) == [200, 200]  # claimed, then given back
         now = {n: p.metadata.labels["business"] for n, p in pods(world).items() if n in free}
         assert now == {first: "unassigned", second: "other"}, now
         assert "code" not in {s.metadata.name for s in world.core.list_namespaced_service(NS).items}
@@ -350,7 +351,8 @@ def test_a_router_create_and_a_release_of_all_its_services_pods_refuse_each_othe
         world: JobWorld, tmp_path: Path) -> None:
     """A release of every pod of a service deletes its Service: while one is in flight, a router create for the
     service is refused naming it; while a router create for the service is in flight, releasing all its pods is
-    refused naming the router. Neither refusal writes anything."""
+    refused naming the router, and the pool's delete is refused naming the create's operation (the router cannot
+    be deleted before its create ends: cancel it, or wait and delete the router). No refusal writes anything."""
     operator = Principal("race-router", Role.OPERATOR, "t-op", "api")
     ledger = CallLedger(world.live)
     with world.server.imported(tmp_path / "product", CLUSTER, operator) as services:
@@ -369,7 +371,12 @@ def test_a_router_create_and_a_release_of_all_its_services_pods_refuse_each_othe
         mark = ledger.mark()
         with pytest.raises(Conflict, match="the router early-router fronts the service chat"):
             services.pools.release(operator, CLUSTER, "warm", PoolRelease(service="chat"))
+        with pytest.raises(Conflict, match=rf"the router early-router is being created for the service chat of the "
+                           rf"pool warm \(operation {creating.id}\): cancel it \(operations_cancel") as deleting:
+            services.pools.delete_pool(operator, CLUSTER, "warm")
+        assert deleting.value.details == {"routers": ["early-router"], "operation": creating.id}
         ledger.assert_no_writes(since=mark, service="kubernetes")
+        assert services.engine.list(OperationQuery(kind="inference.pool.delete")) == []
         # the create's Service reaches the cache before its Deployment: the list says it is being made
         world.core.create_namespaced_service(NS, {"metadata": {"name": "early-router", "labels": {
             **MANAGED_LABEL, ROUTER_LABEL: "early-router"}}, "spec": {"ports": [{"port": 8080}]}})
@@ -411,7 +418,7 @@ def test_a_release_that_would_leave_a_fronted_service_no_pod_fails_on_live_objec
         failed = services.engine.run_until_idle(releasing.id)
         assert failed.status == "failed" and failed.error is not None, failed
         assert "the router fronting-router fronts the service code" in failed.error["message"], failed.error
-        assert _patches(ledger, mark, first) == []
+        assert pod_patches(ledger, mark, first) == []
         assert pods(world)[first].metadata.labels["business"] == "code"
     apps.delete_namespaced_deployment("fronting-router", NS)
     world.core.patch_namespaced_pod(first, NS, {"metadata": {"labels": {"business": "unassigned"},

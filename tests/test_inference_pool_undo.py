@@ -1,25 +1,28 @@
-"""An assign of model-pool pods that ends without success gives back exactly the pods it relabelled, found on the
-API by its operation's mark, however it ends: a lost answer then a resume (and a retry that claims them all
-again), a cancel during a retry's back-off, a give-back that cannot settle a pod (named, after the others; the
-assign's own error kept), a pod the service got from someone else meanwhile, a claimed pod that starts
-terminating. Against a real server in sandbox mode, on a pool of two pods; faults are injected through the
-Kubernetes client's transport."""
+"""An assign of model-pool pods that ends without success gives back exactly the pods it relabelled, found on the API by
+its operation's mark, however it ends: a lost answer then a resume (and a retry that claims them all again), a cancel
+during a retry's back-off, a give-back that cannot settle a pod (named, after the others; the assign's own error
+kept), a pod the service got from someone else meanwhile, a give-back that meets a rival change (retried after its
+paced delay) or keeps meeting them (named once), a claimed pod that starts terminating. Against a real server in
+sandbox mode, on a pool of two pods; faults are injected through the Kubernetes client's transport."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from services.audit import AuditQuery
 from services.auth import Principal, Role
 from services.errors import NotFound, Permanent, Transient
 from services.inference.pool_models import PoolAssign, PoolRelease
-from services.inference.pool_stages import CLAIMED_BY
+from services.inference.pool_stages import CLAIMED_BY, UNDO_TRIES
 from tests.jobs_support import CLUSTER, JobWorld, job_world
+from tests.ledger import CallLedger
 from tests.support import wait_until
-from tests.test_inference_pool import BASE, NS, POOL, finished, pods
+from tests.test_inference_pool import BASE, NS, POOL, finished, pod_patches, pods
 
 pytestmark = pytest.mark.slow
 
@@ -34,31 +37,42 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobWorld]:
 
 
 def test_an_assign_that_ends_without_success_gives_back_exactly_its_own_pods(
-        world: JobWorld, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        world: JobWorld, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """Each pod an assign relabels carries its operation's id (written in the same patch as the label), so the
     give-back reads its own pods from the API: a pod relabelled just before the stage died (the patch applied, its
     answer lost) is found on the resume and given back when a later pod is lost; a cancel during a retry's
     back-off gives back what was claimed; a give-back that cannot settle a pod goes on, names it and keeps the
     assign's own error; a pod the service got meanwhile from someone else fails the assign (never a silent
-    success with fewer pods) and is not taken back; a claimed pod that starts terminating fails the assign and is
-    skipped by the give-back (which still drops the Service), a release of it succeeds and an assign cannot pick it."""
+    success with fewer pods) and is not taken back; a give-back that meets a rival change of a pod (409) reads it
+    again after its paced delay and gives it back, one that keeps meeting them names the pod after UNDO_TRIES, once
+    (the on_unsuccessful hook does not run the failed claim stage's give-back again); a claimed pod that starts
+    terminating fails the assign and is skipped by the give-back (which still drops the Service), a release of it
+    succeeds and an assign cannot pick it."""
     free = sorted(n for n, p in pods(world).items() if p.metadata.labels["business"] == "unassigned")
     first, second = free
     operator = Principal("undo-operator", Role.OPERATOR, "t-op", "api")
+    ledger = CallLedger(world.live)
     with world.server.imported(tmp_path / "product", CLUSTER, operator) as services:
         rest = services.kube.api_client(CLUSTER).rest_client
         real = rest.request
         faults: dict[tuple[str, str], Any] = {}
 
+        changes = itertools.count()
+        then = {"claim, then refuse": "refuse", "claim, then a rival": "rival once", "claim, then rivals": "rival"}
+
         def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-            fault = faults.get((method, url.rsplit("/", 1)[-1]))
-            if fault == "rival" or (isinstance(fault, dict) and fault.get("before")):
-                change = fault["before"] if isinstance(fault, dict) else {"annotations": {"example.com/n": url}}
-                world.core.patch_namespaced_pod(second, NS, {"metadata": change})
+            key = (method, pod := url.rsplit("/", 1)[-1])
+            fault = faults.get(key)
+            if fault in ("rival", "rival once") or (isinstance(fault, dict) and fault.get("before")):
+                change = fault["before"] if isinstance(fault, dict) else {"annotations": {
+                    "example.com/n": str(next(changes))}}  # a new value each time: the pod's resourceVersion moves
+                world.core.patch_namespaced_pod(pod, NS, {"metadata": change})
+            if fault == "rival once":
+                faults.pop(key)
             if fault == "refuse":  # this patch never reaches the API server
                 raise Permanent("the API server refused the patch")
-            if fault == "claim, then refuse":
-                faults[(method, url.rsplit("/", 1)[-1])] = "refuse"
+            if isinstance(fault, str) and fault in then:  # this patch goes through, the next ones meet the fault
+                faults[key] = then[fault]
             answer = real(method, url, *args, **kwargs)
             if fault == "then terminate":  # the claimed pod is evicted, held by a finalizer meanwhile
                 faults.pop((method, url.rsplit("/", 1)[-1]))
@@ -148,6 +162,46 @@ def test_an_assign_that_ends_without_success_gives_back_exactly_its_own_pods(
         assert has_code_service()  # the pod it did not take still has its Service
         unassign(second)
         world.core.delete_namespaced_service("code", NS)
+
+        # the give-back meets a rival change of the first pod (409 on its resourceVersion): it reads the pod again
+        # after its delay (scaled by the engine's pace) and gives it back
+        faults[("PATCH", second)] = {"before": {"labels": {"business": "other"}}}
+        faults[("PATCH", first)] = "claim, then a rival"
+        mark = ledger.mark()
+        retried = ended(assign())
+        faults.clear()
+        assert retried.status == "failed" and retried.error is not None, retried
+        assert f"{first} went back to the pool" in retried.error["message"], retried.error
+        assert (retried.error["details"]["given_back"], retried.error["details"]["stuck"]) == ([first], [])
+        assert pod_patches(ledger, mark, first) == [200, 200, 409, 200]  # claim, rival, stale give-back, its retry
+        assert layout() == {first: ("unassigned", None), second: ("other", None)}
+        assert not has_code_service()
+        unassign(second)
+
+        # a pod that keeps changing under the give-back is tried UNDO_TRIES times, then named in the assign's error,
+        # once: the on_unsuccessful hook does not give back again what the failed claim stage gave back (no second
+        # round of patches, no warning in the server log); cancelling the failed assign runs the give-back again
+        faults[("PATCH", second)] = {"before": {"labels": {"business": "other"}}}
+        faults[("PATCH", first)] = "claim, then rivals"
+        mark = ledger.mark()
+        caplog.clear()
+        changing = ended(assign())
+        assert changing.status == "failed" and changing.error is not None, changing
+        message = changing.error["message"]
+        assert message.count(f"{first} could not be given back") == 1 and f"({first} kept changing)" in message, \
+            message
+        assert pod_patches(ledger, mark, first) == [200] + [200, 409] * UNDO_TRIES
+        assert not [r for r in caplog.records if "undoing what the failed operation did" in r.getMessage()]
+        failed = [e for e in services.audit.list(AuditQuery(operation_id=changing.id)) if e.outcome == "failed"]
+        assert len(failed) == 1 and failed[0].detail.count(f"{first} could not be given back") == 1, failed
+        assert layout() == {first: ("code", changing.id), second: ("other", None)}
+        faults.clear()
+        mark = ledger.mark()
+        assert services.engine.cancel(changing.id, operator).status == "cancelled"
+        assert pod_patches(ledger, mark, first) == [200]
+        assert layout() == {first: ("unassigned", None), second: ("other", None)}
+        assert not has_code_service()
+        unassign(second)
 
         # a claimed pod starts terminating while a later pod's claim is retried: the assign fails naming it, its
         # give-back skips it (it holds nothing any more) and still drops the Service; a release of it succeeds

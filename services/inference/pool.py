@@ -52,7 +52,7 @@ from services.inference.pool_models import (
 )
 from services.inference.pool_stages import ClaimStage, ScaleStage, at_risk, held_by, pool_service
 from services.inference.stages import ApplyStage, DeleteStage, NamespaceStage, RolloutStage
-from services.operations import Engine, OperationKind, OperationView
+from services.operations import Engine, OperationKind, OperationView, Status
 from services.secrets import SecretRef
 from services.verbs import verb
 
@@ -74,7 +74,7 @@ class Pools:
 
     def kinds(self) -> list[OperationKind[Any]]:
         d = self.inference.deps
-        claim = ClaimStage(d)  # an assign that ends without success gives back the pods it marked
+        claim = ClaimStage(d, lambda: self._engine.pace)  # an assign that ends without success gives back its pods
         return [
             OperationKind(CREATE_KIND, DeploymentPlan, (NamespaceStage(d), ApplyStage(d), RolloutStage(d)),
                           target=lambda p: inference_target(p.cluster, p.name), role=Role.OPERATOR,
@@ -86,14 +86,23 @@ class Pools:
             OperationKind(ASSIGN_KIND, PoolClaim, (claim,),
                           target=lambda c: inference_target(c.cluster, c.pool), role=Role.OPERATOR,
                           description="give pool pods to a model service by relabelling them (no restart)",
-                          on_unsuccessful=lambda op_id, c: claim.give_back(op_id, c, self._engine.clock)),
-            OperationKind(RELEASE_KIND, PoolClaim, (ClaimStage(d),),
+                          on_unsuccessful=lambda op_id, c: self._give_back(claim, op_id, c)),
+            OperationKind(RELEASE_KIND, PoolClaim, (ClaimStage(d, lambda: self._engine.pace),),
                           target=lambda c: inference_target(c.cluster, c.pool), role=Role.OPERATOR,
                           description="give a model service's pods back to its pool (business=unassigned)"),
             OperationKind(DELETE_KIND, DeploymentRef, (DeleteStage(d),),
                           target=lambda r: inference_target(r.cluster, r.name), role=Role.OPERATOR,
                           description="delete a model pool, its pods and its services' Services"),
         ]
+
+    def _give_back(self, claim: ClaimStage, op_id: str, request: PoolClaim) -> None:
+        """The assign's ``on_unsuccessful``: its pods go back, unless it failed in the claim stage, whose own
+        give-back already ran and told (its error's ``given_back`` and ``stuck``): once per end, so a pod left
+        claimed is tried and reported once. Cancelling the failed assign runs it again (and retries such a pod)."""
+        op = self._engine.get(op_id)
+        if op.status == Status.FAILED and "given_back" in ((op.error or {}).get("details") or {}):
+            return
+        claim.give_back(op_id, request, self._engine.clock)
 
     # ----- caches ------------------------------------------------------------------------------------------
 
@@ -307,15 +316,21 @@ class Pools:
     def delete_pool(self, principal: Principal, cluster: str, name: str,
                     idempotency_key: str | None = None) -> tuple[OperationView, bool]:
         """Delete the pool (``inference.pool.delete``): its Deployment (the uid seen now), pods, token Secrets
-        and, by owner reference, its services' Services. 409 while a router fronts one of its services."""
+        and, by owner reference, its services' Services. 409 while a router fronts one of its services, or while a
+        router create for one is in flight (naming its operation)."""
         replay = self._replayed(DELETE_KIND, principal, cluster, name, idempotency_key)
         if replay is not None:  # before the lookup: after the delete the pool is gone, the answer is not
             return replay, False
         meta = _meta(self._find(cluster, name))
         routers = names.fronting_routers(self.inference.informers, cluster, str(meta.get("namespace")), name)
         creating = names.in_flight(self._engine, cluster, names.ROUTER_CREATE_KIND, deployment=name)
-        if creating is not None:
-            routers.append(str(creating.request.get("name")))
+        if creating is not None:  # its router cannot be deleted yet (its create holds its target): name the create
+            router, service = str(creating.request.get("name")), creating.request.get("pool_service")
+            raise Conflict(f"the router {router} is being created for the service {service} of the pool {name} "
+                           f"(operation {creating.id}): cancel it (operations_cancel "
+                           f"{creating.id}), or wait for it (operations_wait) and delete the router "
+                           f"(inference_routers_delete {router}), then the pool",
+                           details={"routers": sorted({*routers, router}), "operation": creating.id})
         if routers:
             raise Conflict(f"the router {routers[0]} fronts a service of the pool {name}: delete the router first "
                            f"(inference_routers_delete {routers[0]}), then the pool", details={"routers": routers})

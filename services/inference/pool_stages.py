@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client as k8s
@@ -99,8 +100,9 @@ class ClaimStage(Stage[PoolClaim]):
     name = "claim"
     expected_seconds = 2.0
 
-    def __init__(self, deps: InferenceDeps) -> None:
+    def __init__(self, deps: InferenceDeps, pace: Callable[[], float]) -> None:
         self.deps = deps
+        self.pace = pace  # the engine's pace: a give-back's retry delay is scaled like every engine wait
 
     def observe(self, ctx: StageContext[PoolClaim]) -> Observed:
         return Observed.DONE if ctx.data.get("relabelled") is not None else Observed.ABSENT
@@ -181,7 +183,7 @@ class ClaimStage(Stage[PoolClaim]):
                     if attempt + 1 == UNDO_TRIES:
                         stuck[pod] = f"{pod} kept changing"
                     else:
-                        clock.wait(threading.Event(), exc.delay)
+                        clock.wait(threading.Event(), exc.delay * self.pace())
                 except ServiceError as exc:
                     stuck[pod] = exc.message
                     break
