@@ -351,8 +351,8 @@ def test_a_router_create_and_a_release_of_all_its_services_pods_refuse_each_othe
         world: JobWorld, tmp_path: Path) -> None:
     """A release of every pod of a service deletes its Service: while one is in flight, a router create for the
     service is refused naming it; while a router create for the service is in flight, releasing all its pods is
-    refused naming the router, and the pool's delete is refused naming the create's operation (the router cannot
-    be deleted before its create ends: cancel it, or wait and delete the router). No refusal writes anything."""
+    refused, and so is the pool's delete, both naming the create's operation (the router cannot be deleted before
+    its create ends: cancel it, or wait and delete the router). No refusal writes anything."""
     operator = Principal("race-router", Role.OPERATOR, "t-op", "api")
     ledger = CallLedger(world.live)
     with world.server.imported(tmp_path / "product", CLUSTER, operator) as services:
@@ -369,12 +369,14 @@ def test_a_router_create_and_a_release_of_all_its_services_pods_refuse_each_othe
         creating, _ = services.inference_routers.create_router(operator, CLUSTER, RouterRequest(
             name="early-router", deployment="warm", pool_service="chat"))
         mark = ledger.mark()
-        with pytest.raises(Conflict, match="the router early-router fronts the service chat"):
+        named = rf"the router early-router is being created for the service chat of the pool warm \(operation " \
+            rf"{creating.id}\): cancel it \(operations_cancel {creating.id}\), or wait"
+        with pytest.raises(Conflict, match=named + ".* then release them") as releasing_all:
             services.pools.release(operator, CLUSTER, "warm", PoolRelease(service="chat"))
-        with pytest.raises(Conflict, match=rf"the router early-router is being created for the service chat of the "
-                           rf"pool warm \(operation {creating.id}\): cancel it \(operations_cancel") as deleting:
+        with pytest.raises(Conflict, match=named + ".* then the pool") as deleting:
             services.pools.delete_pool(operator, CLUSTER, "warm")
-        assert deleting.value.details == {"routers": ["early-router"], "operation": creating.id}
+        for refused in (releasing_all, deleting):
+            assert refused.value.details == {"routers": ["early-router"], "service": "chat", "operation": creating.id}
         ledger.assert_no_writes(since=mark, service="kubernetes")
         assert services.engine.list(OperationQuery(kind="inference.pool.delete")) == []
         # the create's Service reaches the cache before its Deployment: the list says it is being made
