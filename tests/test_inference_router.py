@@ -217,7 +217,9 @@ def _delete_and_router_create_exclude_each_other(services: Services, operator: P
                                                                                             deployment="qwen"))
     with pytest.raises(Conflict) as busy:
         services.inference.delete_deployment(operator, CLUSTER, "qwen")
-    assert "r2" in str(busy.value) and "inference_routers_delete" in str(busy.value)
+    assert str(busy.value).startswith(f"the router r2 is being created for qwen (operation {creating.id}): cancel "
+                                      f"it (operations_cancel {creating.id})"), busy.value
+    assert busy.value.details == {"routers": ["r2"], "operation": creating.id}
     services.engine.cancel(creating.id, operator)
     assert services.engine.run_until_idle(creating.id).status == "cancelled"
     deleting, _ = services.inference.delete_deployment(operator, CLUSTER, "qwen")

@@ -354,13 +354,11 @@ class Inference:
             return replay, False
         dep = self.live_deployment(cluster, name)
         meta = _meta(dep)
+        names.refuse_router_create(self._engine, cluster, name, then="this deployment")
         routers = names.fronting_routers(self.informers, cluster, str(meta.get("namespace")), name)
-        creating = names.in_flight(self._engine, cluster, names.ROUTER_CREATE_KIND, deployment=name)
-        if creating is not None:
-            routers.append(str(creating.request.get("name")))
         if routers:
-            raise Conflict(f"the router {routers[0]} fronts {name} (it is, or is being, made to send it requests): "
-                           f"delete the router first (inference_routers_delete {routers[0]}), then this deployment",
+            raise Conflict(f"the router {routers[0]} fronts {name}: delete the router first "
+                           f"(inference_routers_delete {routers[0]}), then this deployment",
                            details={"routers": routers})
         ref = DeploymentRef(cluster=cluster, name=name, namespace=str(meta.get("namespace")), uid=str(meta.get("uid")),
                             requested_by=principal.name)

@@ -91,3 +91,23 @@ def in_flight(engine: Engine, cluster: str, kind: str, **request: str | bool) ->
     """An active operation of ``kind`` in ``cluster`` whose request has these fields (the newest)."""
     active = engine.list(OperationQuery(kind=kind, cluster=cluster, active=True, limit=500))
     return next((op for op in active if all(op.request.get(k) == v for k, v in request.items())), None)
+
+
+def refuse_router_create(engine: Engine, cluster: str, deployment: str, *, then: str,
+                         pool_service: str | None = None) -> None:
+    """409 while a router create for ``deployment`` (for its pool service ``pool_service`` when given) is in
+    flight, naming the operation: the router cannot be deleted before its create ends (the create holds its
+    target), so the way out is to cancel the create, or wait for it and delete the router."""
+    wanted: dict[str, str | bool] = {"deployment": deployment}
+    if pool_service is not None:
+        wanted["pool_service"] = pool_service
+    creating = in_flight(engine, cluster, ROUTER_CREATE_KIND, **wanted)
+    if creating is None:
+        return
+    router, fronted = str(creating.request.get("name")), creating.request.get("pool_service")
+    what = f"the service {fronted} of the pool {deployment}" if fronted else deployment
+    raise Conflict(f"the router {router} is being created for {what} (operation {creating.id}): cancel it "
+                   f"(operations_cancel {creating.id}), or wait for it (operations_wait) and delete the router "
+                   f"(inference_routers_delete {router}), then {then}",
+                   details={"routers": [router], "operation": creating.id,
+                            **({"service": fronted} if fronted else {})})

@@ -301,26 +301,14 @@ class Pools:
     def _check_unfronted(self, cluster: str, namespace: str, pool: str, service: str) -> None:
         """409 while a router fronts the pool service (or a router create for it is in flight): releasing all its
         pods deletes its Service and would leave the router running with no workers."""
-        self._check_router_creates(cluster, pool, service, then="release them, or release fewer pods")
+        names.refuse_router_create(self._engine, cluster, pool, then="release them, or release fewer pods",
+                                   pool_service=service)
         routers = names.fronting_routers(self.inference.informers, cluster, namespace, pool, service)
         if routers:
             raise Conflict(f"the router {routers[0]} fronts the service {service} of the pool {pool}: releasing all "
                            "its pods would leave the router with no workers; delete the router first "
                            f"(inference_routers_delete {routers[0]}), then release them, or release fewer pods",
                            details={"routers": routers, "service": service})
-
-    def _check_router_creates(self, cluster: str, pool: str, service: str | None, *, then: str) -> None:
-        """409 while a router create for the pool (for ``service``; None: any of its services) is in flight, naming
-        the operation: the router cannot be deleted before its create ends (the create holds its target)."""
-        wanted: dict[str, str] = {"deployment": pool} if service is None else {"deployment": pool,
-                                                                                "pool_service": service}
-        creating = names.in_flight(self._engine, cluster, names.ROUTER_CREATE_KIND, **wanted)
-        if creating is not None:
-            router, fronted = str(creating.request.get("name")), creating.request.get("pool_service")
-            raise Conflict(f"the router {router} is being created for the service {fronted} of the pool {pool} "
-                           f"(operation {creating.id}): cancel it (operations_cancel {creating.id}), or wait for it "
-                           f"(operations_wait) and delete the router (inference_routers_delete {router}), then {then}",
-                           details={"routers": [router], "service": fronted, "operation": creating.id})
 
     @verb(Role.OPERATOR)
     def delete_pool(self, principal: Principal, cluster: str, name: str,
@@ -332,7 +320,7 @@ class Pools:
         if replay is not None:  # before the lookup: after the delete the pool is gone, the answer is not
             return replay, False
         meta = _meta(self._find(cluster, name))
-        self._check_router_creates(cluster, name, None, then="the pool")
+        names.refuse_router_create(self._engine, cluster, name, then="the pool")
         routers = names.fronting_routers(self.inference.informers, cluster, str(meta.get("namespace")), name)
         if routers:
             raise Conflict(f"the router {routers[0]} fronts a service of the pool {name}: delete the router first "
