@@ -287,6 +287,7 @@ def test_the_pane_section_previews_deploys_tests_scales_and_deletes(operator: Jo
         assert "deploying pane-ds" in section.state.message, section.state.message
         op = services.engine.list(OperationQuery(kind="managed.deploy", limit=1))[0]
         wait_until(lambda: services.engine.run_until_idle(op.id).status == "succeeded", 120, "the pane's deploy")
+        services.bus.drain()  # the deploy's events re-read the section on the bus's thread: let them land first
         wait_until(lambda: section.state.reload() or (not section.table.value.empty and
                                                       section.table.value.iloc[0]["state"] == "DeploymentComplete"),
                    60, "the table to show the endpoint complete")
