@@ -475,6 +475,7 @@ def test_the_pane_section_sets_a_metric_trigger_and_shows_it(operator: JobWorld,
         assert "scaling pane-scaler on sum(rate(" in section.state.message, section.state.message
         op = services.engine.list(OperationQuery(kind="managed.update", limit=1))[0]
         wait_until(lambda: services.engine.run_until_idle(op.id).status == "succeeded", 120, "the pane's trigger")
+        services.bus.drain()  # the update's events re-read the section on the bus's thread: let them land first
         wait_until(lambda: section.state.reload() or
                    section.table.value.iloc[row]["autoscaling"] == "1-2 on pane ≥ 0.5", 60, "the trigger shown")
         assert section.table.value.iloc[row]["scaled_to"] == "1"
