@@ -109,6 +109,7 @@ class EventsState(param.Parameterized):
             try:
                 query = self.query()
             except ValueError as exc:  # the query model's own validation (a malformed node or group)
+                self._asked += 1  # an answer to the filters before this one would clear what is said here
                 self.message = f"invalid filter: {exc}"
                 return None
             self._asked += 1

@@ -14,9 +14,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx2
+
+if TYPE_CHECKING:
+    from panels.live import LiveRefresh
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN_RE = re.compile(r"\b(ist_[0-9a-f]{8}_[A-Za-z0-9_-]+)")
@@ -46,6 +49,16 @@ def wait_until(predicate: Callable[[], T], timeout: float = 30, message: str = "
             raise AssertionError(f"{message} did not happen within {timeout}s"
                                  + (f" (last error: {last!r})" if last is not None else ""))
         time.sleep(interval)
+
+
+def silence(*subscriptions: LiveRefresh, timeout: float = 60) -> None:
+    """End a pane's live subscriptions and wait for the delivery running now (a pane made with no loop re-reads
+    on the bus's delivery thread): from here on no background event (a node heartbeat, an informer resync, an
+    operation's event) re-reads the pane, so what the test asserts next is what it did itself. A pane made on a
+    loop has its spawned reads to await as well (``quiet`` in tests/test_panes.py)."""
+    for live in subscriptions:
+        live.close()
+        live._unsubscribe.join(timeout)  # closed: the delivery thread ends once its callback has returned
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -338,6 +338,9 @@ def test_the_pane_starts_a_download_and_shows_its_progress(world: tuple[SeededSe
         assert pane.token.value == "" and "download started" in pane.state.message, pane.state.message
         op = services.engine.list(OperationQuery(kind="model.download", limit=1))[0]
         wait_until(lambda: services.engine.run_until_idle(op.id).status == "succeeded", 60, "the pane's download")
+        # its events re-read the pane on the bus's thread (no loop): a read from while it ran, landing after the
+        # reload below, would show the download unfinished; let those reads land first
+        services.bus.drain()
         pane.state.reload()
         row = pane.table.value.iloc[0]
         assert row["model"] == "google/gemma-2-2b" and row["phase"] == "Succeeded" and row["files"] == "9/9"

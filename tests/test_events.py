@@ -12,6 +12,7 @@ or a Pod).
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import socket
@@ -409,6 +410,30 @@ def test_the_cluster_page_shows_the_timeline_filters_it_and_redraws_on_a_node_ev
     alone = EventsPane(writer.timeline, writer.bus, VIEWER, cluster=NAME)  # embeddable: a notebook shows it alone
     alone.state.source = "kubernetes"  # the sandbox's HyperPod clock runs ahead: its events sort first
     assert alone.state.view is not None and any(e.reason == "Probe" for e in alone.state.view.events)
+
+
+def test_a_read_in_flight_when_a_filter_is_refused_does_not_clear_the_refusal(
+        seeded: tuple[SeededServer, Services]) -> None:
+    """A read asked with the filters as they were (a kube event's) lands after the user typed a malformed node:
+    the refusal stays said and the timeline it kept stays shown."""
+    writer = seeded[1]
+    pane = EventsPane(writer.timeline, writer.bus, VIEWER, cluster=NAME)  # no loop: the first read is here
+    pane._kube.close()  # the only reads below are the two this test starts
+    kept = pane.state.view
+    assert kept is not None and pane.state.message == "", pane.state.message
+
+    async def main() -> None:
+        asked = pane.state._asked
+        in_flight = asyncio.ensure_future(pane.state.refresh())
+        await asyncio.sleep(0)  # the task's first step: it asks, then waits on its worker
+        assert pane.state._asked == asked + 1, "the read was not asked before the filter changed"
+        pane.state.node = "worker 7"  # refused at once, here (the pane has no loop to read on)
+        assert pane.state.message.startswith("invalid filter")
+        await in_flight
+
+    asyncio.run(main())
+    assert pane.state.message.startswith("invalid filter"), "an answer to the earlier filters cleared the refusal"
+    assert pane.state.view is kept
 
 
 def test_the_pane_pages_older_and_back_to_the_newest(seeded: tuple[SeededServer, Services]) -> None:

@@ -362,6 +362,9 @@ def test_the_pane_previews_deploys_tests_and_deletes(world: JobWorld, tmp_path: 
         assert pane.token.value == "" and "deploying pane-chat" in pane.state.message, pane.state.message
         op = services.engine.list(OperationQuery(kind="inference.deploy", limit=1))[0]
         wait_until(lambda: services.engine.run_until_idle(op.id).status == "succeeded", 120, "the pane's deploy")
+        # its events re-read the pane on the bus's thread (no loop): let those reads land before the table's own,
+        # so none read before the pods were ready lands after the wait below and shows 0/1 again
+        services.bus.drain()
         wait_until(lambda: pane.state.reload() or (not pane.table.value.empty and
                                                    pane.table.value.iloc[0]["phase"] == "Available"),
                    60, "the table to show the deployment Available")

@@ -287,6 +287,7 @@ def test_the_pane_section_previews_deploys_tests_scales_and_deletes(operator: Jo
         assert "deploying pane-ds" in section.state.message, section.state.message
         op = services.engine.list(OperationQuery(kind="managed.deploy", limit=1))[0]
         wait_until(lambda: services.engine.run_until_idle(op.id).status == "succeeded", 120, "the pane's deploy")
+        services.bus.drain()  # the deploy's events re-read the section on the bus's thread: let them land first
         wait_until(lambda: section.state.reload() or (not section.table.value.empty and
                                                       section.table.value.iloc[0]["state"] == "DeploymentComplete"),
                    60, "the table to show the endpoint complete")
@@ -474,6 +475,7 @@ def test_the_pane_section_sets_a_metric_trigger_and_shows_it(operator: JobWorld,
         assert "scaling pane-scaler on sum(rate(" in section.state.message, section.state.message
         op = services.engine.list(OperationQuery(kind="managed.update", limit=1))[0]
         wait_until(lambda: services.engine.run_until_idle(op.id).status == "succeeded", 120, "the pane's trigger")
+        services.bus.drain()  # the update's events re-read the section on the bus's thread: let them land first
         wait_until(lambda: section.state.reload() or
                    section.table.value.iloc[row]["autoscaling"] == "1-2 on pane ≥ 0.5", 60, "the trigger shown")
         assert section.table.value.iloc[row]["scaled_to"] == "1"

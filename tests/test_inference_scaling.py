@@ -356,6 +356,9 @@ def test_the_pane_sets_shows_and_removes_autoscaling(world: JobWorld, tmp_path: 
         assert panel.state.status.startswith("autoscaling chat"), panel.state.status
         op = services.engine.list(OperationQuery(kind="inference.scaling.set", limit=1))[0]
         wait_until(lambda: services.engine.run_until_idle(op.id).status == "succeeded", 120, "the pane's set")
+        # the set's events show the autoscaling again on the bus's thread (the pane has no loop): a read from
+        # before it was Ready would land after the click below; let them land first
+        services.bus.drain()
         panel.show_button.clicks += 1
         assert "KEDA 1-2 replicas, Ready" in panel.state.status, panel.state.status
         assert "sum(vllm:num_requests_waiting" in panel.state.status and "keda v2.17.1" in panel.state.status
@@ -364,6 +367,7 @@ def test_the_pane_sets_shows_and_removes_autoscaling(world: JobWorld, tmp_path: 
         assert panel.state.status.startswith(("removing the autoscaling of chat", "**chat**")), panel.state.status
         gone = services.engine.list(OperationQuery(kind="inference.scaling.remove", limit=1))[0]
         wait_until(lambda: services.engine.run_until_idle(gone.id).status == "succeeded", 60, "the pane's remove")
+        services.bus.drain()  # the same for the remove's events
         panel.show_button.clicks += 1
         assert "not autoscaled" in panel.state.status, panel.state.status
 

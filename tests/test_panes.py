@@ -24,7 +24,7 @@ from services.events import Event
 from services.operations import Engine, OperationView, Status
 from tests.kinds import ThingRequest, World
 from tests.sandbox_support import seeded_server
-from tests.support import wait_until
+from tests.support import silence, wait_until
 
 OPERATOR = Principal("olga", Role.OPERATOR, "t-op", "ui")
 VIEWER = Principal("vic", Role.VIEWER, "t-view", "ui")
@@ -384,12 +384,12 @@ def test_clusters_pane_renders_at_once_and_reads_off_the_loop(imported: Services
 
         # the sandbox's heartbeats keep publishing kube events, each of which spawns a read of its own: stop
         # them and let the reads already spawned land, so the only read in flight below is the stale one
-        pane._kube.close()
-        pane._ops.close()
+        silence(pane._kube, pane._ops)
         await quiet(pane)
         shown = pane.state.detail
         stale = asyncio.ensure_future(pane.state.refresh())
-        await asyncio.sleep(0)  # its read is in the executor now
+        await asyncio.sleep(0)  # the task's first step: it asks, then waits on its worker
+        assert pane.state.reading, "the stale read was not asked before the selection changed"
         pane.state.selected = "elsewhere"  # the user picked another cluster meanwhile
         await stale
         assert pane.state.selected == "elsewhere" and pane.state.detail is shown, "a stale answer landed"
@@ -398,5 +398,7 @@ def test_clusters_pane_renders_at_once_and_reads_off_the_loop(imported: Services
 
     # no loop (a script): read at once, here
     sync = ClustersPane(imported.clusters, imported.bus, VIEWER, operations=imported.operations)
+    silence(sync._kube, sync._ops)  # no heartbeat's re-read (on the bus's thread) replaces it between the lines below
+    detail = sync.state.detail
     assert sync.state.loaded and [c.name for c in sync.state.clusters] == ["pane"]
-    assert sync.state.detail is not None and sum(len(n) for n in sync.state.detail.nodes_by_group.values()) == 2
+    assert detail is not None and sum(len(n) for n in detail.nodes_by_group.values()) == 2
