@@ -10,14 +10,13 @@ and the table's value is replaced in place; the widgets are made once.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pandas as pd
 import panel as pn
 import param
 
-from panels.live import LiveRefresh
+from panels.live import LiveRefresh, Newest
 from panels.tables import ReadOnlyTable
 from services.audit import AuditEntry, AuditLog, AuditQuery
 from services.auth import Principal
@@ -39,6 +38,7 @@ class AuditState(param.Parameterized):
         super().__init__(**params)
         self.audit = audit
         self.principal = principal
+        self._newest = Newest()
         self.reload()
 
     def query(self) -> AuditQuery:
@@ -47,14 +47,17 @@ class AuditState(param.Parameterized):
 
     def reload(self) -> None:
         """Read synchronously (notebooks, tests, first render)."""
-        self.entries = self.audit.list_entries(self.principal, self.query())
+        query = self.query()
+        self._newest.read(lambda: self.audit.list_entries(self.principal, query), self._assign)
 
     async def refresh(self) -> None:
         """Read in a worker thread; a filter change while reading wins over this answer."""
         query = self.query()
-        entries = await asyncio.get_running_loop().run_in_executor(None, self.audit.list_entries, self.principal, query)
-        if query == self.query():
-            self.entries = entries
+        await self._newest.read_in_worker(lambda: self.audit.list_entries(self.principal, query), self._assign,
+                                          lambda: query == self.query())
+
+    def _assign(self, entries: list[AuditEntry]) -> None:
+        self.entries = entries
 
 
 def audit_frame(entries: list[AuditEntry]) -> pd.DataFrame:

@@ -14,7 +14,7 @@ import pandas as pd
 import panel as pn
 import param
 
-from panels.live import LiveRefresh
+from panels.live import LiveRefresh, Newest
 from panels.tables import ReadOnlyTable
 from services.auth import Principal, Role
 from services.backups import KIND, BackupCreate, BackupInfo, Backups
@@ -34,14 +34,18 @@ class BackupsState(param.Parameterized):
         self.store = backups
         self.principal = principal
         self._current_principal = current_principal
+        self._newest = Newest()
         self.reload()
 
     def reload(self) -> None:
         if self.principal.allows(Role.ADMIN):
-            self.backups = self.store.list_backups(self.principal)
+            self._newest.read(lambda: self.store.list_backups(self.principal), self._assign)
         else:  # an operator may take a backup; the list (names, sizes) is the admin's
             self.backups = []
             self.message = "listing backups takes the admin role"
+
+    def _assign(self, backups: list[BackupInfo]) -> None:
+        self.backups = backups
 
     async def create(self) -> None:
         def submit() -> str:

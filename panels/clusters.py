@@ -20,7 +20,7 @@ import param
 
 from panels.cluster_create import ClusterCreatePane
 from panels.events import EventsPane
-from panels.live import LiveRefresh
+from panels.live import LiveRefresh, Newest
 from panels.tables import ReadOnlyTable, role_hint
 from services.auth import Principal, Role
 from services.clusters import Clusters
@@ -103,8 +103,7 @@ class ClustersState(param.Parameterized):
         self.service = clusters
         self.principal = principal
         self._current_principal = current_principal or (lambda: principal)
-        self._asked = 0  # reads started, numbered
-        self._applied = 0  # the number of the newest read assigned: an older answer never overwrites it
+        self._newest = Newest()  # an older answer never overwrites a newer one
         self._in_flight = 0
 
     def fetch(self, selected: str) -> ClustersRead:
@@ -129,24 +128,19 @@ class ClustersState(param.Parameterized):
 
     def reload(self) -> None:
         """Read and assign synchronously: where there is no loop to read on (a script, a synchronous test)."""
-        self._asked += 1
-        self._applied = self._asked
-        self.apply(self.fetch(self.selected))
+        self._newest.read(lambda: self.fetch(self.selected), self.apply)
 
     async def refresh(self) -> None:
         """Fetch in a worker thread, assign here on the loop; an answer is dropped when the selection changed
         while it was read or a newer read already landed."""
-        self._asked += 1
-        number, selected = self._asked, self.selected
+        selected = self.selected
         self._in_flight += 1
         self.reading = True
         try:
-            read = await asyncio.get_running_loop().run_in_executor(None, self.fetch, selected)
+            await self._newest.read_in_worker(lambda: self.fetch(selected), self.apply,
+                                              lambda: self.selected == selected)
         finally:
             self._in_flight -= 1
-        if number > self._applied and self.selected == selected:
-            self._applied = number
-            self.apply(read)
         self.reading = self._in_flight > 0
 
     async def import_cluster(self) -> None:

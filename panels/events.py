@@ -10,7 +10,6 @@ thread when served, so the loop never waits on AWS.
 
 from __future__ import annotations
 
-import asyncio
 import html
 import threading
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import panel as pn
 import param
 
-from panels.live import LiveRefresh
+from panels.live import LiveRefresh, Newest, in_worker
 from services.auth import Principal
 from services.clusters.events import (
     ClusterEventsQuery,
@@ -80,7 +79,7 @@ class EventsState(param.Parameterized):
         super().__init__(**params)
         self.service = timeline
         self.principal = principal
-        self._asked = 0
+        self._newest = Newest()
         self._asking = threading.RLock()  # a bus thread and the caller may ask at once (no loop)
 
     def query(self) -> ClusterEventsQuery:
@@ -109,29 +108,38 @@ class EventsState(param.Parameterized):
             try:
                 query = self.query()
             except ValueError as exc:  # the query model's own validation (a malformed node or group)
-                self._asked += 1  # an answer to the filters before this one would clear what is said here
-                self.message = f"invalid filter: {exc}"
+                refused = f"invalid filter: {exc}"
+                # numbered and landed too: an answer to the filters before this one would clear what is said here
+                self._newest.land(self._newest.ask(), lambda: setattr(self, "message", refused))
                 return None
-            self._asked += 1
-            return self._asked, self.cluster, query
+            return self._newest.ask(), self.cluster, query
 
-    def _apply(self, number: int, cluster: str, answer: tuple[ClusterEventsView | None, str]) -> None:
-        with self._asking:
-            if number == self._asked and cluster == self.cluster:  # an older answer never overwrites a newer one
-                self.view, self.message = answer
+    def _asked_with(self, cluster: str, query: ClusterEventsQuery) -> bool:
+        """Whether the cluster and filters shown are still those a read was asked with (if not, its own read
+        follows)."""
+        try:
+            return cluster == self.cluster and query == self.query()
+        except ValueError:
+            return False
+
+    def _apply(self, number: int, cluster: str, query: ClusterEventsQuery,
+               answer: tuple[ClusterEventsView | None, str]) -> None:
+        def show() -> None:
+            self.view, self.message = answer
+
+        self._newest.land(number, show, lambda: self._asked_with(cluster, query))
 
     def reload(self) -> None:
         """Read and assign synchronously (a script, a synchronous test)."""
         asked = self._ask()
         if asked is not None:
-            self._apply(asked[0], asked[1], self.fetch(asked[1], asked[2]))
+            self._apply(*asked, self.fetch(asked[1], asked[2]))
 
     async def refresh(self) -> None:
         asked = self._ask()
         if asked is None:
             return
-        answer = await asyncio.get_running_loop().run_in_executor(None, self.fetch, asked[1], asked[2])
-        self._apply(asked[0], asked[1], answer)
+        self._apply(*asked, await in_worker(self.fetch, asked[1], asked[2]))
 
 
 class EventsPane(pn.viewable.Viewer):

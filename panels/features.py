@@ -17,7 +17,7 @@ import pandas as pd
 import panel as pn
 import param
 
-from panels.live import LiveRefresh
+from panels.live import LiveRefresh, Newest
 from panels.tables import ReadOnlyTable, role_hint
 from services.auth import Principal, Role
 from services.clusters import Clusters
@@ -63,6 +63,7 @@ class FeaturesState(param.Parameterized):
         self.operations = operations
         self.principal = principal
         self._current_principal = current_principal or (lambda: principal)
+        self._newest = Newest()
 
     def touched(self) -> dict[str, bool]:
         """Only the toggles that differ from the cluster's actual state: what Apply sends."""
@@ -88,13 +89,11 @@ class FeaturesState(param.Parameterized):
             self.message = error
 
     def reload(self) -> None:
-        self.assign(self.fetch(self.cluster))
+        self._newest.read(lambda: self.fetch(self.cluster), self.assign)
 
     async def refresh(self) -> None:
         cluster = self.cluster
-        read = await asyncio.get_running_loop().run_in_executor(None, self.fetch, cluster)
-        if self.cluster == cluster:
-            self.assign(read)
+        await self._newest.read_in_worker(lambda: self.fetch(cluster), self.assign, lambda: self.cluster == cluster)
 
     def follow(self) -> None:
         """The last operation's stages as they are now (an event said it moved)."""

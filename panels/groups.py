@@ -17,7 +17,7 @@ import pandas as pd
 import panel as pn
 import param
 
-from panels.live import LiveRefresh
+from panels.live import LiveRefresh, Newest
 from panels.tables import ReadOnlyTable, role_hint
 from services.auth import Principal, Role
 from services.clusters import Clusters
@@ -76,6 +76,7 @@ class GroupsState(param.Parameterized):
         self.principal = principal
         self._current = current_principal or (lambda: principal)
         self.options: ClusterOptions | None = None
+        self._newest = Newest()
 
     # ----- reads (blocking: run them in a worker) ---------------------------------------------------
 
@@ -114,10 +115,10 @@ class GroupsState(param.Parameterized):
             self.message = error
 
     def reload(self) -> None:
-        self.apply(*self.read())
+        self._newest.read(self.read, lambda answer: self.apply(*answer))
 
     async def refresh(self) -> None:
-        self.apply(*await asyncio.get_running_loop().run_in_executor(None, self.read))
+        await self._newest.read_in_worker(self.read, lambda answer: self.apply(*answer))
 
     # ----- mutations ---------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import pandas as pd
 import panel as pn
 from pydantic import ValidationError
 
-from panels.live import LiveRefresh, in_worker
+from panels.live import LiveRefresh, Newest, in_worker
 from panels.refusals import refused
 from panels.scoped import ClusterScoped, redraw, refresh
 from panels.tables import ReadOnlyTable
@@ -76,6 +76,7 @@ class RouterSection(pn.viewable.Viewer):
         self.routers, self.scope, self._selected = routers, scope, selected
         self.rows: list[RouterView] = []
         self.chosen = ""
+        self.newest = Newest()
         operator = principal.allows(Role.OPERATOR)
         self.router_name, self.policy, self.cache_threshold = router_fields("chat-router")
         self.create_button = pn.widgets.Button(label="Route the selected deployment", disabled=not operator,
@@ -116,7 +117,7 @@ class RouterSection(pn.viewable.Viewer):
         self.table.value = routers_frame(rows)
 
     def load(self) -> None:
-        self.apply(self.fetch())
+        self.newest.read(self.fetch, self.apply)
 
     def create(self) -> str:
         deployment = self._selected()

@@ -9,6 +9,9 @@ Worker threads publish; this coalesces a burst into one callback, delivered wher
 * elsewhere (a script, a synchronous test) at once on the bus subscription's delivery thread
   (``services/events.py``; tests ``bus.drain()`` before asserting).
 
+Two reads of one pane may overlap (an event's and the user's own), and the older may finish last: a pane numbers
+its reads with :class:`Newest`, which assigns an answer only when no newer one has been assigned.
+
 The callback may be a coroutine function in the first two cases (it may hand slow reads to an executor).
 A bound method is held weakly: once its pane is garbage (a notebook cell run again, a closed output),
 the subscription ends by itself instead of keeping the pane and a delivery thread alive for good.
@@ -34,6 +37,47 @@ T = TypeVar("T")
 async def in_worker(fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)`` in a worker thread (the loop's default executor): a pane's event loop never waits on a verb."""
     return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+class Newest:
+    """Numbers a pane's reads when they are asked and assigns an answer only when no newer answer has been
+    assigned, so an older read that finishes last never overwrites what a newer one showed. Thread-safe: with no
+    loop, reads run at once on the bus's delivery thread and on the caller's (the check and the assignment are
+    one step under a lock; on a loop everything lands on the loop's thread)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()  # re-entrant: an assignment's watchers may ask again on the same thread
+        self._asked = 0
+        self._applied = 0
+
+    def ask(self) -> int:
+        """The number of a read asked now (take it before reading)."""
+        with self._lock:
+            self._asked += 1
+            return self._asked
+
+    def land(self, number: int, assign: Callable[[], None], still: Callable[[], bool] = lambda: True) -> bool:
+        """Call ``assign`` for read ``number`` unless a newer read has already landed or ``still()`` says what
+        the read was asked for is no longer shown (the choice changed meanwhile); True when it was assigned."""
+        with self._lock:
+            if number <= self._applied or not still():
+                return False
+            self._applied = number
+            assign()
+            return True
+
+    def read(self, fetch: Callable[[], T], assign: Callable[[T], None]) -> None:
+        """Read and assign here (no loop to read on: a script, a synchronous test, the bus's thread)."""
+        number = self.ask()
+        answer = fetch()
+        self.land(number, lambda: assign(answer))
+
+    async def read_in_worker(self, fetch: Callable[[], T], assign: Callable[[T], None],
+                             still: Callable[[], bool] = lambda: True) -> None:
+        """Read in a worker thread, assign here on the pane's loop."""
+        number = self.ask()
+        answer = await in_worker(fetch)
+        self.land(number, lambda: assign(answer), still)
 
 
 class LiveRefresh:

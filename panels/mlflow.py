@@ -14,6 +14,7 @@ from typing import Any
 import panel as pn
 import param
 
+from panels.live import Newest
 from panels.tables import role_hint
 from services.auth import Principal, Role
 from services.clusters import Clusters
@@ -47,6 +48,7 @@ class MlflowState(param.Parameterized):
         self.cluster_service = clusters
         self.principal = principal
         self._current_principal = current_principal or (lambda: principal)
+        self._newest = Newest()
 
     def fetch(self, cluster: str) -> tuple[list[str], str, TrackingView | None, str]:
         """Ask the verbs (blocking: a SageMaker read); assigns nothing, so it may run in a worker."""
@@ -67,7 +69,11 @@ class MlflowState(param.Parameterized):
             self.message = error
 
     def reload(self) -> None:
-        self.assign(self.fetch(self.cluster))
+        self._newest.read(lambda: self.fetch(self.cluster), self.assign)
+
+    async def refresh(self) -> None:
+        cluster = self.cluster
+        await self._newest.read_in_worker(lambda: self.fetch(cluster), self.assign)
 
     def create(self) -> str:
         try:
@@ -121,8 +127,7 @@ class MlflowPane(pn.viewable.Viewer):
             self.state.reload()
 
     async def _refresh(self, _event: Any) -> None:
-        read = await asyncio.get_running_loop().run_in_executor(None, self.state.fetch, self.state.cluster)
-        self.state.assign(read)
+        await self.state.refresh()
 
     async def _create(self, _event: Any) -> None:
         self.state.message = await asyncio.get_running_loop().run_in_executor(None, self.state.create)

@@ -19,7 +19,7 @@ import pandas as pd
 import panel as pn
 import param
 
-from panels.live import LiveRefresh
+from panels.live import LiveRefresh, Newest
 from panels.tables import ReadOnlyTable
 from services.auth import Principal, Role
 from services.clusters import Clusters
@@ -100,6 +100,7 @@ class NodesState(param.Parameterized):
         self.clusters_service = clusters
         self.principal = principal
         self._current_principal = current_principal or (lambda: principal)
+        self._newest = Newest()
 
     def fetch(self) -> tuple[list[str], str, list[NodeItem], str]:
         """Ask the verbs (may wait for a first list); assigns nothing, so it may run in a worker thread."""
@@ -121,10 +122,10 @@ class NodesState(param.Parameterized):
             self.message = error
 
     def reload(self) -> None:
-        self.apply(self.fetch())
+        self._newest.read(self.fetch, self.apply)
 
     async def refresh(self) -> None:
-        self.apply(await asyncio.get_running_loop().run_in_executor(None, self.fetch))
+        await self._newest.read_in_worker(self.fetch, self.apply)
 
     def ask(self, action: str) -> None:
         """First step of an action: say what it will do to the selection; nothing happens before confirm."""

@@ -20,7 +20,7 @@ import pandas as pd
 import panel as pn
 import param
 
-from panels.live import LiveRefresh
+from panels.live import LiveRefresh, Newest
 from panels.tables import ReadOnlyTable, role_hint
 from services.auth import Principal, Role
 from services.errors import ServiceError
@@ -80,6 +80,7 @@ class OperationsState(param.Parameterized):
         # outside a served session events arrive on the bus's thread while an action may finish on the
         # caller's: the derived flags are read and written under one lock, so the last derive sees both
         self._derive_lock = threading.RLock()
+        self._newest = Newest()
         self.reload()
         self._derive()
 
@@ -87,15 +88,14 @@ class OperationsState(param.Parameterized):
 
     def reload(self) -> None:
         """Read the list for the current filter (synchronously: notebooks, tests, first render)."""
-        self._replace(self.operations_verbs.list_operations(self.principal, _query(self.status_filter)))
+        query = _query(self.status_filter)
+        self._newest.read(lambda: self.operations_verbs.list_operations(self.principal, query), self._replace)
 
     async def refresh(self) -> None:
         """Read the list for the current filter in a worker thread, so the event loop never waits on SQLite."""
         wanted = self.status_filter
-        ops = await asyncio.get_running_loop().run_in_executor(None, self.operations_verbs.list_operations,
-                                                             self.principal, _query(wanted))
-        if wanted == self.status_filter:
-            self._replace(ops)
+        await self._newest.read_in_worker(lambda: self.operations_verbs.list_operations(self.principal, _query(wanted)),
+                                          self._replace, lambda: wanted == self.status_filter)
 
     def _replace(self, ops: list[OperationView]) -> None:
         # keep what an event already brought in if it is newer than the read

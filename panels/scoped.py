@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Protocol
 import panel as pn
 import param
 
-from panels.live import LiveRefresh, in_worker
+from panels.live import LiveRefresh, Newest, in_worker
 from services.auth import Principal
 from services.clusters import Clusters
 from services.errors import ServiceError
@@ -22,7 +22,9 @@ Read = tuple[list[str], str, list[Any], str]
 
 class Reads(Protocol):
     """A pane's part that reads in ``fetch`` (blocking; assigns nothing, so it may run in a worker thread) and
-    assigns what it read in ``apply`` (on the pane's loop)."""
+    assigns what it read in ``apply`` (on the pane's loop), its reads numbered by ``newest``."""
+
+    newest: Newest
 
     def fetch(self) -> Any: ...
 
@@ -30,14 +32,14 @@ class Reads(Protocol):
 
 
 async def refresh(part: Reads) -> None:
-    """Read in a worker thread, assign on the loop."""
-    part.apply(await in_worker(part.fetch))
+    """Read in a worker thread, assign on the loop (unless a newer read landed first)."""
+    await part.newest.read_in_worker(part.fetch, part.apply)
 
 
 def redraw(ops: LiveRefresh, part: Reads) -> None:
     """Read again where the pane lives (a worker thread, then its loop), or at once where it has no loop."""
     if not ops.spawn(functools.partial(refresh, part)):
-        part.apply(part.fetch())
+        part.newest.read(part.fetch, part.apply)
 
 
 class ClusterScoped(param.Parameterized):
@@ -55,6 +57,7 @@ class ClusterScoped(param.Parameterized):
         self.principal = principal
         self._current_principal = current_principal or (lambda: principal)
         self._lister = lister
+        self.newest = Newest()
 
     def current(self) -> Principal:
         """Who acts now (a dashboard session's role may have changed since the pane was made)."""
@@ -78,7 +81,7 @@ class ClusterScoped(param.Parameterized):
             self.message = error
 
     def reload(self) -> None:
-        self.apply(self.fetch())
+        self.newest.read(self.fetch, self.apply)
 
     async def refresh(self) -> None:
         await refresh(self)
