@@ -17,9 +17,9 @@ import pytest
 from kubernetes import client as k8s
 
 from app.bootstrap import Services
-from panels.nodes import NodesPane
+from panels.nodes import NodesPane, NodesState
 from services.auth import Principal, Role
-from services.nodes.models import NodeSelection
+from services.nodes.models import NodeItem, NodeQuery, NodeSelection
 from services.operations import OperationQuery
 from tests.node_support import kube, node_cluster
 from tests.sandbox_support import SeededServer
@@ -115,3 +115,44 @@ def test_the_drain_confirmation_shows_its_pods_jobs_and_blocking_budgets(world: 
     assert "ReplicaSet/default/pane-trainer-" in message
     assert "default/pane-pdb" in message and "waits for them" in message
     assert services.engine.list(OperationQuery(kind="node.drain")) == [], "nothing before the confirmation"
+
+
+class HeldNodes(NodesState):
+    """The pane's state whose first read, once it has read the verbs, waits for ``release`` before answering
+    (the order of two overlapping reads, made deterministic; the reading itself is the product's)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.read_once, self.release = threading.Event(), threading.Event()
+
+    def fetch(self) -> tuple[list[str], str, list[NodeItem], str]:
+        read = super().fetch()
+        if not self.read_once.is_set():
+            self.read_once.set()
+            assert self.release.wait(60), "the first read was never released"
+        return read
+
+
+def test_an_older_read_that_finishes_last_does_not_put_back_what_it_saw(world: tuple[SeededServer, Services],
+                                                                        tmp_path: Path) -> None:
+    seeded, services = world
+    state = HeldNodes(services.nodes, services.clusters, ADMIN)
+    first = threading.Thread(target=state.reload, name="older-read")  # the no-loop path: a bus thread's read
+    first.start()
+    assert state.read_once.wait(60), "the first read never read"
+    node = next(n.name for n in services.nodes.list_nodes(ADMIN, "hp-eks", NodeQuery()).nodes if not n.cordoned)
+    core = k8s.CoreV1Api(kube(seeded, tmp_path))
+    core.patch_node(node, {"spec": {"unschedulable": True}})
+    try:
+        wait_until(lambda: any(n.name == node and n.cordoned
+                               for n in services.nodes.list_nodes(ADMIN, "hp-eks", NodeQuery()).nodes),
+                   60, "the product's cache to see the cordon")
+        state.reload()  # the newer read, here
+        assert any(n.name == node and n.cordoned for n in state.nodes)
+        state.release.set()
+        first.join(60)
+        assert not first.is_alive()
+        assert any(n.name == node and n.cordoned for n in state.nodes), "the older answer overwrote the newer one"
+    finally:
+        state.release.set()
+        core.patch_node(node, {"spec": {"unschedulable": False}})
