@@ -14,7 +14,7 @@ import panel as pn
 import param
 from pydantic import ValidationError
 
-from panels.live import in_worker
+from panels.live import Newest
 from panels.refusals import refused
 from services.auth import Principal
 from services.errors import ServiceError
@@ -67,6 +67,7 @@ class InferenceObs(pn.viewable.Viewer):
         super().__init__(**params)
         self.state = InferenceObsState(inference)
         self._principal, self._cluster, self._selected = principal, cluster, selected
+        self._newest = {"metrics": Newest(), "logs": Newest()}  # two clicks' reads may overlap
         s = self.state.param
         self.grep = pn.widgets.TextInput.from_param(s.grep, name="Grep", placeholder="error|CUDA|out of memory")
         self.tail = pn.widgets.IntInput.from_param(s.tail, name="Last lines", width=120)
@@ -75,19 +76,20 @@ class InferenceObs(pn.viewable.Viewer):
         self.metrics_button.on_click(self.refresh_metrics)
         self.logs_button.on_click(self.refresh_logs)
 
-    async def _run(self, fn: Callable[..., str]) -> str | None:
-        name = self._selected()
-        if not name:
-            return None
-        return await in_worker(fn, self._principal(), self._cluster(), name)
+    async def _run(self, shown: str, fn: Callable[..., str]) -> None:
+        """``fn`` on the selected deployment in a worker thread, its answer to the ``shown`` parameter."""
+        principal, cluster, name = self._principal(), self._cluster(), self._selected()
+
+        def read() -> str:
+            return fn(principal, cluster, name) if name else "Select a deployment in the table first."
+
+        await self._newest[shown].read_in_worker(read, lambda answer: setattr(self.state, shown, answer))
 
     async def refresh_metrics(self, _event: Any = None) -> None:
-        shown = await self._run(self.state.read_metrics)
-        self.state.metrics = shown if shown is not None else "Select a deployment in the table first."
+        await self._run("metrics", self.state.read_metrics)
 
     async def refresh_logs(self, _event: Any = None) -> None:
-        shown = await self._run(self.state.read_logs)
-        self.state.logs = shown if shown is not None else "Select a deployment in the table first."
+        await self._run("logs", self.state.read_logs)
 
     def __panel__(self) -> pn.viewable.Viewable:
         return pn.Column(

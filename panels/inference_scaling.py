@@ -15,7 +15,7 @@ import panel as pn
 import param
 from pydantic import ValidationError
 
-from panels.live import in_worker
+from panels.live import Newest
 from panels.refusals import refused
 from services.auth import Principal
 from services.errors import ServiceError
@@ -88,6 +88,7 @@ class ScalingPanel(pn.viewable.Viewer):
         super().__init__(**params)
         self.state = ScalingState(scaling)
         self.where = where
+        self._newest = Newest()  # a show re-read on an event and the user's own call may overlap
         s = self.state.param
         self.inputs = [pn.widgets.IntInput.from_param(s.min_replicas, name="Min replicas", width=120),
                        pn.widgets.IntInput.from_param(s.max_replicas, name="Max replicas", width=120),
@@ -109,7 +110,7 @@ class ScalingPanel(pn.viewable.Viewer):
         if pn.state.served:
             pn.state.execute(functools.partial(self.run, verb))
         else:
-            self.state.status = self._call(verb)
+            self._newest.read(functools.partial(self._call, verb), self._show)
 
     def _call(self, verb: Callable[[Principal, str, str], str]) -> str:
         principal, cluster, name = self.where()
@@ -118,7 +119,10 @@ class ScalingPanel(pn.viewable.Viewer):
         return verb(principal, cluster, name)
 
     async def run(self, verb: Callable[[Principal, str, str], str]) -> None:
-        self.state.status = await in_worker(self._call, verb)
+        await self._newest.read_in_worker(functools.partial(self._call, verb), self._show)
+
+    def _show(self, status: str) -> None:
+        self.state.status = status
 
     def changed(self, kinds: set[str]) -> None:
         """Operation events of these kinds arrived: show the selected deployment's autoscaling again."""
