@@ -423,10 +423,10 @@ def test_a_read_in_flight_when_a_filter_is_refused_does_not_clear_the_refusal(
     assert kept is not None and pane.state.message == "", pane.state.message
 
     async def main() -> None:
-        asked = pane.state._asked
+        asked = pane.state._newest._asked
         in_flight = asyncio.ensure_future(pane.state.refresh())
         await asyncio.sleep(0)  # the task's first step: it asks, then waits on its worker
-        assert pane.state._asked == asked + 1, "the read was not asked before the filter changed"
+        assert pane.state._newest._asked == asked + 1, "the read was not asked before the filter changed"
         pane.state.node = "worker 7"  # refused at once, here (the pane has no loop to read on)
         assert pane.state.message.startswith("invalid filter")
         await in_flight
