@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,6 +38,18 @@ def mlflow_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     yield url
     os.environ.pop(SHARED_URL_ENV, None)
     mlflow.stop()
+
+
+@pytest.fixture
+def kernel_loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """A loop running in its own thread, as a Jupyter kernel's does."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="kernel-loop", daemon=True)
+    thread.start()
+    yield loop
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(30)
+    loop.close()
 
 
 @pytest.fixture

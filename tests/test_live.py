@@ -6,9 +6,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
-from collections.abc import Iterator
-
-import pytest
 
 from panels.live import LiveRefresh
 from services.events import Event, EventBus
@@ -22,18 +19,6 @@ class Pane:
 
     def on_events(self, events: list[Event]) -> None:
         self.seen.append((threading.current_thread().name, [e.kind for e in events]))
-
-
-@pytest.fixture
-def kernel_loop() -> Iterator[asyncio.AbstractEventLoop]:
-    """A loop running in its own thread, as a Jupyter kernel's does."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="kernel-loop", daemon=True)
-    thread.start()
-    yield loop
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(30)
-    loop.close()
 
 
 def test_updates_arrive_on_the_loop_the_pane_was_made_on(kernel_loop: asyncio.AbstractEventLoop) -> None:

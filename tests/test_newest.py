@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 
 import param
-import pytest
 
 from panels.live import LiveRefresh, Newest
 from panels.scoped import redraw, refresh
@@ -38,17 +36,6 @@ class Gated(param.Parameterized):
 
     def apply(self, read: int, /) -> None:
         self.shown = read
-
-
-@pytest.fixture
-def kernel_loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="kernel-loop", daemon=True)
-    thread.start()
-    yield loop
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(30)
-    loop.close()
 
 
 def test_on_a_loop_an_older_read_that_finishes_last_is_dropped(kernel_loop: asyncio.AbstractEventLoop) -> None:
