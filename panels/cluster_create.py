@@ -192,10 +192,22 @@ class CreateState(param.Parameterized):
             self.busy = False
         return None
 
+    def _on_form(self, request: ClusterCreate) -> bool:
+        """The form still says ``request`` (a decision changed while it was planned: that plan is not shown)."""
+        try:
+            return self.request() == request
+        except ValueError:
+            return False
+
     async def make_plan(self) -> None:
         self.message = ""
-        view = await self._run("Plan", lambda: self.service.plan_cluster(self._current_principal(), self.request()))
-        if isinstance(view, CreatePlanView):
+        try:
+            request = self.request()
+        except ValueError as exc:  # the request model's own validation
+            self.message = f"Plan refused (invalid): {exc}"
+            return
+        view = await self._run("Plan", lambda: self.service.plan_cluster(self._current_principal(), request))
+        if isinstance(view, CreatePlanView) and self._on_form(request):
             self.plan = view
 
     async def create(self) -> None:

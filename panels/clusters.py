@@ -139,9 +139,9 @@ class ClustersState(param.Parameterized):
         try:
             await self._newest.read_in_worker(lambda: self.fetch(selected), self.apply,
                                               lambda: self.selected == selected)
-        finally:
+        finally:  # a read that raised must not leave the hint up
             self._in_flight -= 1
-        self.reading = self._in_flight > 0
+            self.reading = self._in_flight > 0
 
     async def import_cluster(self) -> None:
         self.busy = True

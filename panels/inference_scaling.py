@@ -15,7 +15,7 @@ import panel as pn
 import param
 from pydantic import ValidationError
 
-from panels.live import Newest
+from panels.live import Newest, in_worker
 from panels.refusals import refused
 from services.auth import Principal
 from services.errors import ServiceError
@@ -99,16 +99,22 @@ class ScalingPanel(pn.viewable.Viewer):
                                             css_classes=["scaling-set"])
         self.remove_button = pn.widgets.Button(label="Remove autoscaling", disabled=not operator,
                                                css_classes=["scaling-remove"])
-        for button, verb in ((self.show_button, self.state.show), (self.set_button, self.state.set),
-                             (self.remove_button, self.state.remove)):
-            button.on_click(functools.partial(self._clicked, verb))
+        for button, verb, change in ((self.show_button, self.state.show, False),
+                                     (self.set_button, self.state.set, True),
+                                     (self.remove_button, self.state.remove, True)):
+            button.on_click(functools.partial(self._clicked, verb, change))
 
-    def _clicked(self, verb: Callable[[Principal, str, str], str], _event: Any) -> None:
-        self._spawn(verb)
+    def _clicked(self, verb: Callable[[Principal, str, str], str], change: bool, _event: Any) -> None:
+        self._spawn(verb, change)
 
-    def _spawn(self, verb: Callable[[Principal, str, str], str]) -> None:
+    def _spawn(self, verb: Callable[[Principal, str, str], str], change: bool = False) -> None:
+        """A show is a read, numbered when asked; a set or remove is the user's change, its answer told when it
+        is given, so the show its own operation event starts meanwhile never swallows it."""
         if pn.state.served:
-            pn.state.execute(functools.partial(self.run, verb))
+            pn.state.execute(functools.partial(self.run, verb, change))
+        elif change:
+            answer = self._call(verb)
+            self._newest.tell(lambda: self._show(answer))
         else:
             self._newest.read(functools.partial(self._call, verb), self._show)
 
@@ -118,8 +124,12 @@ class ScalingPanel(pn.viewable.Viewer):
             return "Select a deployment in the table first."
         return verb(principal, cluster, name)
 
-    async def run(self, verb: Callable[[Principal, str, str], str]) -> None:
-        await self._newest.read_in_worker(functools.partial(self._call, verb), self._show)
+    async def run(self, verb: Callable[[Principal, str, str], str], change: bool = False) -> None:
+        if change:
+            answer = await in_worker(self._call, verb)
+            self._newest.tell(lambda: self._show(answer))
+        else:
+            await self._newest.read_in_worker(functools.partial(self._call, verb), self._show)
 
     def _show(self, status: str) -> None:
         self.state.status = status

@@ -66,6 +66,11 @@ class Newest:
             assign()
             return True
 
+    def tell(self, assign: Callable[[], None]) -> None:
+        """Assign the answer to the user's own action (a change, not a read): numbered when it is given, after
+        the action, so it lands over every read asked before it (an event the action itself published)."""
+        self.land(self.ask(), assign)
+
     def read(self, fetch: Callable[[], T], assign: Callable[[T], None]) -> None:
         """Read and assign here (no loop to read on: a script, a synchronous test, the bus's thread)."""
         number = self.ask()

@@ -246,6 +246,16 @@ def test_the_create_pane_offers_inspected_choices_plans_before_create_and_follow
         state.count = 2  # a changed decision drops the plan: Create follows only what was shown
         assert state.plan is None and pane.create_button.disabled
         state.count = 1
+
+        async def changed_while_planned() -> None:
+            planning = asyncio.ensure_future(state.make_plan())
+            await asyncio.sleep(0)  # the plan's first step ran: it is read in the executor, not landed
+            state.count = 2  # the user changes a decision meanwhile
+            await planning
+
+        asyncio.run(changed_while_planned())
+        assert state.plan is None and pane.create_button.disabled, "a plan of what the form no longer says"
+        state.count = 1
         asyncio.run(state.make_plan())
 
         asyncio.run(state.create())
