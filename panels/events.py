@@ -109,8 +109,8 @@ class EventsState(param.Parameterized):
                 query = self.query()
             except ValueError as exc:  # the query model's own validation (a malformed node or group)
                 refused = f"invalid filter: {exc}"
-                # numbered and landed too: an answer to the filters before this one would clear what is said here
-                self._newest.land(self._newest.ask(), lambda: setattr(self, "message", refused))
+                # told, numbered now: an answer to the filters before this one would clear what is said here
+                self._newest.tell(lambda: setattr(self, "message", refused))
                 return None
             return self._newest.ask(), self.cluster, query
 
